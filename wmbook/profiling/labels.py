@@ -1,0 +1,68 @@
+"""Named ranges for the label hierarchy: torch.profiler record_function + NVTX, free when off."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+
+_ENABLED = True
+_NVTX = False
+
+
+def set_labels(enabled: bool = True, nvtx: bool | None = None) -> None:
+    """Switch label emission on/off globally (off: `label` returns a shared null context)."""
+    global _ENABLED, _NVTX
+    _ENABLED = bool(enabled)
+    if nvtx is not None:
+        _NVTX = bool(nvtx) and torch.cuda.is_available()
+
+
+def labels_enabled() -> bool:
+    return _ENABLED
+
+
+_NULL = contextlib.nullcontext()
+
+
+class _Range:
+    __slots__ = ("name", "rf")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.rf = None
+
+    def __enter__(self):
+        self.rf = torch.profiler.record_function(self.name)
+        self.rf.__enter__()
+        if _NVTX:
+            torch.cuda.nvtx.range_push(self.name)
+        return self
+
+    def __exit__(self, *exc):
+        if _NVTX:
+            torch.cuda.nvtx.range_pop()
+        self.rf.__exit__(*exc)
+        return False
+
+
+def label(name: str):
+    """Context manager for one labelled range (record_function + optional NVTX)."""
+    if not _ENABLED:
+        return _NULL
+    return _Range(name)
+
+
+def labelled(name: str):
+    """Decorator form of `label`."""
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with label(name):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    return deco
