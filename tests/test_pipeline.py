@@ -1,0 +1,104 @@
+"""Labelled streaming pipeline: schedule, determinism, label hierarchy, parameter validation."""
+
+import gzip
+import json
+import re
+
+import pytest
+import torch
+
+from wmbook import baseline
+from wmbook.pipelines.causal import CausalStreamingPipeline, warped_timesteps
+from wmbook.profiling import label_table, profile, set_labels
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return CausalStreamingPipeline("tiny", device="cpu", dtype="fp32", seed=0)
+
+
+def test_warped_schedule_matches_shift5_flow_matching():
+    # sigma' = 5 s / (1 + 4 s) with s = step / 1000 (diffusers FlowMatchEulerDiscreteScheduler, shift 5)
+    for steps in ([1000, 666, 333], [1000, 750, 500, 250]):
+        got = warped_timesteps(steps, shift=5.0)
+        want = [1000 * (5 * s / 1000) / (1 + 4 * s / 1000) for s in steps]
+        assert got == pytest.approx(want, abs=0.01)
+    with pytest.raises(ValueError):
+        warped_timesteps([1200])
+
+
+def test_seeded_generation_is_deterministic_and_shaped(pipe):
+    a_in = pipe.prepare(3, seed=7)
+    a = pipe.generate(a_in, progress=False)
+    b = pipe.generate(pipe.prepare(3, seed=7), progress=False)
+    c = pipe.generate(pipe.prepare(3, seed=8), progress=False)
+    assert torch.equal(a.frames, b.frames)
+    assert not torch.equal(a.frames, c.frames)
+    assert a.frames.shape == (1, 3, 1 + 4 * 8, 64, 64)  # 9 latent frames -> 33 pixel frames
+    assert a.frames_per_block == [9, 12, 12]
+    assert a.frames.abs().max() <= 1.0 and torch.isfinite(a.frames).all()
+    assert len(a.forward_ms) == 3 and all(len(f) == 4 for f in a.forward_ms)  # 3 steps + refresh
+    m = a.metrics()
+    assert m["fps"] == pytest.approx(24 / sum(a.block_ms[1:]) * 1e3)
+
+
+def test_label_hierarchy_in_trace(pipe, tmp_path):
+    res = profile(lambda: pipe.run(2, export_path=tmp_path / "v.gif", progress=False), wait=0, warmup=0, active=1,
+                  out_dir=tmp_path, name="t")
+    with gzip.open(res.trace_path, "rt") as f:
+        names = {e.get("name") for e in json.load(f)["traceEvents"]}
+    for want in ["1_Data_Preparation", "1.1_Image_Loading_Resize", "1.2_VAE_Encode_FirstFrame",
+                 "1.3_Condition_Preparation", "1.4_CLIP_Visual_Context", "1.5_Noise_Sampling",
+                 "1.6_Action_Conditions_Setup", "2_Pipeline_Inference", "2.1_KV_Cache_Initialization",
+                 "2.3_Block_0", "2.3_Block_1", "2.3.1_Update_KV_Cache", "2.3.1_VAE_Decode", "Generator_Forward",
+                 "Generator_Forward_Final", "Scheduler_AddNoise", "DiffusionModel_Forward", "Flow_to_X0_Conversion",
+                 "VAE_Decode_Frame_0", "3_Video_Postprocessing", "4_Video_Export"]:
+        assert want in names, want
+    steps = sorted(n for n in names if n and re.match(r"^2\.3\.0_Denoising_Step_\d+_t\d+$", n))
+    assert steps == ["2.3.0_Denoising_Step_0_t1000", "2.3.0_Denoising_Step_1_t909", "2.3.0_Denoising_Step_2_t714"]
+    df = label_table(res.trace_path)
+    row = df.set_index("label").loc["2_Pipeline_Inference"]
+    assert row["cpu_self_ms"] <= row["cpu_total_ms"]
+    assert (tmp_path / "v.gif").stat().st_size > 0
+
+
+def test_labels_off_emit_nothing(pipe, tmp_path):
+    set_labels(False)
+    try:
+        res = profile(lambda: pipe.generate(pipe.prepare(1), progress=False), wait=0, warmup=0, active=1,
+                      out_dir=tmp_path, name="off")
+    finally:
+        set_labels(True)
+    with gzip.open(res.trace_path, "rt") as f:
+        names = {e.get("name") for e in json.load(f)["traceEvents"]}
+    assert "2_Pipeline_Inference" not in names and "DiffusionModel_Forward" not in names
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"preset": "mg3"}, "preset='mg3'.*allowed values"),
+    ({"dtype": "int8"}, "dtype='int8'.*allowed values"),
+    ({"vae_dtype": "fp64"}, "vae_dtype='fp64'.*allowed values"),
+    ({"repeats": 0}, "repeats=0.*integer >= 1"),
+    ({"warmup": -1}, "warmup=-1"),
+    ({"num_blocks": 2.5}, "num_blocks=2.5"),
+    ({"device": "tpu"}, "device='tpu'.*allowed values"),
+    ({"preset": "mg2-universal", "device": "cpu"}, "needs a GPU"),
+    ({"preset": "tiny-sf", "num_blocks": 5}, "num_blocks=5 exceeds"),
+    ({"profile": "yes"}, "profile='yes'"),
+])
+def test_bad_parameters_rejected_before_work(kw, match):
+    with pytest.raises(ValueError, match=match):
+        baseline.validate(**kw)
+
+
+def test_baseline_result_tables(pipe):
+    inputs = pipe.prepare(3)
+    res = baseline.benchmark(pipe, inputs, warmup=0, repeats=2, ceilings={"gemm_tflops": 1.0, "device_name": "cpu"})
+    s = res.summary()
+    assert s["fps"].n == 2 and s["dit_forward_ms"].n == 2 * 2 * 4  # 2 runs x 2 steady blocks x 4 forwards
+    bt = res.block_table()
+    assert list(bt["pixel_frames"]) == [9, 12, 12]
+    assert (bt["denoise_ms"] + bt["cache_refresh_ms"] + bt["vae_decode_ms"] <= bt["block_ms"] * 1.0001).all()
+    assert 0 < s["vae_share"] < 1
+    text = baseline.interpret(baseline.validate(preset="tiny", device="cpu"), res)
+    assert "FPS" in text and "floor" in text

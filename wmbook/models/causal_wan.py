@@ -1,0 +1,354 @@
+"""Block-causal Wan DiT (Matrix-Game-2 CausalWanModel / Self-Forcing), plain eager PyTorch.
+
+Parameter names follow the upstream Wan / CausalWanModel state dicts so a real checkpoint loads with
+strict=True (see `load_checkpoint`). Shapes in comments: B batch, F latent frames in the call,
+S tokens per latent frame, L = F*S tokens, C model width, H heads, D head dim.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..presets import CausalWanPreset
+from .action import ActionModule, ActionCache
+from .attention import attention, block_causal_frame_mask
+from .kv_cache import KVCache
+
+
+def sinusoidal_embedding_1d(dim: int, position: torch.Tensor) -> torch.Tensor:
+    """Wan's timestep embedding: [cos | sin] of position * 10000^(-i/half); float32 (upstream float64)."""
+    half = dim // 2
+    position = position.float()
+    freqs = torch.pow(10000.0, -torch.arange(half, device=position.device, dtype=torch.float32).div(half))
+    sinusoid = torch.outer(position, freqs)
+    return torch.cat([torch.cos(sinusoid), torch.sin(sinusoid)], dim=1)
+
+
+def rope_inv_freqs(head_dim: int, theta: float = 10000.0) -> list[torch.Tensor]:
+    """Inverse frequencies of Wan's 3-D RoPE, split over (frame, height, width) like upstream."""
+    c = head_dim // 2  # complex pairs
+    split = [c - 2 * (c // 3), c // 3, c // 3]
+    out = []
+    for n in split:
+        d = 2 * n
+        out.append(1.0 / torch.pow(theta, torch.arange(0, d, 2, dtype=torch.float64).div(d)))
+    return out
+
+
+def rope_cos_sin(inv_freqs, f: int, h: int, w: int, start_frame: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables [F*h*w, 1, D/2] for frames start_frame.. and the h x w grid."""
+    pos_f = torch.arange(start_frame, start_frame + f, device=device, dtype=torch.float64)
+    pos_h = torch.arange(h, device=device, dtype=torch.float64)
+    pos_w = torch.arange(w, device=device, dtype=torch.float64)
+    af = torch.outer(pos_f, inv_freqs[0].to(device))  # [f, n0]
+    ah = torch.outer(pos_h, inv_freqs[1].to(device))
+    aw = torch.outer(pos_w, inv_freqs[2].to(device))
+    ang = torch.cat([
+        af[:, None, None, :].expand(f, h, w, -1),
+        ah[None, :, None, :].expand(f, h, w, -1),
+        aw[None, None, :, :].expand(f, h, w, -1),
+    ], dim=-1).reshape(f * h * w, 1, -1)
+    return torch.cos(ang).float(), torch.sin(ang).float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate adjacent channel pairs of x [B, L, H, D] (upstream: view_as_complex on pairs)."""
+    xf = x.float().unflatten(-1, (-1, 2))  # [B, L, H, D/2, 2]
+    x0, x1 = xf[..., 0], xf[..., 1]
+    out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)
+    return out.flatten(-2).type_as(x)
+
+
+class WanRMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+class WanLayerNorm(nn.LayerNorm):
+    def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = False):
+        super().__init__(dim, elementwise_affine=elementwise_affine, eps=eps)
+
+    def forward(self, x):
+        return super().forward(x.float()).type_as(x)
+
+
+class CausalWanSelfAttention(nn.Module):
+    """Self-attention with q/k RMSNorm, 3-D RoPE and a rolling KV cache (roped keys are cached)."""
+
+    def __init__(self, dim: int, num_heads: int, qk_norm: bool = True, eps: float = 1e-6):
+        super().__init__()
+        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, dim)
+        self.v = nn.Linear(dim, dim)
+        self.o = nn.Linear(dim, dim)
+        self.norm_q = WanRMSNorm(dim, eps=eps) if qk_norm else nn.Identity()
+        self.norm_k = WanRMSNorm(dim, eps=eps) if qk_norm else nn.Identity()
+
+    def forward(self, x, cos, sin, kv_cache: KVCache | None, start_token: int, mask=None):
+        b, s = x.shape[:2]
+        n, d = self.num_heads, self.head_dim
+        q = apply_rope(self.norm_q(self.q(x)).view(b, s, n, d), cos, sin)  # [B, L, H, D]
+        k = apply_rope(self.norm_k(self.k(x)).view(b, s, n, d), cos, sin)
+        v = self.v(x).view(b, s, n, d)
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v, start_token)  # window of cached (roped) keys, this block included
+        out = attention(q, k, v, mask=mask)
+        return self.o(out.flatten(2))
+
+
+class WanCrossAttention(nn.Module):
+    """Cross-attention to context tokens (CLIP image tokens for MG2 i2v, text for t2v); K/V cached."""
+
+    def __init__(self, dim: int, num_heads: int, qk_norm: bool = True, eps: float = 1e-6):
+        super().__init__()
+        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, dim)
+        self.v = nn.Linear(dim, dim)
+        self.o = nn.Linear(dim, dim)
+        self.norm_q = WanRMSNorm(dim, eps=eps) if qk_norm else nn.Identity()
+        self.norm_k = WanRMSNorm(dim, eps=eps) if qk_norm else nn.Identity()
+
+    def forward(self, x, context, cache: dict | None = None):
+        b, n, d = x.shape[0], self.num_heads, self.head_dim
+        q = self.norm_q(self.q(x)).view(b, -1, n, d)
+        if cache is not None and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            k = self.norm_k(self.k(context)).view(b, -1, n, d)
+            v = self.v(context).view(b, -1, n, d)
+            if cache is not None:
+                cache["k"], cache["v"] = k, v
+        return self.o(attention(q, k, v).flatten(2))
+
+
+class CausalWanAttentionBlock(nn.Module):
+    def __init__(self, p: CausalWanPreset, block_idx: int):
+        super().__init__()
+        dim = p.dim
+        self.norm1 = WanLayerNorm(dim, p.eps)
+        self.self_attn = CausalWanSelfAttention(dim, p.num_heads, p.qk_norm, p.eps)
+        self.norm3 = WanLayerNorm(dim, p.eps, elementwise_affine=True) if p.cross_attn_norm else nn.Identity()
+        self.cross_attn = WanCrossAttention(dim, p.num_heads, p.qk_norm, p.eps)
+        self.norm2 = WanLayerNorm(dim, p.eps)
+        self.ffn = nn.Sequential(nn.Linear(dim, p.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(p.ffn_dim, dim))
+        self.modulation = nn.Parameter(torch.randn(1, 6, dim) / dim**0.5)
+        self.action_model = None
+        if p.action is not None and block_idx in p.action.blocks:
+            self.action_model = ActionModule(p.action, local_attn_size=p.kv_capacity_frames(), frames_per_block=p.num_frame_per_block)
+
+    def forward(self, x, e, grid, context, cos, sin, *, start_frame, kv_cache=None, cross_cache=None,
+                actions=None, action_cache=None, mask=None):
+        # x [B, L, C]; e [B, F, 6, C] per-frame modulation (time projection)
+        f = e.shape[1]
+        shift_msa, scale_msa, gate_msa, shift_ffn, scale_ffn, gate_ffn = (self.modulation.unsqueeze(1) + e).chunk(6, dim=2)
+
+        def modulate(h, shift, scale):  # per-frame AdaLN: [B, F, S, C] * [B, F, 1, C]
+            return (h.unflatten(1, (f, -1)) * (1 + scale) + shift).flatten(1, 2)
+
+        def gated(y, gate):
+            return (y.unflatten(1, (f, -1)) * gate).flatten(1, 2)
+
+        s = x.shape[1] // f
+        y = self.self_attn(modulate(self.norm1(x), shift_msa, scale_msa), cos, sin, kv_cache, start_frame * s, mask)
+        x = x + gated(y, gate_msa)
+        x = x + self.cross_attn(self.norm3(x), context, cross_cache)
+        if self.action_model is not None:
+            x = self.action_model(x, grid, actions, start_frame=start_frame, cache=action_cache)
+        y = self.ffn(modulate(self.norm2(x), shift_ffn, scale_ffn))
+        return x + gated(y, gate_ffn)
+
+
+class CausalHead(nn.Module):
+    def __init__(self, dim: int, out_dim: int, patch_size, eps: float = 1e-6):
+        super().__init__()
+        self.out_dim, self.patch_size = out_dim, tuple(patch_size)
+        self.norm = WanLayerNorm(dim, eps)
+        self.head = nn.Linear(dim, math.prod(patch_size) * out_dim)
+        self.modulation = nn.Parameter(torch.randn(1, 2, dim) / dim**0.5)
+
+    def forward(self, x, e):
+        # e [B, F, 1, C] (time embedding, not projection)
+        f = e.shape[1]
+        shift, scale = (self.modulation.unsqueeze(1) + e).chunk(2, dim=2)
+        return self.head((self.norm(x).unflatten(1, (f, -1)) * (1 + scale) + shift).flatten(1, 2))
+
+
+class MLPProj(nn.Module):
+    """CLIP tokens -> model width (upstream `img_emb.proj`)."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.proj = nn.Sequential(nn.LayerNorm(in_dim), nn.Linear(in_dim, in_dim), nn.GELU(),
+                                  nn.Linear(in_dim, out_dim), nn.LayerNorm(out_dim))
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+@dataclass
+class GenerationCache:
+    """All caches of one streaming generation: self-attn KV per layer, cross-attn K/V, action KV."""
+
+    kv: list[KVCache]
+    cross: list[dict]
+    action: list[ActionCache | None] = field(default_factory=list)
+
+    def nbytes(self) -> int:
+        total = sum(c.nbytes() for c in self.kv) + sum(c.nbytes() for c in self.action if c is not None)
+        return total + sum(t.numel() * t.element_size() for c in self.cross for t in c.values())
+
+
+class CausalWanModel(nn.Module):
+    """Wan2.1-1.3B made block-causal; i2v with MG2 action modules, or t2v (Self-Forcing)."""
+
+    def __init__(self, p: CausalWanPreset):
+        super().__init__()
+        self.preset = p
+        dim = p.dim
+        self.patch_embedding = nn.Conv3d(p.in_dim, dim, kernel_size=p.patch_size, stride=p.patch_size)
+        if p.model_type == "t2v":
+            self.text_embedding = nn.Sequential(nn.Linear(p.text_dim, dim), nn.GELU(approximate="tanh"),
+                                                nn.Linear(dim, dim))
+        self.time_embedding = nn.Sequential(nn.Linear(p.freq_dim, dim), nn.SiLU(), nn.Linear(dim, dim))
+        self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(dim, dim * 6))
+        self.blocks = nn.ModuleList([CausalWanAttentionBlock(p, i) for i in range(p.num_layers)])
+        self.head = CausalHead(dim, p.out_dim, p.patch_size, p.eps)
+        if p.model_type == "i2v":
+            self.img_emb = MLPProj(p.clip_dim, dim)
+        self.inv_freqs = rope_inv_freqs(p.head_dim)  # plain attribute: not in the state dict, never cast
+        self.init_weights()
+
+    def init_weights(self):
+        """Upstream init: xavier-uniform linears, small normal embeddings, zeroed output head."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+        nn.init.xavier_uniform_(self.patch_embedding.weight.flatten(1))
+        for seq in [self.time_embedding] + ([self.text_embedding] if hasattr(self, "text_embedding") else []):
+            for m in seq.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.normal_(m.weight, std=0.02)
+        # Upstream zeroes the head; with random weights that makes every output 0, so keep it small instead.
+        nn.init.normal_(self.head.head.weight, std=0.02)
+
+    # --- caches -----------------------------------------------------------------------------
+    def init_cache(self, batch: int, device, dtype) -> GenerationCache:
+        p = self.preset
+        cap = p.kv_capacity_frames() * p.frame_seqlen
+        win = p.local_attn_size * p.frame_seqlen if p.local_attn_size != -1 else cap
+        kv = [KVCache(batch, cap, p.num_heads, p.head_dim, dtype, device, window=win) for _ in self.blocks]
+        action = [
+            blk.action_model.init_cache(batch, p.frame_seqlen, p.kv_capacity_frames(), device, dtype)
+            if blk.action_model is not None else None
+            for blk in self.blocks
+        ]
+        return GenerationCache(kv=kv, cross=[{} for _ in self.blocks], action=action)
+
+    # --- forward ----------------------------------------------------------------------------
+    def embed_context(self, context: torch.Tensor) -> torch.Tensor:
+        if self.preset.model_type == "i2v":
+            return self.img_emb(context)  # [B, 257, 1280] -> [B, 257, C]
+        return self.text_embedding(context)  # [B, 512, 4096] -> [B, 512, C]
+
+    def forward(self, x, t, context, *, cond_concat=None, actions=None, cache: GenerationCache | None = None,
+                start_frame: int = 0):
+        """Flow prediction for latent frames x [B, 16, F, h, w] at timesteps t [B, F] (or [B]).
+
+        With `cache`, x is one block starting at latent frame `start_frame` and the caches are read and
+        written; without it, x is the whole sequence and the block-causal (windowed) mask is applied.
+        """
+        p = self.preset
+        b, _, f, h, w = x.shape
+        if t.dim() == 1:
+            t = t[:, None].expand(b, f)
+        if cond_concat is not None:
+            x = torch.cat([x, cond_concat.to(x.dtype)], dim=1)
+        x = self.patch_embedding(x)  # [B, C, F, h/2, w/2]
+        grid = tuple(x.shape[2:])
+        x = x.flatten(2).transpose(1, 2)  # [B, L, C]
+
+        e = self.time_embedding(sinusoidal_embedding_1d(p.freq_dim, t.flatten()).to(x.dtype))  # [B*F, C]
+        e0 = self.time_projection(e).unflatten(1, (6, p.dim)).unflatten(0, (b, f))  # [B, F, 6, C]
+        e = e.unflatten(0, (b, f)).unsqueeze(2)  # [B, F, 1, C]
+
+        if cache is not None and "k" in cache.cross[0]:
+            ctx = None  # cross-attn K/V already cached
+        else:
+            ctx = self.embed_context(context.to(x.dtype))
+
+        cos, sin = rope_cos_sin(self.inv_freqs, grid[0], grid[1], grid[2], start_frame, x.device)
+        mask = None
+        if cache is None:
+            # a full window (-1) still rolls once the cache is full, so the mask uses the cache capacity
+            fm = block_causal_frame_mask(f, p.num_frame_per_block, p.kv_capacity_frames(), x.device)
+            s = grid[1] * grid[2]
+            mask = fm.repeat_interleave(s, 0).repeat_interleave(s, 1)  # [L, L] bool, True = attend
+
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, e0, grid, ctx, cos, sin, start_frame=start_frame,
+                    kv_cache=cache.kv[i] if cache is not None else None,
+                    cross_cache=cache.cross[i] if cache is not None else None,
+                    actions=actions,
+                    action_cache=cache.action[i] if cache is not None else None,
+                    mask=mask)
+        x = self.head(x, e)
+        return self.unpatchify(x, grid)
+
+    def unpatchify(self, x, grid):
+        # x [B, L, pt*ph*pw*out] -> [B, out, F*pt, h*ph, w*pw]
+        pt, ph, pw = self.preset.patch_size
+        f, h, w = grid
+        b, c = x.shape[0], self.preset.out_dim
+        x = x.view(b, f, h, w, pt, ph, pw, c)
+        x = torch.einsum("bfhwopqc->bcfohpwq", x)
+        return x.reshape(b, c, f * pt, h * ph, w * pw)
+
+
+_PREFIXES = ("model.", "generator.", "diffusion_model.", "module.", "_orig_mod.", "_fsdp_wrapped_module.")
+
+
+def load_checkpoint(model: CausalWanModel, state_dict_or_path, strict: bool = True):
+    """Load an upstream CausalWanModel / Wan state dict (.safetensors, .pt/.pth or a dict), strict by default.
+
+    Common wrapper prefixes ("model.", "generator.", "_orig_mod.", ...) are stripped first; a nested
+    {"generator": {...}} or {"state_dict": {...}} is unwrapped.
+    """
+    sd = state_dict_or_path
+    if not isinstance(sd, dict):
+        path = str(sd)
+        if path.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            sd = load_file(path)
+        else:
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+    for key in ("generator_ema", "generator", "state_dict", "model"):
+        if key in sd and isinstance(sd[key], dict):
+            sd = sd[key]
+            break
+    clean = {}
+    for k, v in sd.items():
+        changed = True
+        while changed:
+            changed = False
+            for pre in _PREFIXES:
+                if k.startswith(pre):
+                    k, changed = k[len(pre):], True
+        clean[k] = v
+    return model.load_state_dict(clean, strict=strict)

@@ -1,0 +1,63 @@
+"""Analytic FLOP counts (multiply-add = 2 FLOPs) of one causal-DiT forward, for the FLOP floor."""
+
+from __future__ import annotations
+
+from ..presets import CausalWanPreset
+
+
+def visible_frames(p: CausalWanPreset, block_idx: int) -> int:
+    """Latent frames the block's queries attend to (its own included), after the rolling window."""
+    end = (block_idx + 1) * p.num_frame_per_block
+    return min(end, p.kv_capacity_frames())
+
+
+def dit_forward_flops(p: CausalWanPreset, block_idx: int = 1, cross_kv_cached: bool = True) -> dict[str, float]:
+    """FLOPs of one forward on one block, by part; `total` sums them.
+
+    Counts matmuls and attention (QK^T and PV); norms, RoPE, modulation and elementwise work are
+    memory-bound and left out of the floor on purpose.
+    """
+    f = p.num_frame_per_block
+    s = p.frame_seqlen
+    lq = f * s  # query tokens
+    lk = visible_frames(p, block_idx) * s
+    c, ffn = p.dim, p.ffn_dim
+    ctx = p.clip_tokens if p.model_type == "i2v" else p.text_len
+    pt, ph, pw = p.patch_size
+    parts = {
+        "patch_embed": 2 * lq * p.in_dim * pt * ph * pw * c,
+        "self_attn_proj": p.num_layers * 4 * 2 * lq * c * c,
+        "self_attn_sdpa": p.num_layers * 2 * 2 * lq * lk * c,
+        "cross_attn_proj": p.num_layers * 2 * 2 * lq * c * c,
+        "cross_attn_sdpa": p.num_layers * 2 * 2 * lq * ctx * c,
+        "ffn": p.num_layers * 2 * 2 * lq * c * ffn,
+        "head": 2 * lq * c * p.out_dim * pt * ph * pw,
+    }
+    if not cross_kv_cached:
+        ctx_in = p.clip_dim if p.model_type == "i2v" else p.text_dim
+        parts["context_embed"] = 2 * ctx * (ctx_in * ctx_in + ctx_in * c) if p.model_type == "i2v" else 2 * ctx * (ctx_in * c + c * c)
+        parts["cross_attn_kv"] = p.num_layers * 2 * 2 * ctx * c * c
+    a = p.action
+    if a is not None:
+        n = len(a.blocks)
+        fk = min(visible_frames(p, block_idx), p.kv_capacity_frames())
+        cm, ck = a.mouse_hidden_dim, a.keyboard_hidden_dim
+        win = a.windows_size * a.vae_time_compression_ratio
+        mouse = (2 * lq * (a.mouse_dim_in * win + c) * cm + 2 * lq * cm * cm  # mouse_mlp
+                 + 2 * lq * cm * 3 * cm  # t_qkv
+                 + 2 * 2 * s * f * fk * cm  # temporal attention per location
+                 + 2 * lq * cm * c)  # proj_mouse
+        keyboard = (2 * lq * c * ck  # mouse_attn_q
+                    + 2 * f * (a.hidden_size * win) * 2 * ck  # keyboard_attn_kv
+                    + 2 * 2 * lq * fk * ck  # attention to per-frame tokens
+                    + 2 * lq * ck * c)  # proj_keyboard
+        parts["action"] = n * (mouse + keyboard)
+    parts["total"] = float(sum(parts.values()))
+    return {k: float(v) for k, v in parts.items()}
+
+
+def block_flops(p: CausalWanPreset, block_idx: int) -> float:
+    """All DiT forwards of one block: denoising steps + the cache-refresh pass."""
+    first = dit_forward_flops(p, block_idx, cross_kv_cached=block_idx > 0)["total"]
+    rest = dit_forward_flops(p, block_idx, cross_kv_cached=True)["total"]
+    return first + (p.forwards_per_block - 1) * rest

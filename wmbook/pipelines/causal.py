@@ -1,0 +1,278 @@
+"""Matrix-Game-2 / Self-Forcing block-autoregressive streaming loop, labelled (DESIGN.md hierarchy).
+
+Per block: denoising steps on the shift-5 flow-matching schedule (x0 prediction, re-noise toward the
+next timestep), the cache-refresh pass on the clean prediction at t=0, then streaming VAE decode.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..bench import DeviceTimer, stream_metrics
+from ..models.causal_wan import CausalWanModel, GenerationCache
+from ..models.vae import pixel_frames_for
+from ..presets import CausalWanPreset, get_preset, resolve_device, resolve_dtype
+from ..profiling.labels import label
+
+
+def warped_timesteps(steps, shift: float = 5.0, num_train_timesteps: int = 1000) -> list[float]:
+    """Map nominal steps (e.g. [1000, 666, 333]) onto the shifted flow-matching schedule, as upstream:
+    t = scheduler.timesteps[1000 - step] with diffusers' FlowMatchEulerDiscreteScheduler(shift)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    sched = FlowMatchEulerDiscreteScheduler(num_train_timesteps=num_train_timesteps, shift=shift)
+    table = torch.cat([sched.timesteps.float().cpu(), torch.zeros(1)])
+    for s in steps:
+        if not 0 < int(s) <= num_train_timesteps:
+            raise ValueError(f"denoising step {s} outside (0, {num_train_timesteps}]")
+    return [float(table[num_train_timesteps - int(s)]) for s in steps]
+
+
+@dataclass
+class StreamInputs:
+    """Everything data preparation produces for one generation."""
+
+    num_blocks: int
+    seed: int
+    noise: torch.Tensor  # [B, 16, F, h, w]
+    context: torch.Tensor  # CLIP tokens [B, 257, 1280] (i2v) or text tokens [B, 512, 4096] (t2v)
+    cond_concat: torch.Tensor | None = None  # [B, 20, F, h, w]: 4 mask + 16 first-frame latent channels
+    actions: dict | None = None  # {"mouse": [B, N_pix, 2], "keyboard": [B, N_pix, 4]}
+    image: torch.Tensor | None = None  # [B, 3, H, W] in [-1, 1]
+
+
+@dataclass
+class StreamOutput:
+    frames: torch.Tensor | None  # [B, 3, T, H, W] in [-1, 1] (None when decode=False)
+    latents: torch.Tensor  # [B, 16, F, h, w] clean predictions
+    block_ms: list[float] = field(default_factory=list)
+    forward_ms: list[list[float]] = field(default_factory=list)  # per block: each DiT forward (steps + refresh)
+    decode_ms: list[float] = field(default_factory=list)
+    frames_per_block: list[int] = field(default_factory=list)
+    first_frame_ms: float = float("nan")
+    total_ms: float = float("nan")
+    peak_memory_bytes: int | None = None
+
+    def metrics(self, steady_from: int = 1) -> dict:
+        return stream_metrics(self.block_ms, self.frames_per_block, self.first_frame_ms, steady_from=steady_from)
+
+
+class CausalStreamingPipeline:
+    """Reference streaming pipeline: model, VAE decoder, CLIP encoder at a preset's shapes (random weights)."""
+
+    def __init__(self, preset: str | CausalWanPreset = "tiny", device: str = "auto", dtype: str = "auto",
+                 vae_dtype: str = "auto", seed: int = 0, checkpoint: str | None = None):
+        from ..models.vae import StreamingWanDecoder, build_wan_vae, wan_vae_config
+
+        self.preset = preset if isinstance(preset, CausalWanPreset) else get_preset(preset)
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.vae_dtype = self.dtype if vae_dtype == "auto" else resolve_dtype(vae_dtype, self.device)
+        p = self.preset
+        torch.manual_seed(seed)
+        self.model = CausalWanModel(p).eval().requires_grad_(False)
+        if checkpoint:
+            from ..models.causal_wan import load_checkpoint
+
+            load_checkpoint(self.model, checkpoint)
+        self.model.to(self.device, self.dtype)
+        self.vae = build_wan_vae(wan_vae_config(p.vae), dtype=self.vae_dtype, device=self.device, seed=seed)
+        self.decoder = StreamingWanDecoder(self.vae)
+        self.clip = None
+        if p.model_type == "i2v":
+            from ..models.clip import ClipImageEncoder
+
+            self.clip = ClipImageEncoder(p.clip, dtype=self.dtype, device=self.device, seed=seed)
+        self.timesteps = warped_timesteps(p.denoising_steps, p.shift)
+
+    # --- 1. data preparation -----------------------------------------------------------------
+    def prepare(self, num_blocks: int | None = None, image=None, seed: int = 0, batch: int = 1) -> StreamInputs:
+        """Image, first-frame VAE latent, conditions, CLIP or text context, noise, action sequences."""
+        p = self.preset
+        num_blocks = p.default_blocks if num_blocks is None else num_blocks
+        if not isinstance(num_blocks, int) or num_blocks < 1:
+            raise ValueError(f"num_blocks={num_blocks!r} must be a positive integer")
+        dev, dt = self.device, self.dtype
+        f = num_blocks * p.num_frame_per_block
+        h, w = p.latent_hw
+        gen = torch.Generator("cpu").manual_seed(seed)
+        with label("1_Data_Preparation"):
+            img = cond = None
+            with label("1.1_Image_Loading_Resize"):
+                img = load_image(image, p.height, p.width, gen).to(dev).expand(batch, -1, -1, -1)
+            if p.model_type == "i2v":
+                from ..models.vae import encode_first_frame
+
+                with label("1.2_VAE_Encode_FirstFrame"), torch.no_grad():
+                    img_lat = encode_first_frame(self.vae, img.to(self.vae_dtype), f).to(dt)  # [B, 16, F, h, w]
+                with label("1.3_Condition_Preparation"):
+                    mask = torch.zeros(batch, 4, f, h, w, device=dev, dtype=dt)
+                    mask[:, :, 0] = 1
+                    cond = torch.cat([mask, img_lat], dim=1)
+                with label("1.4_CLIP_Visual_Context"), torch.no_grad():
+                    context = self.clip(img.to(dt))
+            else:
+                with label("1.4_Text_Context"):  # stand-in for the umT5 encoder output
+                    context = torch.randn(batch, p.text_len, p.text_dim, generator=gen).to(dev, dt)
+            with label("1.5_Noise_Sampling"):
+                noise = torch.randn(batch, 16, f, h, w, generator=gen).to(dev, dt)
+            actions = None
+            if p.action is not None:
+                with label("1.6_Action_Conditions_Setup"):
+                    actions = make_actions(batch, pixel_frames_for(f, True), p.action, gen)
+                    actions = {k: v.to(dev, dt) for k, v in actions.items()}
+        return StreamInputs(num_blocks=num_blocks, seed=seed, noise=noise, context=context, cond_concat=cond,
+                            actions=actions, image=img)
+
+    # --- 2. streaming inference ----------------------------------------------------------------
+    def denoise(self, x, t: float, inputs: StreamInputs, cache: GenerationCache, start_frame: int):
+        """One DiT forward on one block plus the flow -> x0 conversion."""
+        p = self.preset
+        sl = slice(start_frame, start_frame + x.shape[2])
+        with label("DiffusionModel_Forward"):
+            tt = torch.full((x.shape[0], x.shape[2]), t, device=x.device, dtype=torch.float32)
+            cond = inputs.cond_concat[:, :, sl] if inputs.cond_concat is not None else None
+            flow = self.model(x, tt, inputs.context, cond_concat=cond, actions=inputs.actions, cache=cache,
+                              start_frame=start_frame)
+        with label("Flow_to_X0_Conversion"):
+            x0 = (x.float() - (t / 1000.0) * flow.float()).to(x.dtype)  # flow = noise - x0, x_t = x0 + sigma*flow
+        return x0
+
+    @torch.no_grad()
+    def generate(self, inputs: StreamInputs, *, decode: bool = True, progress: bool = True) -> StreamOutput:
+        """Run all blocks; timings come from device events (no host sync inside the loop)."""
+        p = self.preset
+        dev = self.device
+        b = inputs.noise.shape[0]
+        k = p.num_frame_per_block
+        ts = self.timesteps
+        gen = torch.Generator(dev).manual_seed(inputs.seed + 1)
+        timer = DeviceTimer(dev)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        timer.mark("start")
+        latents, frames, fpb = [], [], []
+        with label("2_Pipeline_Inference"):
+            with label("2.1_KV_Cache_Initialization"):
+                cache = self.model.init_cache(b, dev, self.dtype)
+                self.decoder.reset()
+            for bi in tqdm(range(inputs.num_blocks), desc="blocks", disable=not progress, leave=False):
+                start = bi * k
+                with label(f"2.3_Block_{bi}"):
+                    noisy = inputs.noise[:, :, start:start + k]
+                    for j, t in enumerate(ts):
+                        last = j == len(ts) - 1
+                        with label(f"2.3.{bi}_Denoising_Step_{j}_t{int(round(t))}"):
+                            with label("Generator_Forward_Final" if last else "Generator_Forward"):
+                                x0 = self.denoise(noisy, t, inputs, cache, start)
+                            timer.mark(f"b{bi}_f{j}")
+                            if not last:
+                                with label("Scheduler_AddNoise"):
+                                    sigma = ts[j + 1] / 1000.0
+                                    eps = torch.randn(x0.shape, generator=gen, device=dev, dtype=torch.float32)
+                                    noisy = ((1 - sigma) * x0.float() + sigma * eps).to(x0.dtype)
+                    with label(f"2.3.{bi}_Update_KV_Cache"):
+                        self.denoise(x0, 0.0, inputs, cache, start)  # cache refresh on the clean prediction
+                    timer.mark(f"b{bi}_f{len(ts)}")
+                    latents.append(x0)
+                    if decode:
+                        with label(f"2.3.{bi}_VAE_Decode"):
+                            fr = self.decoder.decode_block(x0.to(self.vae_dtype))
+                        frames.append(fr)
+                        fpb.append(fr.shape[2])
+                    else:
+                        fpb.append(pixel_frames_for(k, bi == 0))
+                    timer.mark(f"b{bi}_end")
+        timer.synchronize()
+        out = StreamOutput(frames=torch.cat(frames, dim=2) if frames else None, latents=torch.cat(latents, dim=2),
+                           frames_per_block=fpb)
+        prev = "start"
+        for bi in range(inputs.num_blocks):
+            marks = [prev] + [f"b{bi}_f{j}" for j in range(len(ts) + 1)]
+            out.forward_ms.append([timer.elapsed_ms(a, c) for a, c in zip(marks[:-1], marks[1:])])
+            out.decode_ms.append(timer.elapsed_ms(f"b{bi}_f{len(ts)}", f"b{bi}_end"))
+            out.block_ms.append(timer.elapsed_ms(prev, f"b{bi}_end"))
+            prev = f"b{bi}_end"
+        out.first_frame_ms = timer.elapsed_ms("start", "b0_end")
+        out.total_ms = timer.elapsed_ms("start", prev)
+        if dev.type == "cuda":
+            out.peak_memory_bytes = int(torch.cuda.max_memory_allocated(dev))
+        return out
+
+    # --- 3./4. post-processing and export --------------------------------------------------------
+    def postprocess(self, frames: torch.Tensor) -> np.ndarray:
+        """[B, 3, T, H, W] in [-1, 1] -> uint8 [T, H, W, 3] of the first sample."""
+        with label("3_Video_Postprocessing"):
+            video = ((frames[0].float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+            return video.permute(1, 2, 3, 0).cpu().numpy()
+
+    def export(self, video: np.ndarray, path, fps: int = 16, max_side: int = 320) -> Path:
+        """Write a small GIF atomically (temp file + rename)."""
+        with label("4_Video_Export"):
+            return export_gif(video, path, fps=fps, max_side=max_side)
+
+    def run(self, num_blocks: int | None = None, *, seed: int = 0, export_path=None, progress: bool = True):
+        """The whole labelled pipeline once: prepare -> generate -> postprocess -> export."""
+        inputs = self.prepare(num_blocks, seed=seed)
+        out = self.generate(inputs, progress=progress)
+        video = self.postprocess(out.frames)
+        path = self.export(video, export_path) if export_path else None
+        return inputs, out, video, path
+
+
+def load_image(image, height: int, width: int, gen: torch.Generator) -> torch.Tensor:
+    """A path / PIL image / [3, H, W] tensor resized to (height, width) in [-1, 1]; None -> a seeded test card."""
+    if image is None:
+        yy, xx = torch.meshgrid(torch.linspace(0, 1, height), torch.linspace(0, 1, width), indexing="ij")
+        phase = torch.rand(3, generator=gen) * 2 * math.pi
+        img = torch.stack([torch.sin(6 * xx + 4 * yy + phase[c]) for c in range(3)])
+        img = img * 0.8 + 0.1 * torch.randn(3, height, width, generator=gen)
+        return img.clamp(-1, 1)[None]
+    if isinstance(image, (str, os.PathLike)):
+        from PIL import Image
+
+        image = Image.open(image).convert("RGB")
+    if not isinstance(image, torch.Tensor):
+        image = torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1).float() / 127.5 - 1
+    img = image.float()[None] if image.dim() == 3 else image.float()
+    return torch.nn.functional.interpolate(img, size=(height, width), mode="bilinear", antialias=True,
+                                           align_corners=False).clamp(-1, 1)
+
+
+def make_actions(batch: int, num_pixel_frames: int, cfg, gen: torch.Generator) -> dict:
+    """Seeded keyboard (one key held per segment of 12 frames, one-hot) and smooth mouse sequences."""
+    seg = 12
+    n_seg = math.ceil(num_pixel_frames / seg)
+    keys = torch.randint(0, cfg.keyboard_dim_in, (batch, n_seg), generator=gen)
+    keyboard = torch.nn.functional.one_hot(keys, cfg.keyboard_dim_in).float().repeat_interleave(seg, 1)
+    mouse = torch.cumsum(0.02 * torch.randn(batch, num_pixel_frames, cfg.mouse_dim_in, generator=gen), dim=1)
+    return {"keyboard": keyboard[:, :num_pixel_frames], "mouse": mouse}
+
+
+def export_gif(video: np.ndarray, path, fps: int = 16, max_side: int = 320) -> Path:
+    """uint8 [T, H, W, 3] -> GIF (downscaled so the longer side is <= max_side), written atomically."""
+    from PIL import Image
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t, h, w, _ = video.shape
+    scale = min(1.0, max_side / max(h, w))
+    size = (max(1, int(w * scale)), max(1, int(h * scale)))
+    imgs = [Image.fromarray(fr).resize(size) if scale < 1 else Image.fromarray(fr) for fr in video]
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".gif.tmp")
+    os.close(fd)
+    try:
+        imgs[0].save(tmp, format="GIF", save_all=True, append_images=imgs[1:], duration=int(1000 / fps), loop=0)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
