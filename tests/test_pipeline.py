@@ -102,3 +102,11 @@ def test_baseline_result_tables(pipe):
     assert 0 < s["vae_share"] < 1
     text = baseline.interpret(baseline.validate(preset="tiny", device="cpu"), res)
     assert "FPS" in text and "floor" in text
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-sf"])
+def test_bf16_generation_runs(name):
+    """The GPU default dtype on the CPU: catches mixed-dtype bugs before a GPU run does."""
+    p = CausalStreamingPipeline(name, device="cpu", dtype="bf16")
+    out = p.generate(p.prepare(2), progress=False)
+    assert out.frames.dtype == torch.bfloat16 and torch.isfinite(out.frames.float()).all()

@@ -33,7 +33,7 @@ class BaselineConfig:
     profile: bool
     output_dir: Path
     seed: int
-    results_path: Path | None
+    results_path: Path
     workload: str = "mg2"
 
     @property
@@ -47,8 +47,13 @@ class BaselineConfig:
 
     def table(self) -> pd.DataFrame:
         d = self.params() | {"warmup": self.warmup, "repeats": self.repeats, "output_dir": str(self.output_dir),
-                             "results_path": str(self.results_path or results_store.default_path())}
+                             "results_path": str(self.results_path)}
         return pd.DataFrame({"value": d}).rename_axis("parameter")
+
+
+def default_results_path(tiny: bool) -> Path:
+    """Real-shape rows go to the committed store; tiny-preset (CI, laptop) rows to a local, git-ignored one."""
+    return REPO / "reports" / "results" / "results-tiny.csv" if tiny else results_store.default_path()
 
 
 def _int(name: str, value, lo: int) -> int:
@@ -89,7 +94,7 @@ def validate(*, preset="auto", device="auto", dtype="auto", vae_dtype="auto", nu
         raise ValueError(f"num_blocks={blocks} exceeds preset {name!r}: at most "
                          f"{p.max_latent_frames // p.num_frame_per_block} blocks fit its full-window KV cache")
     out = Path(output_dir) if output_dir != "auto" else REPO / "reports" / "artifacts" / "01_baseline_profiling" / f"{name}-{dev.type}"
-    rp = None if results_path == "auto" else Path(results_path)
+    rp = default_results_path(p.tiny) if results_path == "auto" else Path(results_path)
     return BaselineConfig(preset=name, device=dev, dtype=dt, vae_dtype=vdt, num_blocks=blocks, warmup=warmup,
                           repeats=repeats, profile=profile, output_dir=out, seed=seed, results_path=rp,
                           workload=workload)

@@ -13,16 +13,16 @@ the first decoded frame, warm; *BPS* = blocks per second, same accounting; *DiT 
 forward's FLOPs over the measured bf16 GEMM ceiling of this device.
 """),
 ("params", """
-preset = "auto"        # auto = tiny on CPU, mg2-universal on GPU | tiny | tiny-sf | mg2-universal | self-forcing
+preset = "auto"        # auto: tiny on CPU, mg2-universal on GPU | tiny | tiny-sf | mg2-universal | self-forcing
 device = "auto"        # auto | cpu | cuda
-dtype = "auto"         # auto = bf16 on GPU, fp32 on CPU | fp32 | bf16 | fp16
-vae_dtype = "auto"     # auto = same as dtype | fp32 | bf16 | fp16
-num_blocks = 0         # blocks to generate; 0 = the preset default
+dtype = "auto"         # auto: bf16 on GPU, fp32 on CPU | fp32 | bf16 | fp16
+vae_dtype = "auto"     # auto: same as dtype | fp32 | bf16 | fp16
+num_blocks = 0         # blocks to generate; 0 means the preset default
 warmup = 1             # untimed generations before timing
 repeats = 3            # timed generations
 profile = True         # record one torch.profiler trace of the whole labelled pipeline
-output_dir = "auto"    # trace and GIF; auto = reports/artifacts/01_baseline_profiling/PRESET-DEVICE
-results_path = "auto"  # auto = data/results/results.csv
+output_dir = "auto"    # trace and GIF; auto: reports/artifacts/01_baseline_profiling/PRESET-DEVICE
+results_path = "auto"  # auto: data/results/results.csv for real presets, reports/results/results-tiny.csv for tiny ones
 seed = 0
 """),
 ("code", """

@@ -81,7 +81,10 @@ class WanLayerNorm(nn.LayerNorm):
         super().__init__(dim, elementwise_affine=elementwise_affine, eps=eps)
 
     def forward(self, x):
-        return super().forward(x.float()).type_as(x)
+        # statistics in fp32 whatever the model dtype (upstream Wan upcasts too)
+        w = self.weight.float() if self.weight is not None else None
+        b = self.bias.float() if self.bias is not None else None
+        return F.layer_norm(x.float(), self.normalized_shape, w, b, self.eps).type_as(x)
 
 
 class CausalWanSelfAttention(nn.Module):

@@ -78,12 +78,13 @@ class CausalStreamingPipeline:
         self.vae_dtype = self.dtype if vae_dtype == "auto" else resolve_dtype(vae_dtype, self.device)
         p = self.preset
         torch.manual_seed(seed)
-        self.model = CausalWanModel(p).eval().requires_grad_(False)
+        with torch.device(self.device):  # initialise on the target device: seconds, not minutes, at 1.6 B params
+            self.model = CausalWanModel(p).eval().requires_grad_(False)
         if checkpoint:
             from ..models.causal_wan import load_checkpoint
 
             load_checkpoint(self.model, checkpoint)
-        self.model.to(self.device, self.dtype)
+        self.model.to(self.dtype)
         self.vae = build_wan_vae(wan_vae_config(p.vae), dtype=self.vae_dtype, device=self.device, seed=seed)
         self.decoder = StreamingWanDecoder(self.vae)
         self.clip = None

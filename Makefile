@@ -1,0 +1,79 @@
+# wmbook: `make report` runs every notebook and renders an HTML report; `make test` runs pytest.
+# Both create ./.venv on first use (reusing a host torch through --system-site-packages).
+#
+#   make report [PRESET=tiny] [REPORT=dir] [NOTEBOOKS="01 02"] [ARGS="-p num_blocks 2"]
+#   make test   [PYTEST_ARGS="-k runner"]
+#   make lab    [LAB_ARGS="--no-browser --port 8890"]  # JupyterLab on notebooks/
+#   make strip  # strip outputs from notebooks/*.ipynb before committing
+
+PYTHON ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+PIP := $(VPY) -m pip
+
+# default report folder, fixed once per make invocation (UTC time stamp)
+ifeq ($(origin REPORT),undefined)
+REPORT := reports/$(shell date -u +%Y%m%dT%H%M%SZ)
+endif
+PRESET ?=
+NOTEBOOKS ?=
+ARGS ?=
+PYTEST_ARGS ?=
+LAB_ARGS ?=
+# containers often run as root, which jupyter refuses without this flag
+LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
+TORCH_CPU_VERSION ?= 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+
+# re-install when pyproject.toml changes (its checksum is in the stamp's name)
+PYPROJECT_SUM := $(firstword $(shell cksum pyproject.toml))
+STAMP := $(VENV)/.installed-$(PYPROJECT_SUM)
+
+.PHONY: report test lab strip strip-check venv clean-venv help
+
+help:
+	@sed -n '1,8p' Makefile | sed 's/^# \{0,1\}//'
+
+report: $(STAMP)
+	$(VPY) -m wmbook run --out "$(REPORT)" $(if $(PRESET),--preset "$(PRESET)") $(ARGS) $(NOTEBOOKS)
+
+test: $(STAMP)
+	$(VPY) -m pytest -q $(PYTEST_ARGS)
+
+lab: $(STAMP)
+	@$(VPY) -c "import jupyterlab" >/dev/null 2>&1 || $(PIP) install -e '.[test,lab]'
+	$(VPY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (wmbook)"
+	JUPYTER_PATH="$(abspath $(VENV))/share/jupyter" $(VPY) -m jupyter lab --notebook-dir=notebooks $(LAB_ROOT_FLAG) $(LAB_ARGS)
+
+strip: $(STAMP)
+	$(VPY) tools/strip_notebooks.py
+
+strip-check: $(STAMP)
+	$(VPY) tools/strip_notebooks.py --check
+
+venv: $(STAMP)
+
+$(VPY):
+	$(PYTHON) -m venv --system-site-packages $(VENV) \
+	|| $(PYTHON) -m virtualenv --system-site-packages $(VENV)
+
+# torch first, so that `pip install -e .` finds it satisfied and never pulls a CUDA build
+# onto a CPU-only machine: a host torch (system site-packages) is reused as is; otherwise
+# GPU hosts get the default (CUDA) wheel and CPU hosts a CPU wheel.
+$(STAMP): | $(VPY)
+	@if $(VPY) -c "import torch" >/dev/null 2>&1; then \
+	    echo "torch: using $$($(VPY) -c 'import torch; print(torch.__version__, torch.__file__)')"; \
+	elif command -v nvidia-smi >/dev/null 2>&1; then \
+	    echo "torch: GPU host, installing torch"; \
+	    $(PIP) install torch; \
+	else \
+	    echo "torch: no GPU, installing CPU torch"; \
+	    $(PIP) install "torch==$(TORCH_CPU_VERSION)" \
+	    || $(PIP) install torch --index-url "$(TORCH_CPU_INDEX)"; \
+	fi
+	$(PIP) install -e '.[test]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,250 @@
+"""Append-only results table (CSV) with environment metadata on every row."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import functools
+import json
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PATH = REPO_ROOT / "data" / "results" / "results.csv"
+
+RUN_ID = uuid.uuid4().hex[:12]  # one per process
+
+COLUMNS = [
+    "timestamp", "run_id", "notebook", "workload", "preset", "variant",
+    "metric", "value", "unit", "median", "p20", "p80", "p95", "n", "warmup", "repeats",
+    "params", "device_name", "device_kind", "torch", "triton", "cuda", "python",
+    "git_commit", "hostname",
+]  # fmt: skip
+
+# read back as text so commits like "0123456" and JSON params survive untouched
+STRING_COLUMNS = [
+    "timestamp", "run_id", "notebook", "workload", "preset", "variant", "unit", "params",
+    "device_name", "device_kind", "torch", "triton", "cuda", "python", "git_commit", "hostname",
+]  # fmt: skip
+
+
+def default_path() -> Path:
+    """$WMBOOK_RESULTS if set, else <repo>/data/results/results.csv."""
+    env = os.environ.get("WMBOOK_RESULTS")
+    return Path(env) if env else DEFAULT_PATH
+
+
+def _resolve(path) -> Path:
+    return Path(path) if path is not None else default_path()
+
+
+def _git(*args: str) -> str:
+    out = subprocess.run(
+        ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
+    )
+    return out.stdout.strip()
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str:
+    """Short HEAD commit of the repo, '+dirty' if tracked files changed; '' when unknown."""
+    try:
+        commit = _git("rev-parse", "--short", "HEAD")
+        if _git("status", "--porcelain", "--untracked-files=no"):
+            commit += "+dirty"
+        return commit
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@functools.lru_cache(maxsize=1)
+def _static_metadata() -> dict:
+    if torch.cuda.is_available():
+        kind, name = "cuda", torch.cuda.get_device_name(torch.cuda.current_device())
+    else:
+        kind, name = "cpu", _cpu_name()
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except Exception:  # not installed, or broken install
+        triton_version = ""
+    return {
+        "device_name": name,
+        "device_kind": kind,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "cuda": torch.version.cuda or "",
+        "python": platform.python_version(),
+        "git_commit": git_commit(),
+        "hostname": socket.gethostname(),
+    }
+
+
+def environment_metadata() -> dict:
+    """Device, versions, git commit, host (cached per process) and a fresh UTC timestamp."""
+    meta = dict(_static_metadata())
+    meta["timestamp"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return meta
+
+
+def make_row(
+    *,
+    notebook: str,
+    workload: str,
+    preset: str,
+    variant: str,
+    metric: str,
+    value: float,
+    unit: str,
+    timing=None,
+    params: dict | None = None,
+    warmup: int | None = None,
+    repeats: int | None = None,
+    run_id: str | None = None,
+    **extra,
+) -> dict:
+    """One results row: the measurement, timing stats (if given), params as JSON, environment."""
+    if params is not None and not isinstance(params, dict):
+        raise ValueError(f"params must be a dict or None, got {type(params).__name__}")
+    row = {
+        "run_id": run_id or RUN_ID,
+        "notebook": notebook,
+        "workload": workload,
+        "preset": preset,
+        "variant": variant,
+        "metric": metric,
+        "value": value,
+        "unit": unit,
+        "warmup": warmup,
+        "repeats": repeats,
+        "params": json.dumps(params or {}, sort_keys=True, default=str),
+    }
+    if timing is not None:
+        row.update({k: timing.summary()[k] for k in ("median", "p20", "p80", "p95", "n")})
+    row.update(environment_metadata())
+    clash = set(extra) & set(COLUMNS)
+    if clash:
+        raise ValueError(f"extra columns {sorted(clash)} clash with standard columns; pass them by name")
+    row.update(extra)
+    return {**{c: row.get(c) for c in COLUMNS}, **{k: v for k, v in row.items() if k not in COLUMNS}}
+
+
+def _to_frame(rows) -> pd.DataFrame:
+    if isinstance(rows, pd.DataFrame):
+        return rows
+    if isinstance(rows, dict):
+        return pd.DataFrame([rows])
+    if isinstance(rows, (list, tuple)) and all(isinstance(r, dict) for r in rows):
+        return pd.DataFrame(list(rows))
+    raise ValueError(f"rows must be a dict, a list of dicts or a DataFrame, got {type(rows).__name__}")
+
+
+def _ordered(df: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in COLUMNS if c in df.columns] + [c for c in df.columns if c not in COLUMNS]
+    return df[cols]
+
+
+def _write_csv(df: pd.DataFrame, f) -> None:
+    df.to_csv(f, index=False)
+
+
+def append(rows, path=None) -> Path:
+    """Append rows atomically (lock, read, concat, write temp, fsync, rename); returns the path."""
+    new = _to_frame(rows)
+    dest = _resolve(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = dest.with_name(dest.name + ".lock")
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if dest.exists() and dest.stat().st_size > 0:
+                # all text, no NA parsing: existing rows are rewritten byte-for-byte
+                old = pd.read_csv(dest, dtype=str, keep_default_na=False)
+                df = pd.concat([old, new], ignore_index=True, sort=False)
+            else:
+                df = new
+            df = _ordered(df)
+            fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", newline="") as f:
+                    _write_csv(df, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.chmod(tmp, 0o644)  # mkstemp makes 0600
+                os.replace(tmp, dest)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+            _fsync_dir(dest.parent)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return dest
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read(path=None, **filters) -> pd.DataFrame:
+    """The results table (standard columns even when empty); filters keep rows where col == value.
+
+    A list/tuple/set filter value keeps rows whose column is any of its values.
+    """
+    src = _resolve(path)
+    if not src.exists() or src.stat().st_size == 0:
+        df = pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
+    else:
+        df = pd.read_csv(src, dtype={c: str for c in STRING_COLUMNS})
+        for c in STRING_COLUMNS:
+            if c in df.columns:
+                df[c] = df[c].fillna("")
+    for col, want in filters.items():
+        if col not in df.columns:
+            raise ValueError(f"filter column {col!r} not in results; columns: {list(df.columns)}")
+        if isinstance(want, (list, tuple, set)):
+            df = df[df[col].isin(list(want))]
+        else:
+            df = df[df[col] == want]
+    return df.reset_index(drop=True)
+
+
+def params_of(row) -> dict:
+    """Decode the JSON params column of one row (Series or dict)."""
+    text = row["params"]
+    return json.loads(text) if isinstance(text, str) and text else {}
+
+
+__all__ = [
+    "COLUMNS", "DEFAULT_PATH", "RUN_ID", "append", "default_path", "environment_metadata",
+    "git_commit", "make_row", "params_of", "read",
+]  # fmt: skip

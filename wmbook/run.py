@@ -1,0 +1,689 @@
+"""Run the workbook's notebooks headlessly and render them to an HTML report.
+
+Each notebook is executed with papermill (parameters injected after the cell tagged
+``parameters``), saved as an executed ``.ipynb`` and rendered to standalone HTML with
+nbconvert. A report folder looks like::
+
+    <out>/index.html            table: notebook, status, duration, links
+    <out>/summary.json          the same, machine readable
+    <out>/<name>.html           rendered notebook (also for failed ones: shows the error)
+    <out>/executed/<name>.ipynb executed notebook with outputs
+
+A failing notebook does not stop the others; ``main`` exits 1 if any failed.
+
+From Python::
+
+    from wmbook.run import run_notebooks
+    runs = run_notebooks(["01_baseline_profiling"], preset="tiny", out="reports/x")
+
+From a shell::
+
+    wmbook run [NOTEBOOK ...] [--preset NAME] [--out DIR] [-p NAME VALUE ...] [-f params.yaml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import html
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+__all__ = [
+    "NotebookRun",
+    "UnknownNotebookError",
+    "discover_notebooks",
+    "resolve_notebooks",
+    "run_notebooks",
+    "build_parser",
+    "main",
+]
+
+NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
+STATUS_PENDING = "pending"
+
+
+# --------------------------------------------------------------------------- locations
+
+
+def repo_root() -> Path:
+    """The workbook checkout: ``$WMBOOK_ROOT``, else the folder holding ``wmbook/`` (editable
+    install), else the current directory."""
+    env = os.environ.get("WMBOOK_ROOT")
+    if env:
+        return Path(env).resolve()
+    here = Path(__file__).resolve().parents[1]
+    if (here / "notebooks").is_dir():
+        return here
+    return Path.cwd().resolve()
+
+
+def notebooks_dir() -> Path:
+    return repo_root() / "notebooks"
+
+
+def default_out_dir() -> Path:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("reports") / stamp
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+class UnknownNotebookError(ValueError):
+    """A requested notebook does not exist; the message lists the available ones."""
+
+
+def discover_notebooks(directory: str | os.PathLike | None = None) -> list[Path]:
+    """Numbered notebooks (``NN_name.ipynb``) in ``directory`` (default ``notebooks/``), sorted."""
+    d = Path(directory) if directory is not None else notebooks_dir()
+    if not d.is_dir():
+        return []
+    return sorted(p.resolve() for p in d.glob(NOTEBOOK_GLOB) if p.is_file())
+
+
+def resolve_notebooks(
+    notebooks: Iterable[str | os.PathLike] | str | os.PathLike | None = None,
+    directory: str | os.PathLike | None = None,
+) -> list[Path]:
+    """Turn user input into notebook paths, validating all of them before anything runs.
+
+    Accepted forms: a path to an ``.ipynb`` file; a notebook name with or without
+    ``.ipynb`` (``01_baseline_profiling``); its number prefix (``01``). ``None`` means
+    every numbered notebook.
+    """
+    available = discover_notebooks(directory)
+    if notebooks is None:
+        return available
+    if isinstance(notebooks, (str, os.PathLike)):
+        notebooks = [notebooks]
+
+    found: list[Path] = []
+    unknown: list[str] = []
+    for item in notebooks:
+        text = os.fspath(item)
+        path = Path(text)
+        if path.suffix == ".ipynb" and path.is_file():
+            found.append(path.resolve())
+            continue
+        stem = path.name[: -len(".ipynb")] if path.name.endswith(".ipynb") else path.name
+        matches = [p for p in available if p.stem == stem]
+        if not matches:
+            matches = [p for p in available if p.stem.split("_", 1)[0] == stem]
+        if len(matches) == 1:
+            found.append(matches[0])
+        else:
+            unknown.append(text)
+    if unknown:
+        where = Path(directory) if directory is not None else notebooks_dir()
+        names = "\n".join(f"  {p.stem}" for p in available) or "  (none)"
+        raise UnknownNotebookError(
+            f"unknown notebook(s): {', '.join(unknown)}\n"
+            f"available notebooks in {where}:\n{names}"
+        )
+    return found
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class NotebookRun:
+    """Outcome of one notebook run. Paths are absolute strings (or ``None``)."""
+
+    name: str
+    source_path: str
+    status: str = STATUS_PENDING  # "ok" | "failed" | "pending"
+    seconds: float = 0.0
+    executed_path: str | None = None
+    html_path: str | None = None
+    error: str | None = None  # "ValueError: boom" or a short description
+    failed_cell: int | None = None  # index of the failing cell in the source notebook (0-based)
+    failed_exec_count: int | None = None  # its "In [n]" number
+    failed_source: str | None = None  # first non-empty line of its source
+
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK
+
+    def failed_where(self) -> str:
+        """``cell 3 (In [4]): first line of the cell`` (the parts that are known)."""
+        parts = []
+        if self.failed_cell is not None:
+            parts.append(f"cell {self.failed_cell}")
+        if self.failed_exec_count is not None:
+            parts.append(f"(In [{self.failed_exec_count}])")
+        where = " ".join(parts)
+        if self.failed_source:
+            where = f"{where}: {self.failed_source}" if where else self.failed_source
+        return where
+
+    def failure_summary(self) -> str:
+        """One or two lines saying which notebook failed where and why."""
+        if self.status != STATUS_FAILED:
+            return f"{self.name}: {self.status}"
+        where = self.failed_where()
+        where = f" in {where}" if where else ""
+        text = f"FAILED {self.name} after {self.seconds:.1f} s{where}\n    {self.error}"
+        if self.executed_path:
+            text += f"\n    executed notebook: {self.executed_path}"
+        return text
+
+
+def _first_line(source: str | None) -> str | None:
+    for line in (source or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return None
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temp file in the same folder + os.replace: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; reports are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _python_dir(executable: str) -> Path:
+    return Path(os.path.abspath(executable)).parent
+
+
+@contextlib.contextmanager
+def _kernel_for_this_python(kernel_name: str | None) -> Iterator[str]:
+    """Yield a kernel name whose kernel runs in *this* interpreter's environment.
+
+    An explicitly named kernel is used as is. For the default ``python3``: jupyter_client
+    maps a spec whose argv[0] is ``python``/``python3`` to ``sys.executable``, which is what
+    we want; but a user-level kernelspec (``~/.local/share/jupyter/kernels/python3``)
+    pointing at another interpreter would shadow it and run the notebooks without wmbook.
+    In that case a private ``python3`` spec for ``sys.executable`` is put first on
+    ``JUPYTER_PATH`` for the duration of the run (nothing is installed).
+    """
+    if kernel_name is not None:
+        yield kernel_name
+        return
+    name = "python3"
+    ok = False
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        spec = KernelSpecManager().get_kernel_spec(name)
+        argv0 = spec.argv[0] if spec.argv else ""
+        major, minor = sys.version_info[:2]
+        if argv0 in {"python", f"python{major}", f"python{major}.{minor}"}:
+            ok = True
+        elif os.path.isabs(argv0) and _python_dir(argv0) == _python_dir(sys.executable):
+            ok = True
+    except Exception:  # no such kernel, broken spec: fall through to our own spec
+        ok = False
+    if ok:
+        yield name
+        return
+    with tempfile.TemporaryDirectory(prefix="wmbook-kernels-") as tmp:
+        kdir = Path(tmp) / "kernels" / name
+        kdir.mkdir(parents=True)
+        spec = {
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Python 3 (wmbook)",
+            "language": "python",
+            "metadata": {"debugger": True},
+        }
+        (kdir / "kernel.json").write_text(json.dumps(spec, indent=1))
+        old = os.environ.get("JUPYTER_PATH")
+        os.environ["JUPYTER_PATH"] = tmp + (os.pathsep + old if old else "")
+        try:
+            yield name
+        finally:
+            if old is None:
+                os.environ.pop("JUPYTER_PATH", None)
+            else:
+                os.environ["JUPYTER_PATH"] = old
+
+
+def render_html(executed: str | os.PathLike, html_path: str | os.PathLike) -> Path:
+    """Render an executed notebook to standalone HTML (images embedded), atomically."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    executed = Path(executed)
+    nb = nbformat.read(executed, as_version=4)
+    exporter = HTMLExporter(embed_images=True)
+    body, _ = exporter.from_notebook_node(
+        nb, resources={"metadata": {"name": executed.stem, "path": str(executed.parent)}}
+    )
+    html_path = Path(html_path)
+    _atomic_write_text(html_path, body)
+    return html_path
+
+
+def _git_commit(root: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+def _rel(path: str | None, base: Path) -> str | None:
+    if not path:
+        return None
+    try:
+        return Path(os.path.relpath(path, base)).as_posix()
+    except ValueError:  # different drive on Windows
+        return Path(path).as_posix()
+
+
+_STATUS_STYLE = {
+    STATUS_OK: "color:#116611;font-weight:bold",
+    STATUS_FAILED: "color:#b00020;font-weight:bold",
+    STATUS_PENDING: "color:#777",
+}
+
+
+def _index_html(runs: Sequence[NotebookRun], meta: Mapping[str, Any], out: Path) -> str:
+    e = html.escape
+    rows = []
+    for r in runs:
+        html_rel, nb_rel = _rel(r.html_path, out), _rel(r.executed_path, out)
+        html_link = f'<a href="{e(html_rel)}">HTML</a>' if html_rel else ""
+        nb_link = f'<a href="{e(nb_rel)}">.ipynb</a>' if nb_rel else ""
+        detail = ""
+        if r.status == STATUS_FAILED:
+            detail = f"<code>{e(r.failed_where())}</code><br>{e(r.error or '')}"
+        seconds = f"{r.seconds:.1f} s" if r.status != STATUS_PENDING else ""
+        rows.append(
+            "<tr>"
+            f"<td>{e(r.name)}</td>"
+            f'<td style="{_STATUS_STYLE.get(r.status, "")}">{e(r.status)}</td>'
+            f'<td style="text-align:right">{seconds}</td>'
+            f"<td>{html_link}</td><td>{nb_link}</td>"
+            f"<td>{detail}</td>"
+            "</tr>"
+        )
+    n_ok = sum(r.status == STATUS_OK for r in runs)
+    n_failed = sum(r.status == STATUS_FAILED for r in runs)
+    facts = "".join(
+        f"<tr><th>{e(str(k))}</th><td>{e(json.dumps(v) if not isinstance(v, str) else v)}</td></tr>"
+        for k, v in meta.items()
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>wmbook report {e(str(meta.get("started", "")))}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
+th, td {{ border: 1px solid #ccc; padding: 0.3em 0.7em; text-align: left; vertical-align: top; }}
+th {{ background: #f4f4f4; }}
+code {{ font-size: 90%; }}
+</style>
+</head>
+<body>
+<h1>wmbook report</h1>
+<p>{n_ok} ok, {n_failed} failed, {len(runs) - n_ok - n_failed} pending, of {len(runs)} notebooks.</p>
+<table>
+<tr><th>notebook</th><th>status</th><th>duration</th><th>report</th><th>executed</th><th>failure</th></tr>
+{chr(10).join(rows)}
+</table>
+<h2>Run</h2>
+<table>
+{facts}
+</table>
+</body>
+</html>
+"""
+
+
+def _write_index(out: Path, runs: Sequence[NotebookRun], meta: Mapping[str, Any]) -> None:
+    _atomic_write_text(out / "index.html", _index_html(runs, meta, out))
+    summary = {"meta": dict(meta), "notebooks": [asdict(r) for r in runs]}
+    _atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _execute_one(
+    run: NotebookRun,
+    out: Path,
+    parameters: Mapping[str, Any],
+    kernel_name: str,
+    timeout: float | None,
+    progress: bool,
+    cwd: Path,
+) -> None:
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    src = Path(run.source_path)
+    executed = out / "executed" / f"{run.name}.ipynb"
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    # papermill saves as it goes; keep that in a side file so a re-run into the same folder
+    # never leaves a half-written executed notebook in place of a good one.
+    partial = executed.with_name(f".{run.name}.partial.ipynb")
+    kwargs: dict[str, Any] = {}
+    if timeout:
+        kwargs["execution_timeout"] = int(timeout) if float(timeout).is_integer() else timeout
+
+    interrupted = False
+    t0 = time.perf_counter()
+    try:
+        pm.execute_notebook(
+            str(src),
+            str(partial),
+            parameters=dict(parameters),
+            kernel_name=kernel_name,
+            progress_bar=progress,
+            cwd=str(cwd),
+            **kwargs,
+        )
+        run.status = STATUS_OK
+    except PapermillExecutionError as exc:
+        run.status = STATUS_FAILED
+        # papermill's cell_index counts its injected cell; refined from the saved notebook below
+        run.failed_exec_count = exc.exec_count
+        run.failed_source = _first_line(exc.source)
+        run.error = f"{exc.ename}: {_one_line(exc.evalue)}"
+    except Exception as exc:  # kernel died, timeout, missing parameter, ...
+        name = type(exc).__name__
+        interrupted = "Timeout" in name or "DeadKernel" in name or "died" in str(exc)
+        run.status = STATUS_FAILED
+        text = str(exc).split("Here is a preview of the cell contents")[0]  # nbclient timeout
+        run.error = f"{name}: {_one_line(text)}"
+    finally:
+        run.seconds = time.perf_counter() - t0
+
+    if partial.exists():
+        if run.status == STATUS_FAILED:
+            _locate_failure_in_notebook(run, partial, interrupted)
+        os.replace(partial, executed)
+        run.executed_path = str(executed)
+        try:
+            run.html_path = str(render_html(executed, out / f"{run.name}.html"))
+        except Exception as exc:
+            if run.status == STATUS_OK:
+                run.status = STATUS_FAILED
+                run.error = f"HTML rendering failed: {type(exc).__name__}: {_one_line(str(exc))}"
+            else:
+                run.error += f" (HTML rendering also failed: {type(exc).__name__})"
+
+
+_PAPERMILL_TAGS = ("papermill-error-cell-tag", "injected-parameters")
+
+
+def _locate_failure_in_notebook(run: NotebookRun, executed: Path, interrupted: bool) -> bool:
+    """Find the failing cell in a saved executed notebook: the one papermill marked
+    ``failed`` (an exception in a cell) or, when execution was ``interrupted`` (cell timeout,
+    dead kernel), the last cell that started.
+
+    ``failed_cell`` is set to the cell's index in the *source* notebook (papermill's own
+    index counts its injected parameters cell and error banners). Returns True if found.
+    """
+    try:
+        import nbformat
+
+        nb = nbformat.read(executed, as_version=4)
+    except Exception:
+        return False
+    found = None
+    source_index = 0
+    for cell in nb.cells:
+        md = cell.get("metadata", {})
+        tags = md.get("tags", [])
+        pm_md = md.get("papermill", {})
+        if pm_md.get("status") == "failed":
+            found = (cell, source_index)
+            break
+        if interrupted and pm_md.get("start_time"):
+            found = (cell, source_index)
+        if not any(t in tags for t in _PAPERMILL_TAGS):
+            source_index += 1
+    if found is None:
+        return False
+    cell, index = found
+    injected = "injected-parameters" in cell.get("metadata", {}).get("tags", [])
+    run.failed_cell = None if injected else index
+    run.failed_exec_count = cell.get("execution_count")
+    first = _first_line(cell.get("source"))
+    run.failed_source = f"(papermill's injected parameters) {first}" if injected else first
+    return True
+
+
+def run_notebooks(
+    notebooks: Iterable[str | os.PathLike] | str | os.PathLike | None = None,
+    *,
+    out: str | os.PathLike | None = None,
+    preset: str | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    kernel_name: str | None = None,
+    timeout: float | None = None,
+    progress: bool = True,
+    cwd: str | os.PathLike | None = None,
+) -> list[NotebookRun]:
+    """Execute notebooks with papermill and render each to HTML, never stopping at a failure.
+
+    notebooks:   names (``01_baseline_profiling``, ``01``), paths, or None for every
+                 ``notebooks/NN_*.ipynb``. All are validated before anything runs
+                 (:class:`UnknownNotebookError` lists what exists).
+    out:         report folder (default ``reports/<UTC timestamp>``).
+    preset:      if given, passed as the ``preset`` parameter; otherwise the notebooks'
+                 own default (``"auto"``: a tiny preset without a GPU) applies.
+    parameters:  extra papermill parameters (``preset`` above wins over a ``preset`` key).
+    kernel_name: Jupyter kernel; default: ``python3`` running in this interpreter.
+    timeout:     per-cell execution limit in seconds (default: none).
+    cwd:         working directory of the kernels; default: each notebook's own folder,
+                 which is where JupyterLab starts its kernel too.
+
+    Returns one :class:`NotebookRun` per notebook; writes ``index.html`` and
+    ``summary.json`` into ``out`` after every notebook, so a killed run still leaves an index.
+    """
+    from tqdm.auto import tqdm
+
+    paths = resolve_notebooks(notebooks)
+    out_dir = Path(out if out is not None else default_out_dir()).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    params: dict[str, Any] = dict(parameters or {})
+    if preset is not None:
+        params["preset"] = preset
+
+    names: list[str] = []
+    runs: list[NotebookRun] = []
+    for p in paths:
+        name = p.stem
+        if name in names:  # same stem from two folders: keep both reports
+            name = f"{name}-{len(names)}"
+        names.append(name)
+        runs.append(NotebookRun(name=name, source_path=str(p)))
+
+    root = repo_root()
+    meta: dict[str, Any] = {
+        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "python": sys.version.split()[0],
+        "git_commit": _git_commit(root),
+        "parameters": params,
+        "kernel": kernel_name or "python3",
+        "timeout_s": timeout,
+    }
+    _write_index(out_dir, runs, meta)
+
+    t_all = time.perf_counter()
+    bar = tqdm(runs, desc="notebooks", unit="nb", disable=not progress, file=sys.stderr)
+    with _kernel_for_this_python(kernel_name) as kname:
+        for run in bar:
+            bar.set_postfix_str(run.name)
+            kcwd = Path(cwd).resolve() if cwd is not None else Path(run.source_path).parent
+            try:
+                _execute_one(run, out_dir, params, kname, timeout, progress, kcwd)
+            except Exception as exc:  # runner bug or I/O error: record it, keep going
+                run.status = STATUS_FAILED
+                run.error = f"{type(exc).__name__}: {_one_line(str(exc))}"
+                if progress:
+                    traceback.print_exc()
+            if progress:
+                line = (
+                    f"{run.name}: ok ({run.seconds:.1f} s)"
+                    if run.ok
+                    else run.failure_summary()
+                )
+                bar.write(line, file=sys.stderr)
+            meta["elapsed_s"] = round(time.perf_counter() - t_all, 2)
+            _write_index(out_dir, runs, meta)
+    bar.close()
+    meta["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    meta["elapsed_s"] = round(time.perf_counter() - t_all, 2)
+    _write_index(out_dir, runs, meta)
+    return runs
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _yaml_scalar(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def build_parser(prog: str = "wmbook run") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog=prog,
+        description="Execute workbook notebooks with papermill and render an HTML report "
+        "(index.html, per-notebook HTML, executed .ipynb, summary.json).",
+    )
+    ap.add_argument(
+        "notebooks",
+        nargs="*",
+        metavar="NOTEBOOK",
+        help="notebook name (01_baseline_profiling), number (01) or .ipynb path; "
+        "default: every notebooks/NN_*.ipynb",
+    )
+    ap.add_argument("--preset", help="preset passed to every notebook (default: the notebooks "
+                    "choose: real shapes on a GPU, tiny ones on a CPU)")
+    ap.add_argument("--out", "-o", help="report folder (default: reports/<UTC timestamp>)")
+    ap.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "VALUE"),
+        help="notebook parameter; VALUE is parsed as a YAML scalar (2 -> int, true -> bool). "
+        "Repeatable.",
+    )
+    ap.add_argument("-f", "--parameters-file", metavar="FILE",
+                    help="YAML file with a mapping of parameters (-p wins over it)")
+    ap.add_argument("--kernel", help="Jupyter kernel name (default: python3 of this interpreter)")
+    ap.add_argument("--timeout", type=float, help="per-cell execution limit in seconds")
+    ap.add_argument("--list", action="store_true", help="list the notebooks and exit")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> int:
+    ap = build_parser(prog)
+    args = ap.parse_args(argv)
+
+    if args.list:
+        for p in discover_notebooks():
+            print(p.stem)
+        return 0
+
+    params: dict[str, Any] = {}
+    if args.parameters_file:
+        import yaml
+
+        try:
+            loaded = yaml.safe_load(Path(args.parameters_file).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            ap.error(f"cannot read {args.parameters_file}: {exc}")
+        if not isinstance(loaded, dict):
+            ap.error(f"{args.parameters_file} must hold a mapping of parameter names to values")
+        params.update(loaded)
+    for name, value in args.parameter:
+        if not name.isidentifier():
+            ap.error(f"parameter name {name!r} is not a Python identifier")
+        params[name] = _yaml_scalar(value)
+
+    try:
+        paths = resolve_notebooks(args.notebooks or None)
+    except UnknownNotebookError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    if not paths:
+        print(
+            f"{prog}: error: no notebooks matching {NOTEBOOK_GLOB} in {notebooks_dir()}",
+            file=sys.stderr,
+        )
+        return 2
+
+    out = Path(args.out) if args.out else default_out_dir()
+    runs = run_notebooks(
+        paths,
+        out=out,
+        preset=args.preset,
+        parameters=params,
+        kernel_name=args.kernel,
+        timeout=args.timeout,
+        progress=not args.quiet,
+    )
+    failed = [r for r in runs if not r.ok]
+    index = out.resolve() / "index.html"
+    print(f"{len(runs) - len(failed)}/{len(runs)} notebooks ok; report: {index}")
+    if failed:
+        print(f"\n{len(failed)} notebook(s) failed:", file=sys.stderr)
+        for r in failed:
+            print(r.failure_summary(), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m wmbook.run"))
