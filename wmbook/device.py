@@ -6,13 +6,13 @@ import datetime as _dt
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from . import bench, results
+from .atomic import atomic_open
 
 REPO_ROOT = results.REPO_ROOT
 GPU_CACHE_DIR = REPO_ROOT / "data" / "ceilings"  # committed with the repo
@@ -80,18 +80,9 @@ def _cache_file(cache_path, device_kind: str, slug: str) -> Path:
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
 
 
 def measure_ceilings(

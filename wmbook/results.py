@@ -10,12 +10,13 @@ import os
 import platform
 import socket
 import subprocess
-import tempfile
 import uuid
 from pathlib import Path
 
 import pandas as pd
 import torch
+
+from .atomic import atomic_open
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PATH = REPO_ROOT / "data" / "results" / "results.csv"
@@ -184,18 +185,8 @@ def append(rows, path=None) -> Path:
             else:
                 df = new
             df = _ordered(df)
-            fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", newline="") as f:
-                    _write_csv(df, f)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.chmod(tmp, 0o644)  # mkstemp makes 0600
-                os.replace(tmp, dest)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+            with atomic_open(dest, "w", newline="") as f:
+                _write_csv(df, f)
             _fsync_dir(dest.parent)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

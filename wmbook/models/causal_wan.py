@@ -112,18 +112,9 @@ class CausalWanSelfAttention(nn.Module):
         return self.o(out.flatten(2))
 
 
-class WanCrossAttention(nn.Module):
-    """Cross-attention to context tokens (CLIP image tokens for MG2 i2v, text for t2v); K/V cached."""
-
-    def __init__(self, dim: int, num_heads: int, qk_norm: bool = True, eps: float = 1e-6):
-        super().__init__()
-        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
-        self.q = nn.Linear(dim, dim)
-        self.k = nn.Linear(dim, dim)
-        self.v = nn.Linear(dim, dim)
-        self.o = nn.Linear(dim, dim)
-        self.norm_q = WanRMSNorm(dim, eps=eps) if qk_norm else nn.Identity()
-        self.norm_k = WanRMSNorm(dim, eps=eps) if qk_norm else nn.Identity()
+class WanCrossAttention(CausalWanSelfAttention):
+    """Cross-attention to context tokens (CLIP image tokens for MG2 i2v, text for t2v); K/V cached.
+    Same layers as self-attention (upstream subclasses it too), no RoPE."""
 
     def forward(self, x, context, cache: dict | None = None):
         b, n, d = x.shape[0], self.num_heads, self.head_dim

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..atomic import atomic_open
 from ..bench import DeviceTimer, stream_metrics
 from ..models.causal_wan import CausalWanModel, GenerationCache
 from ..models.vae import pixel_frames_for
@@ -136,7 +136,6 @@ class CausalStreamingPipeline:
     # --- 2. streaming inference ----------------------------------------------------------------
     def denoise(self, x, t: float, inputs: StreamInputs, cache: GenerationCache, start_frame: int):
         """One DiT forward on one block plus the flow -> x0 conversion."""
-        p = self.preset
         sl = slice(start_frame, start_frame + x.shape[2])
         with label("DiffusionModel_Forward"):
             tt = torch.full((x.shape[0], x.shape[2]), t, device=x.device, dtype=torch.float32)
@@ -268,12 +267,6 @@ def export_gif(video: np.ndarray, path, fps: int = 16, max_side: int = 320) -> P
     scale = min(1.0, max_side / max(h, w))
     size = (max(1, int(w * scale)), max(1, int(h * scale)))
     imgs = [Image.fromarray(fr).resize(size) if scale < 1 else Image.fromarray(fr) for fr in video]
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".gif.tmp")
-    os.close(fd)
-    try:
-        imgs[0].save(tmp, format="GIF", save_all=True, append_images=imgs[1:], duration=int(1000 / fps), loop=0)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_open(path, "wb") as f:
+        imgs[0].save(f, format="GIF", save_all=True, append_images=imgs[1:], duration=int(1000 / fps), loop=0)
     return path

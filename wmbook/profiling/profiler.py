@@ -16,6 +16,8 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity
 
+from ..atomic import atomic_open
+
 LABEL_COLUMNS = [
     "label", "count", "cpu_total_ms", "cpu_self_ms", "gpu_total_ms", "gpu_self_ms", "depth", "parent",
 ]  # fmt: skip
@@ -88,19 +90,9 @@ class ProfileResult:
 
 
 def _gzip_atomic(src: Path, dest: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", filename="") as gz:
-            with open(src, "rb") as f:
-                shutil.copyfileobj(f, gz, 1 << 20)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(dest, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", filename="") as gz, open(src, "rb") as f:
+            shutil.copyfileobj(f, gz, 1 << 20)
 
 
 def profile(
