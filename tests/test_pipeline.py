@@ -110,3 +110,21 @@ def test_bf16_generation_runs(name):
     p = CausalStreamingPipeline(name, device="cpu", dtype="bf16")
     out = p.generate(p.prepare(2), progress=False)
     assert out.frames.dtype == torch.bfloat16 and torch.isfinite(out.frames.float()).all()
+
+
+def test_detail_labels_only_when_asked(pipe, tmp_path):
+    names = {}
+    for detail in (False, True):
+        set_labels(True, detail=detail)
+        try:
+            inputs = pipe.prepare(1)
+            res = profile(lambda: pipe.generate(inputs, progress=False), wait=0, warmup=0, active=1,
+                          out_dir=tmp_path, name=f"d{int(detail)}")
+        finally:
+            set_labels(True, detail=False)
+        with gzip.open(res.trace_path, "rt") as f:
+            names[detail] = {e.get("name") for e in json.load(f)["traceEvents"]}
+    fine = {"DiT_Embeddings", "DiT_Norm_Modulation", "DiT_SelfAttn_QKV_RoPE", "DiT_KV_Cache_Update",
+            "DiT_Attention", "DiT_CrossAttn", "DiT_Action", "DiT_FFN", "DiT_Head"}
+    assert fine <= names[True]
+    assert not (fine & names[False])

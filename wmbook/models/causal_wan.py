@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..presets import CausalWanPreset
+from ..profiling.labels import detail_label as dl
 from .action import ActionModule, ActionCache
 from .attention import attention, block_causal_frame_mask
 from .kv_cache import KVCache
@@ -103,13 +104,15 @@ class CausalWanSelfAttention(nn.Module):
     def forward(self, x, cos, sin, kv_cache: KVCache | None, start_token: int, mask=None):
         b, s = x.shape[:2]
         n, d = self.num_heads, self.head_dim
-        q = apply_rope(self.norm_q(self.q(x)).view(b, s, n, d), cos, sin)  # [B, L, H, D]
-        k = apply_rope(self.norm_k(self.k(x)).view(b, s, n, d), cos, sin)
-        v = self.v(x).view(b, s, n, d)
+        with dl("DiT_SelfAttn_QKV_RoPE"):
+            q = apply_rope(self.norm_q(self.q(x)).view(b, s, n, d), cos, sin)  # [B, L, H, D]
+            k = apply_rope(self.norm_k(self.k(x)).view(b, s, n, d), cos, sin)
+            v = self.v(x).view(b, s, n, d)
         if kv_cache is not None:
-            k, v = kv_cache.update(k, v, start_token)  # window of cached (roped) keys, this block included
-        out = attention(q, k, v, mask=mask)
-        return self.o(out.flatten(2))
+            with dl("DiT_KV_Cache_Update"):
+                k, v = kv_cache.update(k, v, start_token)  # window of cached (roped) keys, this block included
+        with dl("DiT_Attention"):  # self-attention SDPA + output projection
+            return self.o(attention(q, k, v, mask=mask).flatten(2))
 
 
 class WanCrossAttention(CausalWanSelfAttention):
@@ -157,13 +160,22 @@ class CausalWanAttentionBlock(nn.Module):
             return (y.unflatten(1, (f, -1)) * gate).flatten(1, 2)
 
         s = x.shape[1] // f
-        y = self.self_attn(modulate(self.norm1(x), shift_msa, scale_msa), cos, sin, kv_cache, start_frame * s, mask)
-        x = x + gated(y, gate_msa)
-        x = x + self.cross_attn(self.norm3(x), context, cross_cache)
+        with dl("DiT_Norm_Modulation"):
+            h = modulate(self.norm1(x), shift_msa, scale_msa)
+        y = self.self_attn(h, cos, sin, kv_cache, start_frame * s, mask)
+        with dl("DiT_Norm_Modulation"):
+            x = x + gated(y, gate_msa)
+        with dl("DiT_CrossAttn"):
+            x = x + self.cross_attn(self.norm3(x), context, cross_cache)
         if self.action_model is not None:
-            x = self.action_model(x, grid, actions, start_frame=start_frame, cache=action_cache)
-        y = self.ffn(modulate(self.norm2(x), shift_ffn, scale_ffn))
-        return x + gated(y, gate_ffn)
+            with dl("DiT_Action"):
+                x = self.action_model(x, grid, actions, start_frame=start_frame, cache=action_cache)
+        with dl("DiT_Norm_Modulation"):
+            h = modulate(self.norm2(x), shift_ffn, scale_ffn)
+        with dl("DiT_FFN"):
+            y = self.ffn(h)
+        with dl("DiT_Norm_Modulation"):
+            return x + gated(y, gate_ffn)
 
 
 class CausalHead(nn.Module):
@@ -271,22 +283,23 @@ class CausalWanModel(nn.Module):
         b, _, f, h, w = x.shape
         if t.dim() == 1:
             t = t[:, None].expand(b, f)
-        if cond_concat is not None:
-            x = torch.cat([x, cond_concat.to(x.dtype)], dim=1)
-        x = self.patch_embedding(x)  # [B, C, F, h/2, w/2]
-        grid = tuple(x.shape[2:])
-        x = x.flatten(2).transpose(1, 2)  # [B, L, C]
+        with dl("DiT_Embeddings"):  # patch, time, context embeddings and RoPE tables
+            if cond_concat is not None:
+                x = torch.cat([x, cond_concat.to(x.dtype)], dim=1)
+            x = self.patch_embedding(x)  # [B, C, F, h/2, w/2]
+            grid = tuple(x.shape[2:])
+            x = x.flatten(2).transpose(1, 2)  # [B, L, C]
 
-        e = self.time_embedding(sinusoidal_embedding_1d(p.freq_dim, t.flatten()).to(x.dtype))  # [B*F, C]
-        e0 = self.time_projection(e).unflatten(1, (6, p.dim)).unflatten(0, (b, f))  # [B, F, 6, C]
-        e = e.unflatten(0, (b, f)).unsqueeze(2)  # [B, F, 1, C]
+            e = self.time_embedding(sinusoidal_embedding_1d(p.freq_dim, t.flatten()).to(x.dtype))  # [B*F, C]
+            e0 = self.time_projection(e).unflatten(1, (6, p.dim)).unflatten(0, (b, f))  # [B, F, 6, C]
+            e = e.unflatten(0, (b, f)).unsqueeze(2)  # [B, F, 1, C]
 
-        if cache is not None and "k" in cache.cross[0]:
-            ctx = None  # cross-attn K/V already cached
-        else:
-            ctx = self.embed_context(context.to(x.dtype))
+            if cache is not None and "k" in cache.cross[0]:
+                ctx = None  # cross-attn K/V already cached
+            else:
+                ctx = self.embed_context(context.to(x.dtype))
 
-        cos, sin = rope_cos_sin(self.inv_freqs, grid[0], grid[1], grid[2], start_frame, x.device)
+            cos, sin = rope_cos_sin(self.inv_freqs, grid[0], grid[1], grid[2], start_frame, x.device)
         mask = None
         if cache is None:
             # a full window (-1) still rolls once the cache is full, so the mask uses the cache capacity
@@ -301,8 +314,8 @@ class CausalWanModel(nn.Module):
                     actions=actions,
                     action_cache=cache.action[i] if cache is not None else None,
                     mask=mask)
-        x = self.head(x, e)
-        return self.unpatchify(x, grid)
+        with dl("DiT_Head"):
+            return self.unpatchify(self.head(x, e), grid)
 
     def unpatchify(self, x, grid):
         # x [B, L, pt*ph*pw*out] -> [B, out, F*pt, h*ph, w*pw]

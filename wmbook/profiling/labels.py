@@ -9,14 +9,21 @@ import torch
 
 _ENABLED = True
 _NVTX = False
+_DETAIL = False  # fine labels inside the DiT forward (attention, FFN, ...): off unless asked for
 
 
-def set_labels(enabled: bool = True, nvtx: bool | None = None) -> None:
-    """Switch label emission on/off globally (off: `label` returns a shared null context)."""
-    global _ENABLED, _NVTX
+def set_labels(enabled: bool = True, nvtx: bool | None = None, detail: bool | None = None) -> None:
+    """Switch label emission on/off globally (off: `label` returns a shared null context).
+
+    `detail` switches the fine per-layer labels of `detail_label` (hundreds per forward, so they
+    cost host time; the breakdown notebook turns them on only while it records a trace).
+    """
+    global _ENABLED, _NVTX, _DETAIL
     _ENABLED = bool(enabled)
     if nvtx is not None:
         _NVTX = bool(nvtx) and torch.cuda.is_available()
+    if detail is not None:
+        _DETAIL = bool(detail)
 
 
 def labels_enabled() -> bool:
@@ -52,6 +59,17 @@ def label(name: str):
     if not _ENABLED:
         return _NULL
     return _Range(name)
+
+
+def detail_label(name: str):
+    """A fine label inside the model forward; null unless labels and `detail` are both on."""
+    if not (_ENABLED and _DETAIL):
+        return _NULL
+    return _Range(name)
+
+
+def detail_enabled() -> bool:
+    return _ENABLED and _DETAIL
 
 
 def labelled(name: str):
