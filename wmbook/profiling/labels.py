@@ -7,6 +7,8 @@ import functools
 
 import torch
 
+from .sections import _SINKS
+
 _ENABLED = True
 _NVTX = False
 _DETAIL = False  # fine labels inside the DiT forward (attention, FFN, ...): off unless asked for
@@ -34,20 +36,26 @@ _NULL = contextlib.nullcontext()
 
 
 class _Range:
-    __slots__ = ("name", "rf")
+    __slots__ = ("name", "rf", "sink")
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, timed: bool = True):
         self.name = name
         self.rf = None
+        # a SectionTimer attached with wmbook.profiling.sections.attach times coarse labels too
+        self.sink = _SINKS[-1] if timed and _SINKS else None
 
     def __enter__(self):
         self.rf = torch.profiler.record_function(self.name)
         self.rf.__enter__()
         if _NVTX:
             torch.cuda.nvtx.range_push(self.name)
+        if self.sink is not None:
+            self.sink.push(self.name)
         return self
 
     def __exit__(self, *exc):
+        if self.sink is not None:
+            self.sink.pop()
         if _NVTX:
             torch.cuda.nvtx.range_pop()
         self.rf.__exit__(*exc)
@@ -65,7 +73,7 @@ def detail_label(name: str):
     """A fine label inside the model forward; null unless labels and `detail` are both on."""
     if not (_ENABLED and _DETAIL):
         return _NULL
-    return _Range(name)
+    return _Range(name, timed=False)
 
 
 def detail_enabled() -> bool:
