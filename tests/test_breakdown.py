@@ -102,9 +102,13 @@ def test_idle_launches_and_syncs(raw, bd):
            and e.get("cat") == "user_annotation"]
     items = sum(1 for e in ev if e.get("name") == "aten::item" and e.get("cat") == "cpu_op"
                 and any(a <= e["ts"] <= b for a, b in reg))
+    reads = sum(1 for e in ev if e.get("name") == "aten::_local_scalar_dense" and e.get("cat") == "cpu_op"
+                and any(a <= e["ts"] <= b for a, b in reg))
     syncs = bd.syncs.set_index("call")
     assert items > 0 and syncs.loc["aten::item", "count"] == items
-    assert s["syncs_in_forward"] > 0
+    assert s["host_reads"] == reads >= items  # each .item() reads once; int(tensor) reads without aten::item
+    assert s["syncs"] == syncs.loc["cudaStreamSynchronize", "count"] >= reads
+    assert 0 < s["syncs_in_forward"] <= reads and s["syncs_per_forward"] == s["syncs_in_forward"] / 8
     hot = bd.cpu_hotspots
     assert {"aten::copy_", "aten::to"} & set(hot["name"])
     assert (bd.casts["count"] > 0).all()

@@ -8,8 +8,8 @@ from wmbook.run import run_notebooks
 
 def test_parameters_cell_parses():
     params = pm.inspect_notebook("notebooks/01_baseline_profiling.ipynb")
-    for name in ("preset", "device", "dtype", "num_blocks", "warmup", "repeats", "profile", "output_dir",
-                 "results_path", "seed"):
+    for name in ("workload", "preset", "device", "dtype", "num_blocks", "ddim_steps", "guidance_scale", "warmup",
+                 "repeats", "profile", "output_dir", "results_path", "seed"):
         assert name in params, name
 
 
@@ -31,3 +31,67 @@ def test_notebook_01_rejects_bad_parameter(tmp_path):
                          parameters={"dtype": "int8", "results_path": str(tmp_path / "r.csv")})
     assert runs[0].status == "failed" and "dtype='int8'" in runs[0].error
     assert not (tmp_path / "r.csv").exists()  # nothing written before the check failed
+
+
+def test_notebook_02_tiny_end_to_end(tmp_path):
+    results = tmp_path / "results.csv"
+    art = tmp_path / "art"
+    runs = run_notebooks(["02_bottleneck_breakdown"], out=tmp_path / "report", progress=False,
+                         parameters={"preset": "tiny", "num_blocks": 2, "warmup": 0, "overhead_repeats": 1,
+                                     "results_path": str(results), "output_dir": str(art)})
+    assert runs[0].status == "ok", runs[0].error
+    assert (art / "02_breakdown_trace.json.gz").stat().st_size > 0
+    reports = sorted((art / "session").glob("*.json"))
+    assert len(reports) == 1 and len(sorted((art / "session").glob("*.html"))) == 1
+    import json
+
+    rep = json.loads(reports[0].read_text())
+    assert rep["breakdown"]["summary"]["busy_ms"] > 0 and rep["overhead"]["overhead_frac"] is not None
+    df = pd.read_csv(results)
+    assert {"category_share:convolution", "forward_ms", "profiling_overhead"} <= set(df["metric"])
+    shares = df[df["metric"].str.startswith("category_share:")]["value"]
+    assert abs(shares.sum() - 1.0) < 1e-6
+
+
+def test_notebook_02_rejects_bad_parameter_before_work(tmp_path):
+    runs = run_notebooks(["02_bottleneck_breakdown"], out=tmp_path / "report", progress=False,
+                         parameters={"profiling_config": "loud", "results_path": str(tmp_path / "r.csv"),
+                                     "output_dir": str(tmp_path / "art")})
+    assert runs[0].status == "failed" and "profiling_config='loud'" in runs[0].error
+    assert not (tmp_path / "r.csv").exists() and not (tmp_path / "art").exists()
+
+
+def test_notebooks_01_and_02_wma_tiny(tmp_path):
+    results = tmp_path / "results.csv"
+    params = {"workload": "wma", "preset": "tiny-wma", "ddim_steps": 3, "warmup": 0, "results_path": str(results)}
+    runs = run_notebooks(["01_baseline_profiling"], out=tmp_path / "r1", progress=False,
+                         parameters=params | {"repeats": 2, "output_dir": str(tmp_path / "a1")})
+    assert runs[0].status == "ok", runs[0].error
+    runs = run_notebooks(["02_bottleneck_breakdown"], out=tmp_path / "r2", progress=False,
+                         parameters=params | {"overhead_repeats": 1, "output_dir": str(tmp_path / "a2")})
+    assert runs[0].status == "ok", runs[0].error
+    df = pd.read_csv(results)
+    nb1 = df[df["notebook"] == "01_baseline_profiling"]
+    assert {"iteration_s", "ddim_step_ms", "unet_forward_over_floor", "vae_decode_share",
+            "stage_share:2_Decision_Pass"} <= set(nb1["metric"])
+    assert (df["workload"] == "wma").all() and (df["preset"] == "tiny-wma").all()
+    nb2 = df[df["notebook"] == "02_bottleneck_breakdown"]
+    assert abs(nb2[nb2["metric"].str.startswith("category_share:")]["value"].sum() - 1.0) < 1e-6
+    assert (tmp_path / "a1" / "iteration").is_dir()  # saved results of the profiled iteration
+
+
+def test_workload_parameters_are_routed_and_checked():
+    from wmbook import workloads
+
+    assert workloads.validate("wma", preset="tiny-wma", ddim_steps=3).ddim_steps == 3
+    assert workloads.validate("mg2", preset="tiny", num_blocks=2).num_blocks == 2
+    import pytest
+
+    with pytest.raises(ValueError, match="num_blocks=2 applies to workload 'mg2' only"):
+        workloads.validate("wma", preset="tiny-wma", num_blocks=2)
+    with pytest.raises(ValueError, match="ddim_steps=5"):
+        workloads.validate("mg2", preset="tiny", ddim_steps=5)
+    with pytest.raises(ValueError, match="workload='sd'"):
+        workloads.validate("sd")
+    with pytest.raises(ValueError, match="preset='tiny' is not allowed"):
+        workloads.validate("wma", preset="tiny")

@@ -107,7 +107,30 @@ def build(cfg: BaselineConfig) -> tuple[CausalStreamingPipeline, StreamInputs]:
     return pipe, inputs
 
 
-def model_table(pipe: CausalStreamingPipeline, inputs: StreamInputs) -> pd.DataFrame:
+def run_callable(pipe: CausalStreamingPipeline, inputs: StreamInputs, cfg: BaselineConfig):
+    """The whole labelled pipeline once (data prep, blocks, post-processing, GIF export), as a 0-arg callable."""
+    gif = cfg.output_dir / "video.gif"
+    return lambda: pipe.run(inputs.num_blocks, seed=cfg.seed, export_path=gif, progress=False)
+
+
+def generate_callable(pipe: CausalStreamingPipeline, inputs: StreamInputs, cfg: BaselineConfig):
+    """One generation (all blocks, VAE decode included) as a 0-arg callable: what FPS measures."""
+    return lambda: pipe.generate(inputs, progress=False)
+
+
+def session_run(pipe: CausalStreamingPipeline, inputs: StreamInputs, cfg: BaselineConfig, session) -> None:
+    """One labelled run inside a ProfilingSession: data prep, one timed generation (its blocks give FPS, BPS and
+    first-frame latency), post-processing and export."""
+    fresh = pipe.prepare(inputs.num_blocks, seed=cfg.seed)
+    with session.generation():
+        out = pipe.generate(fresh, progress=False)
+    pipe.export(pipe.postprocess(out.frames), cfg.output_dir / "video.gif")
+    session.set_block_frames(out)
+    session.set_metrics(workload="mg2", preset=cfg.preset, dtype=dtype_name(cfg.dtype), blocks=inputs.num_blocks,
+                        pipeline_fps=out.metrics()["fps"], pipeline_first_frame_ms=out.first_frame_ms)
+
+
+def model_table(pipe: CausalStreamingPipeline, inputs: StreamInputs, cfg: BaselineConfig | None = None) -> pd.DataFrame:
     p = pipe.preset
     n_dit = sum(t.numel() for t in pipe.model.state_dict().values())
     n_vae = sum(t.numel() for t in pipe.vae.decoder.parameters())
@@ -199,6 +222,12 @@ class BaselineResult:
             "peak_memory_gib": max(peaks) / 2**30 if peaks else float("nan"),
         }
 
+    def detail_tables(self) -> dict[str, pd.DataFrame]:
+        """The workload's detail tables for notebook 01, by title."""
+        return {"Per block (median over runs)": self.block_table(),
+                "Per block and forward, ms (median over runs; the last forward is the cache refresh)":
+                    self.step_table().pivot(index="block", columns="forward", values="ms")}
+
     def summary_table(self) -> pd.DataFrame:
         s = self.summary()
         rows = []
@@ -218,6 +247,41 @@ def benchmark(pipe: CausalStreamingPipeline, inputs: StreamInputs, *, warmup: in
     runs = [pipe.generate(inputs, progress=False) for _ in tqdm(range(repeats), desc="timed runs", leave=False)]
     return BaselineResult(runs=runs, preset=pipe.preset.name, ceilings=ceilings, steady_from=steady_from,
                           extra={"timesteps": pipe.timesteps})
+
+
+def run_benchmark(pipe: CausalStreamingPipeline, inputs: StreamInputs, cfg: BaselineConfig,
+                  ceilings: dict) -> BaselineResult:
+    """benchmark() with the notebook's validated settings."""
+    return benchmark(pipe, inputs, warmup=cfg.warmup, repeats=cfg.repeats, ceilings=ceilings)
+
+
+def floor_table(pipe: CausalStreamingPipeline, cfg: BaselineConfig, ceilings: dict) -> pd.DataFrame:
+    """Analytic FLOPs of one steady DiT forward by part, and each part's floor at the measured GEMM ceiling."""
+    parts = dit_forward_flops(pipe.preset, block_idx=1)
+    df = pd.DataFrame({"GFLOP": {k: v / 1e9 for k, v in parts.items()}})
+    df["floor_ms"] = [floor_ms(v, ceilings) for v in parts.values()]
+    return df.rename_axis("part")
+
+
+def profile_stages(pipe: CausalStreamingPipeline, inputs: StreamInputs, cfg: BaselineConfig):
+    """One torch.profiler trace of the whole labelled pipeline: (stage table, trace path, label table)."""
+    from .profiling import label_table, profile, stage_table
+
+    prof = profile(run_callable(pipe, inputs, cfg), wait=0, warmup=1, active=1, out_dir=cfg.output_dir,
+                   name="01_baseline_trace")
+    labels = label_table(prof.trace_path)
+    return stage_table(labels).set_index("label"), prof.trace_path, labels
+
+
+def plot_overview(res: BaselineResult):
+    """Time split per block and the timeline of one run, side by side."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), gridspec_kw={"width_ratios": [1, 1.6]})
+    plot_time_split(res, ax=axes[0])
+    plot_timeline(res, ax=axes[1])
+    fig.tight_layout()
+    return fig
 
 
 def result_rows(cfg: BaselineConfig, res: BaselineResult, stages: pd.DataFrame | None = None,
@@ -269,12 +333,18 @@ def interpret(cfg: BaselineConfig, res: BaselineResult, stages: pd.DataFrame | N
     else:
         lines.append(f"Real time at {target_fps:.0f} FPS needs a steady block in {need:.0f} ms, "
                      f"{s['block_ms'] / need:.1f}x faster than now.")
+    return " ".join(lines + closing_lines(stages, p.tiny))
+
+
+def closing_lines(stages: pd.DataFrame | None, tiny: bool) -> list[str]:
+    """The last sentences of notebook 01's interpretation, shared by both workloads."""
+    lines = []
     if stages is not None and len(stages):
         top = stages["share"].idxmax()
         lines.append(f"In the profiled run, `{top}` holds {stages.loc[top, 'share']:.0%} of the labelled time.")
-    if p.tiny:
+    if tiny:
         lines.append("These are tiny-preset CPU numbers: they check the code paths, not the speed of the real model.")
-    return " ".join(lines)
+    return lines
 
 
 def plot_time_split(res: BaselineResult, ax=None):

@@ -123,11 +123,138 @@ TINY_FOR = {"mg2-universal": "tiny", "self-forcing": "tiny-sf"}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def get_preset(name: str) -> CausalWanPreset:
-    """Look up a preset by name (ValueError lists the known ones)."""
-    if name not in PRESETS:
-        raise ValueError(f"preset={name!r} is not known; allowed values: {sorted(PRESETS)}")
-    return PRESETS[name]
+@dataclass(frozen=True)
+class WMAPreset:
+    """UnifoLM-WMA-0 (DynamiCrafter-style video UNet + action/state heads) shapes and DDIM run settings.
+
+    Field names follow upstream's `configs/inference/world_model_interaction.yaml` where one exists.
+    """
+
+    name: str
+    height: int = 320  # pixels
+    width: int = 512
+    frames: int = 16  # temporal_length: video frames per sample (= latent frames; the VAE is per frame)
+    # --- video UNet (WMAModel) ---
+    in_channels: int = 8  # 4 noisy latent + 4 observation latent (concat condition)
+    out_channels: int = 4
+    model_channels: int = 320
+    channel_mult: tuple[int, ...] = (1, 2, 4, 4)
+    num_res_blocks: int = 2
+    attention_resolutions: tuple[int, ...] = (4, 2, 1)
+    num_head_channels: int = 64
+    transformer_depth: int = 1
+    context_dim: int = 1024
+    init_attn_heads: int = 8  # the extra temporal transformer after the stem conv (addition_attention)
+    norm_groups: int = 32
+    default_fs: int = 10  # frame-stride condition (fps_embedding)
+    num_stem_token: int = 16  # tokens per action step out of the action-token projector
+    # upstream builds the output blocks' cross-attention without agent_action_context_len, so they slice the
+    # context with its default (16 tokens as "action", the rest shifted); kept for checkpoint fidelity
+    output_action_context_len: int = 16
+    stem_heads: int = 16
+    stem_dim_head: int = 64
+    # --- conditioning ---
+    n_obs_steps: int = 2  # observed frames/states (n_obs_steps_imagen = n_obs_steps_acting = 2)
+    agent_state_dim: int = 16
+    agent_action_dim: int = 16
+    text_len: int = 77  # OpenCLIP ViT-H/14 text tower, penultimate layer
+    text_width: int = 1024
+    text_layers: int = 24
+    text_heads: int = 16
+    clip: str = "real"  # key for wmbook.models.clip.clip_vision_config (ViT-H/14, 257 x 1280 tokens)
+    resampler_dim: int = 1024
+    resampler_depth: int = 4
+    resampler_heads: int = 12
+    resampler_dim_head: int = 64
+    resampler_queries: int = 16  # image tokens per frame (x frames queries in all)
+    # --- action / state heads (ConditionalUnet1D, one each) ---
+    head_down_dims: tuple[int, ...] = (256, 512, 1024, 2048)
+    head_kernel_size: int = 5
+    head_n_groups: int = 8
+    head_step_embed_dim: int = 128
+    head_act_proj_dim: int = 32
+    obs_widths: tuple[int, ...] = (64, 128, 256, 512)  # ResNet-18 stages of the heads' observation encoder
+    obs_spatial_kp: int = 128
+    # --- VAE (SD-style AutoencoderKL, per frame) ---
+    vae_block_out_channels: tuple[int, ...] = (128, 256, 512, 512)
+    vae_layers_per_block: int = 2
+    vae_norm_groups: int = 32
+    latent_channels: int = 4
+    scale_factor: float = 0.18215
+    # --- sampling (video: v-prediction DDIM on a zero-terminal-SNR scaled-linear schedule) ---
+    default_steps: int = 50  # DDIM steps
+    ddim_eta: float = 1.0
+    guidance_scale: float = 1.0  # 1.0 = one UNet forward per step
+    guidance_rescale: float = 0.7  # only acts when guidance_scale > 1
+    timestep_spacing: str = "trailing"  # upstream 'uniform_trailing'
+    num_train_timesteps: int = 1000
+    beta_start: float = 0.00085  # linear_start
+    beta_end: float = 0.012  # linear_end
+    beta_schedule: str = "scaled_linear"  # upstream 'linear' = linspace(sqrt(start), sqrt(end))**2
+    rescale_betas_zero_snr: bool = True
+    prediction_type: str = "v_prediction"
+    use_dynamic_rescale: bool = True  # DynamiCrafter: pred_x0 *= scale(t_prev) / scale(t)
+    base_scale: float = 0.7
+    turning_step: int = 400
+    # heads: their own DDIM (epsilon, squaredcos_cap_v2, clipped), stepped at the video timesteps
+    head_beta_start: float = 0.0001
+    head_beta_end: float = 0.02
+    head_beta_schedule: str = "squaredcos_cap_v2"
+    tiny: bool = False
+
+    @property
+    def latent_hw(self) -> tuple[int, int]:
+        return self.height // 8, self.width // 8
+
+    @property
+    def latent_shape(self) -> tuple[int, int, int, int]:
+        """[C, T, h, w] of one sample's video latent."""
+        return (self.latent_channels, self.frames, *self.latent_hw)
+
+    @property
+    def horizon(self) -> int:
+        """Action/state steps predicted per sample (upstream ties it to the frame count)."""
+        return self.frames
+
+    def with_(self, **kw) -> "WMAPreset":
+        return replace(self, **kw)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+WMA_PRESETS: dict[str, WMAPreset] = {
+    # Same code paths as `wma` at toy width: 4 frames at 64x64 (latent 8x8), 4 UNet levels, 2 of 3 DDIM steps.
+    "tiny-wma": WMAPreset(
+        name="tiny-wma", height=64, width=64, frames=4, model_channels=16, num_head_channels=8, norm_groups=8, context_dim=32,
+        init_attn_heads=2, num_stem_token=2, output_action_context_len=4, stem_heads=2, stem_dim_head=16, agent_state_dim=6, agent_action_dim=6,
+        text_len=8, text_width=32, text_layers=2, text_heads=2, clip="tiny", resampler_dim=32, resampler_depth=1,
+        resampler_heads=2, resampler_dim_head=16, resampler_queries=2, head_down_dims=(16, 32, 64, 64),
+        head_kernel_size=3, head_step_embed_dim=16, head_act_proj_dim=8, obs_widths=(16, 16, 32, 32),
+        obs_spatial_kp=8, vae_block_out_channels=(32, 32, 32, 32), vae_layers_per_block=1, vae_norm_groups=8,
+        default_steps=3, tiny=True,
+    ),
+    "wma": WMAPreset(name="wma"),
+}
+
+ALL_PRESETS: dict = {**PRESETS, **WMA_PRESETS}
+TINY_FOR["wma"] = "tiny-wma"
+
+
+def workload_of(name: str) -> str:
+    """'mg2' for the causal-DiT presets, 'wma' for the UnifoLM-WMA ones (ValueError lists all names)."""
+    if name in PRESETS:
+        return "mg2"
+    if name in WMA_PRESETS:
+        return "wma"
+    raise ValueError(f"preset={name!r} is not known; allowed values: {sorted(ALL_PRESETS)}")
+
+
+def get_preset(name: str) -> CausalWanPreset | WMAPreset:
+    """Look up a preset of either workload by name (ValueError lists the known ones)."""
+    if name not in ALL_PRESETS:
+        raise ValueError(f"preset={name!r} is not known; allowed values: {sorted(ALL_PRESETS)}")
+    return ALL_PRESETS[name]
 
 
 def resolve_device(device: str = "auto") -> torch.device:

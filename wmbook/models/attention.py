@@ -7,7 +7,12 @@ import torch.nn.functional as F
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Scaled dot-product attention on [B, L, H, D] tensors; mask [Lq, Lk] bool (True = attend)."""
+    """Scaled dot-product attention on [B, L, H, D] tensors.
+
+    mask: bool, True = attend, broadcastable to [B, H, Lq, Lk]: [Lq, Lk] (block-causal frames) or
+    [B, 1, 1, Lk] (a per-sample key mask, as the WMA action cross-attention passes). A swapped-in
+    backend must accept both.
+    """
     out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
     return out.transpose(1, 2)
 

@@ -18,6 +18,7 @@ from ..presets import CausalWanPreset
 from ..profiling.labels import detail_label as dl
 from .action import ActionModule, ActionCache
 from .attention import attention, block_causal_frame_mask
+from .checkpoint import read_state_dict
 from .kv_cache import KVCache
 
 
@@ -336,15 +337,7 @@ def load_checkpoint(model: CausalWanModel, state_dict_or_path, strict: bool = Tr
     Common wrapper prefixes ("model.", "generator.", "_orig_mod.", ...) are stripped first; a nested
     {"generator": {...}} or {"state_dict": {...}} is unwrapped.
     """
-    sd = state_dict_or_path
-    if not isinstance(sd, dict):
-        path = str(sd)
-        if path.endswith(".safetensors"):
-            from safetensors.torch import load_file
-
-            sd = load_file(path)
-        else:
-            sd = torch.load(path, map_location="cpu", weights_only=True)
+    sd = read_state_dict(state_dict_or_path)
     for key in ("generator_ema", "generator", "state_dict", "model"):
         if key in sd and isinstance(sd[key], dict):
             sd = sd[key]

@@ -485,6 +485,11 @@ class Breakdown:
     stats: dict = field(default_factory=dict)
     ceilings: dict | None = None
 
+    @property
+    def basis(self) -> str:
+        """What the `ms` columns measure: GPU kernel time, or CPU self time when the trace has no device work."""
+        return "GPU" if self.source == "gpu" else "CPU self"
+
     def tables(self) -> dict[str, pd.DataFrame]:
         return {
             "categories": self.categories, "label_tree": self.label_tree, "forward_split": self.forward_split,
@@ -736,9 +741,16 @@ def analyze(
             sync_rows.append({"call": "Memcpy DtoH", "kind": "device", "count": int(len(d2h)),
                               "host_ms": float("nan")})
     syncs = pd.DataFrame(sync_rows, columns=["call", "kind", "count", "host_ms"])
-    stats["syncs"] = int(syncs.loc[syncs["kind"] != "device", "count"].sum()) if len(syncs) else 0
+    # host reads of device values: every .item()/int()/float() of a tensor runs aten::_local_scalar_dense once
+    # (aten::item wraps it), so that op counts them; explicit synchronize calls are counted beside it
+    n_reads = int((Or["name"] == "aten::_local_scalar_dense").sum()) if len(Or) else 0
+    n_sync_calls = int(Rr["name"].isin(SYNC_RUNTIME - {"cudaMemcpy"}).sum()) if len(Rr) else 0
+    stats["host_reads"] = n_reads
+    # on a GPU each read waits in a synchronize call: count the waits (reads without a GPU)
+    stats["syncs"] = n_sync_calls if source == "gpu" else n_reads
     in_fwd_ops = np.array([fwd_anc[i] >= 0 if i >= 0 else False for i in Or["label"].to_numpy(np.int64)], dtype=bool) if len(Or) else np.zeros(0, bool)
-    stats["syncs_in_forward"] = int(Or[in_fwd_ops]["name"].isin(SYNC_OPS).sum()) if len(Or) else 0
+    stats["syncs_in_forward"] = int((Or[in_fwd_ops]["name"] == "aten::_local_scalar_dense").sum()) if len(Or) else 0
+    stats["syncs_per_forward"] = stats["syncs_in_forward"] / n_fwd if n_fwd else float("nan")
 
     # --- CPU hotspots and casts --------------------------------------------------------------------------
     if len(Or):
@@ -774,7 +786,13 @@ def analyze(
         stats["decode_ms"] = 0.0
     stats["decode_share"] = stats["decode_ms"] / total_region if total_region > 0 else float("nan")
     stats["forward_share"] = fwd_ms_total / total_region if total_region > 0 else float("nan")
-    blocks = [n for n in set(names) if re.search(r"(Block_\d+|Pass)$", n)]
+    # forwards per generated unit: per block (causal DiT) or per sampling pass (DDIM two-pass loop)
+    blocks = [i for i in range(len(L)) if re.search(r"Block_\d+$", names[i]) and (region is None or reg_anc[i] >= 0)]
+    unit = "block"
+    if not blocks:
+        blocks = [i for i in range(len(L)) if names[i].endswith("Pass") and (region is None or reg_anc[i] >= 0)]
+        unit = "pass"
+    stats["forward_unit"] = unit
     stats["forwards_per_block"] = n_fwd / len(blocks) if blocks and n_fwd else float("nan")
 
     bd = Breakdown(region=region, source=source, categories=categories, unclassified=unclassified,
@@ -958,6 +976,8 @@ def suggest(bd: Breakdown) -> pd.DataFrame:
     def ms(c):
         return float(cat.at[c, "ms"]) if c in cat.index else 0.0
 
+    basis = bd.basis
+
     idle_share = s.get("idle_share")
     if idle_share is not None and not math.isnan(idle_share) and idle_share >= IDLE_SHARE_MIN:
         add("GPU idle inside the region", f"idle {s['idle_ms']:.1f} ms = {idle_share:.0%} of the GPU span",
@@ -975,12 +995,12 @@ def suggest(bd: Breakdown) -> pd.DataFrame:
             "torch.compile (regional) to fuse pointwise chains")
     if sh("copy/cast") >= COPY_SHARE_MIN or (s.get("casts_per_forward") or 0) > 50:
         cpf = s.get("casts_per_forward")
-        add("copies and dtype casts", f"copy/cast {sh('copy/cast'):.0%} of GPU time ({ms('copy/cast'):.1f} ms); "
+        add("copies and dtype casts", f"copy/cast {sh('copy/cast'):.0%} of {basis} time ({ms('copy/cast'):.1f} ms); "
             f"{cpf:.0f} aten::to/_to_copy/copy_ per forward" if cpf == cpf else f"copy/cast {sh('copy/cast'):.0%}",
             ms("copy/cast") * 0.7, "04", "dtype hygiene: keep tensors in the model dtype, drop round trips")
     fus = sh("normalization") + sh("elementwise/activation")
     if fus >= FUSABLE_SHARE_MIN:
-        add("normalization + elementwise time", f"{fus:.0%} of GPU time "
+        add("normalization + elementwise time", f"{fus:.0%} of {basis} time "
             f"({ms('normalization') + ms('elementwise/activation'):.1f} ms)",
             (ms("normalization") + ms("elementwise/activation")) * 0.5, "05",
             "fused Triton kernels (norm+modulation, RoPE, gated residual)")
@@ -988,28 +1008,30 @@ def suggest(bd: Breakdown) -> pd.DataFrame:
     if sh("attention") >= ATTN_SHARE_MIN:
         frac = rf.at["attention", "frac_of_ceiling"] if "attention" in rf.index else float("nan")
         saving = ms("attention") * (1 - min(1.0, (frac / 0.6) if frac == frac else 0.5))
-        add("attention time", f"attention {sh('attention'):.0%} of GPU time"
+        add("attention time", f"attention {sh('attention'):.0%} of {basis} time"
             + (f", {frac:.0%} of the ceiling" if frac == frac else ""), saving, "04",
             "attention backends (flash/cuDNN/FlexAttention) in 04; fused kernels in 05")
     if "GEMM/linear" in rf.index:
         frac = rf.at["GEMM/linear", "frac_of_ceiling"]
         if frac == frac and frac < GEMM_FRAC_MIN and ms("GEMM/linear") > 0:
-            add("GEMMs below the measured ceiling", f"{rf.at['GEMM/linear', 'tflops']:.0f} TFLOP/s = {frac:.0%} "
+            add("GEMMs below the measured ceiling", f"{rf.at['GEMM/linear', 'tflops']:.3g} TFLOP/s = {frac:.0%} "
                 f"of {rf.at['GEMM/linear', 'ceiling_tflops']:.0f}", ms("GEMM/linear") * (1 - frac / GEMM_FRAC_MIN), "04",
                 "bf16 weights/autocast, max-autotune compile, larger fused GEMMs")
     fs = s.get("forward_share")
     if fs is not None and fs == fs and fs >= FORWARD_SHARE_MIN:
         fpb = s.get("forwards_per_block")
         saving = busy * fs / fpb if fpb and fpb == fpb and fpb > 1 else busy * fs * 0.25
-        add("denoiser forwards dominate", f"forwards {fs:.0%} of GPU time"
-            + (f", {fpb:.1f} forwards per block" if fpb == fpb else ""), saving, "03",
-            "fewer denoising steps (one fewer step saves about one forward per block)")
+        unit = s.get("forward_unit", "block")
+        add("denoiser forwards dominate", f"forwards {fs:.0%} of {basis} time"
+            + (f", {fpb:.1f} forwards per {unit}" if fpb == fpb else ""), saving, "03",
+            f"fewer denoising steps (one fewer step saves about one forward per {unit})")
     ds = s.get("decode_share")
     if ds is not None and ds == ds and ds >= VAE_SHARE_MIN:
-        add("VAE decode", f"decode {ds:.0%} of GPU time ({s['decode_ms']:.1f} ms)", s["decode_ms"] * 0.4, "04",
+        add("VAE decode", f"decode {ds:.0%} of {basis} time ({s['decode_ms']:.1f} ms)", s["decode_ms"] * 0.4, "04",
             "VAE in bf16 with a PSNR check, channels_last, compile")
     if (s.get("syncs_in_forward") or 0) > 0:
-        add("host-device syncs inside the forward", f"{s['syncs_in_forward']} aten::item/_local_scalar_dense",
+        add("host-device syncs inside the forward", f"{s['syncs_in_forward']} host reads of device values "
+            f"(aten::_local_scalar_dense), {s['syncs_per_forward']:.0f} per forward",
             0.05 * s["syncs_in_forward"], "04", "remove .item()/host reads from the loop")
     out = pd.DataFrame(rows, columns=["finding", "evidence", "estimated_saving_ms", "notebook", "action"])
     out = out.sort_values("estimated_saving_ms", ascending=False).reset_index(drop=True)
@@ -1035,8 +1057,7 @@ def plot_categories(bd: Breakdown, ax=None):
     ax.barh(df["category"], df["ms"], color="tab:blue")
     for y, (v, s) in enumerate(zip(df["ms"], df["share"])):
         ax.text(v, y, f" {s:.0%}", va="center", fontsize=8)
-    unit = "GPU" if bd.source == "gpu" else "CPU self"
-    ax.set_xlabel(f"{unit} time, ms ({bd.region or 'whole trace'})")
+    ax.set_xlabel(f"{bd.basis} time, ms ({bd.region or 'whole trace'})")
     ax.set_title("Time by operator category")
     return ax
 
@@ -1061,8 +1082,11 @@ def plot_label_tree(bd: Breakdown, ax=None, max_depth: int = 3, min_share: float
         if depth > max_depth or w <= 0:
             return
         ax.barh(-depth, w, left=x0, height=0.9, color=cmap(color_i % 20), edgecolor="white", linewidth=0.5)
-        if w / total > 0.06:
-            ax.text(x0 + w / 2, -depth, str(row["label"])[:22], ha="center", va="center", fontsize=7)
+        fits = int(w / total * 150)  # characters of fontsize 7 that fit in the bar (11 in wide axes)
+        if fits >= 4:
+            text = str(row["label"])
+            text = text if len(text) <= fits else text[: fits - 1] + "…"
+            ax.text(x0 + w / 2, -depth, text, ha="center", va="center", fontsize=7)
         x = x0
         for i, (_, c) in enumerate(children.get(path, pd.DataFrame()).iterrows()):
             if c["total_ms"] / total < min_share:
@@ -1076,7 +1100,7 @@ def plot_label_tree(bd: Breakdown, ax=None, max_depth: int = 3, min_share: float
         draw(r["path"], x, 0, i)
         x += r["total_ms"]
     ax.set_yticks([-d for d in range(max_depth + 1)], [f"depth {d}" for d in range(max_depth + 1)])
-    ax.set_xlabel("GPU time, ms")
+    ax.set_xlabel(f"{bd.basis} time, ms")
     ax.set_title("Label tree (width = total time; labels under 1% hidden)")
     return ax
 
@@ -1085,7 +1109,7 @@ def plot_forward_split(bd: Breakdown, ax=None):
     ax = _ax(ax)
     df = bd.forward_split.iloc[::-1]
     ax.barh(df["fine_label"], df["ms_per_forward"], color="tab:orange")
-    ax.set_xlabel("GPU ms per forward")
+    ax.set_xlabel(f"{bd.basis} ms per forward")
     ax.set_title(f"Inside one forward ({bd.forward_split.attrs.get('forwards', 0)} forwards)")
     return ax
 

@@ -1,0 +1,352 @@
+"""UnifoLM-WMA reference model: real-shape structure and counts on the meta device, tiny forward, FLOPs, mapping."""
+
+import gzip
+import json
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import wmbook.models.wma.layers as wma_layers
+import wmbook.models.wma.unet as wma_unet
+from wmbook.models.wma import WMA_FINE_LABELS, WMAWorldModel, parameter_counts
+from wmbook.models.wma.flops import step_flops, unet_forward_flops
+from wmbook.models.wma.mapping import from_upstream_key, load_upstream_checkpoint, upstream_state_dict
+from wmbook.models.wma.unet import FrameContext, ResBlock, SpatialTransformer, TemporalTransformer
+from wmbook.presets import get_preset
+from wmbook.profiling import profile, set_labels
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny shapes run faster (and far steadier on a shared 2-core box) on one thread."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _inputs(p, m, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    b, t = 1, p.frames
+    h, w = p.latent_hw
+    args = (torch.randn(b, 4, t, h, w, generator=g), torch.randn(b, 4, t, h, w, generator=g),
+            torch.randn(b, t, p.agent_action_dim, generator=g), torch.randn(b, t, p.agent_state_dim, generator=g),
+            torch.tensor([979]), torch.randn(b, m.diffusion_model.context_len(), p.context_dim, generator=g),
+            torch.rand(b, 3, p.n_obs_steps, p.height, p.width, generator=g) * 2 - 1,
+            torch.rand(b, p.n_obs_steps, p.agent_state_dim, generator=g) * 2 - 1)
+    return tuple(a.to(device) for a in args)
+
+
+def _model(name, seed=0, device=None):
+    torch.manual_seed(seed)
+    if device is None:
+        return WMAWorldModel(get_preset(name)).eval().requires_grad_(False)
+    with torch.device(device):
+        return WMAWorldModel(get_preset(name)).eval().requires_grad_(False)
+
+
+@pytest.fixture(scope="module")
+def real_meta():
+    return _model("wma", device="meta")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return _model("tiny-wma")
+
+
+# --- real shapes on the meta device (no memory) --------------------------------------------------------
+
+
+def test_real_structure_matches_upstream(real_meta):
+    dm = real_meta.diffusion_model
+    mods = list(dm.modules())
+    # 2 per level down (4 levels) + 2 middle + 3 per level up = 22; attention at ds 1, 2, 4 only
+    assert sum(isinstance(m, ResBlock) for m in mods) == 22
+    assert sum(isinstance(m, SpatialTransformer) for m in mods) == 16
+    assert sum(isinstance(m, TemporalTransformer) for m in mods) == 17  # + the stem's init_attn
+    heads = [m.transformer_blocks[0].attn1.heads for m in mods if isinstance(m, SpatialTransformer)]
+    assert sorted(set(heads)) == [5, 10, 20]  # 320, 640, 1280 channels / 64
+    assert dm.init_attn[0].transformer_blocks[0].attn1.heads == 8
+    # action tokens per frame as the blocks slice them: 16 steps x 16 stem tokens in the encoder and middle,
+    # upstream's default 16 in the decoder (its output blocks are built without agent_action_context_len)
+    action_len = lambda blocks: {m.transformer_blocks[0].attn2.action_len  # noqa: E731
+                                 for b in blocks for m in b.modules() if isinstance(m, SpatialTransformer)}
+    assert action_len(dm.input_blocks) == action_len([dm.middle_block]) == {256}
+    assert action_len(dm.output_blocks) == {16}
+    # context per sample: 2 state + 16 action + 77 text + 16 frames x 16 image tokens
+    assert dm.context_len() == 2 + 16 + 77 + 256
+
+
+def test_real_forward_shapes_on_meta(real_meta):
+    p = get_preset("wma")
+    seen = {}
+
+    def grab(module, args):
+        seen["feats"] = [tuple(f.shape) for f in args[2]]
+
+    hook = real_meta.diffusion_model.action_unet.register_forward_pre_hook(grab)
+    try:
+        with torch.no_grad():
+            y, a, s = real_meta(*_inputs(p, real_meta, device="meta"))
+    finally:
+        hook.remove()
+    assert tuple(y.shape) == (1, 4, 16, 40, 64)
+    assert tuple(a.shape) == (1, 16, 16) and tuple(s.shape) == (1, 16, 16)
+    chans = [320, 640, 1280, 1280, 1280, 1280, 1280, 640, 320]
+    hw = [(40, 64), (20, 32), (10, 16), (5, 8), (5, 8), (5, 8), (10, 16), (20, 32), (40, 64)]
+    assert seen["feats"] == [(1, 16, c, h, w) for c, (h, w) in zip(chans, hw)]
+
+
+def _lin(i, o, bias=True):
+    return i * o + (o if bias else 0)
+
+
+def _unet_params_formula(mc=320, mult=(1, 2, 4, 4), ctx=1024, dh=64, t=16, stem=16, init_heads=8, cin=8, cout=4):
+    """Independent count of the video UNet from upstream's architecture description (not from our modules)."""
+    e = 4 * mc
+
+    def res(i, o):
+        n = 2 * i + 9 * i * o + o + _lin(e, o) + 2 * o + 9 * o * o + o
+        n += _lin(i, o) if i != o else 0
+        return n + 4 * (2 * o + 3 * o * o + o)  # temporal conv block
+
+    def block(inner, cd=None):
+        attn1 = 3 * inner * inner + _lin(inner, inner)
+        kv = 2 * (cd or inner) * inner * (4 if cd else 1)  # text + image + state + action K/V streams
+        attn2 = inner * inner + kv + _lin(inner, inner)
+        return attn1 + attn2 + _lin(inner, 8 * inner) + _lin(4 * inner, inner) + 6 * inner
+
+    def spatial(c):
+        return 2 * c + 2 * _lin(c, c) + block(c, ctx)
+
+    def temporal(c, inner):
+        return 2 * c + _lin(c, inner) + _lin(inner, c) + block(inner)
+
+    n = 2 * (_lin(mc, e) + _lin(e, e)) + 9 * cin * mc + mc + temporal(mc, init_heads * dh)
+    chans, ch = [mc], mc
+    for lv, m in enumerate(mult):
+        for _ in range(2):
+            n += res(ch, m * mc)
+            ch = m * mc
+            if lv < 3:
+                n += spatial(ch) + temporal(ch, ch)
+            chans.append(ch)
+        if lv < 3:
+            n += 9 * ch * ch + ch
+            chans.append(ch)
+    n += 2 * res(ch, ch) + spatial(ch) + temporal(ch, ch)
+    for lv, m in list(enumerate(mult))[::-1]:
+        for i in range(3):
+            n += res(ch + chans.pop(), mc * m)
+            ch = mc * m
+            if lv < 3:
+                n += spatial(ch) + temporal(ch, ch)
+            if lv and i == 2:
+                n += 9 * ch * ch + ch
+    n += 2 * mc + 9 * mc * cout + cout
+    d = ctx  # action-token Perceiver: latents, attention, FFN, proj_out, norm_out
+    n += t * stem * d + 4 * d + 3 * d * d + d * d + 2 * d + 8 * d * d + _lin(d, d) + 2 * d
+    return n
+
+
+def _head_params_formula(d=16, dims=(256, 512, 1024, 2048), k=5, dsed=128, ctx=(320, 640, 1280, 1280), act=32,
+                         horizon=16, n_obs=2, kp=128, widths=(64, 128, 256, 512), sdim=16):
+    """Independent count of one ConditionalUnet1D head (diffusion-policy layout, upstream inference config)."""
+
+    def cb(i, o, kk=k):  # Conv1d + GroupNorm
+        return i * o * kk + o + 2 * o
+
+    def crb(i, o, cd):  # two conv blocks, FiLM linear, 1x1 residual when widths differ
+        return cb(i, o) + cb(o, o) + _lin(cd, 2 * o) + (_lin(i, o) if i != o else 0)
+
+    obs = 3 * widths[0] * 49 + 2 * widths[0]  # ResNet-18 stem conv + GroupNorm
+    cin = widths[0]
+    for i, w in enumerate(widths):
+        obs += 9 * cin * w + 2 * w + 9 * w * w + 2 * w + ((cin * w + 2 * w) if i else 0)  # block 1 (+ projection)
+        obs += 2 * (9 * w * w + 2 * w)  # block 2
+        cin = w
+    obs += _lin(widths[-1], kp)  # spatial-softmax keypoint conv
+    cond = dsed + (2 * kp + sdim) * n_obs
+    n = obs + _lin(dsed, 4 * dsed) + _lin(4 * dsed, dsed)
+    io = list(zip((d,) + dims[:-1], dims))
+    for i, (a, b) in enumerate(io):
+        n += crb(a, b, cond + 2 * ctx[i]) + crb(b, b, cond + 2 * ctx[i]) + (3 * b * b + b if i < 3 else 0)
+    n += 2 * crb(dims[-1], dims[-1], cond + 2 * ctx[-1])
+    for i, (a, b) in enumerate(reversed(io[1:] + [(dims[-1], dims[-1])])):
+        c = cond + 2 * ctx[::-1][i]
+        n += crb(b + a, a, c) + crb(a, a, c) + (4 * a * a + a if i < 3 else 0)
+    n += cb(dims[0], dims[0]) + _lin(dims[0], d)
+    n += sum(_lin(c, c) for c in ctx)  # the 4 unique UNet-feature keypoint convs
+    n += _lin(1, act) + 2 * act + _lin(horizon, act) + 2 * act + 2 * act + _lin(act, 1) + 2 * act + _lin(act, horizon)
+    return n
+
+
+def test_real_parameter_counts_match_independent_formula(real_meta):
+    dm = real_meta.diffusion_model
+    n_heads = sum(t.numel() for t in dm.action_unet.parameters())
+    n_unet = sum(t.numel() for t in dm.parameters()) - 2 * n_heads
+    assert n_unet == _unet_params_formula()
+    assert n_heads == _head_params_formula()
+
+
+def test_parameter_counts_by_part():
+    c = parameter_counts(get_preset("wma"))
+    # published sizes: SD VAE decoder 49.49 M / encoder 34.16 M; OpenCLIP ViT-H/14 visual 632.08 M with its
+    # 1280x1024 projection (not used here), text tower 354.03 M with its projection and last block
+    assert c["vae_decoder"] == pytest.approx(49.49e6, rel=1e-3)
+    assert c["vae_encoder"] == pytest.approx(34.16e6, rel=1e-3)
+    assert c["clip_image_encoder"] + 1280 * 1024 == pytest.approx(632.08e6, rel=1e-4)
+    text_block = 12 * 1024**2 + 13 * 1024  # the dropped 24th block
+    assert c["text_encoder"] + text_block + 1024 * 1024 == pytest.approx(354.03e6, rel=1e-4)
+    assert c["world_model"] == c["unet"] + c["action_head"] + c["state_head"] + c["image_resampler"] \
+        + c["state_action_projectors"]
+    assert c["action_head"] == c["state_head"] > 4e8  # two 1-D UNets with 2048-wide stages
+
+
+# --- tiny forward ------------------------------------------------------------------------------------
+
+
+def test_tiny_forward_shapes_finite_and_nontrivial(tiny):
+    p = get_preset("tiny-wma")
+    with torch.no_grad():
+        y, a, s = tiny(*_inputs(p, tiny))
+    assert y.shape == (1, 4, p.frames, *p.latent_hw)
+    assert a.shape == (1, p.horizon, p.agent_action_dim) and s.shape == (1, p.horizon, p.agent_state_dim)
+    for out in (y, a, s):
+        assert torch.isfinite(out).all() and out.abs().max() > 1e-3
+
+
+def test_tiny_forward_deterministic_and_input_sensitive(tiny):
+    p = get_preset("tiny-wma")
+    other = _model("tiny-wma", seed=0)
+    with torch.no_grad():
+        y1 = tiny(*_inputs(p, tiny))[0]
+        y2 = other(*_inputs(p, tiny))[0]
+        x = list(_inputs(p, tiny))
+        x[5] = x[5].clone()
+        x[5][:, 2] += torch.randn(p.context_dim)  # one action token (not a constant: LayerNorms remove those)
+        y3 = tiny(*x)[0]
+    assert torch.equal(y1, y2)
+    assert (y1 - y3).abs().max() > 1e-5
+
+
+def test_bf16_forward_runs(tiny):
+    p = get_preset("tiny-wma")
+    m = _model("tiny-wma").to(torch.bfloat16)
+    with torch.no_grad():
+        y, a, s = m(*(t.to(torch.bfloat16) if t.is_floating_point() else t for t in _inputs(p, tiny)))
+    assert y.dtype == torch.bfloat16 and torch.isfinite(y.float()).all()
+
+
+def test_context_length_checked(tiny):
+    p = get_preset("tiny-wma")
+    args = list(_inputs(p, tiny))
+    args[5] = args[5][:, :-1]
+    with pytest.raises(ValueError, match="context has"):
+        tiny(*args)
+
+
+def test_action_tokens_are_block_causal_over_frames():
+    ctx = FrameContext(torch.zeros(2 * 4, 1, 1), frames=4, n_state=2, text_len=8)
+    m = ctx.action_mask(8)[:, 0, 0]  # 2 tokens per frame
+    assert m.shape == (8, 8)
+    for row in range(8):
+        f = row % 4
+        assert m[row].tolist() == [j < 2 * (f + 1) for j in range(8)]
+
+
+# --- FLOPs ----------------------------------------------------------------------------------------------
+
+
+def test_analytic_flops_match_counted_flops(tiny, monkeypatch):
+    """FlopCounterMode counts matmuls and convolutions (not CPU attention); attention calls are counted here."""
+    p = get_preset("tiny-wma")
+    attn = [0.0]
+    orig = wma_unet.attention
+
+    def counting(q, k, v, mask=None):
+        attn[0] += 4.0 * q.shape[0] * q.shape[2] * q.shape[3] * q.shape[1] * k.shape[1]
+        return orig(q, k, v, mask=mask)
+
+    monkeypatch.setattr(wma_unet, "attention", counting)
+    monkeypatch.setattr(wma_layers, "attention", counting)
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        tiny(*_inputs(p, tiny))
+    counted = fc.get_total_flops() + attn[0]
+    assert attn[0] > 0
+    assert unet_forward_flops(p)["total"] == pytest.approx(counted, rel=1e-9)
+
+
+def test_real_flops_parts():
+    p = get_preset("wma")
+    f = unet_forward_flops(p)
+    assert f["total"] == pytest.approx(sum(v for k, v in f.items() if k != "total"))
+    assert 10e12 < f["total"] < 20e12  # ~13 TFLOP per forward at 16 x 40 x 64
+    assert f["resblocks"] > f["ffn"] > f["spatial_self_attn"] > f["action_head"]
+    assert step_flops(p, guidance_scale=2.0) == 2 * step_flops(p, guidance_scale=1.0)
+
+
+# --- checkpoint mapping ---------------------------------------------------------------------------------
+
+
+def test_mapping_round_trip_and_upstream_names(tiny):
+    up = upstream_state_dict(tiny)
+    for key in ("model.diffusion_model.input_blocks.1.0.temopral_conv.conv1.2.weight",
+                "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn2.to_k_aa.weight",
+                "model.diffusion_model.init_attn.0.proj_in.weight",
+                "model.diffusion_model.output_blocks.2.1.conv.weight",
+                "model.diffusion_model.action_unet.obs_encoder.key_model_map.image.4.0.conv1.weight",
+                "model.diffusion_model.state_unet.spatial_softmax_blocks.8.nets.weight",
+                "model.diffusion_model.action_token_projector.layers.0.0.to_kv.weight",
+                "image_proj_model.layers.0.1.1.weight", "agent_state_pos_emb"):
+        assert key in up, key
+    assert not any(".temporal_conv." in k or ".backbone." in k for k in up)
+    assert torch.equal(up["model.diffusion_model.action_unet.spatial_softmax_blocks.4.nets.weight"],
+                       up["model.diffusion_model.action_unet.spatial_softmax_blocks.3.nets.weight"])
+    ckpt = {"state_dict": {**up, "first_stage_model.decoder.conv_in.weight": torch.zeros(1),
+                           "model.diffusion_model.action_unet.obs_encoder._dummy_variable": torch.zeros(0),
+                           "scale_arr": torch.ones(3)}}
+    fresh = _model("tiny-wma", seed=1)
+    assert not torch.equal(fresh.agent_state_pos_emb, tiny.agent_state_pos_emb)
+    report = load_upstream_checkpoint(fresh, ckpt)  # strict
+    assert sorted(report.ignored) == sorted(["first_stage_model.decoder.conv_in.weight", "scale_arr",
+                                             "model.diffusion_model.action_unet.obs_encoder._dummy_variable"])
+    a, b = tiny.state_dict(), fresh.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_mapping_is_strict(tiny):
+    up = upstream_state_dict(tiny)
+    missing = dict(up)
+    del missing["model.diffusion_model.out.2.weight"]
+    with pytest.raises(RuntimeError, match="out.2.weight"):
+        load_upstream_checkpoint(_model("tiny-wma", seed=1), missing)
+    broken = dict(up)
+    k = "model.diffusion_model.action_unet.spatial_softmax_blocks.5.nets.weight"
+    broken[k] = broken[k] + 1
+    with pytest.raises(ValueError, match="shared block"):
+        load_upstream_checkpoint(_model("tiny-wma", seed=1), broken)
+    assert from_upstream_key("cond_stage_model.model.token_embedding.weight") is None
+
+
+# --- fine labels -------------------------------------------------------------------------------------
+
+
+def test_fine_labels_only_when_detail_is_on(tiny, tmp_path):
+    p = get_preset("tiny-wma")
+    args = _inputs(p, tiny)
+    names = {}
+    for detail in (False, True):
+        set_labels(True, detail=detail)
+        try:
+            with torch.no_grad():
+                res = profile(lambda: tiny(*args), wait=0, warmup=0, active=1, out_dir=tmp_path, name=f"d{int(detail)}",
+                              activities=["cpu"])
+        finally:
+            set_labels(True, detail=False)
+        with gzip.open(res.trace_path, "rt") as f:
+            names[detail] = {e.get("name") for e in json.load(f)["traceEvents"]}
+    assert set(WMA_FINE_LABELS) <= names[True]
+    assert not set(WMA_FINE_LABELS) & names[False]

@@ -1,0 +1,290 @@
+"""UnifoLM-WMA interaction pipeline: schedules, DDIM update vs upstream, determinism, CFG, sections, labels, params."""
+
+import gzip
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from wmbook import baseline_wma
+from wmbook.pipelines.ddim import (WMAInteractionPipeline, check_run_params, dynamic_rescale, head_scheduler,
+                                   rescale_coefficients, video_scheduler)
+from wmbook.presets import (ALL_PRESETS, PRESETS, TINY_FOR, WMA_PRESETS, WMAPreset, get_preset, resolve_preset,
+                            workload_of)
+from wmbook.profiling import label_table, profile
+from wmbook.profiling.sections import SectionTimer
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny shapes run faster (and far steadier on a shared 2-core box) on one thread."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return WMAInteractionPipeline("tiny-wma", device="cpu", dtype="fp32", seed=0)
+
+
+@pytest.fixture(scope="module")
+def inputs(pipe):
+    return pipe.prepare(seed=3)
+
+
+# --- presets ------------------------------------------------------------------------------------------
+
+
+def test_presets_of_both_workloads():
+    assert set(ALL_PRESETS) == set(PRESETS) | set(WMA_PRESETS) and "tiny" in PRESETS
+    assert isinstance(get_preset("wma"), WMAPreset) and get_preset("tiny").name == "tiny"
+    assert workload_of("wma") == workload_of("tiny-wma") == "wma" and workload_of("self-forcing") == "mg2"
+    assert TINY_FOR["wma"] == "tiny-wma" and TINY_FOR["mg2-universal"] == "tiny"
+    assert resolve_preset("auto", torch.device("cpu"), real_default="wma") == "tiny-wma"
+    with pytest.raises(ValueError, match="allowed values.*tiny-wma.*wma"):
+        get_preset("wma2")
+    with pytest.raises(ValueError, match="allowed values"):
+        workload_of("wma2")
+    p = get_preset("wma")
+    assert (p.default_steps, p.ddim_eta, p.guidance_scale, p.guidance_rescale) == (50, 1.0, 1.0, 0.7)
+    assert p.latent_shape == (4, 16, 40, 64) and p.n_obs_steps == 2 and not p.tiny and get_preset("tiny-wma").tiny
+    assert p.with_(default_steps=20).default_steps == 20 and p.default_steps == 50
+    assert p.to_dict()["channel_mult"] == (1, 2, 4, 4)
+    with pytest.raises(Exception):
+        p.frames = 8  # frozen
+
+
+# --- schedules ------------------------------------------------------------------------------------------
+
+
+def _upstream_alphas_cumprod() -> np.ndarray:
+    """Upstream register_schedule: LDM 'linear' betas (sqrt-linspace squared), then rescale_zero_terminal_snr."""
+    betas = np.linspace(0.00085**0.5, 0.012**0.5, 1000, dtype=np.float64) ** 2
+    abar = np.sqrt(np.cumprod(1 - betas))
+    a0, at = abar[0], abar[-1]
+    abar = (abar - at) * a0 / (a0 - at)
+    return abar**2
+
+
+def test_video_scheduler_matches_upstream():
+    p = get_preset("wma")
+    s = video_scheduler(p)
+    s.set_timesteps(50)
+    ts = [int(t) for t in s.timesteps]
+    assert ts == list(range(999, 0, -20))  # upstream 'uniform_trailing': 999, 979, ..., 19
+    assert float(s.alphas_cumprod[-1]) == 0.0  # zero terminal SNR
+    np.testing.assert_allclose(s.alphas_cumprod.double().numpy(), _upstream_alphas_cumprod(), rtol=1e-5, atol=1e-7)
+    assert s.config.prediction_type == "v_prediction" and s.config.timestep_spacing == "trailing"
+    assert float(s.final_alpha_cumprod) == float(s.alphas_cumprod[0])  # upstream's last step lands on alpha_bar[0]
+    h = head_scheduler(p)
+    assert h.config.beta_schedule == "squaredcos_cap_v2" and h.config.clip_sample
+    assert h.config.prediction_type == "epsilon"
+
+
+def test_ddim_update_equals_upstream_formula():
+    """diffusers' step + the dynamic-rescale correction == upstream p_sample_ddim (v-pred, eta 1, pred_x0 rescale)."""
+    p = get_preset("wma")
+    s = video_scheduler(p)
+    coef = rescale_coefficients(p, s, 50)
+    ac = s.alphas_cumprod.double()
+    g = torch.Generator().manual_seed(0)
+    checked = 0
+    for j, t in enumerate(int(t) for t in s.timesteps):
+        if t not in (999, 419, 399, 199, 19):
+            continue
+        x, v, noise = (torch.randn(2, 3, generator=g, dtype=torch.float64) for _ in range(3))
+        a_t = ac[t]
+        a_prev = ac[t - 20] if t >= 20 else ac[0]
+        sigma = torch.sqrt((1 - a_prev) / (1 - a_t) * (1 - a_t / a_prev))
+        e_t = a_t.sqrt() * v + (1 - a_t).sqrt() * x
+        x0 = a_t.sqrt() * x - (1 - a_t).sqrt() * v
+        if t >= 20:
+            x0 = x0 * dynamic_rescale(p, t - 20) / dynamic_rescale(p, t)
+        want = a_prev.sqrt() * x0 + (1 - a_prev - sigma**2).sqrt() * e_t + sigma * noise
+        out = s.step(v, t, x, eta=1.0, variance_noise=noise)
+        got = out.prev_sample + coef[j] * out.pred_original_sample
+        # at t=999 (alpha_bar 0) the direction term is sqrt(1 - a_prev - sigma^2) = sqrt(0 + fp32 rounding of
+        # diffusers' scalar tables) ~ 3e-4; upstream's fp32 tables have the same residue
+        tol = 1e-3 if t == 999 else 1e-6
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+        checked += 1
+    assert checked == 5
+    assert coef[0] == 0.0 and coef[-1] == 0.0 and any(c != 0 for c in coef)  # only t < 420 rescales
+
+
+# --- the iteration ------------------------------------------------------------------------------------
+
+
+def test_iteration_shapes_and_determinism(pipe, inputs):
+    p = pipe.preset
+    a = pipe.run_iteration(inputs, progress=False)
+    b = pipe.run_iteration(pipe.prepare(seed=3), progress=False)
+    c = pipe.run_iteration(pipe.prepare(seed=4), progress=False)
+    ra, rb, rc = a.reference(), b.reference(), c.reference()
+    assert set(ra) == {"decision_latents", "decision_frames", "actions", "world_latents", "world_frames", "states"}
+    assert all(torch.equal(ra[k], rb[k]) for k in ra)
+    assert all(not torch.equal(ra[k], rc[k]) for k in ("world_latents", "actions", "states"))
+    assert ra["world_latents"].shape == (1, *p.latent_shape)
+    assert ra["world_frames"].shape == (1, 3, p.frames, p.height, p.width)
+    assert ra["actions"].shape == (1, p.horizon, p.agent_action_dim)
+    assert ra["actions"].abs().max() <= 1.0 + 1e-6  # the heads' scheduler clips its x0 to [-1, 1]
+    assert all(torch.isfinite(t).all() for t in ra.values())
+    assert a.timesteps == [999, 666, 332] and a.unet_forwards == 2 * p.default_steps
+    assert len(a.decision.step_ms) == len(a.world.forward_ms) == p.default_steps
+    parts = a.conditioning_ms + a.decision.pass_ms + a.world.pass_ms + a.save_ms
+    assert parts == pytest.approx(a.iteration_ms, rel=1e-6)
+    assert sum(a.world.step_ms) == pytest.approx(a.world.sampling_ms, rel=1e-6)
+    assert a.world.sampling_ms + a.world.decode_ms <= a.world.pass_ms * (1 + 1e-6)
+
+
+def test_world_pass_uses_decision_actions(pipe, inputs, monkeypatch):
+    """The world-model pass's action tokens come from the decision pass's actions (not zeros)."""
+    seen = []
+    orig = pipe.model.embed_action
+
+    def spy(actions, zero=False):
+        seen.append((actions.clone(), zero))
+        return orig(actions, zero)
+
+    monkeypatch.setattr(pipe.model, "embed_action", spy)
+    out = pipe.run_iteration(inputs, progress=False, decode_decision=False)
+    assert [z for _, z in seen] == [True, False]
+    assert torch.equal(seen[0][0], inputs.actions) and torch.equal(seen[1][0], out.decision.actions)
+    assert out.decision.frames is None and "decision_frames" not in out.reference()
+
+
+def _sections(pipe, inputs, **kw):
+    timer = SectionTimer(pipe.device)
+    with timer.attached():
+        out = pipe.run_iteration(inputs, progress=False, **kw)
+    return out, timer.table()
+
+
+def test_cfg_doubles_the_forwards(pipe, inputs):
+    steps = pipe.preset.default_steps
+    one, t1 = _sections(pipe, inputs)
+    two, t2 = _sections(pipe, inputs, guidance_scale=2.0)
+    count = lambda t: int(t.loc[t["section"] == "UNet_Forward", "count"].sum())  # noqa: E731
+    assert count(t1) == 2 * steps and count(t2) == 4 * steps
+    assert one.forwards_per_step == 1 and two.forwards_per_step == 2
+    assert not torch.equal(one.world.latents, two.world.latents)
+
+
+def test_section_table_accounting(pipe, inputs, tmp_path):
+    out, t = _sections(pipe, inputs, save_dir=tmp_path)
+    rows = t.set_index("path")
+    for path, r in rows.iterrows():
+        kids = rows[rows["parent"] == path]
+        if len(kids):  # self + children == total (self is clamped at 0, so allow event resolution)
+            assert r["self_ms"] + kids["total_ms"].sum() == pytest.approx(r["total_ms"], rel=1e-6, abs=1e-3), path
+    it = rows.loc["WMA_Interaction_Iteration"]
+    phases = ["1_Conditioning_Prep", "2_Decision_Pass", "3_World_Model_Pass", "4_Save_Results"]
+    total = sum(rows.loc[f"WMA_Interaction_Iteration/{ph}", "total_ms"] for ph in phases)
+    assert total == pytest.approx(it["total_ms"], rel=0.02)
+    step = rows.loc["WMA_Interaction_Iteration/2_Decision_Pass/2.1_DDIM_Sampling/DDIM_Step_*"]
+    assert step["count"] == pipe.preset.default_steps
+    frames = rows.loc["WMA_Interaction_Iteration/3_World_Model_Pass/3.2_Decode_First_Stage/VAE_Decode_Frame_*"]
+    assert frames["count"] == pipe.preset.frames
+    assert {"decision", "world_model", "actions_states"} <= set(out.paths)
+    saved = np.load(out.paths["actions_states"])["actions"]
+    assert saved.shape == (1, pipe.preset.horizon, pipe.preset.agent_action_dim)
+
+
+def test_label_hierarchy_in_trace(pipe, inputs, tmp_path):
+    res = profile(lambda: pipe.run_iteration(inputs, progress=False, save_dir=tmp_path / "out"), wait=0, warmup=0,
+                  active=1, out_dir=tmp_path, name="wma", activities=["cpu"])
+    with gzip.open(res.trace_path, "rt") as f:
+        names = {e.get("name") for e in json.load(f)["traceEvents"]}
+    for want in ["WMA_Interaction_Iteration", "1_Conditioning_Prep", "1.1_Image_Embedding",
+                 "1.2_VAE_Encode_Observation", "VAE_Encode_Frame_1", "1.3_Text_Embedding", "1.4_State_Action_Embedding",
+                 "2_Decision_Pass", "2.1_DDIM_Sampling", "DDIM_Step_0_t999", "DDIM_Step_2_t332", "UNet_Forward",
+                 "DDIM_Update", "2.2_Decode_First_Stage", "VAE_Decode_Frame_0", "VAE_Decode_Frame_3",
+                 "3_World_Model_Pass", "3.0_Action_Embedding", "3.1_DDIM_Sampling", "3.2_Decode_First_Stage",
+                 "4_Save_Results"]:
+        assert want in names, want
+    df = label_table(res.trace_path).set_index("label")
+    assert df.loc["2.1_DDIM_Sampling", "parent"] == "2_Decision_Pass"
+    assert df.loc["3.1_DDIM_Sampling", "parent"] == "3_World_Model_Pass"
+    assert re.match(r"DDIM_Step_\d+_t\d+$", df.loc["UNet_Forward", "parent"])
+    assert df.loc["1_Conditioning_Prep", "parent"] == "WMA_Interaction_Iteration"
+
+
+# --- parameters ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"ddim_steps": 0}, "ddim_steps=0.*allowed values"),
+    ({"ddim_steps": 1001}, "ddim_steps=1001"),
+    ({"ddim_steps": 2.5}, "ddim_steps=2.5"),
+    ({"guidance_scale": 0.5}, "guidance_scale=0.5.*allowed values"),
+    ({"guidance_rescale": 1.5}, "guidance_rescale=1.5"),
+    ({"eta": -1.0}, "eta=-1.0"),
+    ({"eta": math.nan}, "eta=nan"),
+    ({"decode_decision": "yes"}, "decode_decision='yes'"),
+])
+def test_bad_run_parameters_rejected_before_work(pipe, inputs, monkeypatch, kw, match):
+    def boom(*a, **k):
+        raise AssertionError("work started before the parameters were checked")
+
+    monkeypatch.setattr(pipe, "condition", boom)
+    with pytest.raises(ValueError, match=match):
+        pipe.run_iteration(inputs, progress=False, **kw)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"preset": "tiny"}, "preset='tiny'.*allowed values.*tiny-wma"),
+    ({"preset": "wma", "device": "cpu"}, "needs a GPU"),
+    ({"dtype": "int8"}, "dtype='int8'.*allowed values"),
+    ({"vae_dtype": "fp64"}, "vae_dtype='fp64'"),
+    ({"dtype": "fp16", "device": "cpu"}, "fp16"),
+    ({"ddim_steps": -1}, "ddim_steps=-1"),
+    ({"ddim_steps": 5000}, "ddim_steps=5000"),
+    ({"guidance_scale": 0.0}, "guidance_scale=0.0"),
+    ({"repeats": 0}, "repeats=0.*integer >= 1"),
+    ({"warmup": -1}, "warmup=-1"),
+    ({"profile": "yes"}, "profile='yes'"),
+    ({"device": "tpu"}, "device='tpu'.*allowed values"),
+    ({"workload": "mg2"}, "workload='mg2'"),
+])
+def test_bad_notebook_parameters_rejected(kw, match):
+    with pytest.raises(ValueError, match=match):
+        baseline_wma.validate(**kw)
+
+
+def test_pipeline_rejects_a_causal_preset():
+    with pytest.raises(ValueError, match="not a UnifoLM-WMA preset"):
+        WMAInteractionPipeline("tiny", device="cpu")
+    assert check_run_params(get_preset("wma")) == (50, 1.0, 0.7, 1.0)
+
+
+# --- notebook-01 logic -----------------------------------------------------------------------------------
+
+
+def test_baseline_wma_end_to_end(pipe, inputs, tmp_path):
+    cfg = baseline_wma.validate(device="cpu", warmup=0, repeats=2, output_dir=str(tmp_path))
+    assert cfg.preset == "tiny-wma" and cfg.ddim_steps == 3 and cfg.vae_dtype == torch.float32
+    assert cfg.results_path.name == "results-tiny.csv" and cfg.results_path.parent.name == "results"
+    res = baseline_wma.benchmark(pipe, inputs, warmup=0, repeats=2, ceilings={"gemm_tflops": 1.0, "device_name": "cpu"},
+                                 save_dir=tmp_path / "it")
+    s = res.summary()
+    assert s["iteration_s"].n == 2 and s["ddim_step_ms"].n == 2 * 2 * cfg.ddim_steps
+    assert 0 < s["sampling_share"] < 1 and 0 < s["vae_decode_share"] < 1 and 0 < s["conditioning_share"] < 1
+    assert s["unet_forward_over_floor"] > 1
+    pt = res.phase_table()
+    assert pt["share"].sum() == pytest.approx(1.0, abs=1e-6)
+    assert len(res.step_table()) == 2 * cfg.ddim_steps
+    assert res.section_table()["section"].str.contains("UNet_Forward").any()
+    rows = baseline_wma.result_rows(cfg, res)
+    assert {r["workload"] for r in rows} == {"wma"} and {r["preset"] for r in rows} == {"tiny-wma"}
+    assert {"iteration_s", "unet_forward_ms", "unet_floor_ms", "vae_decode_share"} <= {r["metric"] for r in rows}
+    text = baseline_wma.interpret(cfg, res)
+    assert "floor" in text and "76 s per iteration" in text and "tiny-preset" in text
+    mt = baseline_wma.model_table(pipe, inputs, cfg)
+    assert mt.loc["DDIM steps per pass", "value"] == 3
+    out = baseline_wma.run_callable(pipe, inputs, cfg)()
+    assert out.paths["world_model"].parent == tmp_path / "iteration" and out.ddim_steps == 3

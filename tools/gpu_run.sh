@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Run notebooks on a GPU host (no network: wheels in .whl/) and bundle what they produce:
+#   bash tools/gpu_run.sh OUT_DIR "NB TAG [-p name value ...]" ["NB TAG ..." ...]
+# e.g. bash tools/gpu_run.sh /tmp/out "02 mg2-universal -p preset mg2-universal -p num_blocks 3"
+# Each run renders <OUT>/reports/<NB>-<TAG>.html, appends rows to <OUT>/results.csv and keeps its
+# artifacts (session reports, GIFs; not the traces) under <OUT>/artifacts/<NB>-<TAG>/; everything is packed
+# into <OUT>/bundle.tgz. Exit status: non-zero if any notebook failed.
+set -uo pipefail
+out=${1:?usage: gpu_run.sh OUT_DIR "NB TAG [-p name value ...]" ...}; shift
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --find-links .whl papermill nbconvert ipykernel ipywidgets diffusers || exit 1
+fi
+python3 -m ipykernel install --name python3 >/dev/null
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+mkdir -p "$out/reports" "$out/artifacts"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/nvidia-smi.csv"
+work=$(mktemp -d)
+rc=0
+for spec in "$@"; do
+  read -r nb tag rest <<< "$spec"
+  art="$out/artifacts/$nb-$tag"
+  mkdir -p "$art"
+  # shellcheck disable=SC2086
+  python3 -m wmbook run "$nb" --out "$work/$nb-$tag" -q $rest -p results_path "$out/results.csv" \
+      -p output_dir "$art" || rc=1
+  cp "$work/$nb-$tag/"[0-9][0-9]_*.html "$out/reports/$nb-$tag.html" 2>/dev/null
+  # traces stay on the device (tens of MB at real shapes); their breakdowns are in the session reports
+  find "$art" -name '*.json.gz' -delete
+done
+cp data/ceilings/*.json "$out/" 2>/dev/null
+tar -C "$out" -czf "$out.tgz" . && mv "$out.tgz" "$out/bundle.tgz"
+exit $rc

@@ -1,0 +1,417 @@
+"""UnifoLM-WMA-0 interaction iteration (upstream `scripts/evaluation/world_model_interaction.py`), labelled.
+
+One iteration = conditioning, then two DDIM samplings of the same UNet:
+  decision pass     (sim_mode off): action tokens zeroed, instruction text used -> the action chunk
+  world-model pass  (sim_mode on):  the decision pass's actions as tokens, empty text -> the future video, states
+Each DDIM step runs the UNet once (twice with classifier-free guidance) and steps three diffusers
+DDIMSchedulers: the video's (v-prediction, zero-terminal-SNR scaled-linear betas, trailing spacing, eta 1,
+DynamiCrafter's dynamic pred-x0 rescale) and the action and state heads' own (epsilon, squaredcos_cap_v2,
+clipped), which upstream steps at the video's timesteps. Latents are decoded one frame at a time.
+
+Label hierarchy (record_function / NVTX; a SectionTimer attached with `timer.attached()` times them all):
+  WMA_Interaction_Iteration
+    1_Conditioning_Prep    1.1_Image_Embedding 1.2_VAE_Encode_Observation 1.3_Text_Embedding
+                           1.4_State_Action_Embedding
+    2_Decision_Pass        2.1_DDIM_Sampling > DDIM_Step_{j}_t{t} > UNet_Forward (x1 or x2), DDIM_Update
+                           2.2_Decode_First_Stage > VAE_Decode_Frame_{k}
+    3_World_Model_Pass     3.0_Action_Embedding, 3.1_DDIM_Sampling ..., 3.2_Decode_First_Stage ...
+    4_Save_Results
+Timings come from device events (`DeviceTimer`): no host sync inside the loop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from diffusers import DDIMScheduler
+from tqdm.auto import tqdm
+
+from ..atomic import atomic_open
+from ..bench import DeviceTimer
+from ..models.wma import WMA_FORWARD_LABEL, WMAWorldModel
+from ..models.wma.conditioning import ClipImageTokens, OpenClipTextEncoder
+from ..models.wma.vae import build_sd_vae, decode_frame, encode_frame
+from ..presets import WMAPreset, get_preset, resolve_device, resolve_dtype
+from ..profiling.labels import label
+from .causal import export_gif, load_image
+
+ITERATION_LABEL = "WMA_Interaction_Iteration"  # one interaction iteration (the breakdown region)
+DEFAULT_INSTRUCTION = "pick up the yellow box and place it in the basket"
+
+
+@dataclass
+class WMAInputs:
+    """One observation: what the interaction loop holds before an iteration."""
+
+    seed: int
+    observation_images: torch.Tensor  # [B, 3, n_obs, H, W] in [-1, 1]
+    observation_states: torch.Tensor  # [B, n_obs, S] (normalised to [-1, 1])
+    actions: torch.Tensor  # [B, T, A] the action queue (zeros at the start of an episode, as upstream)
+    instruction: str
+
+
+@dataclass
+class Conditioning:
+    """Everything 1_Conditioning_Prep produces."""
+
+    cond_latent: torch.Tensor  # [B, 4, T, h, w] observation latent repeated over frames
+    state: torch.Tensor  # [B, n_obs, C]
+    image: torch.Tensor  # [B, T*Q, C]
+    text: torch.Tensor  # [B, text_len, C] the instruction
+    empty_text: torch.Tensor  # [B, text_len, C] the empty prompt (world-model pass, unconditional branch)
+    decision_context: torch.Tensor  # [B, N, C]
+    uncond_image: torch.Tensor | None = None  # [B, T*Q, C] from a zero image (only with guidance)
+
+
+@dataclass
+class PassOutput:
+    """One DDIM sampling pass (+ decode) and its device-event timings."""
+
+    latents: torch.Tensor  # [B, 4, T, h, w]
+    frames: torch.Tensor | None  # [B, 3, T, H, W] (None when not decoded)
+    actions: torch.Tensor  # [B, T, A]
+    states: torch.Tensor  # [B, T, S]
+    step_ms: list[float] = field(default_factory=list)  # whole DDIM step
+    forward_ms: list[float] = field(default_factory=list)  # the step's UNet forward(s)
+    update_ms: list[float] = field(default_factory=list)  # the three scheduler updates
+    sampling_ms: float = float("nan")
+    decode_ms: float = 0.0
+    pass_ms: float = float("nan")
+
+
+@dataclass
+class WMAOutput:
+    """One interaction iteration."""
+
+    decision: PassOutput
+    world: PassOutput
+    ddim_steps: int
+    timesteps: list[int]
+    forwards_per_step: int
+    conditioning_ms: float = float("nan")
+    save_ms: float = 0.0
+    iteration_ms: float = float("nan")
+    peak_memory_bytes: int | None = None
+    paths: dict = field(default_factory=dict)
+
+    @property
+    def unet_forwards(self) -> int:
+        return 2 * self.ddim_steps * self.forwards_per_step
+
+    def reference(self) -> dict[str, torch.Tensor]:
+        """The tensors a faster variant must reproduce (fp32 reference gate)."""
+        ref = {"decision_latents": self.decision.latents, "actions": self.decision.actions,
+               "world_latents": self.world.latents, "states": self.world.states}
+        if self.decision.frames is not None:
+            ref["decision_frames"] = self.decision.frames
+        if self.world.frames is not None:
+            ref["world_frames"] = self.world.frames
+        return ref
+
+
+def video_scheduler(p: WMAPreset) -> DDIMScheduler:
+    """Upstream's video DDIM: scaled-linear betas rescaled to zero terminal SNR, v-prediction, trailing steps.
+
+    set_alpha_to_one=False: upstream's last step goes to alpha_bar[0], not 1 (make_ddim_sampling_parameters).
+    """
+    return DDIMScheduler(num_train_timesteps=p.num_train_timesteps, beta_start=p.beta_start, beta_end=p.beta_end,
+                         beta_schedule=p.beta_schedule, rescale_betas_zero_snr=p.rescale_betas_zero_snr,
+                         prediction_type=p.prediction_type, timestep_spacing=p.timestep_spacing,
+                         set_alpha_to_one=False, clip_sample=False, steps_offset=0)
+
+
+def head_scheduler(p: WMAPreset) -> DDIMScheduler:
+    """The action / state heads' DDIM (upstream `noise_scheduler_config`)."""
+    return DDIMScheduler(num_train_timesteps=p.num_train_timesteps, beta_start=p.head_beta_start,
+                         beta_end=p.head_beta_end, beta_schedule=p.head_beta_schedule, clip_sample=True,
+                         set_alpha_to_one=True, steps_offset=0, prediction_type="epsilon")
+
+
+def dynamic_rescale(p: WMAPreset, t: int) -> float:
+    """DynamiCrafter's scale_arr[t]: 1 -> base_scale linearly over the first turning_step timesteps."""
+    if t >= p.turning_step:
+        return p.base_scale
+    return 1.0 + (p.base_scale - 1.0) * t / (p.turning_step - 1)
+
+
+def rescale_coefficients(p: WMAPreset, sched: DDIMScheduler, steps: int) -> list[float]:
+    """Per step c_j with x_prev = diffusers_step(...).prev_sample + c_j * pred_x0 == upstream's update with
+    pred_x0 *= scale(t_prev) / scale(t) (the direction term keeps the unscaled eps, as upstream).
+
+    Host floats only (no device sync). diffusers' previous timestep is t - 1000 // steps, upstream's the next
+    entry of its list: the same whenever steps divides 1000 (50 does).
+    """
+    sched.set_timesteps(steps)
+    stride = p.num_train_timesteps // steps
+    alphas = sched.alphas_cumprod.tolist()  # .tolist(): no per-element aten::item in traces
+    out = []
+    for t in sched.timesteps.tolist():
+        prev = t - stride
+        if not p.use_dynamic_rescale or prev < 0:
+            out.append(0.0)  # last step: upstream's scale_prev equals scale, no rescale
+            continue
+        r = dynamic_rescale(p, prev) / dynamic_rescale(p, t)
+        out.append(math.sqrt(alphas[prev]) * (r - 1.0))
+    return out
+
+
+def check_run_params(p: WMAPreset, ddim_steps=None, guidance_scale=None, guidance_rescale=None, eta=None):
+    """Validated (steps, guidance_scale, guidance_rescale, eta); None -> the preset's value."""
+    steps = p.default_steps if ddim_steps is None else ddim_steps
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= p.num_train_timesteps:
+        raise ValueError(f"ddim_steps={ddim_steps!r} is not allowed; allowed values: an integer in "
+                         f"[1, {p.num_train_timesteps}]")
+    out = [int(steps)]
+    for name, v, default, lo, hi in (("guidance_scale", guidance_scale, p.guidance_scale, 1.0, math.inf),
+                                     ("guidance_rescale", guidance_rescale, p.guidance_rescale, 0.0, 1.0),
+                                     ("eta", eta, p.ddim_eta, 0.0, math.inf)):
+        v = default if v is None else v
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or not lo <= v <= hi \
+                or not math.isfinite(v):
+            raise ValueError(f"{name}={v!r} is not allowed; allowed values: a number in [{lo}, {hi}]")
+        out.append(float(v))
+    return tuple(out)
+
+
+class WMAInteractionPipeline:
+    """Reference UnifoLM-WMA pipeline at a preset's shapes: world model, CLIP, text tower, VAE (random weights)."""
+
+    def __init__(self, preset: str | WMAPreset = "tiny-wma", device: str = "auto", dtype: str = "auto",
+                 vae_dtype: str = "auto", seed: int = 0, checkpoint=None):
+        p = preset if isinstance(preset, WMAPreset) else get_preset(preset)
+        if not isinstance(p, WMAPreset):
+            raise ValueError(f"preset={p.name!r} is not a UnifoLM-WMA preset; use 'tiny-wma' or 'wma'")
+        self.preset = p
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        # upstream runs the VAE in fp32 (a bf16 VAE cost one competitor 12 dB PSNR), so 'auto' keeps it fp32
+        self.vae_dtype = torch.float32 if vae_dtype == "auto" else resolve_dtype(vae_dtype, self.device)
+        dev = self.device
+        torch.manual_seed(seed)
+        with torch.device(dev):  # initialise on the target device: seconds, not minutes, at 2.6 B params
+            self.model = WMAWorldModel(p).eval().requires_grad_(False)
+        if checkpoint:
+            from ..models.wma.mapping import load_upstream_checkpoint
+
+            load_upstream_checkpoint(self.model, checkpoint)
+        self.model.to(self.dtype)
+        self.clip = ClipImageTokens(p.clip, dtype=self.dtype, device=dev, seed=seed)
+        self.text = OpenClipTextEncoder(p, device=dev, dtype=self.dtype, seed=seed)
+        self.vae = build_sd_vae(p, dtype=self.vae_dtype, device=dev, seed=seed)
+        self.scheduler = video_scheduler(p)
+        self.action_scheduler = head_scheduler(p)
+        self.state_scheduler = head_scheduler(p)
+
+    # --- inputs ---------------------------------------------------------------------------------
+    def prepare(self, seed: int = 0, image=None, instruction: str = DEFAULT_INSTRUCTION, batch: int = 1) -> WMAInputs:
+        """The start of an episode: the first frame (and state) fill the n_obs queue, actions are zeros."""
+        p = self.preset
+        if not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch={batch!r} must be a positive integer")
+        gen = torch.Generator("cpu").manual_seed(seed)
+        img = load_image(image, p.height, p.width, gen)  # [1, 3, H, W]
+        obs = img[:, :, None].expand(batch, -1, p.n_obs_steps, -1, -1).contiguous()  # [B, 3, n_obs, H, W]
+        state = torch.rand(1, 1, p.agent_state_dim, generator=gen) * 2 - 1
+        states = state.expand(batch, p.n_obs_steps, -1).contiguous()
+        actions = torch.zeros(batch, p.horizon, p.agent_action_dim)
+        dev = self.device
+        return WMAInputs(seed=seed, observation_images=obs.to(dev), observation_states=states.to(dev),
+                         actions=actions.to(dev), instruction=instruction)
+
+    # --- 1. conditioning -------------------------------------------------------------------------
+    def condition(self, inputs: WMAInputs, gen: torch.Generator, guidance: bool) -> Conditioning:
+        p, m, dt = self.preset, self.model, self.dtype
+        b = inputs.observation_images.shape[0]
+        last = inputs.observation_images[:, :, -1]  # [B, 3, H, W] the current frame
+        with label("1.1_Image_Embedding"):
+            image = m.embed_image(self.clip(last.to(dt)))  # [B, T*Q, C]
+            uncond_image = m.embed_image(self.clip(torch.zeros_like(last).to(dt))) if guidance else None
+        with label("1.2_VAE_Encode_Observation"):
+            # upstream encodes every observed frame (per frame) and keeps the last one
+            lat = None
+            for k in range(inputs.observation_images.shape[2]):
+                with label(f"VAE_Encode_Frame_{k}"):
+                    lat = encode_frame(self.vae, inputs.observation_images[:, :, k], p.scale_factor, gen)
+            cond_latent = lat.to(dt)[:, :, None].expand(-1, -1, p.frames, -1, -1)  # [B, 4, T, h, w]
+        with label("1.3_Text_Embedding"):
+            text = self.text([inputs.instruction] * b)
+            empty = self.text([""] * b)
+        with label("1.4_State_Action_Embedding"):
+            state = m.embed_state(inputs.observation_states)
+            zero_actions = m.embed_action(inputs.actions, zero=True)  # decision pass: action tokens zeroed
+            ctx = m.build_context(state, zero_actions, text, image)
+        return Conditioning(cond_latent=cond_latent, state=state, image=image, text=text, empty_text=empty,
+                            decision_context=ctx, uncond_image=uncond_image)
+
+    # --- 2./3. sampling ---------------------------------------------------------------------------
+    def _denoise(self, x, act, st, t, cond: Conditioning, context, obs_images, obs_states, fs):
+        tt = torch.full((x.shape[0],), t, device=x.device, dtype=torch.long)
+        with label(WMA_FORWARD_LABEL):
+            return self.model(x.to(self.dtype), cond.cond_latent, act.to(self.dtype), st.to(self.dtype), tt,
+                              context, obs_images, obs_states, fs)
+
+    def sample_pass(self, tag: str, cond: Conditioning, context: torch.Tensor, uncond_context: torch.Tensor | None,
+                    inputs: WMAInputs, *, steps: int, guidance_scale: float, guidance_rescale: float, eta: float,
+                    gen: torch.Generator, timer: DeviceTimer, decode: bool, progress: bool) -> PassOutput:
+        """DDIM sampling of video, actions and states from noise, then the per-frame decode."""
+        p, dev = self.preset, self.device
+        b = context.shape[0]
+        sched, asched, ssched = self.scheduler, self.action_scheduler, self.state_scheduler
+        for s in (sched, asched, ssched):
+            s.set_timesteps(steps)  # host-side tables: no device work, no sync
+        ts = sched.timesteps.tolist()
+        coef = rescale_coefficients(p, sched, steps)
+        guided = guidance_scale != 1.0
+        obs_images = inputs.observation_images.to(self.dtype)
+        obs_states = inputs.observation_states.to(self.dtype)
+        fs = torch.full((b,), p.default_fs, dtype=torch.long, device=dev)
+
+        x = torch.randn((b, *p.latent_shape), generator=gen, device=dev)  # fp32 sampling state
+        act = torch.randn((b, p.horizon, p.agent_action_dim), generator=gen, device=dev)
+        st = torch.randn((b, p.horizon, p.agent_state_dim), generator=gen, device=dev)
+        timer.mark(f"{tag}_sampling")
+        with label(f"{tag}.1_DDIM_Sampling"):
+            for j, t in enumerate(tqdm(ts, desc=f"{tag} DDIM steps", disable=not progress, leave=False)):
+                with label(f"DDIM_Step_{j}_t{t}"):
+                    v, ea, es = self._denoise(x, act, st, t, cond, context, obs_images, obs_states, fs)
+                    if guided:
+                        vu, eau, esu = self._denoise(x, act, st, t, cond, uncond_context, obs_images, obs_states, fs)
+                    timer.mark(f"{tag}_f{j}")
+                    with label("DDIM_Update"):
+                        if guided:  # video, action and state outputs alike, as upstream
+                            v, ea, es = (self._guide(c.float(), u.float(), guidance_scale, guidance_rescale)
+                                         for c, u in ((v, vu), (ea, eau), (es, esu)))
+                        out = sched.step(v.float(), t, x, eta=eta, generator=gen)
+                        x = out.prev_sample
+                        if coef[j]:
+                            x = x + coef[j] * out.pred_original_sample
+                        act = asched.step(ea.float(), t, act).prev_sample
+                        st = ssched.step(es.float(), t, st).prev_sample
+                    timer.mark(f"{tag}_s{j}")
+        frames = None
+        if decode:
+            with label(f"{tag}.2_Decode_First_Stage"):
+                frames = self.decode(x)
+        timer.mark(f"{tag}_decoded")
+        return PassOutput(latents=x, frames=frames, actions=act, states=st)
+
+    @staticmethod
+    def _guide(cond: torch.Tensor, uncond: torch.Tensor, scale: float, rescale: float) -> torch.Tensor:
+        """Classifier-free guidance with upstream's guidance rescale (diffusers' rescale_noise_cfg)."""
+        out = uncond + scale * (cond - uncond)
+        if rescale > 0:
+            from diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion import rescale_noise_cfg
+
+            out = rescale_noise_cfg(out, cond, guidance_rescale=rescale)
+        return out
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """[B, 4, T, h, w] -> [B, 3, T, H, W], one VAE decode per frame (upstream perframe_ae)."""
+        frames = []
+        for k in range(latents.shape[2]):
+            with label(f"VAE_Decode_Frame_{k}"):
+                frames.append(decode_frame(self.vae, latents[:, :, k], self.preset.scale_factor))
+        return torch.stack(frames, dim=2)
+
+    # --- the iteration ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def run_iteration(self, inputs: WMAInputs, *, ddim_steps: int | None = None, guidance_scale: float | None = None,
+                      guidance_rescale: float | None = None, eta: float | None = None, decode_decision: bool = True,
+                      save_dir=None, progress: bool = True) -> WMAOutput:
+        """One interaction iteration (decision pass, then world-model pass); parameters checked first."""
+        p = self.preset
+        steps, gs, gr, eta = check_run_params(p, ddim_steps, guidance_scale, guidance_rescale, eta)
+        if not isinstance(decode_decision, bool):
+            raise ValueError(f"decode_decision={decode_decision!r} is not allowed; allowed values: [True, False]")
+        dev = self.device
+        guided = gs != 1.0
+        timer = DeviceTimer(dev)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        gen = torch.Generator(dev).manual_seed(inputs.seed + 1)
+        kw = dict(steps=steps, guidance_scale=gs, guidance_rescale=gr, eta=eta, gen=gen, timer=timer,
+                  progress=progress)
+        timer.mark("start")
+        with label(ITERATION_LABEL):
+            with label("1_Conditioning_Prep"):
+                cond = self.condition(inputs, gen, guided)
+            timer.mark("conditioned")
+            with label("2_Decision_Pass"):
+                unc = None
+                if guided:  # unconditional branch: empty prompt, image tokens of a blank frame
+                    zero = cond.state.new_zeros(cond.state.shape[0], p.horizon, cond.state.shape[2])
+                    unc = self.model.build_context(cond.state, zero, cond.empty_text, cond.uncond_image)
+                decision = self.sample_pass("2", cond, cond.decision_context, unc, inputs, decode=decode_decision, **kw)
+            timer.mark("decided")
+            with label("3_World_Model_Pass"):
+                with label("3.0_Action_Embedding"):
+                    # the decision pass's action chunk becomes the action tokens; no text (empty prompt)
+                    actions = self.model.embed_action(decision.actions)
+                    ctx = self.model.build_context(cond.state, actions, cond.empty_text, cond.image)
+                    unc = self.model.build_context(cond.state, actions, cond.empty_text, cond.uncond_image) \
+                        if guided else None
+                world = self.sample_pass("3", cond, ctx, unc, inputs, decode=True, **kw)
+            timer.mark("simulated")
+            paths = {}
+            if save_dir is not None:
+                with label("4_Save_Results"):
+                    paths = self.save(decision, world, save_dir)
+            timer.mark("end")
+        timer.synchronize()
+        out = WMAOutput(decision=decision, world=world, ddim_steps=steps, forwards_per_step=2 if guided else 1,
+                        timesteps=self.scheduler.timesteps.tolist(), paths=paths)
+        self._fill_pass_times(decision, timer, "2", steps, "conditioned", "decided")
+        self._fill_pass_times(world, timer, "3", steps, "decided", "simulated")
+        out.conditioning_ms = timer.elapsed_ms("start", "conditioned")
+        out.save_ms = timer.elapsed_ms("simulated", "end")
+        out.iteration_ms = timer.elapsed_ms("start", "end")
+        if dev.type == "cuda":
+            out.peak_memory_bytes = int(torch.cuda.max_memory_allocated(dev))
+        return out
+
+    @staticmethod
+    def _fill_pass_times(res: PassOutput, timer: DeviceTimer, tag: str, n: int, start: str, end: str) -> None:
+        prev = f"{tag}_sampling"
+        for j in range(n):
+            res.forward_ms.append(timer.elapsed_ms(prev, f"{tag}_f{j}"))
+            res.update_ms.append(timer.elapsed_ms(f"{tag}_f{j}", f"{tag}_s{j}"))
+            res.step_ms.append(timer.elapsed_ms(prev, f"{tag}_s{j}"))
+            prev = f"{tag}_s{j}"
+        res.sampling_ms = timer.elapsed_ms(f"{tag}_sampling", prev)
+        res.decode_ms = timer.elapsed_ms(prev, f"{tag}_decoded")
+        res.pass_ms = timer.elapsed_ms(start, end)
+
+    # --- 4. save ----------------------------------------------------------------------------------
+    def save(self, decision: PassOutput, world: PassOutput, save_dir, fps: int = 8, max_side: int = 256) -> dict:
+        """Small GIFs of the decoded videos and the action/state chunks (.npz), each written atomically."""
+        d = Path(save_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        paths = {}
+        for name, res in (("decision", decision), ("world_model", world)):
+            if res.frames is not None:
+                paths[name] = export_gif(to_uint8_video(res.frames), d / f"{name}.gif", fps=fps, max_side=max_side)
+        arrays = {"actions": decision.actions.float().cpu().numpy(), "states": world.states.float().cpu().numpy()}
+        with atomic_open(d / "actions_states.npz", "wb") as f:
+            np.savez(f, **arrays)
+        paths["actions_states"] = d / "actions_states.npz"
+        return paths
+
+    # --- conveniences -----------------------------------------------------------------------------
+    def run(self, *, seed: int = 0, save_dir=None, progress: bool = True, **kw) -> tuple[WMAInputs, WMAOutput]:
+        """prepare + one labelled iteration (kw: ddim_steps, guidance_scale, guidance_rescale, eta, decode_decision)."""
+        inputs = self.prepare(seed=seed)
+        return inputs, self.run_iteration(inputs, save_dir=save_dir, progress=progress, **kw)
+
+    def reference_outputs(self, inputs: WMAInputs, **kw) -> dict[str, torch.Tensor]:
+        """Latents, decoded frames, actions and states of one iteration: what a variant is gated against."""
+        return self.run_iteration(inputs, progress=False, **kw).reference()
+
+
+def to_uint8_video(frames: torch.Tensor) -> np.ndarray:
+    """[B, 3, T, H, W] in [-1, 1] -> uint8 [T, H, W, 3] of the first sample (upstream clamps, then scales)."""
+    video = ((frames[0].float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return video.permute(1, 2, 3, 0).cpu().numpy()
