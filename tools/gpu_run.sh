@@ -12,7 +12,7 @@ if [ -d .whl ]; then
 fi
 python3 -m ipykernel install --name python3 >/dev/null
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-mkdir -p "$out/reports" "$out/artifacts"
+rm -rf "$out"; mkdir -p "$out/reports" "$out/artifacts"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/nvidia-smi.csv"
 work=$(mktemp -d)
 rc=0

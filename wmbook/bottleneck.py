@@ -145,8 +145,9 @@ def session_report(pipe, inputs, cfg: BreakdownConfig, bd: Breakdown, ceilings: 
     overhead = None
     if cfg.measure_overhead:
         gen = bm.generate_callable(pipe, inputs, cfg.base)
+        # one run per round, alternating with and without the session: drifts (clocks, host load) hit both alike
         overhead = measure_overhead(gen, config=cfg.profiling_config, repeats=2 * cfg.overhead_repeats,
-                                    warmup=1, device=cfg.base.device, rounds=2)
+                                    warmup=1, device=cfg.base.device, rounds=2 * cfg.overhead_repeats)
     tags = {"notebook": NOTEBOOK, "workload": cfg.workload, "preset": cfg.base.preset}
     session = ProfilingSession(f"{NOTEBOOK}-{cfg.base.preset}", config=cfg.profiling_config, device=cfg.base.device,
                                tags=tags, output_dir=cfg.output_dir / "session")
