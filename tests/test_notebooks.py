@@ -95,3 +95,35 @@ def test_workload_parameters_are_routed_and_checked():
         workloads.validate("sd")
     with pytest.raises(ValueError, match="preset='tiny' is not allowed"):
         workloads.validate("wma", preset="tiny")
+
+
+def test_notebook_04_tiny_mg2_and_wma(tmp_path):
+    results = tmp_path / "results.csv"
+    common = {"repeats": 2, "warmup": 1, "e2e_repeats": 1, "compile_backend": "eager",
+              "results_path": str(results)}
+    runs = run_notebooks(["04_compile_autocast"], out=tmp_path / "r1", progress=False,
+                         parameters=common | {"workload": "mg2", "preset": "tiny", "recompile_blocks": 3,
+                                              "compile_table": "reference,hygiene", "output_dir": str(tmp_path / "a1")})
+    assert runs[0].status == "ok", runs[0].error
+    runs = run_notebooks(["04_compile_autocast"], out=tmp_path / "r2", progress=False,
+                         parameters=common | {"workload": "wma", "preset": "tiny-wma", "sections": "hygiene,ladder",
+                                              "ladder": "bf16,hygiene,channels-last,compile-regional",
+                                              "e2e_ddim_steps": 2, "output_dir": str(tmp_path / "a2")})
+    assert runs[0].status == "ok", runs[0].error
+    df = pd.read_csv(results)
+    mg2 = df[df["workload"] == "mg2"]
+    fwd = mg2[mg2["metric"] == "forward_ms"]
+    assert {"fp32-eager", "tf32 + bf16 + hygiene + compile-regional"} <= set(fwd["variant"])
+    assert (fwd["gate"].isin(["pass", "reference"])).all()
+    rec = mg2[(mg2["metric"] == "steady_run_recompiles")].set_index("variant")["value"]
+    assert rec["compile:regional, after hygiene"] == 0
+    wma = df[(df["workload"] == "wma") & (df["metric"] == "ddim_step_ms")]
+    assert len(wma) == 5  # reference + 4 rows
+
+
+def test_notebook_04_rejects_unknown_variant_before_work(tmp_path):
+    runs = run_notebooks(["04_compile_autocast"], out=tmp_path / "r", progress=False,
+                         parameters={"ladder": "bf16,turbo", "results_path": str(tmp_path / "r.csv"),
+                                     "output_dir": str(tmp_path / "art")})
+    assert runs[0].status == "failed" and "'turbo' is not known" in runs[0].error
+    assert not (tmp_path / "r.csv").exists()

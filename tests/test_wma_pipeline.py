@@ -19,12 +19,8 @@ from wmbook.profiling.sections import SectionTimer
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny shapes run faster (and far steadier on a shared 2-core box) on one thread."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+def _one_thread(one_thread):
+    """Every test of this module on one thread (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Run notebooks on a GPU host (no network: wheels in .whl/) and bundle what they produce:
-#   bash tools/gpu_run.sh OUT_DIR "NB TAG [-p name value ...]" ["NB TAG ..." ...]
+#   [NB_TIMEOUT=seconds] bash tools/gpu_run.sh OUT_DIR "NB TAG [-p name value ...]" ["NB TAG ..." ...]
 # e.g. bash tools/gpu_run.sh /tmp/out "02 mg2-universal -p preset mg2-universal -p num_blocks 3"
+# A copy of the repository on another host may carry a stale .git: pass the commit it was copied from as
+# WMBOOK_GIT_COMMIT=<sha> (results rows record it).
 # Each run renders <OUT>/reports/<NB>-<TAG>.html, appends rows to <OUT>/results.csv and keeps its
 # artifacts (session reports, GIFs; not the traces) under <OUT>/artifacts/<NB>-<TAG>/; everything is packed
 # into <OUT>/bundle.tgz. Exit status: non-zero if any notebook failed.
@@ -21,12 +23,16 @@ for spec in "$@"; do
   art="$out/artifacts/$nb-$tag"
   mkdir -p "$art"
   # shellcheck disable=SC2086
-  python3 -m wmbook run "$nb" --out "$work/$nb-$tag" -q $rest -p results_path "$out/results.csv" \
-      -p output_dir "$art" || rc=1
+  timeout "${NB_TIMEOUT:-3600}" python3 -m wmbook run "$nb" --out "$work/$nb-$tag" -q $rest \
+      -p results_path "$out/results.csv" -p output_dir "$art" || rc=1
   cp "$work/$nb-$tag/"[0-9][0-9]_*.html "$out/reports/$nb-$tag.html" 2>/dev/null
+  # the executed notebook too, so a run cut short still shows how far it got
+  cp "$work/$nb-$tag/executed/"*.ipynb "$art/" 2>/dev/null
   # traces stay on the device (tens of MB at real shapes); their breakdowns are in the session reports
   find "$art" -name '*.json.gz' -delete
+  find "$art" -path '*/iteration/*' -delete 2>/dev/null
+  cp data/ceilings/*.json "$out/" 2>/dev/null
+  # bundle after every notebook: what finished comes back even if a later one is killed
+  tar -C "$out" --exclude=bundle.tgz -czf "$out.tgz" . && mv "$out.tgz" "$out/bundle.tgz"
 done
-cp data/ceilings/*.json "$out/" 2>/dev/null
-tar -C "$out" -czf "$out.tgz" . && mv "$out.tgz" "$out/bundle.tgz"
 exit $rc

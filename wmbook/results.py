@@ -56,7 +56,14 @@ def _git(*args: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def git_commit() -> str:
-    """Short HEAD commit of the repo, '+dirty' if tracked files changed; '' when unknown."""
+    """Short HEAD commit of the repo, '+dirty' if tracked files changed; '' when unknown.
+
+    $WMBOOK_GIT_COMMIT overrides it: a copy of the working tree run elsewhere (a lent GPU host) may carry a
+    stale .git, so the launcher passes the commit it was copied from.
+    """
+    env = os.environ.get("WMBOOK_GIT_COMMIT")
+    if env:
+        return env
     try:
         commit = _git("rev-parse", "--short", "HEAD")
         if _git("status", "--porcelain", "--untracked-files=no"):

@@ -28,29 +28,68 @@ class HeadRMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
 
 
-def time_rope(x: torch.Tensor, start: int, dims: int, theta: float) -> torch.Tensor:
-    """RoPE over the frame index on the first `dims` channels of x [N, F, H, D] (adjacent pairs);
+def time_rope_tables(start: int, num_frames: int, dims: int, theta: float, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [1, F, 1, dims/2] of the frame-index RoPE for latent frames start .. start+F-1 (float32)."""
+    inv = 1.0 / torch.pow(theta, torch.arange(0, dims, 2, device=device, dtype=torch.float64) / dims)
+    ang = torch.outer(torch.arange(start, start + num_frames, device=device, dtype=torch.float64), inv)  # [F, dims/2]
+    return torch.cos(ang).float()[None, :, None, :], torch.sin(ang).float()[None, :, None, :]
+
+
+def apply_time_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE over the frame index on the first 2*cos.shape[-1] channels of x [N, F, H, D] (adjacent pairs);
     upstream's (t, h, w) split with h = w = 0 leaves the other channels unrotated."""
-    f = x.shape[1]
-    inv = 1.0 / torch.pow(theta, torch.arange(0, dims, 2, device=x.device, dtype=torch.float64) / dims)
-    ang = torch.outer(torch.arange(start, start + f, device=x.device, dtype=torch.float64), inv)  # [F, dims/2]
-    cos, sin = torch.cos(ang).float()[None, :, None, :], torch.sin(ang).float()[None, :, None, :]
+    dims = 2 * cos.shape[-1]
     rot = x[..., :dims].float().unflatten(-1, (-1, 2))
     x0, x1 = rot[..., 0], rot[..., 1]
     rot = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2)
     return torch.cat([rot.type_as(x), x[..., dims:]], dim=-1)
 
 
-def action_windows(cond: torch.Tensor, start_frame: int, num_frames: int, ratio: int, window: int) -> torch.Tensor:
-    """cond [B, N_pix, C] -> [B, F, window*ratio, C]: raw frames [ratio*(i-window), ratio*i) per latent i."""
+def time_rope(x: torch.Tensor, start: int, dims: int, theta: float) -> torch.Tensor:
+    """RoPE over the frame index (tables built on the fly) on the first `dims` channels of x [N, F, H, D]."""
+    cos, sin = time_rope_tables(start, x.shape[1], dims, theta, x.device)
+    return apply_time_rope(x, cos, sin)
+
+
+def action_windows(cond: torch.Tensor, start_frame: int, num_frames: int, ratio: int, window: int,
+                   sync_check: bool = True) -> torch.Tensor:
+    """cond [B, N_pix, ...] -> [B, F, window*ratio, ...]: raw frames [ratio*(i-window), ratio*i) per latent i.
+
+    sync_check=True checks the bound on the device-built index (a host read, like upstream's `.item()`s);
+    False checks it with host integers (no sync).
+    """
     pad_t = ratio * window
-    padded = torch.cat([cond[:, :1].expand(-1, pad_t, -1), cond], dim=1)
+    padded = torch.cat([cond[:, :1].expand(-1, pad_t, *cond.shape[2:]), cond], dim=1)
     frames = torch.arange(start_frame, start_frame + num_frames, device=cond.device)
     idx = ratio * frames[:, None] + torch.arange(pad_t, device=cond.device)[None, :]  # padded coords
-    if int(idx.max()) >= padded.shape[1]:
+    top = int(idx.max()) if sync_check else ratio * (start_frame + num_frames - 1) + pad_t - 1
+    if top >= padded.shape[1]:
         raise ValueError(f"action sequence has {cond.shape[1]} frames; latent frame {start_frame + num_frames - 1} "
                          f"needs at least {ratio * (start_frame + num_frames - 1)}")
     return padded[:, idx]
+
+
+@dataclass
+class ActionInputs:
+    """What every action module of one forward needs from the raw actions: the same for all 15 modules."""
+
+    mouse: torch.Tensor  # [B, F, window*ratio*mouse_dim] raw mouse windows
+    keyboard: torch.Tensor  # [B, F, window*ratio, keyboard_dim] raw keyboard windows (each module embeds them)
+    cos: torch.Tensor  # [1, F, 1, rope_dims/2] frame-index RoPE tables
+    sin: torch.Tensor
+    mask: torch.Tensor | None  # [F, F] block-causal frame mask (full-sequence forward only)
+
+
+def prepare_action_inputs(actions: dict, start_frame: int, num_frames: int, cfg, dtype, *, frames_per_block: int,
+                          local_attn_size: int, cached: bool, sync_check: bool = True) -> ActionInputs:
+    """Windows, RoPE tables and mask of one forward (latent frames start_frame .. start_frame+F-1)."""
+    r, w = cfg.vae_time_compression_ratio, cfg.windows_size
+    dev = actions["mouse"].device
+    mouse = action_windows(actions["mouse"].to(dtype), start_frame, num_frames, r, w, sync_check).flatten(2)
+    keyboard = action_windows(actions["keyboard"].to(dtype), start_frame, num_frames, r, w, sync_check)
+    cos, sin = time_rope_tables(start_frame, num_frames, cfg.rope_dim_list[0], cfg.rope_theta, dev)
+    mask = None if cached else block_causal_frame_mask(num_frames, frames_per_block, local_attn_size, dev)
+    return ActionInputs(mouse=mouse, keyboard=keyboard, cos=cos, sin=sin, mask=mask)
 
 
 @dataclass
@@ -94,40 +133,41 @@ class ActionModule(nn.Module):
             keyboard=KVCache(batch, capacity_frames, cfg.heads_num, hk, dtype, device, window=win),
         )
 
-    def forward(self, x, grid, actions: dict, *, start_frame: int, cache: ActionCache | None = None):
-        # x [B, F*S, C]; actions {"mouse": [B, N_pix, 2], "keyboard": [B, N_pix, 4]}
+    def forward(self, x, grid, actions: dict | None = None, *, start_frame: int | None = None,
+                cache: ActionCache | None = None, inputs: ActionInputs | None = None):
+        # x [B, F*S, C]; actions {"mouse": [B, N_pix, 2], "keyboard": [B, N_pix, 4]} or precomputed `inputs`
         cfg = self.cfg
         f, s = grid[0], grid[1] * grid[2]
         b, _, cdim = x.shape
-        nh, r, w = cfg.heads_num, cfg.vae_time_compression_ratio, cfg.windows_size
-        mask = None
-        if cache is None:  # full sequence: block-causal window over frames
-            mask = block_causal_frame_mask(f, self.frames_per_block, self.local_attn_size, x.device)
+        nh = cfg.heads_num
+        if inputs is None:  # reference: every module windows the raw actions itself, like upstream
+            inputs = prepare_action_inputs(actions, start_frame, f, cfg, x.dtype, frames_per_block=self.frames_per_block,
+                                           local_attn_size=self.local_attn_size, cached=cache is not None)
+        mask = inputs.mask
 
         # mouse: per spatial location, temporal self-attention over latent frames
-        mouse = action_windows(actions["mouse"].to(x.dtype), start_frame, f, r, w).flatten(2)  # [B, F, 12*2]
         hs = x.view(b, f, s, cdim).transpose(1, 2).reshape(b * s, f, cdim)  # [B*S, F, C]
-        mouse = mouse[:, None].expand(b, s, f, mouse.shape[-1]).reshape(b * s, f, -1)
+        mouse = inputs.mouse[:, None].expand(b, s, f, inputs.mouse.shape[-1]).reshape(b * s, f, -1)
         g = self.mouse_mlp(torch.cat([hs, mouse], dim=-1))  # [B*S, F, c]
         q, k, v = self.t_qkv(g).view(b * s, f, 3, nh, -1).unbind(2)  # [B*S, F, H, D]
-        q = time_rope(self.img_attn_q_norm(q).to(v.dtype), start_frame, cfg.rope_dim_list[0], cfg.rope_theta)
-        k = time_rope(self.img_attn_k_norm(k).to(v.dtype), start_frame, cfg.rope_dim_list[0], cfg.rope_theta)
+        q = apply_time_rope(self.img_attn_q_norm(q).to(v.dtype), inputs.cos, inputs.sin)
+        k = apply_time_rope(self.img_attn_k_norm(k).to(v.dtype), inputs.cos, inputs.sin)
         if cache is not None:
             k, v = cache.mouse.update(k, v, start_frame)
         att = attention(q, k, v, mask=mask).flatten(2)  # [B*S, F, c]
         att = att.view(b, s, f, -1).transpose(1, 2).reshape(b, f * s, -1)
         x = x + self.proj_mouse(att)
 
-        # keyboard: every token attends to per-frame keyboard tokens
-        kb = self.keyboard_embed(actions["keyboard"].to(x.dtype))  # [B, N_pix, hidden]
-        kb = action_windows(kb, start_frame, f, r, w).flatten(2)  # [B, F, 12*hidden]
+        # keyboard: every token attends to per-frame keyboard tokens (embedding is per frame, so embedding the
+        # windowed raw actions equals windowing the embedded sequence)
+        kb = self.keyboard_embed(inputs.keyboard).flatten(2)  # [B, F, 12*hidden]
         kk, kv = self.keyboard_attn_kv(kb).view(b, f, 2, nh, -1).unbind(2)  # [B, F, H, D]
         q = self.mouse_attn_q(x).view(b, f * s, nh, -1)
         q = self.key_attn_q_norm(q).to(kv.dtype)
         kk = self.key_attn_k_norm(kk).to(kv.dtype)
         q = q.view(b, f, s, nh, -1).transpose(1, 2).reshape(b * s, f, nh, -1)
-        q = time_rope(q, start_frame, cfg.rope_dim_list[0], cfg.rope_theta)
-        kk = time_rope(kk, start_frame, cfg.rope_dim_list[0], cfg.rope_theta)
+        q = apply_time_rope(q, inputs.cos, inputs.sin)
+        kk = apply_time_rope(kk, inputs.cos, inputs.sin)
         if cache is not None:
             kk, kv = cache.keyboard.update(kk, kv, start_frame)
         nk = kk.shape[1]
@@ -136,4 +176,3 @@ class ActionModule(nn.Module):
         att = attention(q, kk, kv, mask=mask).flatten(2)  # [B*S, F, ck]
         att = att.view(b, s, f, -1).transpose(1, 2).reshape(b, f * s, -1)
         return x + self.proj_keyboard(att)
-

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ..presets import CausalWanPreset
 from ..profiling.labels import detail_label as dl
-from .action import ActionModule, ActionCache
+from .action import ActionCache, ActionModule, prepare_action_inputs
 from .attention import attention, block_causal_frame_mask
 from .checkpoint import read_state_dict
 from .kv_cache import KVCache
@@ -67,6 +67,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class WanRMSNorm(nn.Module):
+    fused = False  # dtype hygiene (wmbook.variants): one fused rms_norm in the input dtype, no fp32 round trip
+
     def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()
         self.dim = dim
@@ -74,15 +76,21 @@ class WanRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
+        if self.fused:  # statistics still accumulate in fp32 inside the kernel
+            return F.rms_norm(x, (self.dim,), self.weight, self.eps)
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
 class WanLayerNorm(nn.LayerNorm):
+    fused = False  # dtype hygiene: layer_norm on the input dtype (fp32 statistics inside the kernel)
+
     def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = False):
         super().__init__(dim, elementwise_affine=elementwise_affine, eps=eps)
 
     def forward(self, x):
+        if self.fused:
+            return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
         # statistics in fp32 whatever the model dtype (upstream Wan upcasts too)
         w = self.weight.float() if self.weight is not None else None
         b = self.bias.float() if self.bias is not None else None
@@ -102,7 +110,7 @@ class CausalWanSelfAttention(nn.Module):
         self.norm_q = WanRMSNorm(dim, eps=eps) if qk_norm else nn.Identity()
         self.norm_k = WanRMSNorm(dim, eps=eps) if qk_norm else nn.Identity()
 
-    def forward(self, x, cos, sin, kv_cache: KVCache | None, start_token: int, mask=None):
+    def forward(self, x, cos, sin, kv_cache: KVCache | None, start_token: int | None = None, mask=None):
         b, s = x.shape[:2]
         n, d = self.num_heads, self.head_dim
         with dl("DiT_SelfAttn_QKV_RoPE"):
@@ -120,14 +128,18 @@ class WanCrossAttention(CausalWanSelfAttention):
     """Cross-attention to context tokens (CLIP image tokens for MG2 i2v, text for t2v); K/V cached.
     Same layers as self-attention (upstream subclasses it too), no RoPE."""
 
+    def context_kv(self, context):
+        """K/V of the context tokens [B, Lc, C] -> [B, Lc, H, D] each."""
+        b, n, d = context.shape[0], self.num_heads, self.head_dim
+        return self.norm_k(self.k(context)).view(b, -1, n, d), self.v(context).view(b, -1, n, d)
+
     def forward(self, x, context, cache: dict | None = None):
         b, n, d = x.shape[0], self.num_heads, self.head_dim
         q = self.norm_q(self.q(x)).view(b, -1, n, d)
         if cache is not None and "k" in cache:
             k, v = cache["k"], cache["v"]
         else:
-            k = self.norm_k(self.k(context)).view(b, -1, n, d)
-            v = self.v(context).view(b, -1, n, d)
+            k, v = self.context_kv(context)
             if cache is not None:
                 cache["k"], cache["v"] = k, v
         return self.o(attention(q, k, v).flatten(2))
@@ -148,8 +160,10 @@ class CausalWanAttentionBlock(nn.Module):
         if p.action is not None and block_idx in p.action.blocks:
             self.action_model = ActionModule(p.action, local_attn_size=p.kv_capacity_frames(), frames_per_block=p.num_frame_per_block)
 
-    def forward(self, x, e, grid, context, cos, sin, *, start_frame, kv_cache=None, cross_cache=None,
-                actions=None, action_cache=None, mask=None):
+    def forward(self, x, e, grid, context, cos, sin, *, start_frame=None, kv_cache=None, cross_cache=None,
+                actions=None, action_cache=None, mask=None, action_inputs=None):
+        # start_frame None: the caches already know where to write (GenerationCache.begin) and the action
+        # inputs were prepared once for all blocks, so no Python int reaches a compiled block
         # x [B, L, C]; e [B, F, 6, C] per-frame modulation (time projection)
         f = e.shape[1]
         shift_msa, scale_msa, gate_msa, shift_ffn, scale_ffn, gate_ffn = (self.modulation.unsqueeze(1) + e).chunk(6, dim=2)
@@ -163,14 +177,15 @@ class CausalWanAttentionBlock(nn.Module):
         s = x.shape[1] // f
         with dl("DiT_Norm_Modulation"):
             h = modulate(self.norm1(x), shift_msa, scale_msa)
-        y = self.self_attn(h, cos, sin, kv_cache, start_frame * s, mask)
+        y = self.self_attn(h, cos, sin, kv_cache, None if start_frame is None else start_frame * s, mask)
         with dl("DiT_Norm_Modulation"):
             x = x + gated(y, gate_msa)
         with dl("DiT_CrossAttn"):
             x = x + self.cross_attn(self.norm3(x), context, cross_cache)
         if self.action_model is not None:
             with dl("DiT_Action"):
-                x = self.action_model(x, grid, actions, start_frame=start_frame, cache=action_cache)
+                x = self.action_model(x, grid, actions, start_frame=start_frame, cache=action_cache,
+                                      inputs=action_inputs)
         with dl("DiT_Norm_Modulation"):
             h = modulate(self.norm2(x), shift_ffn, scale_ffn)
         with dl("DiT_FFN"):
@@ -218,9 +233,26 @@ class GenerationCache:
         total = sum(c.nbytes() for c in self.kv) + sum(c.nbytes() for c in self.action if c is not None)
         return total + sum(t.numel() * t.element_size() for c in self.cross for t in c.values())
 
+    def begin(self, start_frame: int, frame_seqlen: int) -> None:
+        """Tell every cache where this forward's block writes (tokens for self-attention, frames for actions)."""
+        for c in self.kv:
+            c.next_start = start_frame * frame_seqlen
+        for a in self.action:
+            if a is not None:
+                for c in (a.mouse, a.keyboard):
+                    if c is not None:
+                        c.next_start = start_frame
+
 
 class CausalWanModel(nn.Module):
-    """Wan2.1-1.3B made block-causal; i2v with MG2 action modules, or t2v (Self-Forcing)."""
+    """Wan2.1-1.3B made block-causal; i2v with MG2 action modules, or t2v (Self-Forcing).
+
+    hoist_action_inputs (off in the reference, on with the dtype-hygiene variant): window the raw actions and
+    build the action RoPE tables once per forward for all action modules, with a host-side bounds check
+    instead of a device read; the blocks then get no Python ints (what torch.compile would guard on).
+    """
+
+    hoist_action_inputs = False
 
     def __init__(self, p: CausalWanPreset):
         super().__init__()
@@ -267,6 +299,14 @@ class CausalWanModel(nn.Module):
         ]
         return GenerationCache(kv=kv, cross=[{} for _ in self.blocks], action=action)
 
+    @torch.no_grad()
+    def prefill_cross_cache(self, context: torch.Tensor, cache: GenerationCache) -> None:
+        """Fill every layer's cross-attention K/V from the context before the first block (upstream fills
+        them lazily in the first forward, which gives a compiled block two variants: with and without)."""
+        ctx = self.embed_context(context.to(self.patch_embedding.weight.dtype))
+        for blk, cc in zip(self.blocks, cache.cross):
+            cc["k"], cc["v"] = blk.cross_attn.context_kv(ctx)
+
     # --- forward ----------------------------------------------------------------------------
     def embed_context(self, context: torch.Tensor) -> torch.Tensor:
         if self.preset.model_type == "i2v":
@@ -301,6 +341,14 @@ class CausalWanModel(nn.Module):
                 ctx = self.embed_context(context.to(x.dtype))
 
             cos, sin = rope_cos_sin(self.inv_freqs, grid[0], grid[1], grid[2], start_frame, x.device)
+        if cache is not None:
+            cache.begin(start_frame, grid[1] * grid[2])
+        action_inputs = None
+        if self.hoist_action_inputs and actions is not None and p.action is not None:
+            blk0 = next(b for b in self.blocks if b.action_model is not None)
+            action_inputs = prepare_action_inputs(
+                actions, start_frame, f, p.action, x.dtype, frames_per_block=p.num_frame_per_block,
+                local_attn_size=blk0.action_model.local_attn_size, cached=cache is not None, sync_check=False)
         mask = None
         if cache is None:
             # a full window (-1) still rolls once the cache is full, so the mask uses the cache capacity
@@ -308,13 +356,14 @@ class CausalWanModel(nn.Module):
             s = grid[1] * grid[2]
             mask = fm.repeat_interleave(s, 0).repeat_interleave(s, 1)  # [L, L] bool, True = attend
 
+        blk_start = None if (action_inputs is not None or p.action is None) and cache is not None else start_frame
         for i, blk in enumerate(self.blocks):
-            x = blk(x, e0, grid, ctx, cos, sin, start_frame=start_frame,
+            x = blk(x, e0, grid, ctx, cos, sin, start_frame=blk_start,
                     kv_cache=cache.kv[i] if cache is not None else None,
                     cross_cache=cache.cross[i] if cache is not None else None,
                     actions=actions,
                     action_cache=cache.action[i] if cache is not None else None,
-                    mask=mask)
+                    mask=mask, action_inputs=action_inputs)
         with dl("DiT_Head"):
             return self.unpatchify(self.head(x, e), grid)
 

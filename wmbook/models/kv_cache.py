@@ -21,8 +21,13 @@ class KVCache:
         self.window = capacity if window is None else window
         self.global_end = 0  # absolute token index one past the last written token
         self.local_end = 0  # buffer index one past the last written token
+        self.next_start = 0  # where update(start=None) writes: set once per forward by GenerationCache.begin
 
-    def update(self, k: torch.Tensor, v: torch.Tensor, start: int):
+    # The bookkeeping is host-side integer logic: under torch.compile it stays out of the graphs (its ints
+    # would otherwise be guarded and recompile every block). In eager mode the decorator changes nothing.
+    @torch.compiler.disable
+    def update(self, k: torch.Tensor, v: torch.Tensor, start: int | None = None):
+        start = self.next_start if start is None else start
         n = k.shape[1]
         if n > self.capacity:
             raise ValueError(f"cannot write {n} tokens into a KV cache of capacity {self.capacity}")

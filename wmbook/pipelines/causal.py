@@ -66,7 +66,13 @@ class StreamOutput:
 
 
 class CausalStreamingPipeline:
-    """Reference streaming pipeline: model, VAE decoder, CLIP encoder at a preset's shapes (random weights)."""
+    """Reference streaming pipeline: model, VAE decoder, CLIP encoder at a preset's shapes (random weights).
+
+    prefill_cross (off in the reference, like upstream; on with the dtype-hygiene variant): fill every layer's
+    cross-attention K/V right after the caches are initialised instead of in the first forward.
+    """
+
+    prefill_cross = False
 
     def __init__(self, preset: str | CausalWanPreset = "tiny", device: str = "auto", dtype: str = "auto",
                  vae_dtype: str = "auto", seed: int = 0, checkpoint: str | None = None):
@@ -163,6 +169,8 @@ class CausalStreamingPipeline:
         with label("2_Pipeline_Inference"):
             with label("2.1_KV_Cache_Initialization"):
                 cache = self.model.init_cache(b, dev, self.dtype)
+                if self.prefill_cross:
+                    self.model.prefill_cross_cache(inputs.context, cache)
                 self.decoder.reset()
             for bi in tqdm(range(inputs.num_blocks), desc="blocks", disable=not progress, leave=False):
                 start = bi * k

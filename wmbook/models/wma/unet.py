@@ -209,7 +209,9 @@ class TemporalTransformer(nn.Module):
         t = bt // batch
         with dl("UNet_Norm"):
             # GroupNorm statistics over all frames of a sample: [B, C, T, h, w]
-            y = self.norm(x.unflatten(0, (batch, t)).transpose(1, 2))
+            # .contiguous(): eager group_norm copies a transposed input anyway; traced graphs (AOTAutograd) call
+            # native_group_norm directly, whose CPU kernel refuses a non-contiguous input
+            y = self.norm(x.unflatten(0, (batch, t)).transpose(1, 2).contiguous())
         with dl("UNet_Transformer_Proj"):
             y = y.permute(0, 3, 4, 2, 1).reshape(batch * h * w, t, c)  # [(B h w), T, C]
             y = self._proj(self.proj_in, y)
@@ -269,7 +271,7 @@ class ResBlock(nn.Module):
             h = self.out_layers[3](self.out_layers[2](h))
             h = self.skip_connection(x) + h
             if self.temporal_conv is not None:
-                h5 = h.unflatten(0, (batch, -1)).transpose(1, 2)  # [B, C, T, h, w]
+                h5 = h.unflatten(0, (batch, -1)).transpose(1, 2).contiguous()  # [B, C, T, h, w] (see above)
                 h = self.temporal_conv(h5).transpose(1, 2).flatten(0, 1)
             return h
 
@@ -335,6 +337,8 @@ class SATokenProjector(nn.Module):
 class WMAModel(nn.Module):
     """The 3-D UNet with its action and state heads; one call = one denoising forward of video, actions, states."""
 
+    channels_last = False  # set by the channels-last variant (with channels_last conv weights)
+
     def __init__(self, p: WMAPreset):
         super().__init__()
         self.preset = p
@@ -381,6 +385,8 @@ class WMAModel(nn.Module):
                     ds //= 2
                 self.output_blocks.append(TimestepEmbedSequential(*layers))
         self.out = nn.Sequential(GroupNorm32(g, ch), nn.SiLU(), nn.Conv2d(mc, p.out_channels, 3, padding=1))
+        self._action_lens = sorted({m.action_len for m in self.modules()
+                                    if isinstance(m, CrossAttention) and m.multi_context})
         self.action_unet = ConditionalUnet1D(p, p.agent_action_dim)
         self.state_unet = ConditionalUnet1D(p, p.agent_state_dim)
         self.action_token_projector = SATokenProjector(
@@ -405,7 +411,12 @@ class WMAModel(nn.Module):
         action = action.view(b, a, t, -1, c).permute(0, 2, 1, 3, 4).reshape(b * t, -1, c)  # [(B T), A*m, C]
         text = context[:, s + a:s + a + L].repeat_interleave(t, dim=0)  # [(B T), L, C]
         image = context[:, s + a + L:].reshape(b * t, -1, c)  # [(B T), Q, C]
-        return FrameContext(torch.cat([state, action, text, image], dim=1), t, s, L)
+        ctx = FrameContext(torch.cat([state, action, text, image], dim=1), t, s, L)
+        # build every action-token mask now, once per forward: filled lazily inside the blocks, the dict would
+        # change under torch.compile's guards and recompile the blocks
+        for length in self._action_lens:
+            ctx.action_mask(length)
+        return ctx
 
     def forward(self, x: torch.Tensor, x_action: torch.Tensor, x_state: torch.Tensor, timesteps: torch.Tensor,
                 context: torch.Tensor, obs_images: torch.Tensor, obs_states: torch.Tensor,
@@ -425,7 +436,10 @@ class WMAModel(nn.Module):
         with dl("UNet_Context"):
             ctx = self.frame_context(context.to(dtype), t)
         with dl("UNet_Embeddings"):
-            h = self.input_blocks[0](x.transpose(1, 2).flatten(0, 1), emb, ctx, b)  # [(B T), mc, h, w]
+            h = x.transpose(1, 2).flatten(0, 1)  # [(B T), 8, h, w]
+            if self.channels_last:  # layout variant: NHWC activations for the cuDNN convolutions
+                h = h.contiguous(memory_format=torch.channels_last)
+            h = self.input_blocks[0](h, emb, ctx, b)  # [(B T), mc, h, w]
         h = self.init_attn(h, emb, ctx, b)
 
         # features handed to the heads: each level's last output, the middle, and the decoder levels

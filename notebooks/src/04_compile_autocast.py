@@ -1,0 +1,148 @@
+CELLS = [
+("md", """
+# 04 · Compile and precision: dtype hygiene, autocast/bf16, TF32, attention backends, torch.compile
+
+**Question.** How much of the distance to the FLOP floor do precision, dtype hygiene, the attention backend,
+memory layout and `torch.compile` close, for each workload, and what does each step cost in accuracy?
+
+Every optimization is a named variant from `wmbook.variants`, applied to a fresh copy of the fp32 eager
+reference. **The gate:** a row's forward output is compared with the fp32 reference on the same seeded
+inputs. It must be within the relative-L2 budget of the loosest precision in effect (tf32 5e-3, fp16 1e-2,
+bf16 3e-2), and a row that does not change precision must be no less accurate than the eager model at that
+precision (at most 1.1x its error against fp32). The seed's criterion against the eager output at the same
+precision (bf16: max < 1e-2, mean < 1e-3 relative to the largest magnitude) is shown beside it: at 30 bf16
+layers two roundings of one computation already differ by about that much (see `wmbook.check.GateResult`).
+A row that fails shows its numbers but its time does not count. **The ladder** is cumulative: each row is the
+previous row plus one variant. Timing: warm-up excluded, CUDA events, median with p20-p80.
+"""),
+("params", """
+workload = "mg2"       # mg2 (causal DiT + KV cache) | wma (video UNet + DDIM)
+preset = "auto"        # auto: tiny/tiny-wma on CPU, mg2-universal/wma on GPU
+device = "auto"        # auto | cpu | cuda
+ladder = "auto"        # auto: the workload's default ladder; or comma-separated variant names
+sections = "all"       # all, or a comma-separated subset of precision, vae, hygiene, attention, ladder, compile
+compile_modes = "default,max-autotune-no-cudagraphs"  # modes in the ladder and the compile table
+compile_backend = "auto"  # auto: inductor on GPU, aot_eager on CPU (inductor's CPU codegen takes minutes) | inductor | aot_eager | eager
+compile_table = "all"  # all, or a comma-separated subset of reference, hygiene, dynamic, whole, max-autotune
+warmup = 3             # untimed calls before timing
+repeats = 10           # timed forwards per row
+e2e_blocks = 0         # mg2 blocks per end-to-end ladder run (FPS, PSNR); 0 means 4 on a GPU, 3 on a CPU
+recompile_blocks = 10  # mg2 blocks of the warm run whose recompiles the compile table counts
+e2e_ddim_steps = 5     # wma DDIM steps per pass in the end-to-end run
+e2e_repeats = 2        # timed end-to-end runs per row
+output_dir = "auto"
+results_path = "auto"  # auto: data/results/results.csv for real presets, reports/results/results-tiny.csv for tiny ones
+seed = 0
+"""),
+("code", """
+import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import Markdown, display
+
+from wmbook import compile_autocast as ca
+from wmbook import device as wdev
+from wmbook import results, variants
+
+cfg = ca.validate(workload=workload, preset=preset, device=device, ladder=ladder, sections=sections,
+                  compile_modes=compile_modes, compile_backend=compile_backend, compile_table=compile_table,
+                  warmup=warmup, repeats=repeats,
+                  e2e_blocks=e2e_blocks, recompile_blocks=recompile_blocks, e2e_ddim_steps=e2e_ddim_steps,
+                  e2e_repeats=e2e_repeats,
+                  output_dir=output_dir, results_path=results_path, seed=seed)
+cfg.table()
+"""),
+("md", "## The variants this workload can use"),
+("code", """
+pd.DataFrame([{"variant": n, "family": variants.get(n).family, "gate tolerance": variants.get(n).tolerance or "unchanged",
+               "GPU only": variants.get(n).gpu_only, "what it does": variants.get(n).description}
+              for n in variants.known(cfg.workload)]).set_index("variant")
+"""),
+("md", "## Device ceilings and the fp32 eager reference"),
+("code", """
+ceilings = wdev.measure_ceilings(cfg.device, quick=cfg.tiny, extended=True)
+ref = ca.reference(cfg)
+pd.Series({k: ceilings.get(k) for k in ("device_name", "gemm_tflops", "gemm_tflops_tf32", "gemm_tflops_fp32",
+                                          "sdpa_tflops", "copy_gbps")}, name="value").to_frame()
+"""),
+("md", "## Precision, one variant at a time (gated against fp32)"),
+("code", """
+prec = ca.precision_table(ref, cfg, ceilings) if "precision" in cfg.sections else None
+prec
+"""),
+("md", """
+## The VAE decoder in fp32 / bf16 / fp16 (and channels-last on a GPU)
+The reference's latents decoded in each precision, PSNR against the fp32 decode: a bf16 VAE once cost a
+competition team 12 dB.
+"""),
+("code", """
+vae = ca.vae_table(ref, cfg) if "vae" in cfg.sections else None
+vae
+"""),
+("md", "## Dtype hygiene: casts, copies and host reads per forward, before and after"),
+("code", """
+hyg = ca.hygiene_table(ref, cfg) if "hygiene" in cfg.sections else None
+hyg
+"""),
+("md", """
+## Attention backends on the shapes one forward runs
+Each recorded call shape timed with each backend (error against the fp32 math reference), the kernel that
+PyTorch's own choice (`auto`) runs, and for the DiT the block-causal full-sequence attention with a dense
+mask versus FlexAttention's block mask.
+"""),
+("code", """
+best = None
+if "attention" in cfg.sections:
+    shapes, attn_table, best, flex = ca.attention_section(ref, cfg)
+    display(shapes)
+    display(attn_table)
+    if flex is not None:
+        display(flex)
+    print("best backend (FLOP-share weighted, within tolerance):", best)
+"""),
+("md", "## The ladder"),
+("code", """
+lad = None
+if "ladder" in cfg.sections:
+    steps = cfg.ladder or ca.default_ladder(cfg, best)
+    print("ladder:", " -> ".join(["fp32 eager"] + steps))
+    lad = ca.run_ladder(ref, cfg, steps, ceilings)
+    display(lad.table())
+"""),
+("code", """
+if lad is not None:
+    fig, axes = plt.subplots(1, 2, figsize=(15, 0.45 * len(lad.rows) + 1.5))
+    lad.plot(ax=axes[0])
+    ca.plot_forward_vs_floor(lad, ax=axes[1])
+    fig.tight_layout()
+    plt.show()
+"""),
+("md", """
+## torch.compile: regional vs whole, dynamic, cold vs warm, recompiles
+Cold = empty on-disk cache; warm = the same compile again after `torch._dynamo.reset()` with the cache the
+cold run filled. Recompiles are counted over a warm end-to-end run after a first one (which may compile
+each new shape once). The first row compiles the reference code, the others the code after the fix.
+"""),
+("code", """
+comp = breaks = reasons = None
+if "compile" in cfg.sections:
+    comp, breaks, reasons = ca.compile_section(ref, cfg)
+    display(comp)
+    if breaks is not None and len(breaks):
+        display(Markdown("### Graph breaks of the reference code"))
+        display(breaks)
+    if reasons is not None and len(reasons):
+        display(Markdown("### Why the reference code recompiled (the guard that failed)"))
+        display(reasons[["function", "guard"]].value_counts().rename("count").to_frame())
+    ca.plot_compile_times(comp)
+    plt.show()
+"""),
+("md", "## Results rows"),
+("code", """
+rows = ca.result_rows(cfg, lad, comp, best)
+if rows:
+    path = results.append(rows, cfg.results_path)
+    print(f"appended {len(rows)} rows to {path}")
+"""),
+("md", "## Interpretation"),
+("code", "Markdown(ca.interpret(cfg, lad, comp, vae, hyg))"),
+]

@@ -1,0 +1,357 @@
+"""Attention backend switch, FlexAttention masks, shape recording and the backend table (CPU, tiny shapes)."""
+
+import importlib.util
+import math
+
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_mask
+
+from wmbook.models import attention as attn
+from wmbook.models.attention import (ATTENTION_BACKENDS, AttentionBackendError, attention, attention_backend,
+                                     block_causal_block_mask, block_causal_frame_mask, block_mask_from_dense,
+                                     get_attention_backend, set_attention_backend)
+from wmbook.variants.attention import (attention_backend_table, auto_kernel, backend_scores, best_backend,
+                                       classify_attention_kernel, flex_vs_dense_mask, record_attention_shapes)
+
+HAS_CUDA = torch.cuda.is_available()
+HAS_FLASH_ATTN = importlib.util.find_spec("flash_attn") is not None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread(one_thread):
+    """Every test of this module on one thread (tests/conftest.py)."""
+
+
+@pytest.fixture(autouse=True)
+def _reset_backend():
+    set_attention_backend("auto")
+    yield
+    set_attention_backend("auto")
+
+
+def _qkv(b=2, lq=40, lk=56, h=3, d=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, lq, h, d, generator=g), torch.randn(b, lk, h, d, generator=g),
+            torch.randn(b, lk, h, d, generator=g))
+
+
+def _key_mask(b, lk):
+    """[B, 1, 1, Lk] like the WMA action mask: sample i sees the first 8 + 4 i keys (never none)."""
+    return (torch.arange(lk)[None, :] < (8 + 4 * torch.arange(b))[:, None])[:, None, None, :]
+
+
+def _frame_mask(frames, fpb, window, s):
+    return block_causal_frame_mask(frames, fpb, window).repeat_interleave(s, 0).repeat_interleave(s, 1)
+
+
+def _sdpa(q, k, v, mask=None):
+    return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                          attn_mask=mask).transpose(1, 2)
+
+
+# --- the switch ---------------------------------------------------------------------------------------------
+
+
+def test_switch_and_context_restore():
+    assert get_attention_backend() == "auto" and attn._RUN is None  # auto: the plain call, no dispatch
+    set_attention_backend("math")
+    assert get_attention_backend() == "math"
+    with attention_backend("flex"):
+        assert get_attention_backend() == "flex"
+        with attention_backend("auto"):
+            assert get_attention_backend() == "auto" and attn._RUN is None
+        assert get_attention_backend() == "flex"
+    assert get_attention_backend() == "math"
+    with pytest.raises(KeyError), attention_backend("flex"):
+        raise KeyError("inside")
+    assert get_attention_backend() == "math"
+
+
+def test_unknown_name_lists_allowed_and_changes_nothing():
+    set_attention_backend("math")
+    with pytest.raises(ValueError) as e:
+        set_attention_backend("xformers")
+    for name in ATTENTION_BACKENDS:
+        assert name in str(e.value)
+    with pytest.raises(ValueError), attention_backend("sdpa"):
+        pass
+    assert get_attention_backend() == "math"
+
+
+@pytest.mark.parametrize("mask", ["none", "frame", "key"])
+def test_auto_is_bit_identical_to_sdpa(mask):
+    q, k, v = _qkv(lq=48, lk=48)
+    m = {"none": None, "frame": _frame_mask(4, 2, -1, 12), "key": _key_mask(2, 48)}[mask]
+    assert torch.equal(attention(q, k, v, m), _sdpa(q, k, v, m))
+
+
+@pytest.mark.parametrize("mask", ["none", "frame", "key"])
+@pytest.mark.parametrize("backend", ["math", "flash", "flex"])
+def test_cpu_backends_match_auto(backend, mask):
+    q, k, v = _qkv(lq=48, lk=48)
+    m = {"none": None, "frame": _frame_mask(4, 2, 2, 12), "key": _key_mask(2, 48)}[mask]
+    ref = attention(q, k, v, m)
+    with attention_backend(backend):
+        out = attention(q, k, v, m)
+    assert out.shape == ref.shape
+    torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
+
+
+# --- FlexAttention ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("window", [6, -1])
+def test_frame_arithmetic_block_mask_equals_dense_mask(window):
+    frames, fpb, s = 9, 3, 32  # 288 tokens: 3 x 3 tiles of 128, some skipped
+    dense = _frame_mask(frames, fpb, window, s)
+    bm = block_causal_block_mask(frames, fpb, window, s, device="cpu")
+    assert torch.equal(create_mask(bm.mask_mod, 1, 1, frames * s, frames * s, device="cpu")[0, 0], dense)
+    computed = int(bm.kv_num_blocks.sum()) + int(bm.full_kv_num_blocks.sum())
+    assert computed < 9  # query tile 0 (frames 0-3) never needs key tile 2 (frames 8-9)
+    assert block_causal_block_mask(frames, fpb, window, s, device="cpu") is bm  # cached by arguments
+
+
+def test_frame_block_mask_with_more_key_frames():
+    dense = block_causal_frame_mask(3, 3, 6, num_key_frames=6).repeat_interleave(5, 0).repeat_interleave(5, 1)
+    bm = block_causal_block_mask(3, 3, 6, 5, device="cpu", num_key_frames=6)
+    assert torch.equal(create_mask(bm.mask_mod, 1, 1, 15, 30, device="cpu")[0, 0], dense)
+
+
+def test_flex_equals_sdpa_with_block_causal_mask():
+    frames, fpb, window, s = 9, 3, 6, 32
+    q, k, v = _qkv(b=1, lq=frames * s, lk=frames * s, h=2)
+    dense = _frame_mask(frames, fpb, window, s)
+    ref = _sdpa(q, k, v, dense)
+    with attention_backend("flex"):
+        from_dense = attention(q, k, v, dense)
+        from_frames = attention(q, k, v, block_causal_block_mask(frames, fpb, window, s, device="cpu"))
+    torch.testing.assert_close(from_dense, ref, atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(from_frames, ref, atol=2e-6, rtol=1e-5)
+
+
+def test_flex_equals_sdpa_with_key_mask():
+    q, k, v = _qkv(b=3, lq=20, lk=24)
+    m = _key_mask(3, 24)
+    with attention_backend("flex"):
+        out = attention(q, k, v, m)
+    torch.testing.assert_close(out, _sdpa(q, k, v, m), atol=2e-6, rtol=1e-5)
+    # and the BlockMask really reads the per-sample rows
+    bm = block_mask_from_dense(m, q_len=20)
+    assert torch.equal(create_mask(bm.mask_mod, 3, 1, 20, 24, device="cpu"), m.expand(3, 1, 20, 24))
+
+
+def test_block_masks_are_cached_by_mask_identity():
+    m = _frame_mask(4, 2, -1, 8)
+    a = attn._cached_block_mask(m, 32, 32)
+    assert attn._cached_block_mask(m, 32, 32) is a
+    assert attn._cached_block_mask(m.clone(), 32, 32) is not a
+    m[0, -1] = True  # changed in place: rebuilt
+    assert attn._cached_block_mask(m, 32, 32) is not a
+
+
+def test_block_mask_from_dense_rejects_bad_masks():
+    with pytest.raises(TypeError, match="bool"):
+        block_mask_from_dense(torch.zeros(4, 4))
+    with pytest.raises(ValueError, match="broadcast"):
+        block_mask_from_dense(torch.ones(3, 4, dtype=torch.bool), q_len=5)
+
+
+# --- backends that cannot run here --------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(HAS_FLASH_ATTN, reason="flash-attn is installed here")
+def test_flash_attn_absent_is_a_clear_error():
+    with pytest.raises(AttentionBackendError, match="flash-attn"):
+        set_attention_backend("flash_attn")
+    assert get_attention_backend() == "auto"
+
+
+def test_flash_attn_takes_bld_layout_and_refuses_masks(monkeypatch):
+    seen = []
+
+    def fake_flash_attn_func(q, k, v):
+        seen.append(q.shape)
+        return _sdpa(q, k, v)
+
+    monkeypatch.setattr(attn, "_flash_attn_func", lambda: fake_flash_attn_func)
+    q, k, v = _qkv()
+    with attention_backend("flash_attn"):
+        torch.testing.assert_close(attention(q, k, v), _sdpa(q, k, v))
+        with pytest.raises(AttentionBackendError, match="no attention mask.*q \\[2, 40, 3, 16\\]"):
+            attention(q, k, v, _key_mask(2, 56))
+    assert seen == [q.shape]  # [B, L, H, D] passed through untransposed
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the CPU-only message")
+@pytest.mark.parametrize("name", ["efficient", "cudnn"])
+def test_cuda_only_backends_refused_up_front_on_cpu(name):
+    with pytest.raises(AttentionBackendError, match="needs CUDA"):
+        set_attention_backend(name)
+
+
+def test_call_time_error_names_backend_and_shape():
+    q, k, _ = _qkv()
+    v = torch.randn(2, 56, 3, 8)  # SDPA flash needs equal q/k/v head dims
+    with attention_backend("flash"), pytest.warns(UserWarning):
+        with pytest.raises(AttentionBackendError, match=r"'flash' cannot run q \[2, 40, 3, 16\].*v \[2, 56, 3, 8\]"):
+            attention(q, k, v)
+
+
+# --- recording and the backend table ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_pipe():
+    from wmbook.pipelines.causal import CausalStreamingPipeline
+
+    pipe = CausalStreamingPipeline("tiny", device="cpu", dtype="fp32")
+    return pipe, pipe.prepare(2)
+
+
+def test_record_attention_shapes_of_the_tiny_dit(tiny_pipe):
+    pipe, inputs = tiny_pipe
+    p = pipe.preset
+    with record_attention_shapes(pipe.model) as rec:
+        pipe.generate(inputs, progress=False)
+    assert attn._RUN is None  # recording removed its observer
+    df = rec.table()
+    assert rec.forwards == 2 * p.forwards_per_block
+    s, f = p.frame_seqlen, p.num_frame_per_block
+    a = p.action
+    ha, da = a.heads_num, a.mouse_hidden_dim // a.heads_num
+
+    self_rows = df[df["site"].str.contains("CausalWanSelfAttention")]
+    cross_rows = df[df["site"].str.contains("WanCrossAttention")]
+    action_rows = df[df["site"].str.contains("ActionModule")]
+    # self-attention: one block of queries against the cached window (1 block, then 2 blocks)
+    assert set(self_rows["q_shape"]) == {(1, f * s, p.num_heads, p.head_dim)}
+    assert set(self_rows["kv_len"]) == {f * s, 2 * f * s}
+    assert self_rows["calls_per_forward"].sum() == p.num_layers
+    assert set(cross_rows["k_shape"]) == {(1, p.clip_tokens, p.num_heads, p.head_dim)}
+    assert cross_rows["calls_per_forward"].sum() == p.num_layers
+    # mouse (temporal self-attention per location) and keyboard (to per-frame tokens): two call sites
+    assert action_rows["site"].nunique() == 2
+    assert set(action_rows["q_shape"]) == {(s, f, ha, da)}
+    assert set(action_rows["kv_len"]) == {f, 2 * f}
+    for _, rows in action_rows.groupby("site"):
+        assert rows["calls_per_forward"].sum() == len(a.blocks)
+    assert (df["mask_kind"] == "none").all()  # the cached streaming path passes no masks
+    r = df.iloc[0]
+    assert r["gflop_per_call"] == pytest.approx(2 * r["batch"] * r["heads"] * r["q_len"] * r["kv_len"] * 2 * r["head_dim"] / 1e9)
+    assert df["flop_share"].sum() == pytest.approx(1.0)
+    assert df["gflop_per_forward"].is_monotonic_decreasing
+
+
+def _full_sequence_forward(pipe):
+    """One full-sequence DiT forward (no caches: block-causal masks) over 2 blocks; returns (run, frames)."""
+    p = pipe.preset
+    f = 2 * p.num_frame_per_block
+    h, w = p.latent_hw
+    g = torch.Generator().manual_seed(0)
+    x, cond = torch.randn(1, 16, f, h, w, generator=g), torch.randn(1, 20, f, h, w, generator=g)
+    ctx = torch.randn(1, p.clip_tokens, p.clip_dim, generator=g)
+    n = 1 + 4 * (f - 1)
+    acts = {"mouse": torch.randn(1, n, 2, generator=g), "keyboard": torch.randn(1, n, 4, generator=g)}
+    with torch.no_grad():
+        return (lambda: pipe.model(x, torch.full((1, f), 500.0), ctx, cond_concat=cond, actions=acts)), f
+
+
+def _full_sequence_shapes(pipe):
+    run, f = _full_sequence_forward(pipe)
+    with record_attention_shapes(forwards=1) as rec, torch.no_grad():
+        run()
+    return rec.table(), f
+
+
+@pytest.mark.parametrize("backend", ["math", "flash", "flex"])
+def test_full_sequence_dit_forward_under_each_cpu_backend(tiny_pipe, backend):
+    """Dense [L, L] and [F, F] block-causal masks through the real model: every CPU backend matches auto."""
+    run, _ = _full_sequence_forward(tiny_pipe[0])
+    with torch.no_grad():
+        ref = run()
+        with attention_backend(backend):
+            out = run()
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
+
+
+def test_record_full_sequence_forward_sees_block_causal_masks(tiny_pipe):
+    pipe, _ = tiny_pipe
+    p = pipe.preset
+    df, f = _full_sequence_shapes(pipe)
+    L = f * p.frame_seqlen
+    self_rows = df[df["site"].str.contains("CausalWanSelfAttention")]
+    assert list(self_rows["mask_kind"]) == ["dense"] and self_rows.iloc[0]["mask_shape"] == (L, L)
+    fm = block_causal_frame_mask(f, p.num_frame_per_block, p.kv_capacity_frames())
+    assert self_rows.iloc[0]["mask_density"] == pytest.approx(fm.float().mean().item())
+    assert set(df[df["site"].str.contains("ActionModule")]["mask_shape"]) == {(f, f)}
+    assert repr(self_rows.iloc[0]["mask"]) == f"bool[{L}, {L}]"
+
+
+def test_backend_table_on_cpu(tiny_pipe):
+    pipe, _ = tiny_pipe
+    shapes, _ = _full_sequence_shapes(pipe)
+    backends = ["auto", "math", "flash", "flex", "efficient", "flash_attn"]
+    t = attention_backend_table(shapes, backends=backends, warmup=0, repeats=2, top=3)
+    assert len(t) == 3 * len(backends) and set(t["shape_id"]) == {0, 1, 2}
+    assert t.iloc[0]["site"] == shapes.iloc[0]["site"]
+    ran = t[t["backend"].isin(["auto", "math", "flash", "flex"])]
+    assert (ran["status"] == "ok").all() and ran["within_tol"].all()
+    assert (ran["max_rel"] < 1e-4).all()
+    assert (ran["tflop_s"] - ran["gflop_per_call"] / ran["ms_median"]).abs().max() < 1e-12
+    assert (ran["ms_p20"] <= ran["ms_median"]).all() and (ran["ms_median"] <= ran["ms_p80"]).all()
+    refused = t[t["backend"].isin(["efficient", "flash_attn"])]
+    if not HAS_CUDA:
+        assert (refused["status"] == "unsupported").all() and refused["reason"].str.len().gt(0).all()
+    assert set(t["auto_kernel"]) <= {"flash", "math", "efficient", "cudnn"}  # never "unknown: ..."
+    assert get_attention_backend() == "auto"
+    assert best_backend(t) in {"auto", "math", "flash", "flex"}
+
+
+def test_best_backend_weights_by_flop_share_and_needs_tolerance():
+    def rows(backend, ms, ok=(True, True), status=("ok", "ok")):
+        return [{"shape_id": i, "backend": backend, "status": status[i], "ms_median": ms[i], "within_tol": ok[i],
+                 "flop_share": (0.9, 0.1)[i], "calls_per_forward": 1.0, "reason": ""} for i in range(2)]
+
+    t = pd.DataFrame(rows("a", (1.0, 4.0)) + rows("b", (2.0, 1.0))  # a: fast on the big shape
+                     + rows("c", (0.5, 0.5), ok=(False, True), status=("out of tolerance", "ok"))
+                     + rows("d", (0.1, math.nan), status=("ok", "unsupported")))
+    scores = backend_scores(t).set_index("backend")
+    # relative to the fastest eligible backend per shape (a on shape 0, b on shape 1): a 0.9 * 1 + 0.1 * 4,
+    # b 0.9 * 2 + 0.1 * 1; c is faster everywhere but out of tolerance, d cannot run shape 1
+    assert scores.loc["a", "relative_time"] == pytest.approx(1.3)
+    assert scores.loc["b", "relative_time"] == pytest.approx(1.9)
+    assert list(scores.index[:2]) == ["a", "b"] and math.isnan(scores.loc["d", "relative_time"])
+    assert not scores.loc["c", "eligible"] and not scores.loc["d", "eligible"]
+    assert best_backend(t) == "a"
+    with pytest.raises(ValueError, match="no backend"):
+        best_backend(t[t["backend"].isin(["c", "d"])])
+
+
+@pytest.mark.parametrize("name,cls", [
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>", "flash"),
+    ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel)", "efficient"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1", "cudnn"),
+    ("aten::_scaled_dot_product_attention_math", "math"),
+    ("aten::_scaled_dot_product_flash_attention_for_cpu", "flash"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", None),
+])
+def test_classify_attention_kernel(name, cls):
+    assert classify_attention_kernel(name) == cls
+
+
+def test_auto_kernel_on_cpu_is_named():
+    cls, name = auto_kernel(*_qkv())
+    assert cls in ("flash", "math") and name.startswith("aten::_scaled_dot_product")
+
+
+def test_flex_vs_dense_mask_tiny():
+    t = flex_vs_dense_mask(device="cpu", warmup=0, repeats=2).set_index("method")
+    assert (t["status"] == "ok").all()
+    assert t["mask_density"].iloc[0] == pytest.approx((3 + 6 + 6) * 3 / 81)  # 9 frames, blocks of 3, window 6
+    flex = t.loc[["flex + BlockMask (frame arithmetic)", "flex + BlockMask (from dense mask)"]]
+    assert (flex["max_rel"] < 1e-5).all() and (flex["block_density"] < 1).all()
+    assert t.loc["sdpa + dense mask", "max_rel"] < 1e-5
+    assert t.loc["sdpa + dense mask", "kernel"] in ("flash", "math")

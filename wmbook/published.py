@@ -1,0 +1,187 @@
+"""The README's published GPU numbers, rendered from the results store (never typed by hand).
+
+    python -m wmbook.published            # print the markdown
+    python -m wmbook.published --write    # replace the block between the markers in README.md
+
+For each notebook, workload, preset and dtype the latest run in data/results/results.csv is shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from . import results
+
+REPO = Path(__file__).resolve().parent.parent
+BEGIN, END = "<!-- published:begin (python -m wmbook.published --write) -->", "<!-- published:end -->"
+
+
+def _latest_runs(df: pd.DataFrame, notebook: str) -> list[pd.DataFrame]:
+    d = df[(df["notebook"] == notebook) & (df["device_kind"] == "cuda")].copy()
+    if not len(d):
+        return []
+    d["dtype"] = [json.loads(p).get("dtype", "") if p else "" for p in d["params"]]
+    last = d.sort_values("timestamp").groupby(["workload", "preset", "dtype"])["run_id"].last()
+    return [d[d["run_id"] == r] for r in last.tolist()]
+
+
+def _v(run: pd.DataFrame, metric: str, variant: str | None = None):
+    r = run[run["metric"] == metric]
+    if variant is not None:
+        r = r[r["variant"] == variant]
+    return r.iloc[-1] if len(r) else None
+
+
+def _val(run: pd.DataFrame, metric: str, fmt="{:.3g}", variant: str | None = None) -> str:
+    """The formatted value of one metric of a run, '-' when the run has none."""
+    r = _v(run, metric, variant)
+    return "-" if r is None else _num(r["value"], fmt)
+
+
+def _num(x, fmt="{:.3g}") -> str:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return "-"
+    if math.isnan(x):
+        return "-"
+    if math.isinf(x):
+        return "inf"
+    return fmt.format(x)
+
+
+def _spread(row, fmt="{:.3g}") -> str:
+    if row is None:
+        return "-"
+    s = _num(row["value"], fmt)
+    if _num(row.get("p20")) != "-":
+        s += f" ({_num(row['p20'], fmt)}-{_num(row['p80'], fmt)})"
+    return s
+
+
+def _device(run: pd.DataFrame) -> str:
+    r = run.iloc[0]
+    return f"{r['device_name']}, torch {r['torch']}, commit {r['git_commit'] or '?'}"
+
+
+def _table(rows: list[dict]) -> str:
+    if not rows:
+        return "_no GPU rows yet_\n"
+    cols = list(rows[0])
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def markdown(path=None) -> str:
+    """All published tables as markdown."""
+    df = results.read(path or results.default_path())
+    parts = []
+    runs = _latest_runs(df, "01_baseline_profiling")
+    mg2 = [r for r in runs if r["workload"].iloc[0] == "mg2"]
+    wma = [r for r in runs if r["workload"].iloc[0] == "wma"]
+    parts.append("**01 · baseline, causal DiT (mg2)** — median (p20-p80); steady blocks; FLOP floor at the "
+                 "measured bf16 GEMM ceiling\n")
+    parts.append(_table([{
+        "preset": r["preset"].iloc[0], "dtype": r["dtype"].iloc[0], "FPS": _spread(_v(r, "fps")),
+        "first frame ms": _val(r, "first_frame_ms", "{:.0f}"),
+        "DiT forward ms": _spread(_v(r, "dit_forward_ms"), "{:.1f}"),
+        "x floor": _val(r, "dit_forward_over_floor", "{:.1f}"),
+        "VAE ms/block": _val(r, "vae_decode_ms_per_block", "{:.0f}"),
+        "peak GiB": _val(r, "peak_memory_gib", "{:.1f}"), "device": _device(r)} for r in mg2]))
+    parts.append("\n**01 · baseline, video UNet + DDIM (wma)** — 50 DDIM steps per pass, two passes per iteration, "
+                 "CFG 1.0, VAE fp32\n")
+    parts.append(_table([{
+        "preset": r["preset"].iloc[0], "dtype": r["dtype"].iloc[0], "s / iteration": _spread(_v(r, "iteration_s")),
+        "ms / DDIM step": _spread(_v(r, "ddim_step_ms"), "{:.1f}"),
+        "UNet forward ms": _spread(_v(r, "unet_forward_ms"), "{:.1f}"),
+        "x floor": _val(r, "unet_forward_over_floor", "{:.1f}"),
+        "VAE share": _val(r, "vae_decode_share", "{:.1%}"),
+        "peak GiB": _val(r, "peak_memory_gib", "{:.1f}"), "device": _device(r)} for r in wma]))
+    rows = []
+    for r in _latest_runs(df, "02_bottleneck_breakdown"):
+        shares = r[r["metric"].str.startswith("category_share:")].sort_values("value", ascending=False)
+        top = ", ".join(f"{m.split(':', 1)[1]} {float(v):.0%}" for m, v in zip(shares["metric"][:5], shares["value"][:5]))
+
+        def tf(key):
+            a, f = _v(r, f"{key}_tflops"), _v(r, f"{key}_frac_of_ceiling")
+            return f"{_num(a['value'], '{:.0f}')} ({_num(f['value'], '{:.0%}')})" if a is not None else "-"
+
+        rows.append({"workload": r["workload"].iloc[0], "preset": r["preset"].iloc[0], "top categories (GPU time)": top,
+                     "GPU idle": _val(r, "idle_share", "{:.0%}"),
+                     "kernels / forward": _val(r, "kernels_per_forward", "{:.0f}"),
+                     "GEMM TFLOP/s (of ceiling)": tf("gemm"), "attention TFLOP/s (of ceiling)": tf("attention"),
+                     "profiling overhead": _val(r, "profiling_overhead", "{:+.1%}")})
+    parts.append("\n**02 · bottleneck breakdown** (bf16, one traced run)\n")
+    parts.append(_table(rows))
+    for r in _latest_runs(df, "04_compile_autocast"):
+        lad = r[r["metric"] == "forward_ms"]
+        rows = []
+        for _, f in lad.iterrows():
+            v = f["variant"]
+            e2e = r[(r["variant"] == v) & (r["metric"].isin(["fps", "ddim_step_ms"]))]
+            rows.append({"ladder row": v, "gate (as recorded)": f.get("gate", ""),
+                         "rel-L2 vs fp32": _num(f.get("rel_l2_vs_fp32"), "{:.4f}"),
+                         "forward ms": _spread(f, "{:.1f}"),
+                         "speedup": _val(r, "speedup", "{:.2f}x", v),
+                         "x floor": _val(r, "x_floor", "{:.1f}", v),
+                         (e2e["metric"].iloc[0] if len(e2e) else "end to end"): _num(e2e["value"].iloc[0], "{:.3g}") if len(e2e) else "-",
+                         "frames PSNR dB": _val(r, "psnr_db", "{:.1f}", v)})
+        parts.append(f"\n**04 · ladder, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** ({_device(r)})\n")
+        parts.append(_table(rows))
+        comp = r[r["variant"].str.startswith("compile:")]
+        crow = []
+        for v, g in comp.groupby("variant", sort=False):
+            m = dict(zip(g["metric"], g["value"]))
+            crow.append({"compile": v.split(":", 1)[1], "cold s": _num(m.get("cold_s"), "{:.1f}"),
+                         "warm s": _num(m.get("warm_s"), "{:.1f}"),
+                         "steady forward ms": _num(m.get("steady_forward_ms"), "{:.1f}"),
+                         "graph breaks": _num(m.get("graph_breaks"), "{:.0f}"),
+                         "recompiles, steady run": _num(m.get("steady_run_recompiles"), "{:.0f}")})
+        if crow:
+            parts.append("\n")
+            parts.append(_table(crow))
+    return "".join(parts)
+
+
+def update_readme(readme=None, path=None) -> bool:
+    """Replace the published block of README.md; True when it changed."""
+    readme = Path(readme or REPO / "README.md")
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{readme} has no published block ({BEGIN} ... {END})")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    new = f"{head}{BEGIN}\n{markdown(path)}{END}{tail}"
+    if new != text:
+        from .atomic import atomic_open
+
+        with atomic_open(readme, "w") as f:
+            f.write(new)
+    return new != text
+
+
+def readme_block(readme=None) -> str:
+    text = Path(readme or REPO / "README.md").read_text()
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m wmbook.published", description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="update README.md in place")
+    a = ap.parse_args(argv)
+    if a.write:
+        print("README.md updated" if update_readme() else "README.md already up to date")
+    else:
+        sys.stdout.write(markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
