@@ -393,7 +393,7 @@ def test_json_without_raw_samples_but_html_keeps_timelines(tmp_path):
 def test_interrupted_writes_keep_the_previous_report(tmp_path, monkeypatch):
     s = _session_with_data(tmp_path)
     paths = s.write_report()
-    old_json, old_html = paths["json"].read_text(), paths["html"].read_text()
+    old_html = paths["html"].read_text()
     s.event("after_first_report")
 
     def broken_render(report):

@@ -154,7 +154,7 @@ def test_ladder_rows_gate_and_recompile_fix(mg2_ref):
 
 def test_compile_of_reference_code_recompiles_and_the_fix_does_not(mg2_ref):
     from wmbook.variants.builtin import compile_regions
-    from wmbook.variants.compile import CompileMonitor, CompileSpec, apply_compile, reset_compile_state
+    from wmbook.variants.compile import CompileMonitor, reset_compile_state
 
     out = {}
     for name, names in (("reference", []), ("fixed", ["hygiene"])):

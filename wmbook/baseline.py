@@ -284,15 +284,24 @@ def plot_overview(res: BaselineResult):
     return fig
 
 
+_UNITS = {"fps": "frames/s", "bps": "blocks/s", "first_frame_ms": "ms", "dit_forward_ms": "ms",
+          "dit_floor_ms": "ms", "dit_forward_over_floor": "x", "achieved_tflops": "TFLOP/s",
+          "vae_decode_ms_per_block": "ms", "vae_share": "fraction", "block_ms": "ms",
+          "peak_memory_gib": "GiB", "dit_forward_tflop": "TFLOP"}
+
+
 def result_rows(cfg: BaselineConfig, res: BaselineResult, stages: pd.DataFrame | None = None,
                 notebook: str = "01_baseline_profiling", variant: str = "eager") -> list[dict]:
+    return summary_rows(cfg, res, _UNITS, stages, notebook, variant)
+
+
+def summary_rows(cfg, res, units: dict, stages: pd.DataFrame | None = None, notebook: str = "01_baseline_profiling",
+                 variant: str = "eager") -> list[dict]:
+    """Results rows of notebook 01 for either workload: each summary metric (Timing ones with their spread),
+    the GEMM ceiling it was judged against, and the stage shares."""
     s = res.summary()
     common = dict(notebook=notebook, workload=cfg.workload, preset=cfg.preset, variant=variant,
                   params=cfg.params(), warmup=cfg.warmup, repeats=cfg.repeats)
-    units = {"fps": "frames/s", "bps": "blocks/s", "first_frame_ms": "ms", "dit_forward_ms": "ms",
-             "dit_floor_ms": "ms", "dit_forward_over_floor": "x", "achieved_tflops": "TFLOP/s",
-             "vae_decode_ms_per_block": "ms", "vae_share": "fraction", "block_ms": "ms",
-             "peak_memory_gib": "GiB", "dit_forward_tflop": "TFLOP"}
     rows = []
     for k, unit in units.items():
         v = s[k]

@@ -16,8 +16,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from . import results as results_store
-from .baseline import _int, closing_lines, default_results_path
+from .baseline import _int, closing_lines, default_results_path, summary_rows
 from .bench import Timing
 from .device import floor_ms
 from .models.wma.flops import unet_forward_flops
@@ -346,23 +345,7 @@ _UNITS = {"iteration_s": "s", "ddim_step_ms": "ms", "unet_forward_ms": "ms", "dd
 
 def result_rows(cfg: WMABaselineConfig, res: WMABaselineResult, stages: pd.DataFrame | None = None,
                 notebook: str = "01_baseline_profiling", variant: str = "eager") -> list[dict]:
-    s = res.summary()
-    common = dict(notebook=notebook, workload=cfg.workload, preset=cfg.preset, variant=variant,
-                  params=cfg.params(), warmup=cfg.warmup, repeats=cfg.repeats)
-    rows = []
-    for k, unit in _UNITS.items():
-        v = s[k]
-        if isinstance(v, Timing):
-            rows.append(results_store.make_row(metric=k, value=v.median, unit=unit, timing=v, **common))
-        else:
-            rows.append(results_store.make_row(metric=k, value=v, unit=unit, **common))
-    rows.append(results_store.make_row(metric="gemm_ceiling_tflops", value=res.ceilings.get("gemm_tflops"),
-                                       unit="TFLOP/s", **common))
-    if stages is not None:
-        for name, r in stages.iterrows():
-            rows.append(results_store.make_row(metric=f"stage_share:{name}", value=float(r["share"]),
-                                               unit="fraction", **common))
-    return rows
+    return summary_rows(cfg, res, _UNITS, stages, notebook, variant)
 
 
 def interpret(cfg: WMABaselineConfig, res: WMABaselineResult, stages: pd.DataFrame | None = None) -> str:

@@ -10,6 +10,7 @@ recompiles over a warm end-to-end run, graph breaks; before and after the recomp
 from __future__ import annotations
 
 import copy
+import importlib.util
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ COMPILE_MODES = {"default": "compile-regional", "max-autotune-no-cudagraphs": "c
 COMPILE_BACKENDS = ("auto", "inductor", "aot_eager", "eager")
 # goals of the issue (H100, bf16): DiT forward within 1.5x its floor with compile; regional cold compile under
 # 60 s; zero recompiles across a 10-block run; WMA UNet at least 2x per DDIM step over fp32 eager
+WORKING_DTYPE = "bf16"  # the precision the hygiene, attention and compile sections work in (what the pipelines run)
 GOALS = {"dit_x_floor": 1.5, "regional_cold_s": 60.0, "recompiles": 0, "wma_step_speedup": 2.0}
 
 
@@ -152,11 +154,6 @@ def reference(cfg: CompileConfig):
     return build_reference(cfg.workload, cfg.preset, cfg.device, cfg.seed)
 
 
-def working_dtype(cfg: CompileConfig) -> str:
-    """The precision the later sections work in: bf16 (what the real pipelines run)."""
-    return "bf16"
-
-
 def precision_names(cfg: CompileConfig) -> list[str]:
     names = ["tf32", "bf16", "autocast-bf16"]
     if cfg.device.type == "cuda":
@@ -182,7 +179,7 @@ def vae_table(ref, cfg: CompileConfig) -> pd.DataFrame:
 def hygiene_table(ref, cfg: CompileConfig) -> pd.DataFrame:
     from .variants.ladder import op_counts
 
-    d = working_dtype(cfg)
+    d = WORKING_DTYPE
     return op_counts(ref, cfg.workload, {f"{d} eager": [d], f"{d} + hygiene": [d, "hygiene"]}, device=cfg.device,
                      seed=cfg.seed)
 
@@ -195,7 +192,7 @@ def attention_section(ref, cfg: CompileConfig):
 
     pipe = copy.deepcopy(ref)
     ctx = VariantContext(cfg.workload, cfg.device)
-    for v in resolve([working_dtype(cfg)], cfg.workload, cfg.device):
+    for v in resolve([WORKING_DTYPE], cfg.workload, cfg.device):
         v.apply(pipe, ctx)
     probe = forward_probe(pipe, cfg.workload, cfg.seed)
     with torch.no_grad(), record_attention_shapes(pipe.model, forwards=1) as rec:
@@ -206,25 +203,21 @@ def attention_section(ref, cfg: CompileConfig):
     # flex is measured where it matters, on the block-causal mask (flex_vs_dense_mask): per shape it would
     # compile once for each of a forward's shapes
     backends = ["auto", "math", "efficient", "flash", "cudnn"] if gpu else ["auto", "math", "flash"]
-    try:
-        import flash_attn  # noqa: F401
-
+    if importlib.util.find_spec("flash_attn") is not None:
         backends.append("flash_attn")
-    except ImportError:
-        pass
-    table = attention_backend_table(shapes, backends=backends, device=cfg.device, dtype=working_dtype(cfg),
+    table = attention_backend_table(shapes, backends=backends, device=cfg.device, dtype=WORKING_DTYPE,
                                     warmup=cfg.warmup, repeats=cfg.repeats)
     best = best_backend(table)
     flex = None
     if cfg.workload == "mg2":
         kw = {} if not cfg.tiny else {"frames": 9, "frame_seqlen": 32, "heads": 2, "head_dim": 16}
-        flex = flex_vs_dense_mask(device=cfg.device, dtype=working_dtype(cfg), **kw)
+        flex = flex_vs_dense_mask(device=cfg.device, dtype=WORKING_DTYPE, **kw)
     return shapes, table, best, flex
 
 
 def default_ladder(cfg: CompileConfig, attention: str | None = None) -> list[str]:
     """tf32 -> bf16 -> dtype hygiene [-> channels-last -> cuDNN benchmark] [-> attention] -> compile modes."""
-    steps = ["tf32", working_dtype(cfg), "hygiene"]
+    steps = ["tf32", WORKING_DTYPE, "hygiene"]
     if cfg.workload == "wma":
         steps += ["channels-last"] + (["cudnn-benchmark"] if cfg.device.type == "cuda" else [])
     if attention and attention != "auto":
@@ -251,7 +244,7 @@ def compile_configs(cfg: CompileConfig) -> list[tuple[str, list[str], object]]:
     the reference code first (what recompiles and why), then after the fix, dynamic, whole model, modes."""
     from .variants.compile import CompileSpec
 
-    d, b = working_dtype(cfg), cfg.compile_backend
+    d, b = WORKING_DTYPE, cfg.compile_backend
     rows = {"reference": ("regional, reference code", [d], CompileSpec("regional", "default", False, b)),
             "hygiene": ("regional, after hygiene", [d, "hygiene"], CompileSpec("regional", "default", False, b)),
             "dynamic": ("regional, dynamic=True", [d, "hygiene"], CompileSpec("regional", "default", True, b)),
@@ -267,7 +260,7 @@ def compile_section(ref, cfg: CompileConfig, configs=None):
     breaks, steady forward ms, and the recompiles of a warm end-to-end run (e2e_blocks blocks or one
     iteration) after a first, warming one. Also the graph-break report of the reference code's regional compile."""
     from .variants import GlobalFlags, VariantContext, resolve
-    from .variants.builtin import compile_regions
+    from .variants.builtin import compile_regions, raise_recompile_limit_for_regions
     from .variants.compile import CompileMonitor, apply_compile, measure_compile_time, reset_compile_state
     from .variants.ladder import end_to_end, forward_probe
 
@@ -278,12 +271,8 @@ def compile_section(ref, cfg: CompileConfig, configs=None):
 
         def make_model(names=names, spec=spec):
             flags.restore()
-            if spec.scope == "regional":  # as the compile variants do (see REGIONAL_RECOMPILE_LIMIT)
-                from .variants.builtin import REGIONAL_RECOMPILE_LIMIT
-                from .variants.compile import get_recompile_limit, recompile_limit_name
-
-                setattr(torch._dynamo.config, recompile_limit_name(),
-                        max(get_recompile_limit(), REGIONAL_RECOMPILE_LIMIT))
+            if spec.scope == "regional":  # as the compile variants do
+                raise_recompile_limit_for_regions()
             pipe = copy.deepcopy(ref)
             ctx = VariantContext(cfg.workload, cfg.device)
             for v in resolve(names, cfg.workload, cfg.device):
@@ -324,7 +313,8 @@ def compile_section(ref, cfg: CompileConfig, configs=None):
                      "recompile_reasons": _reason_summary(warm.recompiles),
                      "e2e_metric": e2e["metric"], "e2e_value": e2e["value"], "e2e_unit_count":
                          cfg.recompile_blocks if cfg.workload == "mg2" else cfg.e2e_ddim_steps})
-        del state, pipe, target
+        state.clear()  # the pipeline copy and its probe: freed before the next configuration
+        del pipe, target
         flags.restore()
         if cfg.device.type == "cuda":
             torch.cuda.empty_cache()

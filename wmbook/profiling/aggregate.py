@@ -69,7 +69,7 @@ class AggregateReport:
     paths: dict = field(default_factory=dict)  # what aggregate_reports wrote
 
     def to_dict(self) -> dict:
-        from .session import _jsonable
+        from .jsonable import jsonable as _jsonable
 
         return _jsonable({
             "schema": AGGREGATE_SCHEMA, "session": self.session, "world_size": self.world_size,

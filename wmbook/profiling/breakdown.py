@@ -20,7 +20,6 @@ category table adds up to the busy time.
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import re
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .jsonable import finite_or_none, jsonable
 from .profiler import load_trace
 
 # ---------------------------------------------------------------------------------------------------------
@@ -283,7 +283,7 @@ def _innermost(starts: np.ndarray, ends: np.ndarray, parent: np.ndarray, queries
 def _nest_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Order (by start, outer first) and parent index (in that order) of intervals on one thread."""
     order = np.lexsort((-(ends - starts), starts))
-    s, e = starts[order], ends[order]
+    e = ends[order]
     parent = np.full(len(order), -1, dtype=np.int64)
     stack: list[int] = []
     for i in range(len(order)):
@@ -508,16 +508,16 @@ class Breakdown:
         rf = self.roofline.set_index("category") if len(self.roofline) else None
         for cat, key in (("GEMM/linear", "gemm"), ("attention", "attention"), ("convolution", "conv")):
             if rf is not None and cat in rf.index:
-                s[f"{key}_tflops"] = _f(rf.at[cat, "tflops"])
-                s[f"{key}_frac_of_ceiling"] = _f(rf.at[cat, "frac_of_ceiling"])
+                s[f"{key}_tflops"] = finite_or_none(rf.at[cat, "tflops"])
+                s[f"{key}_frac_of_ceiling"] = finite_or_none(rf.at[cat, "frac_of_ceiling"])
         return s
 
     def to_dict(self) -> dict:
         """JSON-serialisable: summary plus every table as records."""
         return {
-            "region": self.region, "source": self.source, "summary": _jsonable(self.summary()),
-            "tables": {k: _jsonable(v.to_dict(orient="records")) for k, v in self.tables().items()},
-            "ceilings": _jsonable(self.ceilings),
+            "region": self.region, "source": self.source, "summary": jsonable(self.summary()),
+            "tables": {k: jsonable(v.to_dict(orient="records")) for k, v in self.tables().items()},
+            "ceilings": jsonable(self.ceilings),
         }  # fmt: skip
 
     def to_json(self, **kw) -> str:
@@ -535,30 +535,6 @@ class Breakdown:
 
     def plot_roofline(self, ax=None):
         return plot_roofline(self, ax)
-
-
-def _f(x):
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) or math.isinf(x) else x
-
-
-def _jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return _f(obj)
-    if obj is pd.NA or obj is None:
-        return None
-    if isinstance(obj, (str, int, bool)):
-        return obj
-    return str(obj)
 
 
 def top_level_labels(trace_or_path) -> list[str]:

@@ -34,7 +34,8 @@ def _formats(formats, default: str) -> list[str]:
 
 def report_dict(session, raw: bool = False) -> dict:
     """Everything a session knows, as JSON-serialisable data (monitor samples only when raw)."""
-    from .session import DEFINITIONS, _jsonable
+    from .jsonable import jsonable as _jsonable
+    from .session import DEFINITIONS
 
     s = session
     bd = s.breakdown

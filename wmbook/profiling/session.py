@@ -27,7 +27,6 @@ import contextlib
 import datetime as _dt
 import functools
 import inspect
-import math
 import os
 import re
 import time
@@ -39,6 +38,7 @@ import torch
 
 from ..bench import resolve_device, stream_metrics, time_fn
 from .config import ProfilingConfig, load_config
+from .jsonable import jsonable as _jsonable
 from .labels import label, labels_enabled
 from .monitor import ResourceMonitor
 from .sections import SectionTimer, active_timers
@@ -761,35 +761,3 @@ def profile_model_parameters(extractor=None):
         return wrapper
 
     return deco
-
-
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _jsonable(obj):
-    """Plain JSON types: NaN/inf -> None, numpy scalars -> numbers, DataFrames -> records, others -> str."""
-    import numpy as np
-
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, pd.DataFrame):
-        return _jsonable(obj.to_dict(orient="records"))
-    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
-        return obj
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        x = float(obj)
-        return None if math.isnan(x) or math.isinf(x) else x
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, torch.Tensor) and obj.numel() == 1 and obj.device.type == "cpu":
-        return _jsonable(obj.item())
-    if obj is pd.NA or obj is pd.NaT:
-        return None
-    if isinstance(obj, os.PathLike):
-        return os.fspath(obj)
-    return str(obj)
-

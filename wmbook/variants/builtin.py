@@ -176,17 +176,23 @@ def compile_regions(pipe, workload: str) -> list[torch.nn.Module]:
 REGIONAL_RECOMPILE_LIMIT = 64
 
 
+def raise_recompile_limit_for_regions() -> int:
+    """The regions share their class's code; every distinct block shape (the UNet's channel widths, the DiT's
+    blocks with and without action modules) is one cache entry of it: past the default limit of 8 dynamo would
+    silently run the remaining blocks eagerly. Raised process-wide (GlobalFlags restores it); returns the limit."""
+    from .compile import get_recompile_limit, recompile_limit_name
+
+    lim = max(get_recompile_limit(), REGIONAL_RECOMPILE_LIMIT)
+    setattr(torch._dynamo.config, recompile_limit_name(), lim)
+    return lim
+
+
 def _compile(scope: str, mode: str, dynamic: bool):
     def apply(pipe, ctx: VariantContext):
-        from .compile import CompileSpec, apply_compile, get_recompile_limit, recompile_limit_name
+        from .compile import CompileSpec, apply_compile
 
         if scope == "regional":
-            # the regions share their class's code; every distinct block shape (the UNet's channel widths, the
-            # DiT's blocks with and without action modules) is one cache entry of it: past the default limit
-            # of 8 dynamo would silently run the remaining blocks eagerly (GlobalFlags restores the limit)
-            lim = max(get_recompile_limit(), REGIONAL_RECOMPILE_LIMIT)
-            setattr(torch._dynamo.config, recompile_limit_name(), lim)
-            ctx.notes["recompile_limit"] = f"recompile limit {lim}"
+            ctx.notes["recompile_limit"] = f"recompile limit {raise_recompile_limit_for_regions()}"
 
         spec = CompileSpec(scope=scope, mode=mode, dynamic=dynamic, backend=ctx.notes.get("compile_backend",
                                                                                            "inductor"))

@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import check
+from ..profiling.breakdown import CAST_OPS
 from ..bench import Timing, time_fn
 from ..presets import get_preset, resolve_device
 from . import GlobalFlags, VariantContext, resolve, tolerance_for
@@ -435,9 +436,6 @@ def vae_table(ref, workload: str, dtypes=("fp32", "bf16", "fp16"), *, device=Non
                          "psnr_db": q.psnr, "max_abs": q.max_abs})
             del pipe
     return pd.DataFrame(rows)
-
-
-CAST_OPS = ("aten::to", "aten::_to_copy", "aten::copy_")
 
 
 def op_counts(ref, workload: str, stacks: dict[str, list[str]], *, device=None, seed: int = 0) -> pd.DataFrame:
