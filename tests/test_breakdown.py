@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from wmbook.profiling import label, profile, set_labels
-from wmbook.profiling.breakdown import CATEGORIES, analyze, classify, op_bytes, op_flops, top_level_labels
+from wmbook.profiling.breakdown import (CATEGORIES, analyze, classify, device_busy_ms, op_bytes, op_flops,
+                                        top_level_labels, trace_busy_ms)
 
 FIXTURE = Path(__file__).parent / "data" / "trace_tiny_h100.json.gz"
 CEIL = {"gemm_tflops": 801.0, "copy_gbps": 3008.0, "sdpa_tflops": 690.0}
@@ -231,3 +232,26 @@ def test_cpu_only_trace_falls_back_to_cpu_self_time(tmp_path):
     assert math.isnan(bd.stats["idle_share"])
     rf = bd.roofline.set_index("category")
     assert rf.at["GEMM/linear", "gflop"] == pytest.approx(3 * 2 * 128 * 64 * 64 / 1e9)
+
+
+def test_trace_busy_ms_is_the_union_of_device_activities(raw, bd):
+    """Recounted from the raw JSON: merged [ts, ts+dur) intervals of every kernel/copy/set in the trace."""
+    iv = sorted((e["ts"], e["ts"] + e["dur"]) for e in raw["traceEvents"]
+                if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    total, (cs, ce) = 0.0, iv[0]
+    for a, b in iv[1:]:
+        if a > ce:
+            total, cs, ce = total + ce - cs, a, b
+        else:
+            ce = max(ce, b)
+    expect = (total + ce - cs) / 1e3
+    got = trace_busy_ms(raw)
+    assert got == pytest.approx(expect, rel=1e-9)
+    assert got > bd.stats["busy_union_ms"]  # the whole trace holds more than the region
+    assert trace_busy_ms(FIXTURE) == pytest.approx(got, rel=1e-12)  # from the file too
+
+
+def test_device_busy_ms_off_cuda_and_bad_calls():
+    assert math.isnan(device_busy_ms(lambda: torch.ones(3).sum(), "cpu"))
+    with pytest.raises(ValueError, match="calls"):
+        device_busy_ms(lambda: None, "cpu", calls=0)

@@ -117,6 +117,9 @@ def test_notebook_04_tiny_mg2_and_wma(tmp_path):
     assert (fwd["gate"].isin(["pass", "reference"])).all()
     rec = mg2[(mg2["metric"] == "steady_run_recompiles")].set_index("variant")["value"]
     assert rec["compile:regional, after hygiene"] == 0
+    steady = mg2[mg2["metric"] == "steady_forward_ms"]  # median with its spread over `repeats` forwards
+    assert len(steady) == 2 and (steady["p20"] <= steady["value"]).all() and (steady["value"] <= steady["p80"]).all()
+    assert (mg2[mg2["metric"] == "x_floor"]["value"] > 0).all()
     wma = df[(df["workload"] == "wma") & (df["metric"] == "ddim_step_ms")]
     assert len(wma) == 5  # reference + 4 rows
 

@@ -255,10 +255,14 @@ def compile_configs(cfg: CompileConfig) -> list[tuple[str, list[str], object]]:
     return [rows[k] for k in cfg.compile_table if k in rows]
 
 
-def compile_section(ref, cfg: CompileConfig, configs=None):
+def compile_section(ref, cfg: CompileConfig, configs=None, ceilings: dict | None = None):
     """One row per configuration: cold and warm compile time (empty vs filled on-disk cache), graphs, graph
     breaks, steady forward ms, and the recompiles of a warm end-to-end run (e2e_blocks blocks or one
-    iteration) after a first, warming one. Also the graph-break report of the reference code's regional compile."""
+    iteration) after a first, warming one, then the warm model's steady forward (median, p20-p80 over `repeats`),
+    its GPU busy time and both against the FLOP floor (with `ceilings`). Also the graph-break report of the
+    reference code's regional compile."""
+    from .bench import time_fn
+    from .profiling.breakdown import device_busy_ms
     from .variants import GlobalFlags, VariantContext, resolve
     from .variants.builtin import compile_regions, raise_recompile_limit_for_regions
     from .variants.compile import CompileMonitor, apply_compile, measure_compile_time, reset_compile_state
@@ -304,9 +308,17 @@ def compile_section(ref, cfg: CompileConfig, configs=None):
                              ddim_steps=cfg.e2e_ddim_steps)
         if breaks is None and label.startswith("regional, reference"):
             breaks, reasons = warm.graph_breaks, warm.recompiles
+        probe = state["probe"]  # built before compiling; its forward runs the compiled model, warm by now
+        with torch.no_grad():
+            tm = time_fn(probe.forward, warmup=max(cfg.warmup, 1), repeats=cfg.repeats, device=cfg.device)
+            busy = device_busy_ms(probe.forward, cfg.device)
+        floor = (probe.flops / (ceilings["gemm_tflops"] * 1e12) * 1e3 if ceilings and ceilings.get("gemm_tflops")
+                 else float("nan"))
         rows.append({"config": label, "variants": " + ".join(names), "scope": spec.scope, "mode": spec.mode,
                      "dynamic": spec.dynamic, "cold_s": row.get("cold_s"), "warm_s": row.get("warm_s"),
-                     "steady_forward_ms": row.get("steady_ms"), "graphs": row.get("cold_graphs"),
+                     "steady_forward_ms": tm.median, "steady_p20": tm.p20, "steady_p80": tm.p80,
+                     "x_floor": tm.median / floor, "gpu_busy_ms": busy, "busy_x_floor": busy / floor,
+                     "graphs": row.get("cold_graphs"),
                      "graph_breaks": row.get("graph_breaks"),
                      "warmup_run_recompiles": warm.summary()["recompiles"],
                      "steady_run_recompiles": steady.summary()["recompiles"],
@@ -314,7 +326,7 @@ def compile_section(ref, cfg: CompileConfig, configs=None):
                      "e2e_metric": e2e["metric"], "e2e_value": e2e["value"], "e2e_unit_count":
                          cfg.recompile_blocks if cfg.workload == "mg2" else cfg.e2e_ddim_steps})
         state.clear()  # the pipeline copy and its probe: freed before the next configuration
-        del pipe, target
+        del pipe, target, probe
         flags.restore()
         if cfg.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -383,7 +395,8 @@ def result_rows(cfg: CompileConfig, ladder=None, compile_df=None, attention_best
             rows.append(results_store.make_row(metric="forward_ms", value=r["forward_ms"], unit="ms", variant=v,
                                                **common, **extra) | {"p20": r["forward_p20"], "p80": r["forward_p80"],
                                                                       "median": r["forward_ms"], "n": cfg.repeats})
-            for m, unit in (("speedup", "x"), ("x_floor", "x"), ("e2e_value", r["e2e_metric"]), ("psnr_db", "dB"),
+            for m, unit in (("speedup", "x"), ("x_floor", "x"), ("gpu_busy_ms", "ms"), ("busy_x_floor", "x"),
+                            ("e2e_value", r["e2e_metric"]), ("psnr_db", "dB"),
                             ("peak_memory_gib", "GiB"), ("first_call_s", "s"), ("recompiles", "count")):
                 val = r[m]
                 if val is not None and not (isinstance(val, float) and math.isnan(val)):
@@ -393,10 +406,14 @@ def result_rows(cfg: CompileConfig, ladder=None, compile_df=None, attention_best
     if compile_df is not None and len(compile_df) and "cold_s" in compile_df:
         for _, r in compile_df.dropna(subset=["cold_s"]).iterrows():
             v = f"compile:{r['config']}"
-            for m, unit in (("cold_s", "s"), ("warm_s", "s"), ("steady_forward_ms", "ms"),
+            for m, unit in (("cold_s", "s"), ("warm_s", "s"), ("steady_forward_ms", "ms"), ("x_floor", "x"),
+                            ("gpu_busy_ms", "ms"), ("busy_x_floor", "x"),
                             ("steady_run_recompiles", "count"), ("graph_breaks", "count")):
                 if r.get(m) is not None and r[m] == r[m]:
-                    rows.append(results_store.make_row(metric=m, value=float(r[m]), unit=unit, variant=v, **common))
+                    spread = ({"median": r[m], "p20": r["steady_p20"], "p80": r["steady_p80"], "n": cfg.repeats}
+                              if m == "steady_forward_ms" and "steady_p20" in r else {})
+                    rows.append(results_store.make_row(metric=m, value=float(r[m]), unit=unit, variant=v, **common)
+                                | spread)
     if attention_best:
         rows.append(results_store.make_row(metric="attention_best_backend", value=float("nan"), unit=attention_best,
                                            variant="attention", **common))
@@ -445,6 +462,17 @@ def interpret(cfg: CompileConfig, ladder=None, compile_df=None, vae=None, hygien
                          f"{'%d-block' % cfg.recompile_blocks if cfg.workload == 'mg2' else 'iteration'} run (goal: 0); cold "
                          f"compile {r1['cold_s']:.1f} s, warm {r1['warm_s']:.1f} s (goal under "
                          f"{GOALS['regional_cold_s']:.0f} s cold: {'met' if cold_ok else 'missed'}).")
+        if "x_floor" in c and c["x_floor"].notna().any():
+            b = c.loc[c["x_floor"].idxmin()]
+            lines.append(f"The fastest compiled forward is `{b.name}` at {b['steady_forward_ms']:.3g} ms "
+                         f"(p20-p80 {b['steady_p20']:.3g}-{b['steady_p80']:.3g}), {b['x_floor']:.2f}x the FLOP floor"
+                         + (f" (goal {GOALS['dit_x_floor']}x: {'met' if b['x_floor'] <= GOALS['dit_x_floor'] else 'missed'})"
+                            if cfg.workload == "mg2" else "")
+                         + (f"; its kernels alone keep the GPU busy {b['gpu_busy_ms']:.3g} ms "
+                            f"({b['busy_x_floor']:.2f}x the floor), the remaining "
+                            f"{max(0.0, 1 - b['gpu_busy_ms'] / b['steady_forward_ms']):.0%} of the wall time is host "
+                            f"and launch overhead that CUDA graphs (notebook 06) target" if b["gpu_busy_ms"] == b["gpu_busy_ms"]
+                            else "") + ".")
         if "whole model" in c.index and "regional, after hygiene" in c.index:
             w, r1 = c.loc["whole model"], c.loc["regional, after hygiene"]
             if w["cold_s"] == w["cold_s"]:

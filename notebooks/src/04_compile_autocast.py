@@ -125,7 +125,7 @@ each new shape once). The first row compiles the reference code, the others the 
 ("code", """
 comp = breaks = reasons = None
 if "compile" in cfg.sections:
-    comp, breaks, reasons = ca.compile_section(ref, cfg)
+    comp, breaks, reasons = ca.compile_section(ref, cfg, ceilings=ceilings)
     display(comp)
     if breaks is not None and len(breaks):
         display(Markdown("### Graph breaks of the reference code"))

@@ -461,6 +461,43 @@ def _union_ms(starts: np.ndarray, ends: np.ndarray) -> float:
     return (total + ce - cs) / 1e3
 
 
+def trace_busy_ms(trace) -> float:
+    """GPU busy time of a whole trace: the union of its kernels, copies and sets (overlaps counted once)."""
+    K = parse(load_trace(trace) if not isinstance(trace, dict) else trace).kernels
+    return _union_ms(K["ts"].to_numpy(float), K["end"].to_numpy(float))
+
+
+def device_busy_ms(fn, device=None, calls: int = 1) -> float:
+    """Mean GPU busy time per call of fn() (already warm), from one torch.profiler trace of `calls` calls: the
+    union of the device activities. Against the wall time of the same call it says how much of it is host or
+    launch overhead (what CUDA graphs, notebook 06, remove). NaN off CUDA."""
+    import os
+    import tempfile
+
+    import torch
+
+    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
+        raise ValueError(f"calls={calls!r} is not allowed; allowed values: an integer >= 1")
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if dev.type != "cuda":
+        return float("nan")
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize(dev)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize(dev)
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            return trace_busy_ms(json.load(f)) / calls
+    finally:
+        os.unlink(path)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the breakdown
 

@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import check
-from ..profiling.breakdown import CAST_OPS
+from ..profiling.breakdown import CAST_OPS, device_busy_ms
 from ..bench import Timing, time_fn
 from ..presets import get_preset, resolve_device
 from . import GlobalFlags, VariantContext, resolve, tolerance_for
@@ -37,7 +37,7 @@ LADDER_COLUMNS = [
     "row", "variant", "stack", "gate", "tolerance", "rel_l2_vs_fp32", "allowed_rel_l2", "budget_rel_l2",
     "max_rel_same_precision",
     "mean_rel_same_precision", "forward_ms", "forward_p20", "forward_p80",
-    "speedup", "x_floor", "e2e_metric", "e2e_value", "e2e_speedup", "psnr_db", "peak_memory_gib", "first_call_s",
+    "speedup", "x_floor", "gpu_busy_ms", "busy_x_floor", "e2e_metric", "e2e_value", "e2e_speedup", "psnr_db", "peak_memory_gib", "first_call_s",
     "recompiles", "graph_breaks", "note",
 ]  # fmt: skip
 
@@ -219,9 +219,10 @@ def run_ladder(workload: str, preset: str, steps: list[str], *, device=None, see
                 floor = row.pop("_flops") / (ceilings["gemm_tflops"] * 1e12) * 1e3
                 lad.floor_ms = floor
                 row["x_floor"] = row["forward_ms"] / floor
+                row["busy_x_floor"] = row["gpu_busy_ms"] / floor
             else:
                 row.pop("_flops", None)
-                row["x_floor"] = float("nan")
+                row["x_floor"] = row["busy_x_floor"] = float("nan")
             lad.rows.append(row)
             del out
             if dev.type == "cuda":
@@ -278,6 +279,8 @@ def _measure_row(ref, workload, stack, dev, seed, warmup, repeats, e2e_blocks, e
         row["peak_memory_gib"] = ((torch.cuda.max_memory_allocated(dev) - m0) / 2**30 if dev.type == "cuda"
                                   else float("nan"))  # this row's weights, caches and activations
         row.update(forward_ms=tm.median, forward_p20=tm.p20, forward_p80=tm.p80)
+        with torch.no_grad():  # kernels alone: the rest of the wall time is host and launch overhead
+            row["gpu_busy_ms"] = device_busy_ms(probe.forward, dev)
         runs = []
         if e2e:
             # end to end: one warm-up run (compiles the shapes the probe did not see), then the timed runs,
@@ -374,14 +377,15 @@ def variant_table(ref, workload: str, names: list[str], *, device=None, seed: in
             flops = row.pop("_flops")
             row["variant"] = "fp32 eager (reference)" if v is None else v.name
             row["speedup"] = base / row["forward_ms"] if row["gate"] in ("pass", "reference") else float("nan")
-            row["x_floor"] = (row["forward_ms"] / (flops / (ceilings["gemm_tflops"] * 1e12) * 1e3)
-                              if ceilings and ceilings.get("gemm_tflops") else float("nan"))
+            floor = (flops / (ceilings["gemm_tflops"] * 1e12) * 1e3 if ceilings and ceilings.get("gemm_tflops")
+                     else float("nan"))
+            row["x_floor"], row["busy_x_floor"] = row["forward_ms"] / floor, row["gpu_busy_ms"] / floor
             rows.append(row)
     finally:
         flags.restore()
     cols = ["variant", "gate", "tolerance", "rel_l2_vs_fp32", "allowed_rel_l2", "budget_rel_l2", "max_rel_same_precision",
             "mean_rel_same_precision", "forward_ms", "forward_p20", "forward_p80", "speedup", "x_floor",
-            "peak_memory_gib", "first_call_s", "graph_breaks", "note"]
+            "gpu_busy_ms", "busy_x_floor", "peak_memory_gib", "first_call_s", "graph_breaks", "note"]
     return pd.DataFrame(rows).reindex(columns=cols).set_index("variant")
 
 
