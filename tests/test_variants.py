@@ -178,6 +178,27 @@ def test_compile_of_reference_code_recompiles_and_the_fix_does_not(mg2_ref):
     assert compile_regions(mg2_ref, "mg2") == list(mg2_ref.model.blocks)
 
 
+def test_whole_model_compile_after_hygiene_does_not_guard_on_start_frame(mg2_ref):
+    """The per-forward RoPE and action tables are built outside the graph: a whole-model compile compiles each
+    shape once (first block, growing window) and never recompiles for the block's start frame."""
+    from wmbook.variants.compile import CompileMonitor, reset_compile_state
+
+    reset_compile_state()
+    flags = GlobalFlags()
+    pipe, _ = _applied(mg2_ref, "mg2", ["hygiene", "compile-whole"])
+    try:
+        with CompileMonitor() as warm:
+            end_to_end(pipe, "mg2", num_blocks=4)
+        with CompileMonitor() as steady:
+            end_to_end(pipe, "mg2", num_blocks=4)
+    finally:
+        flags.restore()
+    rec = warm.recompiles
+    assert not rec["guard"].astype(str).str.contains("start_frame").any(), rec["guard"].tolist()
+    assert warm.summary()["recompile_limit_hits"] == 0
+    assert steady.summary()["recompiles"] == 0
+
+
 def test_vae_table_reports_psnr(wma_ref):
     t = vae_table(wma_ref, "wma", ("fp32", "bf16"), device=CPU, repeats=1, ddim_steps=2)
     assert t["vae_dtype"].tolist() == ["fp32", "bf16"]

@@ -244,6 +244,7 @@ class GenerationCache:
                         c.next_start = start_frame
 
 
+
 class CausalWanModel(nn.Module):
     """Wan2.1-1.3B made block-causal; i2v with MG2 action modules, or t2v (Self-Forcing).
 
@@ -313,22 +314,38 @@ class CausalWanModel(nn.Module):
             return self.img_emb(context)  # [B, 257, 1280] -> [B, 257, C]
         return self.text_embedding(context)  # [B, 512, 4096] -> [B, 512, C]
 
+    @torch.compiler.disable(recursive=False)  # this frame only: _forward is what a whole-model compile traces
     def forward(self, x, t, context, *, cond_concat=None, actions=None, cache: GenerationCache | None = None,
                 start_frame: int = 0):
         """Flow prediction for latent frames x [B, 16, F, h, w] at timesteps t [B, F] (or [B]).
 
         With `cache`, x is one block starting at latent frame `start_frame` and the caches are read and
         written; without it, x is the whole sequence and the block-causal (windowed) mask is applied.
+
+        What depends on the Python int start_frame (RoPE tables, cache write positions, hoisted action
+        inputs) is built here, eagerly; `_forward` gets tensors only, so a whole-model torch.compile
+        (which traces `_forward`; this frame is skipped) has no int to guard on and does not recompile
+        for every block.
         """
+        p = self.preset
+        pt, ph, pw = p.patch_size
+        _, _, f, h, w = x.shape
+        grid = (f // pt, h // ph, w // pw)
+        with dl("DiT_Embeddings"):
+            cos, sin, action_inputs, blk_start = self._position_inputs(grid, start_frame, cache, actions, x.dtype,
+                                                                       x.device)
+        return self._forward(x, t, context, cos, sin, grid, cond_concat=cond_concat, actions=actions, cache=cache,
+                             action_inputs=action_inputs, blk_start=blk_start)
+
+    def _forward(self, x, t, context, cos, sin, grid, *, cond_concat, actions, cache, action_inputs, blk_start):
         p = self.preset
         b, _, f, h, w = x.shape
         if t.dim() == 1:
             t = t[:, None].expand(b, f)
-        with dl("DiT_Embeddings"):  # patch, time, context embeddings and RoPE tables
+        with dl("DiT_Embeddings"):  # patch, time and context embeddings
             if cond_concat is not None:
                 x = torch.cat([x, cond_concat.to(x.dtype)], dim=1)
             x = self.patch_embedding(x)  # [B, C, F, h/2, w/2]
-            grid = tuple(x.shape[2:])
             x = x.flatten(2).transpose(1, 2)  # [B, L, C]
 
             e = self.time_embedding(sinusoidal_embedding_1d(p.freq_dim, t.flatten()).to(x.dtype))  # [B*F, C]
@@ -339,16 +356,6 @@ class CausalWanModel(nn.Module):
                 ctx = None  # cross-attn K/V already cached
             else:
                 ctx = self.embed_context(context.to(x.dtype))
-
-            cos, sin = rope_cos_sin(self.inv_freqs, grid[0], grid[1], grid[2], start_frame, x.device)
-        if cache is not None:
-            cache.begin(start_frame, grid[1] * grid[2])
-        action_inputs = None
-        if self.hoist_action_inputs and actions is not None and p.action is not None:
-            blk0 = next(b for b in self.blocks if b.action_model is not None)
-            action_inputs = prepare_action_inputs(
-                actions, start_frame, f, p.action, x.dtype, frames_per_block=p.num_frame_per_block,
-                local_attn_size=blk0.action_model.local_attn_size, cached=cache is not None, sync_check=False)
         mask = None
         if cache is None:
             # a full window (-1) still rolls once the cache is full, so the mask uses the cache capacity
@@ -356,7 +363,6 @@ class CausalWanModel(nn.Module):
             s = grid[1] * grid[2]
             mask = fm.repeat_interleave(s, 0).repeat_interleave(s, 1)  # [L, L] bool, True = attend
 
-        blk_start = None if (action_inputs is not None or p.action is None) and cache is not None else start_frame
         for i, blk in enumerate(self.blocks):
             x = blk(x, e0, grid, ctx, cos, sin, start_frame=blk_start,
                     kv_cache=cache.kv[i] if cache is not None else None,
@@ -366,6 +372,26 @@ class CausalWanModel(nn.Module):
                     mask=mask, action_inputs=action_inputs)
         with dl("DiT_Head"):
             return self.unpatchify(self.head(x, e), grid)
+
+    @torch.compiler.disable
+    def _position_inputs(self, grid, start_frame: int, cache, actions, dtype, device):
+        """What one forward derives from the Python int start_frame, run eagerly (no compiled graph guards on it,
+        so a whole-model compile does not recompile per block): the RoPE tables, the caches' write positions,
+        the hoisted action inputs (with hoist_action_inputs) and the start frame the blocks still need (None
+        when they need none: cached and hoisted)."""
+        p = self.preset
+        f = grid[0]
+        cos, sin = rope_cos_sin(self.inv_freqs, grid[0], grid[1], grid[2], start_frame, device)
+        if cache is not None:
+            cache.begin(start_frame, grid[1] * grid[2])
+        action_inputs = None
+        if self.hoist_action_inputs and actions is not None and p.action is not None:
+            blk0 = next(b for b in self.blocks if b.action_model is not None)
+            action_inputs = prepare_action_inputs(
+                actions, start_frame, f, p.action, dtype, frames_per_block=p.num_frame_per_block,
+                local_attn_size=blk0.action_model.local_attn_size, cached=cache is not None, sync_check=False)
+        blk_start = None if (action_inputs is not None or p.action is None) and cache is not None else start_frame
+        return cos, sin, action_inputs, blk_start
 
     def unpatchify(self, x, grid):
         # x [B, L, pt*ph*pw*out] -> [B, out, F*pt, h*ph, w*pw]

@@ -175,7 +175,7 @@ class CausalStreamingPipeline:
             for bi in tqdm(range(inputs.num_blocks), desc="blocks", disable=not progress, leave=False):
                 start = bi * k
                 with label(f"2.3_Block_{bi}"):
-                    noisy = inputs.noise[:, :, start:start + k]
+                    noisy = inputs.noise[:, :, start:start + k].contiguous()  # one stride for every forward input
                     for j, t in enumerate(ts):
                         last = j == len(ts) - 1
                         with label(f"2.3.{bi}_Denoising_Step_{j}_t{int(round(t))}"):

@@ -722,7 +722,7 @@ def _check_cache_dir(cache_dir) -> None:
 
 def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, device=None, *, cache_dir=None,
                          steady_repeats: int = 3, eager_first: bool = True, subprocess: bool = False,
-                         timeout_s: float = 1800) -> dict:
+                         timeout_s: float = 1800, after_warm=None) -> dict:
     """Compile time of `spec` cold (empty on-disk cache) and warm (cache filled by the cold run).
 
     make_model(): a fresh model (called once per phase); run_once(model): one unit of work (e.g. a
@@ -736,6 +736,8 @@ def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, 
     that CUDA context / cuBLAS / lazy-init costs land in neither phase. subprocess=True measures both
     phases in fresh Python processes (make_model / run_once / regions callables given as
     "module:attr" strings importable there); process_s is then what a user waits for end to end.
+    after_warm(model): called in-process with the warm compiled model after its steady timing (e.g. to run
+    more measurements on it without compiling again).
     """
     if not isinstance(spec, CompileSpec):
         raise ValueError(f"spec must be a CompileSpec, got {type(spec).__name__}")
@@ -746,6 +748,8 @@ def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, 
                          "each phase builds its own model")
     _check_cache_dir(cache_dir)
     if subprocess:
+        if after_warm is not None:
+            raise ValueError("after_warm needs the model in this process; it is not allowed with subprocess=True")
         return _measure_subprocess(make_model, run_once, spec, regions, device, cache_dir, steady_repeats,
                                    timeout_s)
     dev = resolve_device(device)
@@ -774,6 +778,8 @@ def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, 
         row["steady_recompiles"] = smon.summary()["recompiles"]
         row["n_targets"] = record.n_targets
         row["cache_mb"] = _dir_bytes(d) / 2**20
+        if after_warm is not None:
+            after_warm(model)
         del model
     row["cold_over_warm"] = row["cold_s"] / row["warm_s"] if row["warm_s"] > 0 else float("nan")
     return row
