@@ -124,6 +124,17 @@ def test_notebook_04_tiny_mg2_and_wma(tmp_path):
     assert len(wma) == 5  # reference + 4 rows
 
 
+def test_notebook_04_default_ladders():
+    from wmbook import compile_autocast as ca
+
+    mg2 = ca.default_ladder(ca.validate(workload="mg2", device="cpu"))
+    wma = ca.default_ladder(ca.validate(workload="wma", device="cpu"))
+    assert mg2 == ["tf32", "bf16", "hygiene", "compile-regional"]  # max-autotune means nothing off a GPU
+    assert wma == ["tf32", "bf16", "hygiene", "channels-last", "compile-whole"]  # the UNet compiles whole
+    assert ca.default_ladder(ca.validate(workload="mg2", device="cpu"), "math")[-2] == "attn-math"
+    assert "attn-flash" not in ca.default_ladder(ca.validate(workload="mg2", device="cpu"), "flash")  # CUDA only
+
+
 def test_notebook_04_rejects_unknown_variant_before_work(tmp_path):
     runs = run_notebooks(["04_compile_autocast"], out=tmp_path / "r", progress=False,
                          parameters={"ladder": "bf16,turbo", "results_path": str(tmp_path / "r.csv"),

@@ -152,47 +152,41 @@ def test_ladder_rows_gate_and_recompile_fix(mg2_ref):
     assert 0 < t["rel_l2_vs_fp32"].iloc[1] <= 0.03
 
 
-def test_compile_of_reference_code_recompiles_and_the_fix_does_not(mg2_ref):
-    from wmbook.variants.builtin import compile_regions
-    from wmbook.variants.compile import CompileMonitor, reset_compile_state
-
-    out = {}
-    for name, names in (("reference", []), ("fixed", ["hygiene"])):
-        reset_compile_state()
-        flags = GlobalFlags()
-        pipe, _ = _applied(mg2_ref, "mg2", names + ["compile-regional"])
-        try:
-            with CompileMonitor() as warm:
-                end_to_end(pipe, "mg2", num_blocks=3)
-            with CompileMonitor() as steady:
-                end_to_end(pipe, "mg2", num_blocks=3)
-        finally:
-            flags.restore()
-        out[name] = (warm.summary(), steady.summary(), warm.graph_breaks, warm.recompiles)
-    ref_warm, _, ref_breaks, ref_rec = out["reference"]
-    fix_warm, fix_steady, fix_breaks, _ = out["fixed"]
-    assert ref_breaks["reason"].str.contains("item").any()  # the host read in action_windows
-    assert ref_rec["guard"].str.contains("start_frame").any()  # Python ints guarded per block
-    assert not fix_breaks["reason"].str.contains("item").any()
-    assert fix_warm["recompiles"] < ref_warm["recompiles"] and fix_steady["recompiles"] == 0
-    assert compile_regions(mg2_ref, "mg2") == list(mg2_ref.model.blocks)
-
-
-def test_whole_model_compile_after_hygiene_does_not_guard_on_start_frame(mg2_ref):
-    """The per-forward RoPE and action tables are built outside the graph: a whole-model compile compiles each
-    shape once (first block, growing window) and never recompiles for the block's start frame."""
+def _warm_then_steady(ref, names, num_blocks):
+    """Compile monitors of a first (warming) and a second end-to-end mg2 run of a fresh copy with `names`."""
     from wmbook.variants.compile import CompileMonitor, reset_compile_state
 
     reset_compile_state()
     flags = GlobalFlags()
-    pipe, _ = _applied(mg2_ref, "mg2", ["hygiene", "compile-whole"])
+    pipe, _ = _applied(ref, "mg2", names)
     try:
         with CompileMonitor() as warm:
-            end_to_end(pipe, "mg2", num_blocks=4)
+            end_to_end(pipe, "mg2", num_blocks=num_blocks)
         with CompileMonitor() as steady:
-            end_to_end(pipe, "mg2", num_blocks=4)
+            end_to_end(pipe, "mg2", num_blocks=num_blocks)
     finally:
         flags.restore()
+    return warm, steady
+
+
+def test_compile_of_reference_code_recompiles_and_the_fix_does_not(mg2_ref):
+    from wmbook.variants.builtin import compile_regions
+
+    ref_warm, _ = _warm_then_steady(mg2_ref, ["compile-regional"], 3)
+    fix_warm, fix_steady = _warm_then_steady(mg2_ref, ["hygiene", "compile-regional"], 3)
+    assert ref_warm.graph_breaks["reason"].str.contains("item").any()  # the host read in action_windows
+    assert ref_warm.recompiles["guard"].str.contains("start_frame").any()  # Python ints guarded per block
+    assert not fix_warm.graph_breaks["reason"].str.contains("item").any()
+    assert fix_warm.summary()["recompiles"] < ref_warm.summary()["recompiles"]
+    assert fix_steady.summary()["recompiles"] == 0
+    assert compile_regions(mg2_ref, "mg2") == list(mg2_ref.model.blocks)
+
+
+def test_whole_model_compile_after_hygiene_does_not_guard_on_start_frame(mg2_ref):
+    """What depends on the Python int start_frame is built outside the compiled frame: a whole-model compile
+    compiles each shape once (first block, growing window) and never recompiles for the block's start frame
+    (before, 7 blocks hit the recompile limit of 8 and the model ran eagerly from then on)."""
+    warm, steady = _warm_then_steady(mg2_ref, ["hygiene", "compile-whole"], 7)
     rec = warm.recompiles
     assert not rec["guard"].astype(str).str.contains("start_frame").any(), rec["guard"].tolist()
     assert warm.summary()["recompile_limit_hits"] == 0

@@ -120,34 +120,54 @@ def markdown(path=None) -> str:
                      "profiling overhead": _val(r, "profiling_overhead", "{:+.1%}")})
     parts.append("\n**02 · bottleneck breakdown** (bf16, one traced run)\n")
     parts.append(_table(rows))
-    for r in _latest_runs(df, "04_compile_autocast"):
-        lad = r[r["metric"] == "forward_ms"]
-        rows = []
-        for _, f in lad.iterrows():
-            v = f["variant"]
-            e2e = r[(r["variant"] == v) & (r["metric"].isin(["fps", "ddim_step_ms"]))]
-            rows.append({"ladder row": v, "gate (as recorded)": f.get("gate", ""),
-                         "rel-L2 vs fp32": _num(f.get("rel_l2_vs_fp32"), "{:.4f}"),
-                         "forward ms": _spread(f, "{:.1f}"),
-                         "speedup": _val(r, "speedup", "{:.2f}x", v),
-                         "x floor": _val(r, "x_floor", "{:.1f}", v),
-                         (e2e["metric"].iloc[0] if len(e2e) else "end to end"): _num(e2e["value"].iloc[0], "{:.3g}") if len(e2e) else "-",
-                         "frames PSNR dB": _val(r, "psnr_db", "{:.1f}", v)})
-        parts.append(f"\n**04 · ladder, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** ({_device(r)})\n")
-        parts.append(_table(rows))
-        comp = r[r["variant"].str.startswith("compile:")]
-        crow = []
-        for v, g in comp.groupby("variant", sort=False):
-            m = dict(zip(g["metric"], g["value"]))
-            crow.append({"compile": v.split(":", 1)[1], "cold s": _num(m.get("cold_s"), "{:.1f}"),
-                         "warm s": _num(m.get("warm_s"), "{:.1f}"),
-                         "steady forward ms": _num(m.get("steady_forward_ms"), "{:.1f}"),
-                         "graph breaks": _num(m.get("graph_breaks"), "{:.0f}"),
-                         "recompiles, steady run": _num(m.get("steady_run_recompiles"), "{:.0f}")})
-        if crow:
-            parts.append("\n")
-            parts.append(_table(crow))
+    parts += _compile_autocast(df)
     return "".join(parts)
+
+
+def _compile_autocast(df: pd.DataFrame) -> list[str]:
+    """Notebook 04 is often run in parts (sections=...): per workload and preset the latest run that has a
+    ladder, and for each compile configuration its latest measurement, whichever run it came from."""
+    d = df[(df["notebook"] == "04_compile_autocast") & (df["device_kind"] == "cuda")]
+    parts = []
+    for (wl, preset), g in d.groupby(["workload", "preset"], sort=False):
+        ladders = g[g["metric"] == "forward_ms"]
+        if len(ladders):
+            r = g[g["run_id"] == ladders.sort_values("timestamp")["run_id"].iloc[-1]]
+            rows = []
+            for _, f in r[r["metric"] == "forward_ms"].iterrows():
+                v = f["variant"]
+                e2e = r[(r["variant"] == v) & (r["metric"].isin(["fps", "ddim_step_ms"]))]
+                rows.append({"ladder row": v, "gate (as recorded)": f.get("gate", ""),
+                             "rel-L2 vs fp32": _num(f.get("rel_l2_vs_fp32"), "{:.4f}"),
+                             "forward ms": _spread(f, "{:.1f}"),
+                             "speedup": _val(r, "speedup", "{:.2f}x", v),
+                             "x floor": _val(r, "x_floor", "{:.1f}", v),
+                             "GPU busy ms": _val(r, "gpu_busy_ms", "{:.1f}", v),
+                             (e2e["metric"].iloc[0] if len(e2e) else "end to end"):
+                                 _num(e2e["value"].iloc[0], "{:.3g}") if len(e2e) else "-",
+                             "frames PSNR dB": _val(r, "psnr_db", "{:.1f}", v)})
+            parts.append(f"\n**04 · ladder, {wl} / {preset}** ({_device(r)})\n")
+            parts.append(_table(rows))
+        comp = g[g["variant"].str.startswith("compile:")]
+        crow = []
+        for v, c in comp.groupby("variant", sort=False):
+            c = c[c["run_id"] == c.sort_values("timestamp")["run_id"].iloc[-1]]
+            m = {k: row for k, row in zip(c["metric"], [x for _, x in c.iterrows()])}
+            val = {k: row["value"] for k, row in m.items()}
+            crow.append({"compile": v.split(":", 1)[1], "cold s": _num(val.get("cold_s"), "{:.1f}"),
+                         "warm s": _num(val.get("warm_s"), "{:.1f}"),
+                         "steady forward ms": _spread(m.get("steady_forward_ms"), "{:.1f}"),
+                         "x floor": _num(val.get("x_floor"), "{:.1f}"),
+                         "GPU busy ms": _num(val.get("gpu_busy_ms"), "{:.1f}"),
+                         "graph breaks": _num(val.get("graph_breaks"), "{:.0f}"),
+                         "recompiles, steady run": _num(val.get("steady_run_recompiles"), "{:.0f}"),
+                         "commit": c["git_commit"].iloc[0] or "?", "measured (UTC)": str(c["timestamp"].iloc[0])[:16]})
+        if crow:
+            parts.append(f"\n**04 · compile, {wl} / {preset}** (latest measurement of each configuration; rows "
+                         f"measured at different times may come from different machines of the same kind: compare "
+                         f"times within one run)\n")
+            parts.append(_table(crow))
+    return parts
 
 
 def update_readme(readme=None, path=None) -> bool:

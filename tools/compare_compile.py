@@ -1,0 +1,92 @@
+"""Interleaved timing of several variant stacks of one workload in one process (GPU): which is faster, with
+the host noise of the machine spread evenly over all of them.
+
+    PYTHONPATH=$PWD python3 tools/compare_compile.py mg2 "bf16,hygiene" "bf16,hygiene,compile-regional" \
+        "bf16,hygiene,compile-whole" [--rounds 5 --repeats 10]
+
+Each stack is applied to its own copy of the fp32 reference and warmed up (compiled); then `rounds` rounds
+time every stack's steady forward (`repeats` CUDA-event timings each, after 2 warm-up calls), in turn. Prints
+per stack the median of all timings with p20-p80, the GPU busy time of one forward and host launch time
+(the forward's return without a sync), as a table; --json PATH also writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+
+import torch
+
+from wmbook.bench import Timing, time_fn
+from wmbook.profiling.breakdown import device_busy_ms
+from wmbook.variants import GlobalFlags, VariantContext, resolve
+from wmbook.variants.ladder import build_reference, effective, forward_probe
+from wmbook.workloads import WORKLOADS
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("workload", choices=list(WORKLOADS))
+    ap.add_argument("stacks", nargs="+", help="comma-separated variant names, one stack per argument")
+    ap.add_argument("--preset", default=None, help="default: the workload's real-shape preset")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA device")
+    dev = torch.device("cuda")
+    preset = a.preset or ("mg2-universal" if a.workload == "mg2" else "wma")
+    stacks = [[n.strip() for n in s.split(",") if n.strip()] for s in a.stacks]
+    for s in stacks:
+        resolve(s, a.workload, dev)  # unknown names fail here, before any model is built
+    ref = build_reference(a.workload, preset, dev)
+    flags = GlobalFlags()
+    probes = []
+    for s in stacks:
+        pipe = copy.deepcopy(ref)
+        ctx = VariantContext(a.workload, dev, notes={"compile_backend": "inductor"})
+        for v in effective(resolve(s, a.workload, dev)):
+            v.apply(pipe, ctx)
+        probe = forward_probe(pipe, a.workload)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            probe.forward()
+        torch.cuda.synchronize()
+        print(f"{'+'.join(s)}: first call {time.perf_counter() - t0:.1f} s", flush=True)
+        probes.append((pipe, probe))
+    # process-wide flags (TF32, attention backend, recompile limit) set by any stack stay on for all of them:
+    # compare stacks that differ in per-model transforms (precision, hygiene, layout, compile)
+    times = [[] for _ in stacks]
+    with torch.no_grad():
+        for _ in range(a.rounds):
+            for i, (_, probe) in enumerate(probes):
+                times[i] += time_fn(probe.forward, warmup=2, repeats=a.repeats, device=dev).times_ms
+        rows = []
+        for s, (_, probe), ts in zip(stacks, probes, times):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            probe.forward()
+            host = (time.perf_counter() - t0) * 1e3
+            torch.cuda.synchronize()
+            tm = Timing(ts)
+            rows.append({"stack": "+".join(s), "median_ms": tm.median, "p20": tm.p20, "p80": tm.p80, "n": tm.n,
+                         "gpu_busy_ms": device_busy_ms(probe.forward, dev), "host_launch_ms": host})
+    flags.restore()
+    w = max(len(r["stack"]) for r in rows)
+    print(f"{'stack':{w}s}  median_ms (p20-p80, n)      gpu_busy_ms  host_launch_ms")
+    for r in rows:
+        print(f"{r['stack']:{w}s}  {r['median_ms']:8.2f} ({r['p20']:.2f}-{r['p80']:.2f}, {r['n']})"
+              f"  {r['gpu_busy_ms']:10.2f}  {r['host_launch_ms']:10.2f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"workload": a.workload, "preset": preset, "device": torch.cuda.get_device_name(),
+                       "torch": torch.__version__, "rounds": a.rounds, "repeats": a.repeats, "rows": rows}, f,
+                      indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
