@@ -226,9 +226,10 @@ def default_ladder(cfg: CompileConfig, attention: str | None = None) -> list[str
         v = variants.get(f"attn-{attention}")  # on a CPU the timed winner can be a kernel only CUDA runs as a variant
         if cfg.device.type == "cuda" or not v.gpu_only:
             steps.append(v.name)
-    # the DiT compiles its repeated block (regional); the UNet's ~20 distinct blocks share one code object, whose
-    # guard walk costs more host time per forward than it saves (measured on the H100: 128 ms regional vs 89 ms
-    # whole), and it has no per-block Python ints: the whole model
+    # the DiT compiles its repeated block (regional); the UNet compiles whole: regionally its ~20 distinct
+    # blocks cost more host time per forward than they save (H100: 128 ms regional vs 89 ms whole, same kernels
+    # within 10%; on a CPU with the tracing-only backend regional adds 7% to a tiny forward, whole nothing),
+    # and it has no per-block Python ints to recompile on
     steps += [COMPILE_MODES[m].replace("regional", "whole") if cfg.workload == "wma" else COMPILE_MODES[m]
               for m in cfg.compile_modes]
     if cfg.device.type != "cuda":
