@@ -83,7 +83,7 @@ def _split(name: str, value) -> list[str]:
 
 
 def validate(*, workload="mg2", preset="auto", device="auto", ladder="auto", sections="all",
-             compile_modes="default,max-autotune-no-cudagraphs", compile_backend="auto", compile_table="all",
+             compile_modes="default", compile_backend="auto", compile_table="all",
              warmup=3, repeats=10,
              e2e_blocks=0, recompile_blocks=10, e2e_ddim_steps=5, e2e_repeats=2, output_dir="auto",
              results_path="auto", seed=0) -> CompileConfig:
