@@ -62,29 +62,40 @@ def _int(name: str, value, lo: int) -> int:
     return int(value)
 
 
-def validate(*, preset="auto", device="auto", dtype="auto", vae_dtype="auto", num_blocks=0, warmup=1,
-             repeats=3, profile=True, output_dir="auto", seed=0, results_path="auto",
-             workload="mg2") -> BaselineConfig:
-    """Check every notebook parameter before any heavy work; errors name the parameter and allowed values."""
-    if workload not in WORKLOADS:
-        raise ValueError(f"workload={workload!r} is not allowed; allowed values: {list(WORKLOADS)}")
-    if preset != "auto" and preset not in PRESETS:
-        raise ValueError(f"preset={preset!r} is not allowed; allowed values: {['auto', *PRESETS]}")
+def check_common(presets: dict, real_default: str, *, preset, device, dtype, vae_dtype, warmup, repeats, seed,
+                 profile):
+    """The checks notebook 01's validators share, before any heavy work: preset (one of `presets`, real shapes
+    only on a GPU), dtype names, warm-up/repeats/seed integers, the profile flag. Returns (device, preset name,
+    preset, warmup, repeats, seed)."""
+    if preset != "auto" and preset not in presets:
+        raise ValueError(f"preset={preset!r} is not allowed; allowed values: {['auto', *presets]}")
     for name, v in (("dtype", dtype), ("vae_dtype", vae_dtype)):
         if v != "auto" and v not in DTYPES:
             raise ValueError(f"{name}={v!r} is not allowed; allowed values: {['auto', *DTYPES]}")
-    num_blocks = _int("num_blocks", num_blocks, 0)
     warmup = _int("warmup", warmup, 0)
     repeats = _int("repeats", repeats, 1)
     seed = _int("seed", seed, 0)
     if not isinstance(profile, bool):
         raise ValueError(f"profile={profile!r} is not allowed; allowed values: [True, False]")
     dev = resolve_device(device)
-    name = resolve_preset(preset, dev)
+    name = resolve_preset(preset, dev, real_default=real_default)
     p = get_preset(name)
     if dev.type == "cpu" and not p.tiny:
         raise ValueError(f"preset={name!r} is a real-shape preset and needs a GPU; on a CPU use one of "
-                         f"{[k for k, v in PRESETS.items() if v.tiny]} or 'auto'")
+                         f"{[k for k, v in presets.items() if v.tiny]} or 'auto'")
+    return dev, name, p, warmup, repeats, seed
+
+
+def validate(*, preset="auto", device="auto", dtype="auto", vae_dtype="auto", num_blocks=0, warmup=1,
+             repeats=3, profile=True, output_dir="auto", seed=0, results_path="auto",
+             workload="mg2") -> BaselineConfig:
+    """Check every notebook parameter before any heavy work; errors name the parameter and allowed values."""
+    if workload not in WORKLOADS:
+        raise ValueError(f"workload={workload!r} is not allowed; allowed values: {list(WORKLOADS)}")
+    num_blocks = _int("num_blocks", num_blocks, 0)
+    dev, name, p, warmup, repeats, seed = check_common(PRESETS, "mg2-universal", preset=preset, device=device,
+                                                       dtype=dtype, vae_dtype=vae_dtype, warmup=warmup,
+                                                       repeats=repeats, seed=seed, profile=profile)
     dt = resolve_dtype(dtype, dev)
     if dev.type == "cpu" and dt == torch.float16:
         raise ValueError("dtype='fp16' is not allowed on a CPU; allowed values there: ['auto', 'fp32', 'bf16']")

@@ -16,12 +16,12 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .baseline import _int, closing_lines, default_results_path, summary_rows
+from .baseline import _int, check_common, closing_lines, default_results_path, summary_rows
 from .bench import Timing
 from .device import floor_ms
 from .models.wma.flops import unet_forward_flops
 from .pipelines.ddim import WMAInputs, WMAInteractionPipeline, WMAOutput, check_run_params
-from .presets import DTYPES, WMA_PRESETS, dtype_name, get_preset, resolve_device, resolve_dtype, resolve_preset
+from .presets import WMA_PRESETS, dtype_name, get_preset, resolve_dtype
 from .profiling.sections import SectionTimer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,23 +71,10 @@ def validate(*, preset="auto", device="auto", dtype="auto", vae_dtype="auto", dd
     """
     if workload != WORKLOAD:
         raise ValueError(f"workload={workload!r} is not allowed here; allowed values: [{WORKLOAD!r}]")
-    if preset != "auto" and preset not in WMA_PRESETS:
-        raise ValueError(f"preset={preset!r} is not allowed; allowed values: {['auto', *WMA_PRESETS]}")
-    for name, v in (("dtype", dtype), ("vae_dtype", vae_dtype)):
-        if v != "auto" and v not in DTYPES:
-            raise ValueError(f"{name}={v!r} is not allowed; allowed values: {['auto', *DTYPES]}")
     ddim_steps = _int("ddim_steps", ddim_steps, 0)
-    warmup = _int("warmup", warmup, 0)
-    repeats = _int("repeats", repeats, 1)
-    seed = _int("seed", seed, 0)
-    if not isinstance(profile, bool):
-        raise ValueError(f"profile={profile!r} is not allowed; allowed values: [True, False]")
-    dev = resolve_device(device)
-    name = resolve_preset(preset, dev, real_default="wma")
-    p = get_preset(name)
-    if dev.type == "cpu" and not p.tiny:
-        raise ValueError(f"preset={name!r} is a real-shape preset and needs a GPU; on a CPU use one of "
-                         f"{[k for k, v in WMA_PRESETS.items() if v.tiny]} or 'auto'")
+    dev, name, p, warmup, repeats, seed = check_common(WMA_PRESETS, "wma", preset=preset, device=device,
+                                                       dtype=dtype, vae_dtype=vae_dtype, warmup=warmup,
+                                                       repeats=repeats, seed=seed, profile=profile)
     dt = resolve_dtype(dtype, dev)
     vdt = torch.float32 if vae_dtype == "auto" else resolve_dtype(vae_dtype, dev)
     for name_, d in (("dtype", dt), ("vae_dtype", vdt)):

@@ -270,12 +270,11 @@ def compile_section(ref, cfg: CompileConfig, configs=None, ceilings: dict | None
     iteration) after a first, warming one, then the warm model's steady forward (median, p20-p80 over `repeats`),
     its GPU busy time and both against the FLOP floor (with `ceilings`). Also the graph-break report of the
     reference code's regional compile."""
-    from .bench import time_fn
     from .profiling.breakdown import device_busy_ms
     from .variants import GlobalFlags, VariantContext, resolve
     from .variants.builtin import compile_regions, raise_recompile_limit_for_regions
     from .variants.compile import CompileMonitor, measure_compile_time
-    from .variants.ladder import end_to_end, forward_probe
+    from .variants.ladder import end_to_end, flop_floor_ms, forward_probe
 
     flags = GlobalFlags()
     rows, breaks, reasons = [], None, None
@@ -308,28 +307,26 @@ def compile_section(ref, cfg: CompileConfig, configs=None, ceilings: dict | None
                                  ddim_steps=cfg.e2e_ddim_steps)
             probe = state["probe"]  # built before compiling; its forward runs the compiled model
             with torch.no_grad():
-                tm = time_fn(probe.forward, warmup=max(cfg.warmup, 1), repeats=cfg.repeats, device=cfg.device)
                 busy = device_busy_ms(probe.forward, cfg.device)
-            state.update(warm=warm, steady=steady, e2e=e2e, tm=tm, busy=busy, flops=probe.flops)
+            state.update(warm=warm, steady=steady, e2e=e2e, busy=busy, flops=probe.flops)
 
-        try:
+        try:  # the steady forward: `repeats` timed calls of the warm model, right after its compile
             row = measure_compile_time(make_model, lambda m: state["probe"].forward(), spec,
                                        regions=regions if spec.scope == "regional" else None, device=cfg.device,
-                                       after_warm=after_warm)
+                                       steady_repeats=cfg.repeats, after_warm=after_warm)
         except Exception as e:  # a configuration that cannot compile here is a finding, not a crash
             rows.append({"config": label, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
             state.clear()
             flags.restore()
             continue
-        warm, steady, e2e, tm, busy = (state[k] for k in ("warm", "steady", "e2e", "tm", "busy"))
+        warm, steady, e2e, busy = (state[k] for k in ("warm", "steady", "e2e", "busy"))
         if breaks is None and label.startswith("regional, reference"):
             breaks, reasons = warm.graph_breaks, warm.recompiles
-        floor = (state["flops"] / (ceilings["gemm_tflops"] * 1e12) * 1e3
-                 if ceilings and ceilings.get("gemm_tflops") else float("nan"))
+        floor = flop_floor_ms(state["flops"], ceilings)
         rows.append({"config": label, "variants": " + ".join(names), "scope": spec.scope, "mode": spec.mode,
                      "dynamic": spec.dynamic, "cold_s": row.get("cold_s"), "warm_s": row.get("warm_s"),
-                     "steady_forward_ms": tm.median, "steady_p20": tm.p20, "steady_p80": tm.p80,
-                     "x_floor": tm.median / floor, "gpu_busy_ms": busy, "busy_x_floor": busy / floor,
+                     "steady_forward_ms": row["steady_ms"], "steady_p20": row["steady_p20"],
+                     "steady_p80": row["steady_p80"], "x_floor": row["steady_ms"] / floor, "gpu_busy_ms": busy, "busy_x_floor": busy / floor,
                      "graphs": row.get("cold_graphs"),
                      "graph_breaks": row.get("graph_breaks"),
                      "warmup_run_recompiles": warm.summary()["recompiles"],

@@ -152,8 +152,8 @@ def _compile_autocast(df: pd.DataFrame) -> list[str]:
         crow = []
         for v, c in comp.groupby("variant", sort=False):
             c = c[c["run_id"] == c.sort_values("timestamp")["run_id"].iloc[-1]]
-            m = {k: row for k, row in zip(c["metric"], [x for _, x in c.iterrows()])}
-            val = {k: row["value"] for k, row in m.items()}
+            m = {r["metric"]: r for _, r in c.iterrows()}
+            val = {k: r["value"] for k, r in m.items()}
             crow.append({"compile": v.split(":", 1)[1], "cold s": _num(val.get("cold_s"), "{:.1f}"),
                          "warm s": _num(val.get("warm_s"), "{:.1f}"),
                          "steady forward ms": _spread(m.get("steady_forward_ms"), "{:.1f}"),

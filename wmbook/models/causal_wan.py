@@ -244,7 +244,6 @@ class GenerationCache:
                         c.next_start = start_frame
 
 
-
 class CausalWanModel(nn.Module):
     """Wan2.1-1.3B made block-causal; i2v with MG2 action modules, or t2v (Self-Forcing).
 
@@ -339,7 +338,7 @@ class CausalWanModel(nn.Module):
 
     def _forward(self, x, t, context, cos, sin, grid, *, cond_concat, actions, cache, action_inputs, blk_start):
         p = self.preset
-        b, _, f, h, w = x.shape
+        b, f = x.shape[0], x.shape[2]
         if t.dim() == 1:
             t = t[:, None].expand(b, f)
         with dl("DiT_Embeddings"):  # patch, time and context embeddings

@@ -774,7 +774,7 @@ def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, 
                 del model
         with CompileMonitor() as smon:
             t = time_fn(lambda: run_once(model), warmup=1, repeats=steady_repeats, device=dev)
-        row["steady_ms"] = t.median
+        row.update(steady_ms=t.median, steady_p20=t.p20, steady_p80=t.p80)
         row["steady_recompiles"] = smon.summary()["recompiles"]
         row["n_targets"] = record.n_targets
         row["cache_mb"] = _dir_bytes(d) / 2**20

@@ -215,14 +215,10 @@ def run_ladder(workload: str, preset: str, steps: list[str], *, device=None, see
                 row["e2e_speedup"] = row["e2e_value"] / base_e2e if hib else base_e2e / row["e2e_value"]
             else:
                 row["e2e_speedup"] = float("nan")
-            if ceilings and ceilings.get("gemm_tflops"):
-                floor = row.pop("_flops") / (ceilings["gemm_tflops"] * 1e12) * 1e3
+            floor = flop_floor_ms(row.pop("_flops"), ceilings)
+            if floor == floor:
                 lad.floor_ms = floor
-                row["x_floor"] = row["forward_ms"] / floor
-                row["busy_x_floor"] = row["gpu_busy_ms"] / floor
-            else:
-                row.pop("_flops", None)
-                row["x_floor"] = row["busy_x_floor"] = float("nan")
+            row["x_floor"], row["busy_x_floor"] = row["forward_ms"] / floor, row["gpu_busy_ms"] / floor
             lad.rows.append(row)
             del out
             if dev.type == "cuda":
@@ -230,6 +226,13 @@ def run_ladder(workload: str, preset: str, steps: list[str], *, device=None, see
     finally:
         flags.restore()
     return lad
+
+
+def flop_floor_ms(flops: float, ceilings: dict | None) -> float:
+    """The FLOP floor at the measured bf16 GEMM ceiling (NaN without ceilings): what `x_floor` divides by."""
+    from ..device import floor_ms
+
+    return floor_ms(flops, ceilings) if ceilings and ceilings.get("gemm_tflops") else float("nan")
 
 
 def effective(stack: list) -> list:
@@ -377,8 +380,7 @@ def variant_table(ref, workload: str, names: list[str], *, device=None, seed: in
             flops = row.pop("_flops")
             row["variant"] = "fp32 eager (reference)" if v is None else v.name
             row["speedup"] = base / row["forward_ms"] if row["gate"] in ("pass", "reference") else float("nan")
-            floor = (flops / (ceilings["gemm_tflops"] * 1e12) * 1e3 if ceilings and ceilings.get("gemm_tflops")
-                     else float("nan"))
+            floor = flop_floor_ms(flops, ceilings)
             row["x_floor"], row["busy_x_floor"] = row["forward_ms"] / floor, row["gpu_busy_ms"] / floor
             rows.append(row)
     finally:
