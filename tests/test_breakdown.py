@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from wmbook.profiling import label, profile, set_labels
-from wmbook.profiling.breakdown import (CATEGORIES, analyze, classify, device_busy_ms, op_bytes, op_flops,
+from wmbook.profiling.breakdown import (CATEGORIES, analyze, classify, device_busy_ms, kernel_summary, op_bytes, op_flops,
                                         top_level_labels, trace_busy_ms)
 
 FIXTURE = Path(__file__).parent / "data" / "trace_tiny_h100.json.gz"
@@ -255,3 +255,37 @@ def test_device_busy_ms_off_cuda_and_bad_calls():
     assert math.isnan(device_busy_ms(lambda: torch.ones(3).sum(), "cpu"))
     with pytest.raises(ValueError, match="calls"):
         device_busy_ms(lambda: None, "cpu", calls=0)
+
+
+def test_kernel_summary_per_call_by_kernel_category_and_label():
+    # two calls; label L holds a GEMM kernel (launched by aten::mm) and a triton kernel; one kernel unlabelled
+    def ev(name, cat, ts, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": 1, "args": args}
+
+    events = []
+    for c, base in enumerate((0, 1000)):
+        events += [
+            ev("L", "user_annotation", base, 500),
+            ev("aten::mm", "cpu_op", base + 10, 50, **{"External id": 10 + c}),
+            ev("cudaLaunchKernel", "cuda_runtime", base + 20, 5, correlation=100 + c),
+            ev("cudaLaunchKernel", "cuda_runtime", base + 100, 5, correlation=200 + c),
+            ev("cudaLaunchKernel", "cuda_runtime", base + 600, 5, correlation=300 + c),
+        ]
+        events += [
+            {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16", "ts": base + 30, "dur": 300, "pid": 0,
+             "tid": 7, "args": {"correlation": 100 + c, "External id": 10 + c, "stream": 7}},
+            {"ph": "X", "cat": "kernel", "name": "triton_poi_fused_add_mul_0", "ts": base + 340, "dur": 100,
+             "pid": 0, "tid": 7, "args": {"correlation": 200 + c, "stream": 7}},
+            {"ph": "X", "cat": "kernel", "name": "triton_poi_fused_add_mul_0", "ts": base + 610, "dur": 100,
+             "pid": 0, "tid": 7, "args": {"correlation": 300 + c, "stream": 7}},
+        ]
+    s = kernel_summary({"traceEvents": events}, calls=2, top=5)
+    k = s["kernels"].set_index("name")
+    assert k.loc["sm90_xmma_gemm_bf16", "ms"] == pytest.approx(0.3)  # per call
+    assert k.loc["triton_poi_fused_add_mul_0", "count"] == 2 and k.loc["triton_poi_fused_add_mul_0", "mean_us"] == 100
+    assert k.loc["sm90_xmma_gemm_bf16", "category"] == "GEMM/linear"
+    assert s["kernels"]["share"].sum() == pytest.approx(1.0)
+    lab = s["labels"].set_index("label_name")["ms"]
+    assert lab["L"] == pytest.approx(0.4) and lab["(unlabelled)"] == pytest.approx(0.1)
+    assert s["categories"]["ms"].sum() == pytest.approx(0.5)
+    assert kernel_summary({"traceEvents": []})["kernels"].empty

@@ -20,7 +20,7 @@ import time
 import torch
 
 from wmbook.bench import Timing, time_fn
-from wmbook.profiling.breakdown import device_busy_ms
+from wmbook.profiling.breakdown import device_busy_ms, kernel_summary, profile_calls
 from wmbook.variants import GlobalFlags, VariantContext, resolve
 from wmbook.variants.ladder import build_reference, effective, forward_probe
 from wmbook.workloads import WORKLOADS
@@ -34,6 +34,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--kernels", type=int, default=0, metavar="N",
+                    help="also profile one forward per stack and print its N longest kernels, categories, labels")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device")
@@ -72,8 +74,15 @@ def main(argv=None) -> int:
             host = (time.perf_counter() - t0) * 1e3
             torch.cuda.synchronize()
             tm = Timing(ts)
-            rows.append({"stack": "+".join(s), "median_ms": tm.median, "p20": tm.p20, "p80": tm.p80, "n": tm.n,
-                         "gpu_busy_ms": device_busy_ms(probe.forward, dev), "host_launch_ms": host})
+            row = {"stack": "+".join(s), "median_ms": tm.median, "p20": tm.p20, "p80": tm.p80, "n": tm.n,
+                   "gpu_busy_ms": device_busy_ms(probe.forward, dev), "host_launch_ms": host}
+            if a.kernels:
+                ks = kernel_summary(profile_calls(probe.forward, dev, calls=2), calls=2, top=a.kernels)
+                row.update({k: v.to_dict("records") for k, v in ks.items()})
+                print(f"--- {row['stack']}: kernels per forward", flush=True)
+                for k, v in ks.items():
+                    print(v.to_string(float_format=lambda x: f"{x:.3f}"), flush=True)
+            rows.append(row)
     flags.restore()
     w = max(len(r["stack"]) for r in rows)
     print(f"{'stack':{w}s}  median_ms (p20-p80, n)      gpu_busy_ms  host_launch_ms")

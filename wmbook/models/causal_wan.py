@@ -233,15 +233,17 @@ class GenerationCache:
         total = sum(c.nbytes() for c in self.kv) + sum(c.nbytes() for c in self.action if c is not None)
         return total + sum(t.numel() * t.element_size() for c in self.cross for t in c.values())
 
-    def begin(self, start_frame: int, frame_seqlen: int) -> None:
-        """Tell every cache where this forward's block writes (tokens for self-attention, frames for actions)."""
+    def begin(self, start_frame: int, frame_seqlen: int, num_frames: int) -> None:
+        """Prepare every cache for this forward's block (eagerly, before any compiled region): self-attention
+        caches write num_frames * frame_seqlen tokens from start_frame * frame_seqlen, action caches
+        num_frames tokens (one per latent frame) from start_frame. Evictions happen here."""
         for c in self.kv:
-            c.next_start = start_frame * frame_seqlen
+            c.begin(start_frame * frame_seqlen, num_frames * frame_seqlen)
         for a in self.action:
             if a is not None:
                 for c in (a.mouse, a.keyboard):
                     if c is not None:
-                        c.next_start = start_frame
+                        c.begin(start_frame, num_frames)
 
 
 class CausalWanModel(nn.Module):
@@ -382,7 +384,7 @@ class CausalWanModel(nn.Module):
         f = grid[0]
         cos, sin = rope_cos_sin(self.inv_freqs, grid[0], grid[1], grid[2], start_frame, device)
         if cache is not None:
-            cache.begin(start_frame, grid[1] * grid[2])
+            cache.begin(start_frame, grid[1] * grid[2], f)
         action_inputs = None
         if self.hoist_action_inputs and actions is not None and p.action is not None:
             blk0 = next(b for b in self.blocks if b.action_model is not None)

@@ -467,10 +467,9 @@ def trace_busy_ms(trace) -> float:
     return _union_ms(K["ts"].to_numpy(float), K["end"].to_numpy(float))
 
 
-def device_busy_ms(fn, device=None, calls: int = 1) -> float:
-    """Mean GPU busy time per call of fn() (already warm), from one torch.profiler trace of `calls` calls: the
-    union of the device activities. Against the wall time of the same call it says how much of it is host or
-    launch overhead (what CUDA graphs, notebook 06, remove). NaN off CUDA."""
+def profile_calls(fn, device=None, calls: int = 1) -> dict | None:
+    """The torch.profiler trace (a chrome-trace dict, CPU + CUDA activity) of `calls` calls of fn() (already
+    warm), synchronized before and after. None off CUDA."""
     import os
     import tempfile
 
@@ -480,7 +479,7 @@ def device_busy_ms(fn, device=None, calls: int = 1) -> float:
         raise ValueError(f"calls={calls!r} is not allowed; allowed values: an integer >= 1")
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if dev.type != "cuda":
-        return float("nan")
+        return None
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize(dev)
@@ -493,9 +492,52 @@ def device_busy_ms(fn, device=None, calls: int = 1) -> float:
     try:
         prof.export_chrome_trace(path)
         with open(path) as f:
-            return trace_busy_ms(json.load(f)) / calls
+            return json.load(f)
     finally:
         os.unlink(path)
+
+
+def device_busy_ms(fn, device=None, calls: int = 1) -> float:
+    """Mean GPU busy time per call of fn() (already warm), from one torch.profiler trace of `calls` calls: the
+    union of the device activities. Against the wall time of the same call it says how much of it is host or
+    launch overhead (what CUDA graphs, notebook 06, remove). NaN off CUDA."""
+    trace = profile_calls(fn, device, calls)
+    return float("nan") if trace is None else trace_busy_ms(trace) / calls
+
+
+def kernel_summary(trace, calls: int = 1, top: int = 20) -> dict[str, pd.DataFrame]:
+    """Where the device time of a trace goes, per call: `kernels` (the `top` kernel names by total time, with
+    count, mean us and category), `categories` (ms and share per category) and `labels` (ms per innermost
+    wmbook label the kernels were launched under; compiled regions keep their record_function labels only
+    where Dynamo traced them). Works on compiled code too, where the launching aten op is often missing:
+    categories then come from the kernel name (inductor's triton_* kernels are `elementwise`/fused)."""
+    P = parse(load_trace(trace) if not isinstance(trace, dict) else trace)
+    K = P.kernels.copy()
+    if not len(K):
+        empty = pd.DataFrame()
+        return {"kernels": empty, "categories": empty, "labels": empty}
+    ops = P.ops["name"].tolist() if len(P.ops) else []
+    K["op_name"] = [ops[i] if 0 <= i < len(ops) else None for i in K["op"]]
+    K["category"] = [classify(n, o, c) for n, o, c in zip(K["name"], K["op_name"], K["cat"])]
+    total = float(K["dur"].sum()) / 1e3 / calls
+    g = K.groupby("name").agg(ms=("dur", "sum"), count=("dur", "size"), category=("category", "first"))
+    g["ms"] = g["ms"] / 1e3 / calls
+    g["count"] = g["count"] / calls
+    g["mean_us"] = g["ms"] * 1e3 / g["count"]
+    g["share"] = g["ms"] / total
+    kernels = g.sort_values("ms", ascending=False).head(top).reset_index()
+    kernels["name"] = kernels["name"].str.slice(0, 90)
+    c = K.groupby("category")["dur"].agg(["sum", "size"]).rename(columns={"sum": "ms", "size": "kernels"})
+    c["ms"] = c["ms"] / 1e3 / calls
+    c["kernels"] = c["kernels"] / calls
+    c["share"] = c["ms"] / total
+    names = P.labels["name"].tolist() if len(P.labels) else []
+    K["label_name"] = [names[i] if 0 <= i < len(names) else "(unlabelled)" for i in K["label"]]
+    lab = K.groupby("label_name")["dur"].sum().rename("ms").to_frame()
+    lab["ms"] = lab["ms"] / 1e3 / calls
+    lab["share"] = lab["ms"] / total
+    return {"kernels": kernels, "categories": c.sort_values("ms", ascending=False).reset_index(),
+            "labels": lab.sort_values("ms", ascending=False).reset_index()}
 
 
 # ---------------------------------------------------------------------------------------------------------
