@@ -113,7 +113,7 @@ def test_notebook_04_tiny_mg2_and_wma(tmp_path):
     df = pd.read_csv(results)
     mg2 = df[df["workload"] == "mg2"]
     fwd = mg2[mg2["metric"] == "forward_ms"]
-    assert {"fp32-eager", "tf32 + bf16 + hygiene + compile-regional"} <= set(fwd["variant"])
+    assert {"fp32-eager", "tf32 + bf16 + hygiene + action-attn-fused + compile-regional"} <= set(fwd["variant"])
     assert (fwd["gate"].isin(["pass", "reference"])).all()
     rec = mg2[(mg2["metric"] == "steady_run_recompiles")].set_index("variant")["value"]
     assert rec["compile:regional, after hygiene"] == 0
@@ -129,9 +129,9 @@ def test_notebook_04_default_ladders():
 
     mg2 = ca.default_ladder(ca.validate(workload="mg2", device="cpu"))
     wma = ca.default_ladder(ca.validate(workload="wma", device="cpu"))
-    assert mg2 == ["tf32", "bf16", "hygiene", "compile-regional"]  # max-autotune means nothing off a GPU
+    assert mg2 == ["tf32", "bf16", "hygiene", "action-attn-fused", "compile-regional"]  # max-autotune means nothing off a GPU
     assert wma == ["tf32", "bf16", "hygiene", "channels-last", "compile-whole"]  # the UNet compiles whole
-    assert ca.default_ladder(ca.validate(workload="mg2", device="cpu"), "math")[-2] == "attn-math"
+    assert ca.default_ladder(ca.validate(workload="mg2", device="cpu"), "math")[-3] == "attn-math"
     assert "attn-flash" not in ca.default_ladder(ca.validate(workload="mg2", device="cpu"), "flash")  # CUDA only
 
 

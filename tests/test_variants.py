@@ -177,6 +177,8 @@ def test_compile_of_reference_code_recompiles_and_the_fix_does_not(mg2_ref):
     assert ref_warm.graph_breaks["reason"].str.contains("item").any()  # the host read in action_windows
     assert ref_warm.recompiles["guard"].str.contains("start_frame").any()  # Python ints guarded per block
     assert not fix_warm.graph_breaks["reason"].str.contains("item").any()
+    assert ref_warm.graph_breaks["reason"].str.contains("disable").any()  # KV writes with their position
+    assert fix_warm.summary()["graph_breaks"] == 0  # begin() prepared the cache slots: the writes trace
     assert fix_warm.summary()["recompiles"] < ref_warm.summary()["recompiles"]
     assert fix_steady.summary()["recompiles"] == 0
     assert compile_regions(mg2_ref, "mg2") == list(mg2_ref.model.blocks)
@@ -191,6 +193,33 @@ def test_whole_model_compile_after_hygiene_does_not_guard_on_start_frame(mg2_ref
     assert not rec["guard"].astype(str).str.contains("start_frame").any(), rec["guard"].tolist()
     assert warm.summary()["recompile_limit_hits"] == 0
     assert steady.summary()["recompiles"] == 0
+
+
+def test_action_attn_fused_matches_sdpa_and_compiles_clean(mg2_ref):
+    from wmbook.models.action import ActionModule
+    from wmbook.models.attention import attention, small_attention
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(5, 3, 2, 8), torch.randn(5, 6, 2, 8), torch.randn(5, 6, 2, 8)
+    mask = torch.tensor([[True] * 4 + [False] * 2] * 3)
+    for m in (None, mask):
+        torch.testing.assert_close(small_attention(q, k, v, m), attention(q, k, v, m), atol=1e-5, rtol=1e-5)
+    # K/V shared by all query rows broadcast (leading dim 1) equals the expanded copy
+    qb = q.view(1, 5, 3, 2, 8)
+    torch.testing.assert_close(small_attention(qb, k[:1, None], v[:1, None]).view(5, 3, 2, 8),
+                               attention(q, k[:1].expand(5, -1, -1, -1), v[:1].expand(5, -1, -1, -1)),
+                               atol=1e-5, rtol=1e-5)
+    p, ctx = _applied(mg2_ref, "mg2", ["hygiene", "action-attn-fused"])
+    mods = [m for m in p.model.modules() if isinstance(m, ActionModule)]
+    assert mods and all(m.fused_small_attention for m in mods) and "1 action modules" in ctx.notes["action-attn-fused"]
+    h, _ = _applied(mg2_ref, "mg2", ["hygiene"])
+    a, b = end_to_end(h, "mg2", num_blocks=3), end_to_end(p, "mg2", num_blocks=3)
+    res = check.compare(b["latents"], a["latents"], dtype="fp32")
+    assert res.passed, res  # same function in fp32, with the KV caches and the rolling window
+    warm, steady = _warm_then_steady(mg2_ref, ["hygiene", "action-attn-fused", "compile-regional"], 3)
+    assert warm.summary()["graph_breaks"] == 0 and steady.summary()["recompiles"] == 0
+    with pytest.raises(UnknownVariantError):
+        resolve(["action-attn-fused"], "wma")
 
 
 def test_vae_table_reports_psnr(wma_ref):

@@ -216,7 +216,8 @@ def attention_section(ref, cfg: CompileConfig):
 
 
 def default_ladder(cfg: CompileConfig, attention: str | None = None) -> list[str]:
-    """tf32 -> bf16 -> dtype hygiene [-> channels-last -> cuDNN benchmark] [-> attention] -> compile modes."""
+    """tf32 -> bf16 -> dtype hygiene [-> channels-last -> cuDNN benchmark] [-> attention] [-> mg2: fused action
+    attention] -> compile modes."""
     steps = ["tf32", WORKING_DTYPE, "hygiene"]
     if cfg.workload == "wma":
         steps += ["channels-last"] + (["cudnn-benchmark"] if cfg.device.type == "cuda" else [])
@@ -226,6 +227,10 @@ def default_ladder(cfg: CompileConfig, attention: str | None = None) -> list[str
         v = variants.get(f"attn-{attention}")  # on a CPU the timed winner can be a kernel only CUDA runs as a variant
         if cfg.device.type == "cuda" or not v.gpu_only:
             steps.append(v.name)
+    if cfg.workload == "mg2":
+        # the action modules' tiny attentions as fusable math: written for the compiled row that follows (H100,
+        # compiled: SDPA spent 6.8 of 28.7 ms of GPU time per forward on them, padding 3x6 problems to 64x128 tiles)
+        steps.append("action-attn-fused")
     # the DiT compiles its repeated block (regional); the UNet compiles whole: regionally its ~20 distinct
     # blocks cost more host time per forward than they save (H100: 128 ms regional vs 89 ms whole, same kernels
     # within 10%; on a CPU with the tracing-only backend regional adds 7% to a tiny forward, whole nothing),

@@ -99,7 +99,13 @@ if "attention" in cfg.sections:
         display(flex)
     print("best backend (FLOP-share weighted, within tolerance):", best)
 """),
-("md", "## The ladder"),
+("md", """
+## The ladder
+Each row adds one variant to the row above. For mg2 it includes `action-attn-fused`: the action modules' tiny
+attentions (3 query frames against at most 6 key frames, per spatial location and head) written as a
+multiply-reduce that `torch.compile` fuses. The SDPA kernel it replaces pads each of the 880 x 16 small
+problems to a full tile. It is written for the compiled row that follows it: eager, it materializes its products.
+"""),
 ("code", """
 lad = None
 if "ladder" in cfg.sections:
@@ -117,10 +123,24 @@ if lad is not None:
     plt.show()
 """),
 ("md", """
+### Where each row's GPU time goes
+Kernel time per forward by category, from one profiled forward per row (on a GPU). Against the FLOP floor it
+shows what is left to remove: the floor only counts GEMM and attention FLOPs at the measured GEMM ceiling.
+"""),
+("code", """
+if lad is not None and not lad.categories().empty:
+    display(lad.categories().round(2))
+    lad.plot_categories()
+    plt.show()
+"""),
+("md", """
 ## torch.compile: regional vs whole, dynamic, cold vs warm, recompiles
 Cold = empty on-disk cache; warm = the same compile again after `torch._dynamo.reset()` with the cache the
 cold run filled. Recompiles are counted over a warm end-to-end run after a first one (which may compile
-each new shape once). The first row compiles the reference code, the others the code after the fix.
+each new shape once). The first row compiles the reference code, the others the code after the fix. The fix
+is the `hygiene` variant. It windows the action inputs once per forward without a host read. It passes the
+blocks no Python ints. The KV caches' eviction and write slots are prepared once per forward, before the
+compiled region (`KVCache.begin`). The blocks then trace without graph breaks and do not recompile per block.
 """),
 ("code", """
 comp = breaks = reasons = None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .attention import attention, block_causal_frame_mask
+from .attention import attention, block_causal_frame_mask, small_attention
 from .kv_cache import KVCache
 
 
@@ -107,6 +107,9 @@ class ActionModule(nn.Module):
         self.cfg = cfg
         self.local_attn_size = local_attn_size
         self.frames_per_block = frames_per_block
+        # the `action-attn-fused` variant: the tiny per-location attentions through small_attention (fusable
+        # multiply-reduce, keyboard K/V broadcast instead of copied per location) rather than attention()
+        self.fused_small_attention = False
         c_img, r, w = cfg.img_hidden_size, cfg.vae_time_compression_ratio, cfg.windows_size
         self.keyboard_embed = nn.Sequential(nn.Linear(cfg.keyboard_dim_in, cfg.hidden_size), nn.SiLU(),
                                             nn.Linear(cfg.hidden_size, cfg.hidden_size))
@@ -154,7 +157,8 @@ class ActionModule(nn.Module):
         k = apply_time_rope(self.img_attn_k_norm(k).to(v.dtype), inputs.cos, inputs.sin)
         if cache is not None:
             k, v = cache.mouse.update(k, v, start_frame)
-        att = attention(q, k, v, mask=mask).flatten(2)  # [B*S, F, c]
+        attend = small_attention if self.fused_small_attention else attention
+        att = attend(q, k, v, mask=mask).flatten(2)  # [B*S, F, c]
         att = att.view(b, s, f, -1).transpose(1, 2).reshape(b, f * s, -1)
         x = x + self.proj_mouse(att)
 
@@ -171,8 +175,11 @@ class ActionModule(nn.Module):
         if cache is not None:
             kk, kv = cache.keyboard.update(kk, kv, start_frame)
         nk = kk.shape[1]
-        kk = kk[:, None].expand(b, s, nk, nh, -1).reshape(b * s, nk, nh, -1)
-        kv = kv[:, None].expand(b, s, nk, nh, -1).reshape(b * s, nk, nh, -1)
-        att = attention(q, kk, kv, mask=mask).flatten(2)  # [B*S, F, ck]
+        if self.fused_small_attention:  # [B, S, F, H, D] against [B, 1, nk, H, D]: no per-location copy
+            att = small_attention(q.view(b, s, f, nh, -1), kk[:, None], kv[:, None], mask=mask).reshape(b * s, f, -1)
+        else:  # upstream repeats the per-frame keyboard K/V for every location
+            kk = kk[:, None].expand(b, s, nk, nh, -1).reshape(b * s, nk, nh, -1)
+            kv = kv[:, None].expand(b, s, nk, nh, -1).reshape(b * s, nk, nh, -1)
+            att = attention(q, kk, kv, mask=mask).flatten(2)  # [B*S, F, ck]
         att = att.view(b, s, f, -1).transpose(1, 2).reshape(b, f * s, -1)
         return x + self.proj_keyboard(att)

@@ -47,6 +47,24 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return run(q, k, v, mask)
 
 
+def small_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention for tiny sequences as broadcast multiply + reduce, in fp32: q [..., Lq, H, D], k/v [..., Lk, H, D]
+    with leading dims that broadcast (k/v shared by many query rows need no expanded copy); mask bool [Lq, Lk],
+    True = attend. Returns [..., Lq, H, D] in q's dtype.
+
+    For the Matrix-Game-2 action modules (3 query frames, <= 6 key frames, per spatial location): an SDPA
+    kernel pads each of the 880 x 16 (location, head) problems to a full 64 x 128 tile, so it computes ~400x
+    the useful FLOPs; written out like this, torch.compile fuses it into a few memory-bound kernels. Eager it
+    materializes [..., Lq, Lk, H, D] products: meant for compiled code and Lq * Lk in the tens.
+    """
+    scale = q.shape[-1] ** -0.5
+    s = (q.float().unsqueeze(-3) * k.float().unsqueeze(-4)).sum(-1) * scale  # [..., Lq, Lk, H]
+    if mask is not None:
+        s = s.masked_fill(~mask[..., None], float("-inf"))
+    p = s.softmax(dim=-2)
+    return (p.unsqueeze(-1) * v.float().unsqueeze(-4)).sum(-3).to(q.dtype)  # [..., Lq, H, D]
+
+
 def _auto(q, k, v, mask):
     return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                           attn_mask=mask).transpose(1, 2)

@@ -126,6 +126,19 @@ for _b, _gpu in (("math", False), ("efficient", True), ("flash", True), ("cudnn"
              description=f"SDPA/attention backend forced to {_b!r}")(_attention(_b))
 
 
+@register("action-attn-fused", family="attention", workloads=("mg2",),
+          description="the action modules' tiny attentions (3 query x <=6 key frames per location and head) as a "
+                      "fusable fp32 multiply-reduce, keyboard K/V broadcast instead of copied per location, in place "
+                      "of an SDPA kernel that pads every (location, head) problem to a full tile")
+def _action_attn_fused(pipe, ctx: VariantContext):
+    from ..models.action import ActionModule
+
+    mods = [m for m in pipe.model.modules() if isinstance(m, ActionModule)]
+    for m in mods:
+        m.fused_small_attention = True
+    ctx.notes["action-attn-fused"] = f"{len(mods)} action modules on small_attention"
+
+
 # --- layout ----------------------------------------------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import check
-from ..profiling.breakdown import CAST_OPS, device_busy_ms
+from ..profiling.breakdown import CAST_OPS, kernel_summary, profile_calls, trace_busy_ms
 from ..bench import Timing, time_fn
 from ..presets import get_preset, resolve_device
 from . import GlobalFlags, VariantContext, resolve, tolerance_for
@@ -153,6 +153,33 @@ class Ladder:
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows, columns=LADDER_COLUMNS).set_index("row")
+
+    def categories(self) -> pd.DataFrame:
+        """GPU kernel ms per forward by category (rows: ladder rows; empty off CUDA): which kernels each step
+        removed and what is left between the row and the FLOP floor."""
+        d = pd.DataFrame([r.get("_categories", {}) for r in self.rows],
+                         index=[r["variant"] for r in self.rows]).fillna(0.0)
+        if d.empty or not len(d.columns):
+            return pd.DataFrame()
+        return d[d.sum().sort_values(ascending=False).index]
+
+    def plot_categories(self, ax=None):
+        """Stacked bars of the categories() table with the FLOP floor as a line."""
+        import matplotlib.pyplot as plt
+
+        d = self.categories()
+        if ax is None:
+            _, ax = plt.subplots(figsize=(8, 0.45 * max(len(d), 1) + 1))
+        if d.empty:
+            ax.text(0.5, 0.5, "no GPU kernel times (CPU run)", ha="center", va="center", transform=ax.transAxes)
+            return ax
+        d[::-1].plot.barh(stacked=True, ax=ax, width=0.75, colormap="tab10")
+        if self.floor_ms == self.floor_ms:
+            ax.axvline(self.floor_ms, color="k", ls="--", lw=1, label=f"FLOP floor {self.floor_ms:.1f} ms")
+        ax.set_xlabel("GPU kernel ms per forward (by category)")
+        ax.legend(fontsize=7, loc="lower right")
+        ax.set_title(f"Where the GPU time goes: {self.workload} / {self.preset}")
+        return ax
 
     def plot(self, ax=None):
         """Speedup of each row over the eager fp32 reference (forward), failed rows hatched."""
@@ -283,7 +310,12 @@ def _measure_row(ref, workload, stack, dev, seed, warmup, repeats, e2e_blocks, e
                                   else float("nan"))  # this row's weights, caches and activations
         row.update(forward_ms=tm.median, forward_p20=tm.p20, forward_p80=tm.p80)
         with torch.no_grad():  # kernels alone: the rest of the wall time is host and launch overhead
-            row["gpu_busy_ms"] = device_busy_ms(probe.forward, dev)
+            trace = profile_calls(probe.forward, dev)
+        row["gpu_busy_ms"] = trace_busy_ms(trace) if trace is not None else float("nan")
+        if trace is not None:  # kernel time per category (sums overlaps, unlike busy): where the rest goes
+            cats = kernel_summary(trace)["categories"]
+            row["_categories"] = dict(zip(cats["category"], cats["ms"]))
+        del trace
         runs = []
         if e2e:
             # end to end: one warm-up run (compiles the shapes the probe did not see), then the timed runs,
