@@ -288,4 +288,6 @@ def test_kernel_summary_per_call_by_kernel_category_and_label():
     lab = s["labels"].set_index("label_name")["ms"]
     assert lab["L"] == pytest.approx(0.4) and lab["(unlabelled)"] == pytest.approx(0.1)
     assert s["categories"]["ms"].sum() == pytest.approx(0.5)
+    busy = trace_busy_ms({"traceEvents": events}) / 2
+    assert s["categories"].attrs["busy_ms"] == pytest.approx(busy) == pytest.approx(0.5)
     assert kernel_summary({"traceEvents": []})["kernels"].empty

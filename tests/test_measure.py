@@ -40,6 +40,9 @@ def test_time_fn_rejects_bad_counts(kw):
 
 def test_time_once_and_device_timer_cpu():
     assert bench.time_once(lambda: sum(range(1000)), "cpu") >= 0
+    import time
+
+    assert 20 <= bench.host_launch_ms(lambda: time.sleep(0.02), "cpu") < 2000
     dt = bench.DeviceTimer("cpu")
     dt.mark("a")
     sum(range(10000))

@@ -1,13 +1,11 @@
 """Variant registry, the transforms on tiny presets, the ladder gate, the cumulative ladder, compile fix."""
 
-import copy
-
 import pytest
 import torch
 
 from wmbook import check, variants
 from wmbook.variants import GlobalFlags, UnknownVariantError, VariantContext, resolve, tolerance_for
-from wmbook.variants.ladder import (build_reference, effective, end_to_end, forward_probe, op_counts, run_ladder,
+from wmbook.variants.ladder import (apply_stack, build_reference, effective, end_to_end, forward_probe, op_counts, run_ladder,
                                     vae_table)
 
 CPU = torch.device("cpu")
@@ -29,11 +27,7 @@ def wma_ref():
 
 
 def _applied(ref, workload, names):
-    pipe = copy.deepcopy(ref)
-    ctx = VariantContext(workload, CPU, notes={"compile_backend": "eager"})
-    for v in effective(resolve(names, workload, CPU)):
-        v.apply(pipe, ctx)
-    return pipe, ctx
+    return apply_stack(ref, workload, names, CPU, compile_backend="eager")
 
 
 def test_registry_names_and_errors():

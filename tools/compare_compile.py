@@ -13,16 +13,14 @@ per stack the median of all timings with p20-p80, the GPU busy time of one forwa
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import time
 
 import torch
 
-from wmbook.bench import Timing, time_fn
-from wmbook.profiling.breakdown import device_busy_ms, kernel_summary, profile_calls
-from wmbook.variants import GlobalFlags, VariantContext, resolve
-from wmbook.variants.ladder import build_reference, effective, forward_probe
+from wmbook.bench import Timing, host_launch_ms, time_fn, time_once
+from wmbook.profiling.breakdown import kernel_summary, profile_calls
+from wmbook.variants import GlobalFlags, resolve
+from wmbook.variants.ladder import apply_stack, build_reference, forward_probe
 from wmbook.workloads import WORKLOADS
 
 
@@ -48,16 +46,11 @@ def main(argv=None) -> int:
     flags = GlobalFlags()
     probes = []
     for s in stacks:
-        pipe = copy.deepcopy(ref)
-        ctx = VariantContext(a.workload, dev, notes={"compile_backend": "inductor"})
-        for v in effective(resolve(s, a.workload, dev)):
-            v.apply(pipe, ctx)
+        pipe, _ = apply_stack(ref, a.workload, s, dev, compile_backend="inductor")
         probe = forward_probe(pipe, a.workload)
-        t0 = time.perf_counter()
         with torch.no_grad():
-            probe.forward()
-        torch.cuda.synchronize()
-        print(f"{'+'.join(s)}: first call {time.perf_counter() - t0:.1f} s", flush=True)
+            first_s = time_once(probe.forward, dev) / 1e3
+        print(f"{'+'.join(s)}: first call {first_s:.1f} s", flush=True)
         probes.append((pipe, probe))
     # process-wide flags (TF32, attention backend, recompile limit) set by any stack stay on for all of them:
     # compare stacks that differ in per-model transforms (precision, hygiene, layout, compile)
@@ -68,16 +61,13 @@ def main(argv=None) -> int:
                 times[i] += time_fn(probe.forward, warmup=2, repeats=a.repeats, device=dev).times_ms
         rows = []
         for s, (_, probe), ts in zip(stacks, probes, times):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            probe.forward()
-            host = (time.perf_counter() - t0) * 1e3
-            torch.cuda.synchronize()
+            host = host_launch_ms(probe.forward, dev)
             tm = Timing(ts)
+            # one profiled pair of forwards: the busy time and (with --kernels) where it goes
+            ks = kernel_summary(profile_calls(probe.forward, dev, calls=2), calls=2, top=max(a.kernels, 1))
             row = {"stack": "+".join(s), "median_ms": tm.median, "p20": tm.p20, "p80": tm.p80, "n": tm.n,
-                   "gpu_busy_ms": device_busy_ms(probe.forward, dev), "host_launch_ms": host}
+                   "gpu_busy_ms": ks["categories"].attrs["busy_ms"], "host_launch_ms": host}
             if a.kernels:
-                ks = kernel_summary(profile_calls(probe.forward, dev, calls=2), calls=2, top=a.kernels)
                 row.update({k: v.to_dict("records") for k, v in ks.items()})
                 print(f"--- {row['stack']}: kernels per forward", flush=True)
                 for k, v in ks.items():

@@ -9,17 +9,15 @@ Prints per condition the median forward ms (p20-p80) and the host time of one ca
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import time
 
 import torch
 
-from wmbook.bench import time_fn
+from wmbook.bench import host_launch_ms, time_fn, time_once
 from wmbook.profiling.breakdown import device_busy_ms
-from wmbook.variants import GlobalFlags, VariantContext, resolve
+from wmbook.variants import GlobalFlags, resolve
 from wmbook.variants.compile import CompileMonitor
-from wmbook.variants.ladder import build_reference, effective, forward_probe
+from wmbook.variants.ladder import apply_stack, build_reference, forward_probe
 from wmbook.workloads import WORKLOADS
 
 
@@ -39,30 +37,20 @@ def main(argv=None) -> int:
     preset = a.preset or ("mg2-universal" if a.workload == "mg2" else "wma")
     ref = build_reference(a.workload, preset, dev)
     flags = GlobalFlags()
-    pipe = copy.deepcopy(ref)
+    pipe, _ = apply_stack(ref, a.workload, vs, dev, compile_backend="inductor")
     del ref
-    ctx = VariantContext(a.workload, dev, notes={"compile_backend": "inductor"})
-    for v in effective(vs):
-        v.apply(pipe, ctx)
     probe = forward_probe(pipe, a.workload)
     rows = []
 
     def measure(cond):
         with torch.no_grad():
             tm = time_fn(probe.forward, warmup=3, repeats=a.repeats, device=dev)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            probe.forward()
-            host = (time.perf_counter() - t0) * 1e3
-            torch.cuda.synchronize()
+            host = host_launch_ms(probe.forward, dev)
         rows.append({"condition": cond, "median_ms": tm.median, "p20": tm.p20, "p80": tm.p80, "host_ms": host})
         print(f"{cond:40s} {tm.median:8.2f} ({tm.p20:.2f}-{tm.p80:.2f})  host {host:.2f} ms", flush=True)
 
-    t0 = time.perf_counter()
     with torch.no_grad():
-        probe.forward()
-    torch.cuda.synchronize()
-    print(f"first call {time.perf_counter() - t0:.1f} s", flush=True)
+        print(f"first call {time_once(probe.forward, dev) / 1e3:.1f} s", flush=True)
     measure("plain")
     with CompileMonitor():
         measure("inside CompileMonitor")

@@ -138,6 +138,18 @@ def time_fn(fn, *, warmup: int = 3, repeats: int = 10, device=None, sync: bool =
     return Timing(times)
 
 
+def host_launch_ms(fn, device=None) -> float:
+    """Host time of one call in ms, from a synchronized start to fn() returning, without waiting for the device:
+    against the call's device-timed wall time it says whether the forward is launch-bound."""
+    dev = resolve_device(device)
+    _sync(dev)
+    t0 = time.perf_counter()
+    fn()
+    ms = (time.perf_counter() - t0) * 1e3
+    _sync(dev)
+    return ms
+
+
 def time_once(fn, device=None) -> float:
     """One cold wall-clock measurement in ms (e.g. compile), synchronizing before and after."""
     dev = resolve_device(device)

@@ -9,7 +9,6 @@ recompiles over a warm end-to-end run, graph breaks; before and after the recomp
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import math
 from dataclasses import dataclass
@@ -186,14 +185,10 @@ def hygiene_table(ref, cfg: CompileConfig) -> pd.DataFrame:
 
 def attention_section(ref, cfg: CompileConfig):
     """(shapes of one forward, backend table, best backend, FlexAttention vs dense block-causal mask)."""
-    from .variants import VariantContext, resolve
     from .variants.attention import attention_backend_table, best_backend, flex_vs_dense_mask, record_attention_shapes
-    from .variants.ladder import forward_probe
+    from .variants.ladder import apply_stack, forward_probe
 
-    pipe = copy.deepcopy(ref)
-    ctx = VariantContext(cfg.workload, cfg.device)
-    for v in resolve([WORKING_DTYPE], cfg.workload, cfg.device):
-        v.apply(pipe, ctx)
+    pipe, _ = apply_stack(ref, cfg.workload, [WORKING_DTYPE], cfg.device)
     probe = forward_probe(pipe, cfg.workload, cfg.seed)
     with torch.no_grad(), record_attention_shapes(pipe.model, forwards=1) as rec:
         probe.forward()
@@ -276,10 +271,10 @@ def compile_section(ref, cfg: CompileConfig, configs=None, ceilings: dict | None
     its GPU busy time and both against the FLOP floor (with `ceilings`). Also the graph-break report of the
     reference code's regional compile."""
     from .profiling.breakdown import device_busy_ms
-    from .variants import GlobalFlags, VariantContext, resolve
+    from .variants import GlobalFlags
     from .variants.builtin import compile_regions, raise_recompile_limit_for_regions
     from .variants.compile import CompileMonitor, measure_compile_time
-    from .variants.ladder import end_to_end, flop_floor_ms, forward_probe
+    from .variants.ladder import apply_stack, end_to_end, flop_floor_ms, forward_probe
 
     flags = GlobalFlags()
     rows, breaks, reasons = [], None, None
@@ -290,10 +285,7 @@ def compile_section(ref, cfg: CompileConfig, configs=None, ceilings: dict | None
             flags.restore()
             if spec.scope == "regional":  # as the compile variants do
                 raise_recompile_limit_for_regions()
-            pipe = copy.deepcopy(ref)
-            ctx = VariantContext(cfg.workload, cfg.device)
-            for v in resolve(names, cfg.workload, cfg.device):
-                v.apply(pipe, ctx)
+            pipe, _ = apply_stack(ref, cfg.workload, names, cfg.device)
             state["pipe"], state["probe"] = pipe, forward_probe(pipe, cfg.workload, cfg.seed)
             return pipe.model if cfg.workload == "mg2" else pipe.model.diffusion_model
 

@@ -174,10 +174,10 @@ class ActionModule(nn.Module):
         kk = apply_time_rope(kk, inputs.cos, inputs.sin)
         if cache is not None:
             kk, kv = cache.keyboard.update(kk, kv, start_frame)
-        nk = kk.shape[1]
         if self.fused_small_attention:  # [B, S, F, H, D] against [B, 1, nk, H, D]: no per-location copy
             att = small_attention(q.view(b, s, f, nh, -1), kk[:, None], kv[:, None], mask=mask).reshape(b * s, f, -1)
         else:  # upstream repeats the per-frame keyboard K/V for every location
+            nk = kk.shape[1]
             kk = kk[:, None].expand(b, s, nk, nh, -1).reshape(b * s, nk, nh, -1)
             kv = kv[:, None].expand(b, s, nk, nh, -1).reshape(b * s, nk, nh, -1)
             att = attention(q, kk, kv, mask=mask).flatten(2)  # [B*S, F, ck]

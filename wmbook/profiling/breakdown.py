@@ -510,12 +510,15 @@ def kernel_summary(trace, calls: int = 1, top: int = 20) -> dict[str, pd.DataFra
     count, mean us and category), `categories` (ms and share per category) and `labels` (ms per innermost
     wmbook label the kernels were launched under; compiled regions keep their record_function labels only
     where Dynamo traced them). Works on compiled code too, where the launching aten op is often missing:
-    categories then come from the kernel name (inductor's triton_* kernels are `elementwise`/fused)."""
+    categories then come from the kernel name (inductor's triton_* kernels are `elementwise`/fused).
+    `categories.attrs["busy_ms"]` is the GPU busy time per call (trace_busy_ms / calls, same parse)."""
     P = parse(load_trace(trace) if not isinstance(trace, dict) else trace)
     K = P.kernels.copy()
     if not len(K):
         empty = pd.DataFrame()
-        return {"kernels": empty, "categories": empty, "labels": empty}
+        cats = pd.DataFrame()
+        cats.attrs["busy_ms"] = 0.0
+        return {"kernels": empty, "categories": cats, "labels": empty}
     ops = P.ops["name"].tolist() if len(P.ops) else []
     K["op_name"] = [ops[i] if 0 <= i < len(ops) else None for i in K["op"]]
     K["category"] = [classify(n, o, c) for n, o, c in zip(K["name"], K["op_name"], K["cat"])]
@@ -536,8 +539,9 @@ def kernel_summary(trace, calls: int = 1, top: int = 20) -> dict[str, pd.DataFra
     lab = K.groupby("label_name")["dur"].sum().rename("ms").to_frame()
     lab["ms"] = lab["ms"] / 1e3 / calls
     lab["share"] = lab["ms"] / total
-    return {"kernels": kernels, "categories": c.sort_values("ms", ascending=False).reset_index(),
-            "labels": lab.sort_values("ms", ascending=False).reset_index()}
+    cats = c.sort_values("ms", ascending=False).reset_index()
+    cats.attrs["busy_ms"] = _union_ms(K["ts"].to_numpy(float), K["end"].to_numpy(float)) / calls
+    return {"kernels": kernels, "categories": cats, "labels": lab.sort_values("ms", ascending=False).reset_index()}
 
 
 # ---------------------------------------------------------------------------------------------------------

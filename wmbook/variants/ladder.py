@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import check
-from ..profiling.breakdown import CAST_OPS, kernel_summary, profile_calls, trace_busy_ms
+from ..profiling.breakdown import CAST_OPS, kernel_summary, profile_calls
 from ..bench import Timing, time_fn
 from ..presets import get_preset, resolve_device
 from . import GlobalFlags, VariantContext, resolve, tolerance_for
@@ -268,6 +268,18 @@ def effective(stack: list) -> list:
     return [v for i, v in enumerate(stack) if v.family != "compile" or i == last]
 
 
+def apply_stack(ref, workload: str, stack, device, compile_backend: str | None = None):
+    """A deep copy of the reference pipeline with a stack of variants (names or Variants) applied in order, the
+    effective compile only: (pipeline, VariantContext)."""
+    vs = resolve(stack, workload, device) if stack and isinstance(stack[0], str) else list(stack)
+    pipe = copy.deepcopy(ref)
+    notes = {} if compile_backend is None else {"compile_backend": compile_backend}
+    ctx = VariantContext(workload=workload, device=device, notes=notes)
+    for v in effective(vs):
+        v.apply(pipe, ctx)
+    return pipe, ctx
+
+
 def _changes_precision(v) -> bool:
     return v.family == "precision" and v.tolerance is not None
 
@@ -280,10 +292,7 @@ def _measure_row(ref, workload, stack, dev, seed, warmup, repeats, e2e_blocks, e
         from .compile import reset_compile_state
 
         reset_compile_state()
-    pipe = copy.deepcopy(ref)
-    ctx = VariantContext(workload=workload, device=dev, notes={"compile_backend": compile_backend})
-    for v in effective(stack):
-        v.apply(pipe, ctx)
+    pipe, ctx = apply_stack(ref, workload, stack, dev, compile_backend)
     tol = tolerance_for(stack)
     mon = _monitor() if compiled else None  # from the first compiled call on
     t0 = time.perf_counter()  # compiled rows: the probe's setup (block 0's forwards for mg2) compiles first
@@ -311,9 +320,10 @@ def _measure_row(ref, workload, stack, dev, seed, warmup, repeats, e2e_blocks, e
         row.update(forward_ms=tm.median, forward_p20=tm.p20, forward_p80=tm.p80)
         with torch.no_grad():  # kernels alone: the rest of the wall time is host and launch overhead
             trace = profile_calls(probe.forward, dev)
-        row["gpu_busy_ms"] = trace_busy_ms(trace) if trace is not None else float("nan")
-        if trace is not None:  # kernel time per category (sums overlaps, unlike busy): where the rest goes
+        row["gpu_busy_ms"] = float("nan")
+        if trace is not None:  # and kernel time per category (sums overlaps, unlike busy): where the rest goes
             cats = kernel_summary(trace)["categories"]
+            row["gpu_busy_ms"] = cats.attrs["busy_ms"]
             row["_categories"] = dict(zip(cats["category"], cats["ms"]))
         del trace
         runs = []
@@ -489,10 +499,7 @@ def op_counts(ref, workload: str, stacks: dict[str, list[str]], *, device=None, 
     try:
         for name, names in stacks.items():
             flags.restore()
-            pipe = copy.deepcopy(ref)
-            ctx = VariantContext(workload=workload, device=dev)
-            for v in resolve(names, workload, dev):
-                v.apply(pipe, ctx)
+            pipe, _ = apply_stack(ref, workload, names, dev)
             probe = forward_probe(pipe, workload, seed)
             with torch.no_grad():
                 probe.forward()
