@@ -1,8 +1,11 @@
 # wmbook: `make report` runs every notebook and renders an HTML report; `make test` runs pytest.
-# Both create ./.venv on first use (reusing a host torch through --system-site-packages).
+# Both create ./.venv on first use (reusing a host torch through --system-site-packages) and install
+# the exact versions of constraints.txt.
 #
 #   make report [PRESET=tiny] [REPORT=dir] [NOTEBOOKS="01 02"] [ARGS="-p num_blocks 2"]
 #   make test   [PYTEST_ARGS="-k runner"]
+#   make test-latest  # the tests against the newest releases of every dependency (./.venv-latest)
+#   make lock   # rewrite constraints.txt from the venv (after a deliberate upgrade passed the tests)
 #   make lab    [LAB_ARGS="--no-browser --port 8890"]  # JupyterLab on notebooks/
 #   make strip  # strip outputs from notebooks/*.ipynb before committing
 
@@ -25,11 +28,16 @@ LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 TORCH_CPU_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-# re-install when pyproject.toml changes (its checksum is in the stamp's name)
-PYPROJECT_SUM := $(firstword $(shell cksum pyproject.toml))
-STAMP := $(VENV)/.installed-$(PYPROJECT_SUM)
+# exact versions to install (empty: none, newest allowed by pyproject.toml)
+CONSTRAINTS ?= constraints.txt
+# 1: after installing, upgrade every direct dependency to its newest release, past pyproject's tested caps
+LATEST ?=
 
-.PHONY: report test lab strip strip-check venv clean-venv help
+# re-install when pyproject.toml or the constraints change (their checksum is in the stamp's name)
+DEPS_SUM := $(firstword $(shell cat pyproject.toml $(CONSTRAINTS) | cksum))
+STAMP := $(VENV)/.installed-$(DEPS_SUM)$(if $(LATEST),-latest)
+
+.PHONY: report test test-latest lock lab strip strip-check venv clean-venv help
 
 help:
 	@sed -n '1,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -40,8 +48,17 @@ report: $(STAMP)
 test: $(STAMP)
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
+# a new release shows up here first, as a deliberate upgrade: if this passes, raise the caps in
+# pyproject.toml, `make lock VENV=.venv-latest` and commit both
+test-latest:
+	$(MAKE) test VENV=.venv-latest CONSTRAINTS= LATEST=1
+	@$(VENV)-latest/bin/python -c "from importlib.metadata import version as v; print('tested against', ', '.join(f'{n} {v(n)}' for n in ('torch', 'diffusers', 'transformers', 'numpy')))"
+
+lock: $(STAMP)
+	$(VPY) tools/lock.py > constraints.txt.tmp && mv constraints.txt.tmp constraints.txt
+
 lab: $(STAMP)
-	@$(VPY) -c "import jupyterlab" >/dev/null 2>&1 || $(PIP) install -e '.[test,lab]'
+	@$(VPY) -c "import jupyterlab" >/dev/null 2>&1 || $(PIP) install $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e '.[test,lab]'
 	$(VPY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (wmbook)"
 	JUPYTER_PATH="$(abspath $(VENV))/share/jupyter" $(VPY) -m jupyter lab --notebook-dir=notebooks $(LAB_ROOT_FLAG) $(LAB_ARGS)
 
@@ -71,7 +88,8 @@ $(STAMP): | $(VPY)
 	    $(PIP) install "torch==$(TORCH_CPU_VERSION)" \
 	    || $(PIP) install torch --index-url "$(TORCH_CPU_INDEX)"; \
 	fi
-	$(PIP) install -e '.[test]'
+	$(PIP) install $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e '.[test]'
+	$(if $(LATEST),$(PIP) install --upgrade $$($(VPY) tools/lock.py --direct))
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

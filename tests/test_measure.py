@@ -4,6 +4,7 @@ import json
 import math
 import os
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -142,6 +143,12 @@ def test_make_row_has_metadata():
     row = _row("eager", 1.5, timing=bench.Timing([1.0, 2.0, 3.0]), note="x")
     for col in ("device_name", "torch", "git_commit", "timestamp", "run_id", "python", "hostname"):
         assert col in row
+    import diffusers
+    import transformers
+
+    # the libraries whose numerics the rows depend on, as installed (a number traces to its library)
+    assert row["diffusers"] == diffusers.__version__ and row["transformers"] == transformers.__version__
+    assert row["numpy"] == np.__version__
     assert row["median"] == 2.0 and row["n"] == 3 and row["note"] == "x"
     assert json.loads(row["params"]) == {"steps": 4}
     assert list(row)[: len(results.COLUMNS)] == results.COLUMNS

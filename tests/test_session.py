@@ -369,6 +369,11 @@ def test_report_json_round_trip_and_self_contained_html(tmp_path):
     assert d["overhead"]["overhead_frac"] == 0.01
     assert d["metrics"] == {"preset": "tiny", "steps": 3} and d["session"]["tags"] == {"preset": "tiny"}
     assert d["environment"]["torch"] == torch.__version__ and d["config"]["save_raw_data"] is True
+    import diffusers
+    import transformers
+
+    assert d["environment"]["diffusers"] == diffusers.__version__
+    assert d["environment"]["transformers"] == transformers.__version__
 
     page = paths["html"].read_text()
     assert not re.search(r"""(src|href)\s*=\s*['"]?\s*(https?:)?//""", page)

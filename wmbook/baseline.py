@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 
 from . import results as results_store
 from .bench import Timing
+from .check import require_finite
 from .device import floor_ms
 from .models.flops import dit_forward_flops
 from .pipelines.causal import CausalStreamingPipeline, StreamInputs, StreamOutput
@@ -256,6 +257,7 @@ def benchmark(pipe: CausalStreamingPipeline, inputs: StreamInputs, *, warmup: in
     for _ in tqdm(range(warmup), desc="warm-up", leave=False):
         pipe.generate(inputs, progress=False)
     runs = [pipe.generate(inputs, progress=False) for _ in tqdm(range(repeats), desc="timed runs", leave=False)]
+    require_finite({"latents": runs[-1].latents, "frames": runs[-1].frames}, f"the eager pipeline ({pipe.preset.name})")
     return BaselineResult(runs=runs, preset=pipe.preset.name, ceilings=ceilings, steady_from=steady_from,
                           extra={"timesteps": pipe.timesteps})
 

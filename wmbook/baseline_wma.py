@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from .baseline import _int, check_common, closing_lines, default_results_path, summary_rows
 from .bench import Timing
+from .check import require_finite
 from .device import floor_ms
 from .models.wma.flops import unet_forward_flops
 from .pipelines.ddim import WMAInputs, WMAInteractionPipeline, WMAOutput, check_run_params
@@ -252,6 +253,7 @@ def benchmark(pipe: WMAInteractionPipeline, inputs: WMAInputs, *, warmup: int, r
     for _ in tqdm(range(warmup), desc="warm-up", leave=False):
         pipe.run_iteration(inputs, **kw)
     runs = [pipe.run_iteration(inputs, **kw) for _ in tqdm(range(repeats), desc="timed iterations", leave=False)]
+    require_finite(runs[-1].reference(), f"the eager pipeline ({pipe.preset.name})")
     table = None
     if sections:
         timer = SectionTimer(pipe.device)

@@ -34,6 +34,26 @@ class CorrectnessError(AssertionError):
     """An output did not match its reference within tolerance."""
 
 
+class NonFiniteError(CorrectnessError):
+    """A pipeline output holds NaN or inf."""
+
+
+def require_finite(outputs: dict, what: str = "pipeline") -> None:
+    """Raise NonFiniteError naming every output (dict of tensors, None skipped) that holds NaN or inf.
+
+    One host sync per call: use it on finished outputs, never inside a timed loop.
+    """
+    bad = []
+    for name, t in outputs.items():
+        if t is None:
+            continue
+        n = int((~torch.isfinite(t.detach())).sum().item())
+        if n:
+            bad.append(f"{name} ({n} of {t.numel()} values, shape {tuple(t.shape)})")
+    if bad:
+        raise NonFiniteError(f"{what} produced non-finite outputs: {'; '.join(bad)}")
+
+
 @dataclass
 class CheckResult:
     """Differences of one output against its reference, and whether they pass."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import fcntl
 import functools
+import importlib.metadata
 import json
 import os
 import platform
@@ -27,14 +28,18 @@ COLUMNS = [
     "timestamp", "run_id", "notebook", "workload", "preset", "variant",
     "metric", "value", "unit", "median", "p20", "p80", "p95", "n", "warmup", "repeats",
     "params", "device_name", "device_kind", "torch", "triton", "cuda", "python",
-    "git_commit", "hostname",
+    "diffusers", "transformers", "numpy", "git_commit", "hostname",
 ]  # fmt: skip
 
 # read back as text so commits like "0123456" and JSON params survive untouched
 STRING_COLUMNS = [
     "timestamp", "run_id", "notebook", "workload", "preset", "variant", "unit", "params",
-    "device_name", "device_kind", "torch", "triton", "cuda", "python", "git_commit", "hostname",
+    "device_name", "device_kind", "torch", "triton", "cuda", "python", "diffusers", "transformers", "numpy",
+    "git_commit", "hostname",
 ]  # fmt: skip
+
+# the libraries whose numerics the results depend on besides torch (README: Supported versions)
+NUMERIC_LIBRARIES = ("diffusers", "transformers", "numpy")
 
 
 def default_path() -> Path:
@@ -73,6 +78,17 @@ def git_commit() -> str:
         return ""
 
 
+def library_versions(names=NUMERIC_LIBRARIES) -> dict[str, str]:
+    """{name: installed version} from package metadata (no import); '' when not installed."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = ""
+    return out
+
+
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -103,6 +119,7 @@ def _static_metadata() -> dict:
         "triton": triton_version,
         "cuda": torch.version.cuda or "",
         "python": platform.python_version(),
+        **library_versions(),
         "git_commit": git_commit(),
         "hostname": socket.gethostname(),
     }
@@ -244,5 +261,5 @@ def params_of(row) -> dict:
 
 __all__ = [
     "COLUMNS", "DEFAULT_PATH", "RUN_ID", "append", "default_path", "environment_metadata",
-    "git_commit", "make_row", "params_of", "read",
+    "git_commit", "library_versions", "make_row", "params_of", "read",
 ]  # fmt: skip

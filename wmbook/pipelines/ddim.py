@@ -3,10 +3,12 @@
 One iteration = conditioning, then two DDIM samplings of the same UNet:
   decision pass     (sim_mode off): action tokens zeroed, instruction text used -> the action chunk
   world-model pass  (sim_mode on):  the decision pass's actions as tokens, empty text -> the future video, states
-Each DDIM step runs the UNet once (twice with classifier-free guidance) and steps three diffusers
-DDIMSchedulers: the video's (v-prediction, zero-terminal-SNR scaled-linear betas, trailing spacing, eta 1,
-DynamiCrafter's dynamic pred-x0 rescale) and the action and state heads' own (epsilon, squaredcos_cap_v2,
-clipped), which upstream steps at the video's timesteps. Latents are decoded one frame at a time.
+Each DDIM step runs the UNet once (twice with classifier-free guidance) and steps the video latents and the
+action and state heads. The video's schedule is a diffusers DDIMScheduler (v-prediction, zero-terminal-SNR
+scaled-linear betas, trailing spacing); its update (eta 1, DynamiCrafter's dynamic pred-x0 rescale) is
+`ddim_update` over a float64 `DDIMTable` (see there why not `DDIMScheduler.step`). The heads step their own
+diffusers DDIMSchedulers (epsilon, squaredcos_cap_v2, clipped) at the video's timesteps, as upstream.
+Latents are decoded one frame at a time.
 
 Label hierarchy (record_function / NVTX; a SectionTimer attached with `timer.attached()` times them all):
   WMA_Interaction_Iteration
@@ -138,25 +140,74 @@ def dynamic_rescale(p: WMAPreset, t: int) -> float:
     return 1.0 + (p.base_scale - 1.0) * t / (p.turning_step - 1)
 
 
-def rescale_coefficients(p: WMAPreset, sched: DDIMScheduler, steps: int) -> list[float]:
-    """Per step c_j with x_prev = diffusers_step(...).prev_sample + c_j * pred_x0 == upstream's update with
-    pred_x0 *= scale(t_prev) / scale(t) (the direction term keeps the unscaled eps, as upstream).
+@dataclass(frozen=True)
+class DDIMTable:
+    """Upstream's DDIM update for one step count, as host-side float64 coefficients (no device sync).
 
-    Host floats only (no device sync). diffusers' previous timestep is t - 1000 // steps, upstream's the next
-    entry of its list: the same whenever steps divides 1000 (50 does).
+    Per step j (timestep t, previous timestep t_prev = the next entry of the list, alpha_bar[0] after the last):
+      x0  = sqrt(a_t) x - sqrt(1 - a_t) v                    (v-prediction)
+      eps = sqrt(a_t) v + sqrt(1 - a_t) x
+      x_prev = x0_coef x0 + eps_coef eps + sigma noise
+    with x0_coef = sqrt(a_prev) scale(t_prev) / scale(t) (DynamiCrafter's dynamic pred-x0 rescale),
+    sigma^2 = eta^2 (1 - a_prev) / (1 - a_t) (1 - a_t / a_prev) and eps_coef = sqrt(1 - a_prev - sigma^2).
+
+    eps_coef is computed without cancellation: 1 - a_prev - sigma^2 = (1 - a_prev) / (1 - a_t) * inner with
+    inner = (1 - eta^2)(1 - a_t) + eta^2 a_t (1 - a_prev) / a_prev, a sum of non-negative terms for eta in
+    [0, 1]. The textbook form subtracts two numbers that are equal when a_t = 0 (zero terminal SNR, first
+    step) and eta = 1; in float32 the residue is +-1 ulp depending on the last bit of alpha_bar, and its
+    square root is NaN when negative (diffusers' DDIMScheduler.step and upstream's p_sample_ddim both
+    evaluate it that way).
     """
+
+    timesteps: tuple[int, ...]
+    sqrt_alpha: tuple[float, ...]  # sqrt(a_t)
+    sqrt_one_minus_alpha: tuple[float, ...]  # sqrt(1 - a_t)
+    x0_coef: tuple[float, ...]
+    eps_coef: tuple[float, ...]
+    sigma: tuple[float, ...]
+
+    def __len__(self) -> int:
+        return len(self.timesteps)
+
+
+def ddim_table(p: WMAPreset, sched: DDIMScheduler, steps: int, eta: float) -> DDIMTable:
+    """The coefficients of `DDIMTable` for `steps` trailing timesteps of `sched` (its alpha_bar table)."""
+    if not 0.0 <= eta <= 1.0:
+        raise ValueError(f"eta={eta!r} is not allowed; allowed values: a number in [0, 1]")
     sched.set_timesteps(steps)
-    stride = p.num_train_timesteps // steps
-    alphas = sched.alphas_cumprod.tolist()  # .tolist(): no per-element aten::item in traces
-    out = []
-    for t in sched.timesteps.tolist():
-        prev = t - stride
-        if not p.use_dynamic_rescale or prev < 0:
-            out.append(0.0)  # last step: upstream's scale_prev equals scale, no rescale
-            continue
-        r = dynamic_rescale(p, prev) / dynamic_rescale(p, t)
-        out.append(math.sqrt(alphas[prev]) * (r - 1.0))
-    return out
+    ts = [int(t) for t in sched.timesteps.tolist()]  # descending: 999, 979, ..., 19 at 50 steps
+    ac = sched.alphas_cumprod.double().tolist()  # the same float32 table diffusers steps with, read exactly
+    final = float(sched.final_alpha_cumprod)  # alpha_bar[0] (set_alpha_to_one=False), upstream's last a_prev
+    cols = {k: [] for k in ("sqrt_alpha", "sqrt_one_minus_alpha", "x0_coef", "eps_coef", "sigma")}
+    for j, t in enumerate(ts):
+        prev = ts[j + 1] if j + 1 < len(ts) else None
+        a_t = ac[t]
+        a_prev = ac[prev] if prev is not None else final
+        r = dynamic_rescale(p, prev) / dynamic_rescale(p, t) if p.use_dynamic_rescale and prev is not None else 1.0
+        inner = (1.0 - eta**2) * (1.0 - a_t) + eta**2 * a_t * (1.0 - a_prev) / a_prev
+        cols["sqrt_alpha"].append(math.sqrt(a_t))
+        cols["sqrt_one_minus_alpha"].append(math.sqrt(1.0 - a_t))
+        cols["x0_coef"].append(math.sqrt(a_prev) * r)
+        cols["eps_coef"].append(math.sqrt((1.0 - a_prev) / (1.0 - a_t) * inner))
+        cols["sigma"].append(eta * math.sqrt((1.0 - a_prev) / (1.0 - a_t) * (1.0 - a_t / a_prev)))
+    return DDIMTable(timesteps=tuple(ts), **{k: tuple(v) for k, v in cols.items()})
+
+
+def ddim_update(table: DDIMTable, j: int, x: torch.Tensor, v: torch.Tensor, gen: torch.Generator | None,
+                noise: torch.Tensor | None = None):
+    """One DDIM step of the video latents from the v-prediction `v`; returns (x_prev, pred_x0).
+
+    The noise (when sigma > 0) is `noise` if given, else drawn from `gen`.
+    """
+    sa, s1a = table.sqrt_alpha[j], table.sqrt_one_minus_alpha[j]
+    x0 = sa * x - s1a * v
+    eps = sa * v + s1a * x
+    x_prev = table.x0_coef[j] * x0 + table.eps_coef[j] * eps
+    if table.sigma[j] > 0.0:
+        if noise is None:  # the same draw as diffusers' step: randn of the output's shape, dtype and device
+            noise = torch.randn(v.shape, generator=gen, device=v.device, dtype=v.dtype)
+        x_prev = x_prev + table.sigma[j] * noise
+    return x_prev, x0
 
 
 def check_run_params(p: WMAPreset, ddim_steps=None, guidance_scale=None, guidance_rescale=None, eta=None):
@@ -168,7 +219,7 @@ def check_run_params(p: WMAPreset, ddim_steps=None, guidance_scale=None, guidanc
     out = [int(steps)]
     for name, v, default, lo, hi in (("guidance_scale", guidance_scale, p.guidance_scale, 1.0, math.inf),
                                      ("guidance_rescale", guidance_rescale, p.guidance_rescale, 0.0, 1.0),
-                                     ("eta", eta, p.ddim_eta, 0.0, math.inf)):
+                                     ("eta", eta, p.ddim_eta, 0.0, 1.0)):
         v = default if v is None else v
         if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or not lo <= v <= hi \
                 or not math.isfinite(v):
@@ -263,8 +314,8 @@ class WMAInteractionPipeline:
         sched, asched, ssched = self.scheduler, self.action_scheduler, self.state_scheduler
         for s in (sched, asched, ssched):
             s.set_timesteps(steps)  # host-side tables: no device work, no sync
-        ts = sched.timesteps.tolist()
-        coef = rescale_coefficients(p, sched, steps)
+        table = ddim_table(p, sched, steps, eta)
+        ts = table.timesteps
         guided = guidance_scale != 1.0
         obs_images = inputs.observation_images.to(self.dtype)
         obs_states = inputs.observation_states.to(self.dtype)
@@ -285,10 +336,7 @@ class WMAInteractionPipeline:
                         if guided:  # video, action and state outputs alike, as upstream
                             v, ea, es = (self._guide(c.float(), u.float(), guidance_scale, guidance_rescale)
                                          for c, u in ((v, vu), (ea, eau), (es, esu)))
-                        out = sched.step(v.float(), t, x, eta=eta, generator=gen)
-                        x = out.prev_sample
-                        if coef[j]:
-                            x = x + coef[j] * out.pred_original_sample
+                        x, _ = ddim_update(table, j, x, v.float(), gen)
                         act = asched.step(ea.float(), t, act).prev_sample
                         st = ssched.step(es.float(), t, st).prev_sample
                     timer.mark(f"{tag}_s{j}")

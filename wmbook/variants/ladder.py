@@ -227,6 +227,10 @@ def run_ladder(workload: str, preset: str, steps: list[str], *, device=None, see
                                             same_ref=None if changes_precision else anchor,
                                             anchor_rel_l2=None if changes_precision else anchor_err)
             if i == 0:
+                outs = _outputs(out)
+                outs = outs if isinstance(outs, list) else [outs]
+                check.require_finite({**{f"forward output {k}": o for k, o in enumerate(outs)}, "frames": frames},
+                                     f"the fp32 reference ({workload}, {preset})")
                 ref_out, ref_frames, anchor = out, frames, out
                 base_ms, base_e2e = row["forward_ms"], row["e2e_value"]
                 row["gate"] = "reference"
