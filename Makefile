@@ -7,7 +7,8 @@
 #   make test-latest  # the tests against the newest releases of every dependency (./.venv-latest)
 #   make lock   # rewrite constraints.txt from the venv (after a deliberate upgrade passed the tests)
 #   make lab    [LAB_ARGS="--no-browser --port 8890"]  # JupyterLab on notebooks/
-#   make strip  # strip outputs from notebooks/*.ipynb before committing
+#   make strip  # before committing: sync notebooks/NN_*.ipynb with their .py (jupytext), strip (nbstripout)
+#   make strip-check  # fail if a notebook has outputs or differs from its .py
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -62,11 +63,27 @@ lab: $(STAMP)
 	$(VPY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (wmbook)"
 	JUPYTER_PATH="$(abspath $(VENV))/share/jupyter" $(VPY) -m jupyter lab --notebook-dir=notebooks $(LAB_ROOT_FLAG) $(LAB_ARGS)
 
-strip: $(STAMP)
-	$(VPY) tools/strip_notebooks.py
+# Each notebooks/NN_name.ipynb is paired with the percent-format script NN_name.py (notebooks/jupytext.toml).
+# strip: `jupytext --sync` first (inputs from the newer file of each pair; a .py without .ipynb gets one), then
+# nbstripout: outputs, execution counts, widget state, execution/papermill metadata go; tags, kernelspec and
+# the cell ids (--keep-id: stable cell-NN ids, small diffs) stay. tests/test_notebook_sources.py reads these flags.
+NB_GLOB := notebooks/[0-9][0-9]_*
+NBSTRIPOUT_FLAGS := --keep-id --extra-keys "metadata.papermill metadata.execution cell.metadata.papermill cell.metadata.widgets"
 
+strip: $(STAMP)
+	$(VPY) -m jupytext --sync $(wildcard $(NB_GLOB).ipynb $(NB_GLOB).py)
+	$(VPY) -m nbstripout $(NBSTRIPOUT_FLAGS) $(NB_GLOB).ipynb
+
+# exits 1 if a notebook has outputs or run metadata, or its .py is not what jupytext writes from it
 strip-check: $(STAMP)
-	$(VPY) tools/strip_notebooks.py --check
+	rc=0; \
+	$(VPY) -m nbstripout --verify $(NBSTRIPOUT_FLAGS) $(NB_GLOB).ipynb \
+	    || { echo "notebooks with outputs or run metadata (above): run make strip" >&2; rc=1; }; \
+	for nb in $(NB_GLOB).ipynb; do \
+	    $(VPY) -m jupytext --quiet --to py:percent --output - "$$nb" | cmp -s - "$${nb%.ipynb}.py" \
+	        || { echo "$$nb differs from $${nb%.ipynb}.py: run make strip" >&2; rc=1; }; \
+	done; \
+	exit $$rc
 
 venv: $(STAMP)
 

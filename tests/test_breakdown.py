@@ -14,8 +14,12 @@ import pytest
 import torch
 
 from wmbook.profiling import label, profile, set_labels
-from wmbook.profiling.breakdown import (CATEGORIES, analyze, classify, device_busy_ms, kernel_summary, op_bytes, op_flops,
-                                        top_level_labels, trace_busy_ms)
+from wmbook.profiling.analysis import (CATEGORIES, LABEL_DEVICE_TIME_DEFINITION, activity_categories, classify,
+                                       kernel_summary, label_table, label_tree, op_bytes, op_flops, stage_table,
+                                       top_level_labels, trace_busy_ms, work)
+from wmbook.profiling.breakdown import analyze
+from wmbook.profiling.collect import device_busy_ms
+from wmbook.profiling.trace import Trace
 
 FIXTURE = Path(__file__).parent / "data" / "trace_tiny_h100.json.gz"
 CEIL = {"gemm_tflops": 801.0, "copy_gbps": 3008.0, "sdpa_tflops": 690.0}
@@ -28,8 +32,13 @@ def raw():
 
 
 @pytest.fixture(scope="module")
-def bd(raw):
-    return analyze(raw, region="2_Pipeline_Inference", ceilings=CEIL)
+def trace(raw):
+    return Trace.load(raw)
+
+
+@pytest.fixture(scope="module")
+def bd(trace):
+    return analyze(trace, region="2_Pipeline_Inference", ceilings=CEIL)
 
 
 def _region_device_events(raw, region):
@@ -291,3 +300,142 @@ def test_kernel_summary_per_call_by_kernel_category_and_label():
     busy = trace_busy_ms({"traceEvents": events}) / 2
     assert s["categories"].attrs["busy_ms"] == pytest.approx(busy) == pytest.approx(0.5)
     assert kernel_summary({"traceEvents": []})["kernels"].empty
+
+
+# --- the numbers of the H100 fixture, recorded before the analysis was split into one function per question -----
+
+
+def test_fixture_numbers_are_pinned(raw, bd):
+    """analyze() on the fixture gives exactly what the single-function breakdown gave (recorded before the split)."""
+    s = bd.stats
+    assert s["busy_ms"] == pytest.approx(12.174697, rel=1e-9)
+    assert s["busy_union_ms"] == pytest.approx(12.174748046875, rel=1e-9)
+    assert s["gpu_span_ms"] == pytest.approx(208.4567353515625, rel=1e-9)
+    assert s["idle_share"] == pytest.approx(0.9415958039142162, rel=1e-9)
+    assert (s["kernels"], s["memcpy_memset"], s["launch_calls"], s["forwards"]) == (5785, 259, 5785, 8)
+    assert s["kernels_per_forward"] == pytest.approx(356.375)
+    assert (s["host_reads"], s["syncs"], s["syncs_in_forward"]) == (16, 20, 16)
+    assert s["aten_ops_per_forward"] == pytest.approx(1507.0) and s["casts_per_forward"] == pytest.approx(211.875)
+    assert s["decode_ms"] == pytest.approx(6.966639, rel=1e-9)
+    assert s["forward_share"] == pytest.approx(0.418967059303406, rel=1e-9)
+    assert (s["forward_unit"], s["forwards_per_block"]) == ("block", 4.0)
+    cat = bd.categories.set_index("category")
+    expect = {"elementwise/activation": (3.991594, 2626), "copy/cast": (3.274980, 1680),
+              "convolution": (2.909045, 891), "reduction": (0.733383, 230), "GEMM/linear": (0.575420, 238),
+              "memcpy/memset": (0.272160, 259), "attention": (0.234399, 54), "normalization": (0.183716, 66),
+              "other": (0.0, 0)}
+    for c, (ms, n) in expect.items():
+        assert cat.at[c, "ms"] == pytest.approx(ms, abs=1e-9) and cat.at[c, "kernels"] == n, c
+    t = bd.label_tree.set_index("path")
+    assert t.at["2_Pipeline_Inference/2.3_Block_0", "total_ms"] == pytest.approx(5.978336, abs=1e-9)
+    assert t.at["2_Pipeline_Inference/2.3_Block_1", "total_ms"] == pytest.approx(6.188874, abs=1e-9)
+    assert t.at["2_Pipeline_Inference/2.1_KV_Cache_Initialization", "self_ms"] == pytest.approx(0.007487, abs=1e-9)
+    assert t.at["2_Pipeline_Inference", "kernels"] == 6044
+    fs = bd.forward_split.set_index("fine_label")
+    assert fs.at["DiT_Action", "ms_per_forward"] == pytest.approx(0.241488, abs=1e-9)
+    assert fs.at["DiT_Action", "kernels_per_forward"] == 148.0
+    assert fs.at["DiT_SelfAttn_QKV_RoPE", "share"] == pytest.approx(0.200171855496, rel=1e-9)
+    rf = bd.roofline.set_index("category")
+    assert rf.at["GEMM/linear", "gflop"] == pytest.approx(0.078083584, rel=1e-9)
+    assert rf.at["convolution", "tflops"] == pytest.approx(1.2671298848934949, rel=1e-9)
+    assert rf.at["copy/cast", "covered_ms"] == pytest.approx(2.105310, abs=1e-9)
+    assert rf.at["elementwise/activation", "gbps"] == pytest.approx(55.535276878176, rel=1e-9)
+    summ = bd.summary()
+    assert summ["attention_tflops"] == pytest.approx(0.07989331012504318, rel=1e-9)
+    assert [c["category"] for c in summ["top_categories"]] == ["elementwise/activation", "copy/cast", "convolution",
+                                                               "reduction", "GEMM/linear"]
+    sg = bd.suggestions
+    assert sg["notebook"].tolist() == ["06_cuda_graphs"] * 2 + ["04_compile_autocast"] * 3 + [
+        "05_fused_triton_kernels"] + ["04_compile_autocast"] * 2
+    assert sg["estimated_saving_ms"].iloc[0] == pytest.approx(196.524312953125, rel=1e-9)
+
+
+def test_trace_tables_are_linked(trace):
+    assert trace.source == "gpu" and Trace.load(trace) is trace
+    K, L, O, R = trace.device_activities, trace.labels, trace.ops, trace.runtime_calls
+    assert {"name", "kind", "start_us", "duration_us", "launch_us", "op", "label"} <= set(K.columns)
+    assert {"name", "start_us", "end_us", "parent", "depth", "path"} <= set(L.columns)
+    assert len(K) == 7687 + 290 + 83 and set(K["kind"]) == {"kernel", "gpu_memcpy", "gpu_memset"}
+    # each activity's label is the innermost label around its launch call (same correlation id)
+    launch = R.set_index("correlation")["start_us"]
+    some = K[K["label"] >= 0].iloc[::500]
+    for _, k in some.iterrows():
+        t = launch.loc[k["correlation"]]
+        assert k["launch_us"] == t
+        lab = L.loc[k["label"]]
+        assert lab["start_us"] <= t <= lab["end_us"]
+        inner = L[(L["start_us"] <= t) & (L["end_us"] >= t) & (L["depth"] > lab["depth"])]
+        assert inner.empty
+        if k["op"] >= 0:  # the launching op: the first op with the activity's External id
+            assert O.at[k["op"], "external_id"] == k["external_id"]
+    assert (K["op"] >= 0).mean() > 0.9
+    assert Trace.load(FIXTURE).device_activities["duration_us"].sum() == pytest.approx(K["duration_us"].sum())
+
+
+def test_kernel_summary_uses_the_category_rule_of_analyze(trace):
+    """(a) Same activities (the whole trace), same categories: ms and counts per category agree."""
+    whole = analyze(trace, region=None).categories.set_index("category")
+    ks = kernel_summary(trace)["categories"].set_index("category")
+    assert set(ks.index) == set(whole.index[whole["kernels"] > 0])
+    for c in ks.index:
+        assert ks.at[c, "ms"] == pytest.approx(whole.at[c, "ms"], rel=1e-12)
+        assert ks.at[c, "kernels"] == whole.at[c, "kernels"]
+    # per activity: the kernel summary's rule and the breakdown's rows are one function
+    w = work(trace, None)
+    assert (w["category"].to_numpy() == activity_categories(trace)).all()
+    # the enclosing-op rule: kernels that the innermost op alone would call elementwise/copy count as convolution
+    # because an enclosing convolution op launched them (kernel_summary missed this before it shared the rule)
+    K = trace.device_activities.assign(category=activity_categories(trace))
+    op_names = trace.ops["name"].tolist()
+    innermost = np.array([classify(n, op_names[o] if o >= 0 else None, c)
+                          for n, o, c in zip(K["name"], K["op"], K["kind"])])
+    moved = (K["category"] == "convolution").to_numpy() & (innermost != "convolution")
+    assert moved.sum() > 100
+    assert ks.at["convolution", "ms"] > float(K.loc[innermost == "convolution", "duration_us"].sum()) / 1e3
+
+
+def test_label_table_device_time_is_the_label_tree_total(trace, bd):
+    """(b) label_table's gpu_total_ms for a label = the label tree's total for that label (every occurrence)."""
+    assert "summed duration" in LABEL_DEVICE_TIME_DEFINITION
+    lt = label_table(trace).set_index("label")
+    assert (lt["source"] == "gpu").all()
+    tree = label_tree(trace, None)
+    tree = tree[tree["path"] != "(unlabelled)"]
+    for name, row in lt.iterrows():
+        rows = tree[tree["label"] == name]
+        assert not any(p.split("/").count(name) > 1 for p in rows["path"])  # no label nested in its own name
+        assert row["gpu_total_ms"] == pytest.approx(rows["total_ms"].sum(), rel=1e-9, abs=1e-12), name
+        assert row["gpu_self_ms"] == pytest.approx(rows["self_ms"].sum(), rel=1e-9, abs=1e-12), name
+    # the region's tree says the same
+    assert lt.at["2_Pipeline_Inference", "gpu_total_ms"] == pytest.approx(bd.stats["busy_ms"], rel=1e-9)
+    t = bd.label_tree.set_index("label")
+    assert lt.at["2.3_Block_0", "gpu_total_ms"] == pytest.approx(t.at["2.3_Block_0", "total_ms"], rel=1e-9)
+    st = stage_table(label_table(trace)).set_index("label")
+    assert st.at["2_Pipeline_Inference", "ms"] == pytest.approx(bd.stats["busy_ms"], rel=1e-9)
+    assert st.at["4_Video_Export", "ms"] == 0.0 and st.at["4_Video_Export", "source"] == "gpu"  # launches nothing
+    assert st["share"].sum() == pytest.approx(1.0)
+
+
+def test_self_plus_children_is_total_everywhere(trace):
+    """(c) in the whole-trace tree and in label_table (labels that occur once, with children that occur once)."""
+    t = label_tree(trace, None)
+    kids = t.groupby("parent_path")["total_ms"].sum()
+    for _, r in t.iterrows():
+        assert r["self_ms"] + float(kids.get(r["path"], 0.0)) == pytest.approx(r["total_ms"], rel=1e-9, abs=1e-9)
+    lt = label_table(trace).set_index("label")
+    checked = 0
+    for name in ("1_Data_Preparation", "2_Pipeline_Inference", "2.3_Block_0", "2.3_Block_1"):
+        children = lt[lt["parent"] == name]
+        assert (lt.at[name, "count"], (children["count"] == 1).all()) == (1, True)
+        assert lt.at[name, "gpu_self_ms"] + children["gpu_total_ms"].sum() == pytest.approx(
+            lt.at[name, "gpu_total_ms"], rel=1e-9)
+        checked += 1
+    assert checked == 4
+
+
+def test_session_report_draws_the_category_figure_of_a_real_breakdown(bd):
+    from wmbook.profiling.report import render_html
+
+    page = render_html({"breakdown": bd.to_dict()})
+    assert "Trace breakdown (2_Pipeline_Inference, gpu time)" in page
+    assert page.count("data:image/png;base64,") == 1  # categories (Breakdown tables say `ms`)

@@ -1,4 +1,4 @@
-"""torch.compile tools (wmbook.variants.compile): spec checks, regional compile, recompile and graph-break
+"""torch.compile tools (wmbook.variants.compile, wmbook.variants.compile_monitor): spec checks, regional compile, recompile and graph-break
 accounting, cache directories, cold vs warm compile time.
 
 Dynamo-side checks use backend="eager" (no codegen); one tiny inductor compile measures cold vs warm.
@@ -8,24 +8,22 @@ from __future__ import annotations
 
 import logging
 import os
-import textwrap
 
 import pytest
 import torch
 
 from wmbook.variants.compile import (
-    CompileMonitor,
     CompileSpec,
     apply_compile,
     cpp_compiler_available,
     get_recompile_limit,
-    graph_break_report,
     inductor_cache_dir,
     measure_compile_time,
     recompile_limit_name,
     remove_compile,
     set_recompile_limit,
 )
+from wmbook.variants.compile_monitor import CompileMonitor, graph_break_report
 
 EAGER = dict(backend="eager")
 
@@ -293,38 +291,3 @@ def test_measure_compile_time_cold_slower_than_warm():
     assert row["cold_fx_cache_misses"] >= 1 and row["warm_fx_cache_hits"] >= 1, row
     assert row["cold_graphs"] == 1 and row["cold_recompiles"] == 0 and row["steady_recompiles"] == 0
     assert row["cold_inductor_s"] > 0 and row["cache_mb"] > 0 and row["steady_ms"] > 0
-
-
-def test_measure_compile_time_in_fresh_processes(tmp_path, monkeypatch):
-    (tmp_path / "wmbook_compile_fixture.py").write_text(textwrap.dedent("""
-        import torch
-
-        class Block(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.proj = torch.nn.Linear(8, 8)
-
-            def forward(self, x):
-                return torch.relu(self.proj(x)) + x
-
-        def make():
-            m = torch.nn.Module()
-            m.blocks = torch.nn.ModuleList(Block() for _ in range(3))
-            return m
-
-        def run(m):
-            x = torch.randn(2, 8)
-            with torch.no_grad():
-                for b in m.blocks:
-                    x = b(x)
-            return x
-    """))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    row = measure_compile_time("wmbook_compile_fixture:make", "wmbook_compile_fixture:run",
-                               CompileSpec(backend="eager"), regions="blocks", device="cpu", subprocess=True,
-                               timeout_s=300)
-    assert row["method"] == "subprocess" and row["n_targets"] == 3
-    assert row["cold_graphs"] == 1 and row["warm_graphs"] == 1
-    assert row["cold_process_s"] > row["cold_s"] > 0 and row["warm_startup_s"] > 0
-    with pytest.raises(ValueError, match="module:attr"):
-        measure_compile_time(lambda: None, "m:f", CompileSpec(**EAGER), subprocess=True)

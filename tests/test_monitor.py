@@ -10,7 +10,8 @@ from collections import namedtuple
 import pytest
 
 from wmbook.profiling import monitor as monitor_mod
-from wmbook.profiling.monitor import LiveView, ResourceMonitor, live_view, nvml_device_for
+from wmbook.profiling.liveview import LiveView, live_view
+from wmbook.profiling.monitor import ResourceMonitor, nvml_device_for
 
 MIB = 2**20
 HOST_ONLY = ("cpu_usage", "system_memory")

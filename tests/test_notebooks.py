@@ -1,16 +1,23 @@
 """Notebook 01 end to end with papermill on the tiny preset (what `make report` does on a CPU)."""
 
+import ast
+
 import papermill as pm
 import pandas as pd
+import pytest
+
+from wmbook import studies
 
 from wmbook.run import run_notebooks
 
 
-def test_parameters_cell_parses():
-    params = pm.inspect_notebook("notebooks/01_baseline_profiling.ipynb")
-    for name in ("workload", "preset", "device", "dtype", "num_blocks", "ddim_steps", "guidance_scale", "warmup",
-                 "repeats", "profile", "output_dir", "results_path", "seed"):
-        assert name in params, name
+@pytest.mark.parametrize("notebook", sorted(studies.MODULES))
+def test_parameters_cell_is_the_validators_spec(notebook):
+    """One source of parameters: the notebook's parameters cell holds exactly the names and defaults its
+    NotebookSpec validates (what the runner checks `-p` names and values against)."""
+    params = pm.inspect_notebook(f"notebooks/{notebook}.ipynb")
+    cell = {k: ast.literal_eval(v["default"]) for k, v in params.items()}
+    assert cell == studies.spec_for(notebook).defaults()
 
 
 def test_notebook_01_tiny_end_to_end(tmp_path):
@@ -81,20 +88,19 @@ def test_notebooks_01_and_02_wma_tiny(tmp_path):
 
 
 def test_workload_parameters_are_routed_and_checked():
-    from wmbook import workloads
+    from wmbook.studies import baseline, breakdown
 
-    assert workloads.validate("wma", preset="tiny-wma", ddim_steps=3).ddim_steps == 3
-    assert workloads.validate("mg2", preset="tiny", num_blocks=2).num_blocks == 2
-    import pytest
-
-    with pytest.raises(ValueError, match="num_blocks=2 applies to workload 'mg2' only"):
-        workloads.validate("wma", preset="tiny-wma", num_blocks=2)
+    assert baseline.validate(workload="wma", preset="tiny-wma", ddim_steps=3).options.ddim_steps == 3
+    assert baseline.validate(workload="mg2", preset="tiny", num_blocks=2).options.num_blocks == 2
+    assert breakdown.validate(workload="wma", device="cpu").options.region == "WMA_Interaction_Iteration"
+    with pytest.raises(ValueError, match=r"num_blocks=2 applies to workload \['mg2'\] only"):
+        baseline.validate(workload="wma", preset="tiny-wma", num_blocks=2)
     with pytest.raises(ValueError, match="ddim_steps=5"):
-        workloads.validate("mg2", preset="tiny", ddim_steps=5)
+        baseline.validate(workload="mg2", preset="tiny", ddim_steps=5)
     with pytest.raises(ValueError, match="workload='sd'"):
-        workloads.validate("sd")
+        baseline.validate(workload="sd")
     with pytest.raises(ValueError, match="preset='tiny' is not allowed"):
-        workloads.validate("wma", preset="tiny")
+        baseline.validate(workload="wma", preset="tiny")
 
 
 def test_notebook_04_tiny_mg2_and_wma(tmp_path):
@@ -113,7 +119,9 @@ def test_notebook_04_tiny_mg2_and_wma(tmp_path):
     df = pd.read_csv(results)
     mg2 = df[df["workload"] == "mg2"]
     fwd = mg2[mg2["metric"] == "forward_ms"]
-    assert {"fp32-eager", "tf32 + bf16 + hygiene + action-attn-fused + compile-regional"} <= set(fwd["variant"])
+    last = ("tf32 + bf16 + norm-input-dtype + kv-slot-write + action-hoist + cross-kv-prefill + action-attn-fused + "
+            "compile-regional")
+    assert {"fp32-eager", last} <= set(fwd["variant"])
     assert (fwd["gate"].isin(["pass", "reference"])).all()
     rec = mg2[(mg2["metric"] == "steady_run_recompiles")].set_index("variant")["value"]
     assert rec["compile:regional, after hygiene"] == 0
@@ -121,18 +129,22 @@ def test_notebook_04_tiny_mg2_and_wma(tmp_path):
     assert len(steady) == 2 and (steady["p20"] <= steady["value"]).all() and (steady["value"] <= steady["p80"]).all()
     assert (mg2[mg2["metric"] == "x_floor"]["value"] > 0).all()
     wma = df[(df["workload"] == "wma") & (df["metric"] == "ddim_step_ms")]
-    assert len(wma) == 5  # reference + 4 rows
+    assert len(wma) == 5 and (wma["unit"] == "ms").all()  # reference + bf16, norm-input-dtype, channels-last, compile
 
 
 def test_notebook_04_default_ladders():
-    from wmbook import compile_autocast as ca
+    from wmbook.studies import compile as ca
 
-    mg2 = ca.default_ladder(ca.validate(workload="mg2", device="cpu"))
+    modes = "default,max-autotune-no-cudagraphs"  # max-autotune means nothing off a GPU
+    mg2 = ca.default_ladder(ca.validate(workload="mg2", device="cpu", compile_modes=modes))
     wma = ca.default_ladder(ca.validate(workload="wma", device="cpu"))
-    assert mg2 == ["tf32", "bf16", "hygiene", "action-attn-fused", "compile-regional"]  # max-autotune means nothing off a GPU
-    assert wma == ["tf32", "bf16", "hygiene", "channels-last", "compile-whole"]  # the UNet compiles whole
+    hyg = ["norm-input-dtype", "kv-slot-write", "action-hoist", "cross-kv-prefill"]
+    assert mg2 == ["tf32", "bf16", *hyg, "action-attn-fused", "compile-regional"]
+    assert wma == ["tf32", "bf16", "norm-input-dtype", "channels-last", "compile-whole"]  # the UNet compiles whole
     assert ca.default_ladder(ca.validate(workload="mg2", device="cpu"), "math")[-3] == "attn-math"
     assert "attn-flash" not in ca.default_ladder(ca.validate(workload="mg2", device="cpu"), "flash")  # CUDA only
+    with pytest.raises(ValueError, match="e2e_blocks=5 is not allowed for preset 'tiny-sf'"):
+        ca.validate(workload="mg2", preset="tiny-sf", device="cpu", e2e_blocks=5)
 
 
 def test_notebook_04_rejects_unknown_variant_before_work(tmp_path):

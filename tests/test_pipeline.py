@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from wmbook import baseline
+from wmbook.studies import baseline
 from wmbook.pipelines.causal import CausalStreamingPipeline, warped_timesteps
 from wmbook.profiling import label_table, profile, set_labels
 
@@ -83,7 +83,10 @@ def test_labels_off_emit_nothing(pipe, tmp_path):
     ({"num_blocks": 2.5}, "num_blocks=2.5"),
     ({"device": "tpu"}, "device='tpu'.*allowed values"),
     ({"preset": "mg2-universal", "device": "cpu"}, "needs a GPU"),
-    ({"preset": "tiny-sf", "num_blocks": 5}, "num_blocks=5 exceeds"),
+    ({"preset": "tiny-sf", "num_blocks": 5}, "num_blocks=5 is not allowed for preset 'tiny-sf': at most 3 blocks"),
+    ({"num_blockz": 2}, r"unknown parameter\(s\) \['num_blockz'\].*allowed names: .*'num_blocks'"),
+    ({"ddim_steps": 5}, r"ddim_steps=5 applies to workload \['wma'\] only; for workload 'mg2' leave it at 0"),
+    ({"workload": "sd"}, "workload='sd' is not allowed; allowed values: \\['mg2', 'wma'\\]"),
     ({"profile": "yes"}, "profile='yes'"),
 ])
 def test_bad_parameters_rejected_before_work(kw, match):
@@ -92,16 +95,21 @@ def test_bad_parameters_rejected_before_work(kw, match):
 
 
 def test_baseline_result_tables(pipe):
+    cfg = baseline.validate(preset="tiny", device="cpu", num_blocks=3, warmup=0, repeats=2)
+    assert cfg.options.num_blocks == 3 and cfg.preset.name == "tiny" and cfg.dtype == torch.float32
     inputs = pipe.prepare(3)
-    res = baseline.benchmark(pipe, inputs, warmup=0, repeats=2, ceilings={"gemm_tflops": 1.0, "device_name": "cpu"})
+    res = baseline.run_benchmark(pipe, inputs, cfg, {"gemm_tflops": 1.0, "device_name": "cpu"})
     s = res.summary()
     assert s["fps"].n == 2 and s["dit_forward_ms"].n == 2 * 2 * 4  # 2 runs x 2 steady blocks x 4 forwards
     bt = res.block_table()
     assert list(bt["pixel_frames"]) == [9, 12, 12]
     assert (bt["denoise_ms"] + bt["cache_refresh_ms"] + bt["vae_decode_ms"] <= bt["block_ms"] * 1.0001).all()
     assert 0 < s["vae_share"] < 1
-    text = baseline.interpret(baseline.validate(preset="tiny", device="cpu"), res)
+    text = baseline.interpret(cfg, res)
     assert "FPS" in text and "floor" in text
+    table = baseline.summary_table(res)
+    assert table.loc["fps", "unit"] == "frames/s" and table.loc["dit_forward_ms", "n"] == 16
+    assert table.loc["vae_share", "unit"] == "fraction" and table.loc["vae_share", "n"] != table.loc["vae_share", "n"]
 
 
 @pytest.mark.parametrize("name", ["tiny", "tiny-sf"])

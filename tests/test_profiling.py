@@ -2,14 +2,13 @@
 
 import gzip
 import json
-import math
 import os
 
 import pytest
 import torch
 
 from wmbook.profiling import (
-    block_table,
+    kernel_summary,
     label,
     label_table,
     labels_enabled,
@@ -63,11 +62,16 @@ def test_profile_writes_gzip_trace_with_labels(tmp_path, labels_on):
     assert by.loc["2.3.0_Denoising_Step_0_t1000", "depth"] == 2
     assert by.loc["1_Data_Preparation", "depth"] == 0
 
+    # a CPU-only trace: no device time, host time instead, and the table says so
+    assert (df["source"] == "cpu").all() and df["gpu_total_ms"].isna().all()
     stages = stage_table(df)
     assert stages["label"].tolist() == ["1_Data_Preparation", "2_Pipeline_Inference"]
     assert stages["share"].sum() == pytest.approx(1.0)
-    blocks = block_table(df)
-    assert blocks["block"].tolist() == [0, 0] and blocks["t"].tolist()[1] == 1000
+    assert (stages["source"] == "cpu").all()
+    assert by.loc["2.3.0_Denoising_Step_0_t1000", "parent"] == "2.3_Block_0"
+    assert by.loc["2.3.0_Denoising_Step_0_t1000", "count"] == 2
+    host = kernel_summary(res.trace_path)["labels"].set_index("label_name")
+    assert (host["source"] == "cpu").all() and host.loc["1.1_X", "total_ms"] == pytest.approx(by.loc["1.1_X", "cpu_total_ms"])
 
     ka = res.key_averages()
     assert {"name", "count", "cpu_time_total_us", "device_time_total_us"} <= set(ka.columns)
@@ -100,10 +104,21 @@ def _x(name, ts, dur, cat="user_annotation", tid=1, ext=None):
     return e
 
 
+def _launch(ts, corr, tid=1):
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 1, "pid": 1, "tid": tid,
+            "args": {"correlation": corr}}
+
+
+def _kernel(ts, dur, corr, name="k", cat="kernel", stream=7):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": stream,
+            "args": {"correlation": corr, "stream": stream}}
+
+
 def test_label_table_self_time_arithmetic():
     # host: A [0,100) holds B [10,40) and C [50,90); C holds D [60,70). Times in us.
     # E on another thread overlaps A but is not nested in it.
-    # device (stream 7), innermost label only: B [20,45), C [55,95) around D [70,80).
+    # device (stream 7): kernels launched in A (before B), B, C (outside D), D; a memcpy launched in C.
+    # Where a kernel runs does not matter (D's runs after C closed), only where it was launched.
     trace = {
         "traceEvents": [
             _x("A", 0, 100),
@@ -112,9 +127,12 @@ def test_label_table_self_time_arithmetic():
             _x("D", 60, 10),
             _x("E", 5, 20, tid=2),
             _x("ProfilerStep#0", 0, 200),
-            _x("B", 20, 25, cat="gpu_user_annotation", tid=7),
-            _x("C", 55, 40, cat="gpu_user_annotation", tid=7),
-            _x("D", 70, 10, cat="gpu_user_annotation", tid=7),
+            _launch(2, 1), _kernel(20, 5, 1),  # A self: 5
+            _launch(12, 2), _kernel(30, 25, 2),  # B: 25
+            _launch(52, 3), _kernel(60, 30, 3),  # C self: 30
+            _launch(55, 4), _kernel(95, 10, 4, name="Memcpy HtoD", cat="gpu_memcpy"),  # C self: 10
+            _launch(65, 5), _kernel(120, 10, 5),  # D: 10, runs after C closed
+            _x("D", 70, 10, cat="gpu_user_annotation", tid=7),  # device annotations do not count
             {"ph": "i", "cat": "user_annotation", "name": "ignored", "ts": 1},
         ]
     }
@@ -127,57 +145,62 @@ def test_label_table_self_time_arithmetic():
     assert df.loc["E", "cpu_self_ms"] == pytest.approx(0.020) and df.loc["E", "depth"] == 0
     assert df.loc["D", "parent"] == "C" and df.loc["D", "depth"] == 2
     assert df.loc["A", "parent"] == ""
-    # device: A spans 20..95 = 75, minus B (25) and C (40) -> 10 of gap
-    assert df.loc["A", "gpu_total_ms"] == pytest.approx(0.075)
-    assert df.loc["A", "gpu_self_ms"] == pytest.approx(0.010)
-    assert df.loc["C", "gpu_total_ms"] == pytest.approx(0.040)
-    assert df.loc["C", "gpu_self_ms"] == pytest.approx(0.030)
-    assert df.loc["B", "gpu_self_ms"] == pytest.approx(0.025)
-    assert math.isnan(df.loc["E", "gpu_total_ms"])
+    assert (df["source"] == "gpu").all()
+    # device: summed durations of what was launched inside; total includes nested labels, self does not
+    assert df.loc["A", "gpu_total_ms"] == pytest.approx(0.080)  # 5 + 25 + 30 + 10 + 10
+    assert df.loc["A", "gpu_self_ms"] == pytest.approx(0.005)
+    assert df.loc["C", "gpu_total_ms"] == pytest.approx(0.050)  # 30 + 10 (memcpy) + D's 10
+    assert df.loc["C", "gpu_self_ms"] == pytest.approx(0.040)
+    assert df.loc["B", "gpu_self_ms"] == pytest.approx(0.025) == df.loc["B", "gpu_total_ms"]
+    assert df.loc["D", "gpu_total_ms"] == pytest.approx(0.010)
+    assert df.loc["E", "gpu_total_ms"] == 0.0  # launched nothing
+    assert df.loc["A", "gpu_self_ms"] + df.loc[["B", "C"], "gpu_total_ms"].sum() == pytest.approx(df.loc["A", "gpu_total_ms"])
 
     st = stage_table(label_table({"traceEvents": [_x("1_Prep", 0, 30), _x("2_Inf", 30, 90)]}))
     assert st["share"].tolist() == pytest.approx([0.25, 0.75])
 
 
-def test_label_table_matches_device_ranges_by_external_id_and_device_only():
+def test_label_table_credits_the_launching_thread_and_each_occurrence():
     trace = {
         "traceEvents": [
-            _x("S", 0, 10, ext=1),
-            _x("S", 20, 10, ext=2),
-            # second occurrence launched no work on stream 7 before the first; ids decide
-            _x("S", 25, 4, cat="gpu_user_annotation", tid=7, ext=2),
-            _x("S", 12, 6, cat="gpu_user_annotation", tid=8, ext=1),
-            # device-only ranges nest among themselves
+            _x("S", 0, 10),
+            _x("S", 20, 10),
+            _launch(2, 1), _kernel(25, 4, 1),  # launched by the first S, runs during the second: first S's
+            _launch(22, 2), _kernel(40, 6, 2),
+            _launch(5, 3, tid=2), _kernel(50, 3, 3),  # thread 2 has no label open: unlabelled, not S
+            # nested labels of one name count each activity once
+            _x("N", 100, 50), _x("N", 110, 10), _launch(112, 4), _kernel(130, 7, 4),
+            # device-only ranges (no host range) are not labels
             _x("G", 100, 10, cat="gpu_user_annotation", tid=9),
-            _x("H", 102, 3, cat="gpu_user_annotation", tid=9),
         ]
     }
     df = label_table(trace).set_index("label")
     assert df.loc["S", "count"] == 2 and df.loc["S", "gpu_total_ms"] == pytest.approx(0.010)
-    assert df.loc["G", "gpu_self_ms"] == pytest.approx(0.007)
-    assert df.loc["H", "parent"] == "G" and math.isnan(df.loc["G", "cpu_total_ms"])
+    assert df.loc["N", "gpu_total_ms"] == pytest.approx(0.007) and df.loc["N", "gpu_self_ms"] == pytest.approx(0.007)
+    assert "G" not in df.index
+    lab = kernel_summary(trace)["labels"].set_index("label_name")
+    assert lab.loc["(unlabelled)", "ms"] == pytest.approx(0.003) and lab.loc["S", "total_ms"] == pytest.approx(0.010)
 
 
-def test_block_table_prefers_gpu():
+def test_stage_table_prefers_a_side_and_falls_back():
     trace = {
         "traceEvents": [
-            _x("2_Pipeline_Inference", 0, 1000),
-            _x("2.3_Block_1", 500, 400),
-            _x("2.3.1_Denoising_Step_0_t1000", 500, 100),
-            _x("2.3.1_Denoising_Step_1_t750", 600, 100),
-            _x("2.3_Block_0", 0, 400),
-            _x("2.3.0_Denoising_Step_0_t1000", 0, 100),
-            _x("2.3_Block_0", 50, 300, cat="gpu_user_annotation", tid=7),
+            _x("1_Prep", 0, 100),
+            _x("2_Inference", 100, 300),
+            _x("2.1_Step", 150, 100),
+            _launch(160, 1), _kernel(170, 60, 1),
+            _launch(260, 2), _kernel(270, 20, 2),
         ]
     }
-    bt = block_table(label_table(trace))
-    assert bt["label"].tolist() == [
-        "2.3_Block_0", "2.3.0_Denoising_Step_0_t1000",
-        "2.3_Block_1", "2.3.1_Denoising_Step_0_t1000", "2.3.1_Denoising_Step_1_t750",
-    ]  # fmt: skip
-    assert bt["ms"].tolist() == pytest.approx([0.3, 0.1, 0.4, 0.1, 0.1])
-    assert bt["source"].tolist()[:2] == ["gpu", "cpu"]
-    assert block_table(label_table(trace), prefer="cpu")["ms"].tolist()[0] == pytest.approx(0.4)
+    df = label_table(trace)
+    st = stage_table(df)
+    assert st["label"].tolist() == ["1_Prep", "2_Inference"]  # stages only: labels named <digit>_...
+    assert st["ms"].tolist() == pytest.approx([0.0, 0.08]) and st["source"].tolist() == ["gpu", "gpu"]
+    assert st["share"].tolist() == pytest.approx([0.0, 1.0])
+    cpu = stage_table(df, prefer="cpu")
+    assert cpu["ms"].tolist() == pytest.approx([0.1, 0.3]) and cpu["share"].tolist() == pytest.approx([0.25, 0.75])
     with pytest.raises(ValueError, match="prefer"):
-        block_table(label_table(trace), prefer="tpu")
-    assert bt["t"].tolist()[-1] == 750 and bt["step"].tolist()[-1] == 1
+        stage_table(df, prefer="tpu")
+    # without device activity every stage falls back to host time
+    host = stage_table(label_table({"traceEvents": [e for e in trace["traceEvents"] if e["cat"] == "user_annotation"]}))
+    assert host["source"].tolist() == ["cpu", "cpu"] and host["ms"].tolist() == pytest.approx([0.1, 0.3])

@@ -1,4 +1,4 @@
-"""The papermill batch runner (wmbook.run), the notebook stripper, and notebook hygiene.
+"""The papermill batch runner (wmbook.run); notebook hygiene is in test_notebook_sources.py.
 
 Kernel start-up dominates: the module runs three notebook executions in all.
 """
@@ -6,7 +6,6 @@ Kernel start-up dominates: the module runs three notebook executions in all.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import nbformat
@@ -18,9 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 NB_OK = DATA / "nb_ok.ipynb"
 NB_FAIL = DATA / "nb_fail.ipynb"
-
-sys.path.insert(0, str(ROOT / "tools"))
-import strip_notebooks  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -142,47 +138,5 @@ def test_resolve_by_name_and_number(tmp_path):
 
 
 # ------------------------------------------------------------------ strip tool / notebook hygiene
-
-
-def test_strip_tool_keeps_tags_drops_outputs(tmp_path):
-    nb = nbformat.read(NB_OK, as_version=4)
-    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
-    cell = nb.cells[2]
-    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="x = 1\n")]
-    cell.execution_count = 3
-    cell.metadata["execution"] = {"iopub.execute_input": "2024-01-01T00:00:00Z"}
-    path = tmp_path / "dirty.ipynb"
-    nbformat.write(nb, path)
-
-    assert strip_notebooks.main(["--check", str(path)]) == 1
-    assert strip_notebooks.main([str(path)]) == 0
-    assert strip_notebooks.main(["--check", str(path)]) == 0
-    clean = nbformat.read(path, as_version=4)
-    assert "widgets" not in clean.metadata
-    assert clean.cells[1].metadata["tags"] == ["parameters"]
-    assert clean.cells[2].outputs == [] and clean.cells[2].execution_count is None
-    assert "execution" not in clean.cells[2].metadata
-
-
-def test_fixture_notebooks_are_stripped():
-    assert strip_notebooks.main(["--check", str(NB_OK), str(NB_FAIL)]) == 0
-
-
-def _workbook_notebooks():
-    return sorted((ROOT / "notebooks").glob("*.ipynb"))
-
-
-def test_workbook_notebooks_stripped_and_parameterised():
-    paths = _workbook_notebooks()
-    if not paths:
-        pytest.skip("notebooks/ holds no notebooks yet")
-    problems = []
-    for path in paths:
-        nb = nbformat.read(path, as_version=4)
-        dirty = strip_notebooks.problems(nb)
-        if dirty:
-            problems.append(f"{path.name}: not stripped ({dirty[0]}); run `make strip`")
-        code = [c for c in nb.cells if c.cell_type == "code"]
-        if not code or "parameters" not in code[0].get("metadata", {}).get("tags", []):
-            problems.append(f"{path.name}: first code cell must be tagged 'parameters'")
-    assert not problems, "\n".join(problems)
+# moved to tests/test_notebook_sources.py: nbstripout with `make strip`'s flags on nb_ok/nb_fail, and the
+# workbook's notebooks (stripped, paired with their jupytext .py, parameters cell first)

@@ -10,17 +10,19 @@ import torch
 from wmbook.profiling import report as report_mod
 from wmbook.profiling.config import ProfilingConfig, load_config, presets
 from wmbook.profiling.labels import label, labels_enabled, set_labels
-from wmbook.profiling.session import (
-    DEFINITIONS,
-    ProfilingSession,
+from wmbook.profiling.decorators import (
     add_profiling_event,
-    current_session,
-    measure_overhead,
     profile_block_computation,
     profile_diffusion_step,
     profile_method,
     profile_model_parameters,
     profile_session,
+)
+from wmbook.profiling.session import (
+    DEFINITIONS,
+    ProfilingSession,
+    current_session,
+    measure_overhead,
     set_profiling,
 )
 

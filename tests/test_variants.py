@@ -3,12 +3,18 @@
 import pytest
 import torch
 
-from wmbook import check, variants
+from wmbook import check, variants, workloads
 from wmbook.variants import GlobalFlags, UnknownVariantError, VariantContext, resolve, tolerance_for
-from wmbook.variants.ladder import (apply_stack, build_reference, effective, end_to_end, forward_probe, op_counts, run_ladder,
-                                    vae_table)
+from wmbook.variants.ladder import LadderSettings, apply_stack, effective, run_ladder
+from wmbook.variants.tables import op_counts, vae_table
+from wmbook.workloads import E2ESize
 
 CPU = torch.device("cpu")
+MG2, WMA = workloads.get("mg2"), workloads.get("wma")
+
+
+def end_to_end(pipe, wl, blocks=3):
+    return wl.end_to_end(pipe, 0, E2ESize(blocks=blocks, ddim_steps=3))
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -18,12 +24,12 @@ def _one_thread(one_thread):
 
 @pytest.fixture(scope="module")
 def mg2_ref():
-    return build_reference("mg2", "tiny", CPU)
+    return MG2.reference_pipeline(MG2.presets["tiny"], CPU)
 
 
 @pytest.fixture(scope="module")
 def wma_ref():
-    return build_reference("wma", "tiny-wma", CPU)
+    return WMA.reference_pipeline(WMA.presets["tiny-wma"], CPU)
 
 
 def _applied(ref, workload, names):
@@ -32,9 +38,16 @@ def _applied(ref, workload, names):
 
 def test_registry_names_and_errors():
     mg2 = variants.known("mg2")
-    for n in ("tf32", "bf16", "fp16", "autocast-bf16", "vae-bf16", "hygiene", "attn-flash", "channels-last",
-              "cudnn-benchmark", "compile-regional", "compile-whole", "compile-regional-max-autotune"):
+    for n in ("tf32", "bf16", "fp16", "autocast-bf16", "vae-bf16", "norm-input-dtype", "kv-slot-write", "action-hoist",
+              "cross-kv-prefill", "attn-flash", "channels-last", "cudnn-benchmark", "compile-regional", "compile-whole",
+              "compile-regional-max-autotune"):
         assert n in mg2
+    # the hygiene group: one variant per change, those the workload has the features for
+    assert variants.hygiene_parts("mg2") == ["norm-input-dtype", "kv-slot-write", "action-hoist", "cross-kv-prefill"]
+    assert variants.hygiene_parts(WMA) == ["norm-input-dtype"]
+    assert [v.name for v in resolve(["bf16", "hygiene"], "wma")] == ["bf16", "norm-input-dtype"]
+    with pytest.raises(UnknownVariantError, match="'kv-slot-write' is not known for workload 'wma'"):
+        resolve(["kv-slot-write"], "wma")
     with pytest.raises(UnknownVariantError, match=r"'turbo' is not known for workload 'mg2'; known variants: \["):
         resolve(["bf16", "turbo"], "mg2")
     with pytest.raises(ValueError, match="more than once"):
@@ -53,7 +66,7 @@ def test_global_flags_restore():
     flags = GlobalFlags()
     from wmbook.models.attention import get_attention_backend
 
-    pipe_ctx = VariantContext("mg2", CPU)
+    pipe_ctx = VariantContext(MG2, CPU)
     variants.get("tf32").apply(None, pipe_ctx)
     variants.get("cudnn-benchmark").apply(None, pipe_ctx)
     variants.get("attn-math").apply(None, pipe_ctx)
@@ -73,34 +86,70 @@ def test_precision_transforms(mg2_ref, wma_ref):
     assert p.vae_dtype == torch.bfloat16 and next(p.vae.parameters()).dtype == torch.bfloat16
     p, _ = _applied(mg2_ref, "mg2", ["autocast-bf16"])
     assert next(p.model.parameters()).dtype == torch.float32
-    out = forward_probe(p, "mg2").forward()
+    out = MG2.forward_probe(p).forward()
     assert torch.isfinite(out).all()
 
 
-def test_hygiene_removes_host_reads_and_keeps_outputs(mg2_ref):
-    counts = op_counts(mg2_ref, "mg2", {"eager": [], "hygiene": ["hygiene"]}, device=CPU)
+def test_hygiene_parts_each_change_one_thing_and_keep_outputs(mg2_ref):
+    """Each hygiene variant: the one change it names, applied from outside (the reference untouched), and the
+    same function in fp32."""
+    from wmbook.models.causal_wan import WanLayerNorm, WanRMSNorm
+    from wmbook.variants import swaps
+
+    stacks, stack = {"eager": []}, []
+    for part in variants.hygiene_parts("mg2"):
+        stack = stack + [part]
+        stacks[part] = stack
+    counts = op_counts(mg2_ref, "mg2", stacks, device=CPU)
     reads = "host reads (aten::_local_scalar_dense)"
-    assert counts.loc["eager", reads] > 0 and counts.loc["hygiene", reads] == 0
     casts = counts[["aten::to", "aten::_to_copy", "aten::copy_"]].sum(axis=1)
-    assert casts["hygiene"] < casts["eager"]
+    assert casts["norm-input-dtype"] < casts["eager"]  # no fp32 round trip per norm
+    assert counts.loc["kv-slot-write", reads] == counts.loc["eager", reads] > 0  # the host read is in the actions
+    assert counts.loc["action-hoist", reads] == 0  # ... which action-hoist windows without one
     p, ctx = _applied(mg2_ref, "mg2", ["hygiene"])
-    assert p.model.hoist_action_inputs and p.prefill_cross and "norm modules" in ctx.notes["hygiene"]
-    a = end_to_end(mg2_ref, "mg2", num_blocks=3)
-    b = end_to_end(p, "mg2", num_blocks=3)
-    res = check.compare(b["latents"], a["latents"], dtype="fp32")
-    assert res.passed, res  # same function in fp32 (hoisting, prefill, fused norms)
+    assert isinstance(p.model, swaps.KVSlotWrites) and isinstance(p.model, swaps.HoistedActionInputs)
+    assert isinstance(p, swaps.CrossKVPrefill) and "norm modules" in ctx.notes["norm-input-dtype"]
+    norms = [m for m in p.model.modules() if isinstance(m, (WanRMSNorm, WanLayerNorm))]
+    assert norms and all(isinstance(m, (swaps.RMSNormInputDtype, swaps.LayerNormInputDtype)) for m in norms)
+    assert not any(isinstance(m, swaps.RMSNormInputDtype) for m in mg2_ref.model.modules())  # from outside
+    assert type(mg2_ref.model).__name__ == "CausalWanModel"
+    a = end_to_end(mg2_ref, MG2)
+    b = end_to_end(p, MG2)
+    res = check.compare(b.latents, a.latents, dtype="fp32")
+    assert res.passed, res  # same function in fp32 (slot writes, hoisting, prefill, norms on the input dtype)
+    assert "k" in p.init_cache(p.prepare(2)).cross[0]  # filled before the first forward
+    assert "k" not in mg2_ref.init_cache(mg2_ref.prepare(2)).cross[0]
+
+
+def test_swap_helpers():
+    from wmbook.variants.swaps import of_type, replace_modules, swap_class, with_mixin
+
+    class Loud:
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    net = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh()))
+    assert replace_modules(net, of_type(torch.nn.ReLU), with_mixin(Loud)) == 2
+    x = torch.tensor([-1.0, 2.0])
+    assert torch.equal(net[0](x), torch.tensor([0.0, 4.0])) and isinstance(net[1][0], Loud)
+    relu = net[0]
+    assert swap_class(relu, Loud) is relu and type(relu).__mro__.count(Loud) == 1  # never twice
+    assert type(swap_class(torch.nn.ReLU(), Loud)) is type(relu)  # one combined class per pair
 
 
 def test_wma_hygiene_and_channels_last(wma_ref):
-    ref_out = forward_probe(wma_ref, "wma").forward()
-    p, ctx = _applied(wma_ref, "wma", ["hygiene", "channels-last"])
     from wmbook.models.wma.layers import GroupNorm32
+    from wmbook.variants import swaps
 
-    assert all(m.fused for m in p.model.modules() if isinstance(m, GroupNorm32))
-    conv = next(m for m in p.model.diffusion_model.modules() if isinstance(m, torch.nn.Conv2d))
+    ref_out = WMA.forward_probe(wma_ref).forward()
+    p, ctx = _applied(wma_ref, "wma", ["hygiene", "channels-last"])
+    assert all(isinstance(m, swaps.GroupNormInputDtype) for m in p.model.modules() if isinstance(m, GroupNorm32))
+    unet = p.model.diffusion_model
+    conv = next(m for m in unet.modules() if isinstance(m, torch.nn.Conv2d))
     assert conv.weight.is_contiguous(memory_format=torch.channels_last) and not conv.weight.is_contiguous()
-    assert p.model.diffusion_model.channels_last and "convolution weights" in ctx.notes["channels-last"]
-    out = forward_probe(p, "wma").forward()
+    assert len(unet.input_blocks[0]._forward_pre_hooks) == 1 and "convolution weights" in ctx.notes["channels-last"]
+    assert not wma_ref.model.diffusion_model.input_blocks[0]._forward_pre_hooks  # the reference untouched
+    out = WMA.forward_probe(p).forward()
     assert check.compare(list(out), list(ref_out), dtype="fp32").passed
 
 
@@ -127,17 +176,21 @@ def test_gate_budget_and_no_less_accurate():
 
 
 def test_effective_stack_keeps_the_last_compile():
-    vs = resolve(["bf16", "compile-regional", "hygiene", "compile-regional-dynamic"], "mg2")
-    assert [v.name for v in effective(vs)] == ["bf16", "hygiene", "compile-regional-dynamic"]
+    vs = resolve(["bf16", "compile-regional", "action-hoist", "compile-regional-dynamic"], "mg2")
+    assert [v.name for v in effective(vs)] == ["bf16", "action-hoist", "compile-regional-dynamic"]
 
 
 def test_ladder_rows_gate_and_recompile_fix(mg2_ref):
+    settings = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager",
+                              ceilings={"gemm_tflops": 1.0})
     lad = run_ladder("mg2", "tiny", ["bf16", "hygiene", "compile-regional"], device=CPU, reference=mg2_ref,
-                     warmup=1, repeats=2, e2e_repeats=1, compile_backend="eager",
-                     ceilings={"gemm_tflops": 1.0})
+                     settings=settings)
     t = lad.table()
-    assert t["gate"].tolist() == ["reference", "pass", "pass", "pass"]
-    assert t["stack"].iloc[-1] == "bf16 + hygiene + compile-regional"
+    assert t["gate"].tolist() == ["reference"] + ["pass"] * 6  # the group expands: one row per hygiene variant
+    assert t["variant"].tolist()[2:6] == ["+ norm-input-dtype", "+ kv-slot-write", "+ action-hoist",
+                                          "+ cross-kv-prefill"]
+    assert t["stack"].iloc[-1] == ("bf16 + norm-input-dtype + kv-slot-write + action-hoist + cross-kv-prefill + "
+                                   "compile-regional")
     assert t["speedup"].iloc[0] == pytest.approx(1.0) and (t["speedup"] > 0).all()
     assert t["x_floor"].notna().all() and t["psnr_db"].iloc[1] > 30
     last = t.iloc[-1]
@@ -148,24 +201,23 @@ def test_ladder_rows_gate_and_recompile_fix(mg2_ref):
 
 def _warm_then_steady(ref, names, num_blocks):
     """Compile monitors of a first (warming) and a second end-to-end mg2 run of a fresh copy with `names`."""
-    from wmbook.variants.compile import CompileMonitor, reset_compile_state
+    from wmbook.variants.compile import reset_compile_state
+    from wmbook.variants.compile_monitor import CompileMonitor
 
     reset_compile_state()
     flags = GlobalFlags()
     pipe, _ = _applied(ref, "mg2", names)
     try:
         with CompileMonitor() as warm:
-            end_to_end(pipe, "mg2", num_blocks=num_blocks)
+            end_to_end(pipe, MG2, num_blocks)
         with CompileMonitor() as steady:
-            end_to_end(pipe, "mg2", num_blocks=num_blocks)
+            end_to_end(pipe, MG2, num_blocks)
     finally:
         flags.restore()
     return warm, steady
 
 
 def test_compile_of_reference_code_recompiles_and_the_fix_does_not(mg2_ref):
-    from wmbook.variants.builtin import compile_regions
-
     ref_warm, _ = _warm_then_steady(mg2_ref, ["compile-regional"], 3)
     fix_warm, fix_steady = _warm_then_steady(mg2_ref, ["hygiene", "compile-regional"], 3)
     assert ref_warm.graph_breaks["reason"].str.contains("item").any()  # the host read in action_windows
@@ -175,7 +227,7 @@ def test_compile_of_reference_code_recompiles_and_the_fix_does_not(mg2_ref):
     assert fix_warm.summary()["graph_breaks"] == 0  # begin() prepared the cache slots: the writes trace
     assert fix_warm.summary()["recompiles"] < ref_warm.summary()["recompiles"]
     assert fix_steady.summary()["recompiles"] == 0
-    assert compile_regions(mg2_ref, "mg2") == list(mg2_ref.model.blocks)
+    assert MG2.compile_regions(mg2_ref) == list(mg2_ref.model.blocks)
 
 
 def test_whole_model_compile_after_hygiene_does_not_guard_on_start_frame(mg2_ref):
@@ -203,12 +255,15 @@ def test_action_attn_fused_matches_sdpa_and_compiles_clean(mg2_ref):
     torch.testing.assert_close(small_attention(qb, k[:1, None], v[:1, None]).view(5, 3, 2, 8),
                                attention(q, k[:1].expand(5, -1, -1, -1), v[:1].expand(5, -1, -1, -1)),
                                atol=1e-5, rtol=1e-5)
+    from wmbook.variants.swaps import SmallActionAttention
+
     p, ctx = _applied(mg2_ref, "mg2", ["hygiene", "action-attn-fused"])
     mods = [m for m in p.model.modules() if isinstance(m, ActionModule)]
-    assert mods and all(m.fused_small_attention for m in mods) and "1 action modules" in ctx.notes["action-attn-fused"]
+    assert mods and all(isinstance(m, SmallActionAttention) for m in mods)
+    assert "1 action modules" in ctx.notes["action-attn-fused"]
     h, _ = _applied(mg2_ref, "mg2", ["hygiene"])
-    a, b = end_to_end(h, "mg2", num_blocks=3), end_to_end(p, "mg2", num_blocks=3)
-    res = check.compare(b["latents"], a["latents"], dtype="fp32")
+    a, b = end_to_end(h, MG2), end_to_end(p, MG2)
+    res = check.compare(b.latents, a.latents, dtype="fp32")
     assert res.passed, res  # same function in fp32, with the KV caches and the rolling window
     warm, steady = _warm_then_steady(mg2_ref, ["hygiene", "action-attn-fused", "compile-regional"], 3)
     assert warm.summary()["graph_breaks"] == 0 and steady.summary()["recompiles"] == 0
@@ -217,7 +272,7 @@ def test_action_attn_fused_matches_sdpa_and_compiles_clean(mg2_ref):
 
 
 def test_vae_table_reports_psnr(wma_ref):
-    t = vae_table(wma_ref, "wma", ("fp32", "bf16"), device=CPU, repeats=1, ddim_steps=2)
+    t = vae_table(wma_ref, "wma", ("fp32", "bf16"), device=CPU, repeats=1, size=E2ESize(ddim_steps=2))
     assert t["vae_dtype"].tolist() == ["fp32", "bf16"]
     assert t["psnr_db"].iloc[0] == float("inf") and 20 < t["psnr_db"].iloc[1] < 200
     with pytest.raises(ValueError, match="fp16"):

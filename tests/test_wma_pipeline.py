@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from wmbook import baseline_wma
+from wmbook import workloads
+from wmbook.studies import baseline as baseline_study
 from wmbook.pipelines.ddim import (WMAInteractionPipeline, check_run_params, ddim_table, ddim_update, dynamic_rescale,
                                    head_scheduler, video_scheduler)
-from wmbook.presets import (ALL_PRESETS, PRESETS, TINY_FOR, WMA_PRESETS, WMAPreset, get_preset, resolve_preset,
-                            workload_of)
+from wmbook.presets import ALL_PRESETS, PRESETS, WMA_PRESETS, WMAPreset, get_preset
 from wmbook.profiling import label_table, profile
 from wmbook.profiling.sections import SectionTimer
 
@@ -40,13 +40,14 @@ def inputs(pipe):
 def test_presets_of_both_workloads():
     assert set(ALL_PRESETS) == set(PRESETS) | set(WMA_PRESETS) and "tiny" in PRESETS
     assert isinstance(get_preset("wma"), WMAPreset) and get_preset("tiny").name == "tiny"
-    assert workload_of("wma") == workload_of("tiny-wma") == "wma" and workload_of("self-forcing") == "mg2"
-    assert TINY_FOR["wma"] == "tiny-wma" and TINY_FOR["mg2-universal"] == "tiny"
-    assert resolve_preset("auto", torch.device("cpu"), real_default="wma") == "tiny-wma"
+    wf = workloads.for_preset
+    assert wf("wma").name == wf("tiny-wma").name == "wma" and wf("self-forcing").name == "mg2"
+    assert workloads.get("wma").tiny_preset == "tiny-wma" and workloads.get("mg2").tiny_preset == "tiny"
+    assert baseline_study.validate(workload="wma", device="cpu").preset.name == "tiny-wma"
     with pytest.raises(ValueError, match="allowed values.*tiny-wma.*wma"):
         get_preset("wma2")
     with pytest.raises(ValueError, match="allowed values"):
-        workload_of("wma2")
+        workloads.for_preset("wma2")
     p = get_preset("wma")
     assert (p.default_steps, p.ddim_eta, p.guidance_scale, p.guidance_rescale) == (50, 1.0, 1.0, 0.7)
     assert p.latent_shape == (4, 16, 40, 64) and p.n_obs_steps == 2 and not p.tiny and get_preset("tiny-wma").tiny
@@ -294,11 +295,11 @@ def test_bad_run_parameters_rejected_before_work(pipe, inputs, monkeypatch, kw, 
     ({"warmup": -1}, "warmup=-1"),
     ({"profile": "yes"}, "profile='yes'"),
     ({"device": "tpu"}, "device='tpu'.*allowed values"),
-    ({"workload": "mg2"}, "workload='mg2'"),
+    ({"num_blocks": 2}, r"num_blocks=2 applies to workload \['mg2'\] only; for workload 'wma' leave it at 0"),
 ])
 def test_bad_notebook_parameters_rejected(kw, match):
     with pytest.raises(ValueError, match=match):
-        baseline_wma.validate(**kw)
+        baseline_study.validate(workload="wma", **kw)
 
 
 def test_pipeline_rejects_a_causal_preset():
@@ -311,25 +312,26 @@ def test_pipeline_rejects_a_causal_preset():
 
 
 def test_baseline_wma_end_to_end(pipe, inputs, tmp_path):
-    cfg = baseline_wma.validate(device="cpu", warmup=0, repeats=2, output_dir=str(tmp_path))
-    assert cfg.preset == "tiny-wma" and cfg.ddim_steps == 3 and cfg.vae_dtype == torch.float32
+    cfg = baseline_study.validate(workload="wma", device="cpu", warmup=0, repeats=2, output_dir=str(tmp_path))
+    steps = cfg.options.ddim_steps
+    assert cfg.preset.name == "tiny-wma" and steps == 3 and cfg.vae_dtype == torch.float32
     assert cfg.results_path.name == "results-tiny.csv" and cfg.results_path.parent.name == "results"
-    res = baseline_wma.benchmark(pipe, inputs, warmup=0, repeats=2, ceilings={"gemm_tflops": 1.0, "device_name": "cpu"},
-                                 save_dir=tmp_path / "it")
+    res = baseline_study.run_benchmark(pipe, inputs, cfg, {"gemm_tflops": 1.0, "device_name": "cpu"})
     s = res.summary()
-    assert s["iteration_s"].n == 2 and s["ddim_step_ms"].n == 2 * 2 * cfg.ddim_steps
+    assert s["iteration_s"].n == 2 and s["ddim_step_ms"].n == 2 * 2 * steps and s["iteration_s"].unit == "s"
     assert 0 < s["sampling_share"] < 1 and 0 < s["vae_decode_share"] < 1 and 0 < s["conditioning_share"] < 1
     assert s["unet_forward_over_floor"] > 1
     pt = res.phase_table()
     assert pt["share"].sum() == pytest.approx(1.0, abs=1e-6)
-    assert len(res.step_table()) == 2 * cfg.ddim_steps
-    assert res.section_table()["section"].str.contains("UNet_Forward").any()
-    rows = baseline_wma.result_rows(cfg, res)
+    assert len(res.step_table()) == 2 * steps
+    assert res.sections["section"].str.contains("UNet_Forward").any()
+    rows = baseline_study.result_rows(cfg, res)
     assert {r["workload"] for r in rows} == {"wma"} and {r["preset"] for r in rows} == {"tiny-wma"}
     assert {"iteration_s", "unet_forward_ms", "unet_floor_ms", "vae_decode_share"} <= {r["metric"] for r in rows}
-    text = baseline_wma.interpret(cfg, res)
+    assert {r["unit"] for r in rows if r["metric"] == "iteration_s"} == {"s"}
+    text = baseline_study.interpret(cfg, res)
     assert "floor" in text and "76 s per iteration" in text and "tiny-preset" in text
-    mt = baseline_wma.model_table(pipe, inputs, cfg)
+    mt = baseline_study.model_table(pipe, inputs, cfg)
     assert mt.loc["DDIM steps per pass", "value"] == 3
-    out = baseline_wma.run_callable(pipe, inputs, cfg)()
+    out = cfg.workload.run_callable(pipe, inputs, cfg)()
     assert out.paths["world_model"].parent == tmp_path / "iteration" and out.ddim_steps == 3

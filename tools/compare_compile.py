@@ -17,16 +17,16 @@ import json
 
 import torch
 
-from wmbook.bench import Timing, host_launch_ms, time_fn, time_once
+from wmbook.bench import Samples, host_launch_ms, time_fn, time_once
 from wmbook.profiling.breakdown import kernel_summary, profile_calls
 from wmbook.variants import GlobalFlags, resolve
-from wmbook.variants.ladder import apply_stack, build_reference, forward_probe
-from wmbook.workloads import WORKLOADS
+from wmbook import workloads
+from wmbook.variants.ladder import apply_stack
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("workload", choices=list(WORKLOADS))
+    ap.add_argument("workload", choices=workloads.names())
     ap.add_argument("stacks", nargs="+", help="comma-separated variant names, one stack per argument")
     ap.add_argument("--preset", default=None, help="default: the workload's real-shape preset")
     ap.add_argument("--rounds", type=int, default=5)
@@ -38,16 +38,17 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device")
     dev = torch.device("cuda")
-    preset = a.preset or ("mg2-universal" if a.workload == "mg2" else "wma")
+    wl = workloads.get(a.workload)
+    preset = a.preset or wl.real_preset
     stacks = [[n.strip() for n in s.split(",") if n.strip()] for s in a.stacks]
     for s in stacks:
         resolve(s, a.workload, dev)  # unknown names fail here, before any model is built
-    ref = build_reference(a.workload, preset, dev)
+    ref = wl.reference_pipeline(wl.presets[preset], dev)
     flags = GlobalFlags()
     probes = []
     for s in stacks:
         pipe, _ = apply_stack(ref, a.workload, s, dev, compile_backend="inductor")
-        probe = forward_probe(pipe, a.workload)
+        probe = wl.forward_probe(pipe)
         with torch.no_grad():
             first_s = time_once(probe.forward, dev) / 1e3
         print(f"{'+'.join(s)}: first call {first_s:.1f} s", flush=True)
@@ -58,11 +59,11 @@ def main(argv=None) -> int:
     with torch.no_grad():
         for _ in range(a.rounds):
             for i, (_, probe) in enumerate(probes):
-                times[i] += time_fn(probe.forward, warmup=2, repeats=a.repeats, device=dev).times_ms
+                times[i] += time_fn(probe.forward, warmup=2, repeats=a.repeats, device=dev).values
         rows = []
         for s, (_, probe), ts in zip(stacks, probes, times):
             host = host_launch_ms(probe.forward, dev)
-            tm = Timing(ts)
+            tm = Samples(ts, "ms")
             # one profiled pair of forwards: the busy time and (with --kernels) where it goes
             ks = kernel_summary(profile_calls(probe.forward, dev, calls=2), calls=2, top=max(a.kernels, 1))
             row = {"stack": "+".join(s), "median_ms": tm.median, "p20": tm.p20, "p80": tm.p80, "n": tm.n,

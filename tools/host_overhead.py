@@ -16,14 +16,14 @@ import torch
 from wmbook.bench import host_launch_ms, time_fn, time_once
 from wmbook.profiling.breakdown import device_busy_ms
 from wmbook.variants import GlobalFlags, resolve
-from wmbook.variants.compile import CompileMonitor
-from wmbook.variants.ladder import apply_stack, build_reference, forward_probe
-from wmbook.workloads import WORKLOADS
+from wmbook.variants.compile_monitor import CompileMonitor
+from wmbook import workloads
+from wmbook.variants.ladder import apply_stack
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("workload", choices=list(WORKLOADS))
+    ap.add_argument("workload", choices=workloads.names())
     ap.add_argument("stack", help="comma-separated variant names")
     ap.add_argument("--preset", default=None)
     ap.add_argument("--repeats", type=int, default=20)
@@ -34,12 +34,13 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     names = [n.strip() for n in a.stack.split(",") if n.strip()]
     vs = resolve(names, a.workload, dev)
-    preset = a.preset or ("mg2-universal" if a.workload == "mg2" else "wma")
-    ref = build_reference(a.workload, preset, dev)
+    wl = workloads.get(a.workload)
+    preset = a.preset or wl.real_preset
+    ref = wl.reference_pipeline(wl.presets[preset], dev)
     flags = GlobalFlags()
     pipe, _ = apply_stack(ref, a.workload, vs, dev, compile_backend="inductor")
     del ref
-    probe = forward_probe(pipe, a.workload)
+    probe = wl.forward_probe(pipe)
     rows = []
 
     def measure(cond):

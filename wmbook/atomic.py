@@ -22,9 +22,22 @@ def atomic_open(dest, mode: str = "w", **kwargs):
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results and reports are meant to be shared
         os.replace(tmp, dest)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_text(dest, text: str) -> Path:
+    """Write `text` (UTF-8) to `dest` atomically; returns the path."""
+    with atomic_open(dest, "w", encoding="utf-8") as f:
+        f.write(text)
+    return Path(dest)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

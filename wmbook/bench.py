@@ -1,16 +1,15 @@
-"""Timing harness: device-event timing, stream metrics (FPS/BPS), peak memory."""
+"""Timing harness: measured values with their unit, device-event timing, stream metrics (FPS/BPS)."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-import resource
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 
 import torch
+
+from .presets import resolve_device
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -25,74 +24,58 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 @dataclass
-class Timing:
-    """Repeated timings in milliseconds with summary statistics."""
+class Samples:
+    """Repeated measurements of one quantity, with its unit, and their summary statistics.
 
-    times_ms: list[float] = field(default_factory=list)
+    `time_fn` gives milliseconds (unit "ms"); FPS, seconds per iteration and the like carry their own unit.
+    """
+
+    values: list[float] = field(default_factory=list)
+    unit: str = "ms"
 
     @property
     def n(self) -> int:
-        return len(self.times_ms)
+        return len(self.values)
 
     @property
     def median(self) -> float:
-        return _percentile(self.times_ms, 50)
+        return _percentile(self.values, 50)
 
     @property
     def p20(self) -> float:
-        return _percentile(self.times_ms, 20)
+        return _percentile(self.values, 20)
 
     @property
     def p80(self) -> float:
-        return _percentile(self.times_ms, 80)
+        return _percentile(self.values, 80)
 
     @property
     def p95(self) -> float:
-        return _percentile(self.times_ms, 95)
+        return _percentile(self.values, 95)
 
     @property
     def mean(self) -> float:
-        return statistics.fmean(self.times_ms) if self.times_ms else math.nan
+        return statistics.fmean(self.values) if self.values else math.nan
 
     @property
     def std(self) -> float:
-        return statistics.stdev(self.times_ms) if self.n > 1 else 0.0
+        return statistics.stdev(self.values) if self.n > 1 else 0.0
 
     @property
     def min(self) -> float:
-        return min(self.times_ms) if self.times_ms else math.nan
+        return min(self.values) if self.values else math.nan
 
     @property
     def max(self) -> float:
-        return max(self.times_ms) if self.times_ms else math.nan
+        return max(self.values) if self.values else math.nan
 
     def summary(self) -> dict:
-        """Statistics as a flat dict (all times in ms)."""
-        return {
-            "median": self.median,
-            "p20": self.p20,
-            "p80": self.p80,
-            "p95": self.p95,
-            "mean": self.mean,
-            "std": self.std,
-            "min": self.min,
-            "max": self.max,
-            "n": self.n,
-        }
+        """Statistics as a flat dict (in `unit`)."""
+        return {"median": self.median, "p20": self.p20, "p80": self.p80, "p95": self.p95, "mean": self.mean,
+                "std": self.std, "min": self.min, "max": self.max, "n": self.n}
 
     def __str__(self) -> str:
-        return f"{self.median:.3g} ms (p20 {self.p20:.3g}, p80 {self.p80:.3g}, n={self.n})"
-
-
-def resolve_device(device=None) -> torch.device:
-    """None -> cuda if available else cpu; str/torch.device -> torch.device."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if isinstance(device, torch.device):
-        return device
-    if isinstance(device, str):
-        return torch.device(device)
-    raise ValueError(f"device must be None, a str or a torch.device, got {device!r}")
+        return f"{self.median:.3g} {self.unit} (p20 {self.p20:.3g}, p80 {self.p80:.3g}, n={self.n})"
 
 
 def _sync(device: torch.device) -> None:
@@ -100,7 +83,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_fn(fn, *, warmup: int = 3, repeats: int = 10, device=None, sync: bool = True) -> Timing:
+def time_fn(fn, *, warmup: int = 3, repeats: int = 10, device=None, sync: bool = True) -> Samples:
     """Time fn() `repeats` times after `warmup` untimed calls.
 
     CUDA with sync=True: a pair of CUDA events around each call, one synchronize at the end.
@@ -128,14 +111,14 @@ def time_fn(fn, *, warmup: int = 3, repeats: int = 10, device=None, sync: bool =
                 end.record()
                 pairs.append((start, end))
             torch.cuda.synchronize(dev)
-        return Timing([float(s.elapsed_time(e)) for s, e in pairs])
+        return Samples([float(s.elapsed_time(e)) for s, e in pairs], "ms")
 
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
-    return Timing(times)
+    return Samples(times, "ms")
 
 
 def host_launch_ms(fn, device=None) -> float:
@@ -161,9 +144,11 @@ def time_once(fn, device=None) -> float:
 
 
 class DeviceTimer:
-    """Named time marks without host syncs: CUDA events on cuda, perf_counter on cpu.
+    """Named time marks without host syncs: CUDA events on the current stream on cuda, perf_counter on cpu.
 
-    Re-marking a name replaces it. Call synchronize() (or elapsed_ms does it) before reading.
+    The one event clock of wmbook: `stamp()` records a time point, `between(a, b)` reads the milliseconds between
+    two (after `synchronize()`); wmbook.profiling.SectionTimer builds its nested sections on it. Re-marking a
+    name replaces it. Call synchronize() (or elapsed_ms does it) before reading.
     """
 
     def __init__(self, device=None):
@@ -172,19 +157,25 @@ class DeviceTimer:
         self._marks: dict = {}
         self._synced = True
 
-    def mark(self, name: str) -> None:
-        """Record a time point named `name` on the current stream (cuda) or host clock (cpu)."""
+    def stamp(self):
+        """A time point now: a recorded CUDA event (cuda) or perf_counter seconds (cpu)."""
         if self.is_cuda:
             ev = torch.cuda.Event(enable_timing=True)
-            with torch.cuda.device(self.device):
-                ev.record()
-            self._marks[name] = ev
+            ev.record(torch.cuda.current_stream(self.device))
             self._synced = False
-        else:
-            self._marks[name] = time.perf_counter()
+            return ev
+        return time.perf_counter()
+
+    def between(self, a, b) -> float:
+        """Milliseconds from stamp `a` to stamp `b` (both completed: synchronize() first on cuda)."""
+        return float(a.elapsed_time(b)) if self.is_cuda else (b - a) * 1e3
+
+    def mark(self, name: str) -> None:
+        """Record a time point named `name`."""
+        self._marks[name] = self.stamp()
 
     def synchronize(self) -> None:
-        """Wait until every recorded mark has completed."""
+        """Wait until every recorded stamp has completed."""
         if self.is_cuda and not self._synced:
             torch.cuda.synchronize(self.device)
         self._synced = True
@@ -199,9 +190,7 @@ class DeviceTimer:
             if n not in self._marks:
                 raise ValueError(f"unknown mark {n!r}; recorded marks: {self.names}")
         self.synchronize()
-        if self.is_cuda:
-            return float(self._marks[a].elapsed_time(self._marks[b]))
-        return (self._marks[b] - self._marks[a]) * 1e3
+        return self.between(self._marks[a], self._marks[b])
 
     def reset(self) -> None:
         """Forget all marks."""
@@ -248,63 +237,3 @@ def stream_metrics(
         "steady_ms": total_ms,
         "n_blocks": len(block_ms),
     }
-
-
-def _maxrss_bytes() -> int:
-    # ru_maxrss is KiB on Linux, bytes on macOS
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(r) if sys.platform == "darwin" else int(r) * 1024
-
-
-@dataclass
-class PeakMemory:
-    """Memory read by `peak_memory`: CUDA peak allocated bytes, or host RSS changes on CPU."""
-
-    device: str
-    bytes: int | None = None  # torch.cuda.max_memory_allocated within the block (cuda only)
-    start_bytes: int | None = None  # allocated at entry (cuda only)
-    rss_delta_bytes: int | None = None  # RSS at exit minus RSS at entry (cpu only)
-    peak_rss_growth_bytes: int | None = None  # growth of the process-lifetime peak RSS (cpu)
-
-    @property
-    def delta_bytes(self) -> int | None:
-        """Peak allocated above what was allocated at entry (cuda), else the RSS delta."""
-        if self.bytes is not None and self.start_bytes is not None:
-            return self.bytes - self.start_bytes
-        return self.rss_delta_bytes
-
-    @property
-    def gib(self) -> float | None:
-        return None if self.bytes is None else self.bytes / 2**30
-
-
-@contextlib.contextmanager
-def peak_memory(device=None):
-    """Context manager yielding a PeakMemory filled in on exit (cuda: resets peak stats first)."""
-    dev = resolve_device(device)
-    pm = PeakMemory(device=str(dev))
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-        pm.start_bytes = int(torch.cuda.memory_allocated(dev))
-        try:
-            yield pm
-        finally:
-            torch.cuda.synchronize(dev)
-            pm.bytes = int(torch.cuda.max_memory_allocated(dev))
-        return
-    proc = None
-    try:
-        import psutil
-
-        proc = psutil.Process()
-        rss0 = proc.memory_info().rss
-    except Exception:  # psutil missing or not permitted: skip the RSS delta
-        rss0 = None
-    max0 = _maxrss_bytes()
-    try:
-        yield pm
-    finally:
-        if proc is not None and rss0 is not None:
-            pm.rss_delta_bytes = int(proc.memory_info().rss - rss0)
-        pm.peak_rss_growth_bytes = _maxrss_bytes() - max0

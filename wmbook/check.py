@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .presets import DTYPES, dtype_name
+
 # dtype -> (max_rel, mean_rel), both relative to ref_scale = max(|ref|)
 TOLERANCES: dict[str, tuple[float, float]] = {
     "fp32": (1e-4, 1e-5),
@@ -15,7 +17,6 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "fp16": (5e-3, 5e-4),
 }
 
-_TORCH_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 # Relative L2 error a whole denoiser forward may have against the fp32 reference once a precision is in effect.
 # TOLERANCES (the seed's max/mean criterion) compare implementations at the same precision; a precision change
@@ -93,8 +94,8 @@ class CheckResult:
 
 def _dtype_key(dtype) -> str:
     if isinstance(dtype, torch.dtype):
-        if dtype in _TORCH_DTYPES:
-            return _TORCH_DTYPES[dtype]
+        if dtype in DTYPES.values():
+            return dtype_name(dtype)
     elif isinstance(dtype, str) and dtype in TOLERANCES:
         return dtype
     raise ValueError(f"dtype must be one of {sorted(TOLERANCES)} (or a matching torch.dtype), got {dtype!r}")

@@ -13,12 +13,12 @@ import torch.nn.functional as F
 
 from . import bench, results
 from .atomic import atomic_open
+from .paths import CEILINGS_DIR
+from .presets import DTYPES, dtype_name
 
-REPO_ROOT = results.REPO_ROOT
-GPU_CACHE_DIR = REPO_ROOT / "data" / "ceilings"  # committed with the repo
+GPU_CACHE_DIR = CEILINGS_DIR  # committed with the repo
 CPU_CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "wmbook" / "ceilings"
 
-_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
 def environment(device=None) -> dict:
@@ -102,8 +102,8 @@ def measure_ceilings(
     Cache: cuda -> <repo>/data/ceilings/<slug>.json, cpu -> ~/.cache/wmbook/ceilings/;
     cache_path (a .json file or a directory) overrides. refresh=True re-measures.
     """
-    if dtype not in _DTYPE_NAMES:
-        raise ValueError(f"dtype must be one of {list(_DTYPE_NAMES)}, got {dtype!r}")
+    if dtype not in DTYPES.values():
+        raise ValueError(f"dtype must be one of {list(DTYPES.values())}, got {dtype!r}")
     dev = bench.resolve_device(device)
     if dev.type not in ("cuda", "cpu"):
         raise ValueError(f"device must be a cuda or cpu device, got {dev}")
@@ -113,7 +113,7 @@ def measure_ceilings(
     else:
         name = results.environment_metadata()["device_name"]
         gemm_dtype = torch.float32  # low-precision GEMM on CPU says nothing useful
-    dname = _DTYPE_NAMES[gemm_dtype]
+    dname = dtype_name(gemm_dtype)
     slug = _slug(f"{name}-torch{torch.__version__}-{dname}" + ("-quick" if quick else ""))
     path = _cache_file(cache_path, dev.type, slug)
     if path.exists() and not refresh:
@@ -174,8 +174,3 @@ def _positive(ceilings: dict, key: str) -> float:
 def floor_ms(flops: float, ceilings: dict) -> float:
     """Lower bound in ms for `flops` at the measured GEMM ceiling."""
     return flops / (_positive(ceilings, "gemm_tflops") * 1e12) * 1e3
-
-
-def bytes_floor_ms(nbytes: float, ceilings: dict) -> float:
-    """Lower bound in ms to move `nbytes` (read + write counted by the caller) at copy GB/s."""
-    return nbytes / (_positive(ceilings, "copy_gbps") * 1e9) * 1e3

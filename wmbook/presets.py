@@ -119,7 +119,6 @@ PRESETS: dict[str, CausalWanPreset] = {
     ),
 }
 
-TINY_FOR = {"mg2-universal": "tiny", "self-forcing": "tiny-sf"}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -238,16 +237,6 @@ WMA_PRESETS: dict[str, WMAPreset] = {
 }
 
 ALL_PRESETS: dict = {**PRESETS, **WMA_PRESETS}
-TINY_FOR["wma"] = "tiny-wma"
-
-
-def workload_of(name: str) -> str:
-    """'mg2' for the causal-DiT presets, 'wma' for the UnifoLM-WMA ones (ValueError lists all names)."""
-    if name in PRESETS:
-        return "mg2"
-    if name in WMA_PRESETS:
-        return "wma"
-    raise ValueError(f"preset={name!r} is not known; allowed values: {sorted(ALL_PRESETS)}")
 
 
 def get_preset(name: str) -> CausalWanPreset | WMAPreset:
@@ -257,8 +246,12 @@ def get_preset(name: str) -> CausalWanPreset | WMAPreset:
     return ALL_PRESETS[name]
 
 
-def resolve_device(device: str = "auto") -> torch.device:
-    """'auto' -> cuda when present, else cpu; 'cuda' without a GPU is an error."""
+def resolve_device(device="auto") -> torch.device:
+    """'auto' (or None) -> cuda when present, else cpu; 'cuda' without a GPU is an error; a torch.device is kept."""
+    if isinstance(device, torch.device):
+        return device
+    if device is None:
+        device = "auto"
     allowed = ("auto", "cpu", "cuda")
     if device not in allowed and not str(device).startswith("cuda:"):
         raise ValueError(f"device={device!r} is not allowed; allowed values: {list(allowed)} or 'cuda:N'")
@@ -269,16 +262,10 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def resolve_preset(name: str, device: torch.device, real_default: str = "mg2-universal") -> str:
-    """'auto' -> the real preset on a GPU, its tiny twin on a CPU; other names are checked."""
-    if name == "auto":
-        return real_default if device.type == "cuda" else TINY_FOR.get(real_default, "tiny")
-    get_preset(name)
-    return name
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """'auto' -> bf16 on a GPU, fp32 on a CPU."""
+def resolve_dtype(name, device: torch.device) -> torch.dtype:
+    """'auto' -> bf16 on a GPU, fp32 on a CPU; a name of DTYPES; a torch.dtype is kept."""
+    if isinstance(name, torch.dtype):
+        return name
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if name not in DTYPES:
@@ -287,4 +274,8 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    return {v: k for k, v in DTYPES.items()}[dtype]
+    """'fp32' | 'bf16' | 'fp16' (the names DTYPES knows)."""
+    for k, v in DTYPES.items():
+        if v == dtype:
+            return k
+    raise ValueError(f"dtype {dtype} has no name; known: {list(DTYPES.values())}")

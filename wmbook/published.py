@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 
 from . import results
+from .paths import REPO_ROOT
 
-REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- published:begin (python -m wmbook.published --write) -->", "<!-- published:end -->"
 
 
@@ -79,31 +79,25 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _baseline_row(run: pd.DataFrame, columns) -> dict:
+    """One row of a workload's notebook-01 table (wmbook.workloads.Workload.published_columns)."""
+    row = {"preset": run["preset"].iloc[0], "dtype": run["dtype"].iloc[0]}
+    for header, metric, fmt, spread in columns:
+        row[header] = _spread(_v(run, metric), fmt) if spread else _val(run, metric, fmt)
+    return row | {"device": _device(run)}
+
+
 def markdown(path=None) -> str:
     """All published tables as markdown."""
+    from . import workloads
+
     df = results.read(path or results.default_path())
     parts = []
     runs = _latest_runs(df, "01_baseline_profiling")
-    mg2 = [r for r in runs if r["workload"].iloc[0] == "mg2"]
-    wma = [r for r in runs if r["workload"].iloc[0] == "wma"]
-    parts.append("**01 · baseline, causal DiT (mg2)** — median (p20-p80); steady blocks; FLOP floor at the "
-                 "measured bf16 GEMM ceiling\n")
-    parts.append(_table([{
-        "preset": r["preset"].iloc[0], "dtype": r["dtype"].iloc[0], "FPS": _spread(_v(r, "fps")),
-        "first frame ms": _val(r, "first_frame_ms", "{:.0f}"),
-        "DiT forward ms": _spread(_v(r, "dit_forward_ms"), "{:.1f}"),
-        "x floor": _val(r, "dit_forward_over_floor", "{:.1f}"),
-        "VAE ms/block": _val(r, "vae_decode_ms_per_block", "{:.0f}"),
-        "peak GiB": _val(r, "peak_memory_gib", "{:.1f}"), "device": _device(r)} for r in mg2]))
-    parts.append("\n**01 · baseline, video UNet + DDIM (wma)** — 50 DDIM steps per pass, two passes per iteration, "
-                 "CFG 1.0, VAE fp32\n")
-    parts.append(_table([{
-        "preset": r["preset"].iloc[0], "dtype": r["dtype"].iloc[0], "s / iteration": _spread(_v(r, "iteration_s")),
-        "ms / DDIM step": _spread(_v(r, "ddim_step_ms"), "{:.1f}"),
-        "UNet forward ms": _spread(_v(r, "unet_forward_ms"), "{:.1f}"),
-        "x floor": _val(r, "unet_forward_over_floor", "{:.1f}"),
-        "VAE share": _val(r, "vae_decode_share", "{:.1%}"),
-        "peak GiB": _val(r, "peak_memory_gib", "{:.1f}"), "device": _device(r)} for r in wma]))
+    for i, wl in enumerate(workloads.all_workloads()):
+        parts.append(("\n" if i else "") + f"**01 · baseline, {wl.published_title}\n")
+        parts.append(_table([_baseline_row(r, wl.published_columns) for r in runs
+                             if r["workload"].iloc[0] == wl.name]))
     rows = []
     for r in _latest_runs(df, "02_bottleneck_breakdown"):
         shares = r[r["metric"].str.startswith("category_share:")].sort_values("value", ascending=False)
@@ -120,11 +114,11 @@ def markdown(path=None) -> str:
                      "profiling overhead": _val(r, "profiling_overhead", "{:+.1%}")})
     parts.append("\n**02 · bottleneck breakdown** (bf16, one traced run)\n")
     parts.append(_table(rows))
-    parts += _compile_autocast(df)
+    parts += _compile_autocast(df, {wl.metric.name for wl in workloads.all_workloads()})
     return "".join(parts)
 
 
-def _compile_autocast(df: pd.DataFrame) -> list[str]:
+def _compile_autocast(df: pd.DataFrame, e2e_metrics: set[str]) -> list[str]:
     """Notebook 04 is often run in parts (sections=...): per workload and preset the latest run that has a
     ladder, and for each compile configuration its latest measurement, whichever run it came from."""
     d = df[(df["notebook"] == "04_compile_autocast") & (df["device_kind"] == "cuda")]
@@ -136,7 +130,7 @@ def _compile_autocast(df: pd.DataFrame) -> list[str]:
             rows = []
             for _, f in r[r["metric"] == "forward_ms"].iterrows():
                 v = f["variant"]
-                e2e = r[(r["variant"] == v) & (r["metric"].isin(["fps", "ddim_step_ms"]))]
+                e2e = r[(r["variant"] == v) & (r["metric"].isin(e2e_metrics))]
                 rows.append({"ladder row": v, "gate (as recorded)": f.get("gate", ""),
                              "rel-L2 vs fp32": _num(f.get("rel_l2_vs_fp32"), "{:.4f}"),
                              "forward ms": _spread(f, "{:.1f}"),
@@ -172,7 +166,7 @@ def _compile_autocast(df: pd.DataFrame) -> list[str]:
 
 def update_readme(readme=None, path=None) -> bool:
     """Replace the published block of README.md; True when it changed."""
-    readme = Path(readme or REPO / "README.md")
+    readme = Path(readme or REPO_ROOT / "README.md")
     text = readme.read_text()
     if BEGIN not in text or END not in text:
         raise ValueError(f"{readme} has no published block ({BEGIN} ... {END})")
@@ -188,7 +182,7 @@ def update_readme(readme=None, path=None) -> bool:
 
 
 def readme_block(readme=None) -> str:
-    text = Path(readme or REPO / "README.md").read_text()
+    text = Path(readme or REPO_ROOT / "README.md").read_text()
     return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
 
 

@@ -10,7 +10,6 @@ import json
 import os
 import platform
 import socket
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -18,9 +17,9 @@ import pandas as pd
 import torch
 
 from .atomic import atomic_open
+from .paths import RESULTS_PATH, git_commit
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PATH = REPO_ROOT / "data" / "results" / "results.csv"
+DEFAULT_PATH = RESULTS_PATH
 
 RUN_ID = uuid.uuid4().hex[:12]  # one per process
 
@@ -50,32 +49,6 @@ def default_path() -> Path:
 
 def _resolve(path) -> Path:
     return Path(path) if path is not None else default_path()
-
-
-def _git(*args: str) -> str:
-    out = subprocess.run(
-        ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
-    )
-    return out.stdout.strip()
-
-
-@functools.lru_cache(maxsize=1)
-def git_commit() -> str:
-    """Short HEAD commit of the repo, '+dirty' if tracked files changed; '' when unknown.
-
-    $WMBOOK_GIT_COMMIT overrides it: a copy of the working tree run elsewhere (a lent GPU host) may carry a
-    stale .git, so the launcher passes the commit it was copied from.
-    """
-    env = os.environ.get("WMBOOK_GIT_COMMIT")
-    if env:
-        return env
-    try:
-        commit = _git("rev-parse", "--short", "HEAD")
-        if _git("status", "--porcelain", "--untracked-files=no"):
-            commit += "+dirty"
-        return commit
-    except (OSError, subprocess.SubprocessError):
-        return ""
 
 
 def library_versions(names=NUMERIC_LIBRARIES) -> dict[str, str]:

@@ -26,18 +26,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
-import html
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from .render import STATUS_FAILED, STATUS_OK, STATUS_PENDING, render_html, write_index
+from .paths import git_commit
 
 __all__ = [
     "NotebookRun",
@@ -50,9 +51,6 @@ __all__ = [
 ]
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
-STATUS_OK = "ok"
-STATUS_FAILED = "failed"
-STATUS_PENDING = "pending"
 
 
 # --------------------------------------------------------------------------- locations
@@ -197,27 +195,6 @@ def _one_line(text: str, limit: int = 300) -> str:
 # --------------------------------------------------------------------------- helpers
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder + os.replace: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; reports are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _python_dir(executable: str) -> Path:
     return Path(os.path.abspath(executable)).parent
 
@@ -272,115 +249,6 @@ def _kernel_for_this_python(kernel_name: str | None) -> Iterator[str]:
                 os.environ.pop("JUPYTER_PATH", None)
             else:
                 os.environ["JUPYTER_PATH"] = old
-
-
-def render_html(executed: str | os.PathLike, html_path: str | os.PathLike) -> Path:
-    """Render an executed notebook to standalone HTML (images embedded), atomically."""
-    import nbformat
-    from nbconvert import HTMLExporter
-
-    executed = Path(executed)
-    nb = nbformat.read(executed, as_version=4)
-    exporter = HTMLExporter(embed_images=True)
-    body, _ = exporter.from_notebook_node(
-        nb, resources={"metadata": {"name": executed.stem, "path": str(executed.parent)}}
-    )
-    html_path = Path(html_path)
-    _atomic_write_text(html_path, body)
-    return html_path
-
-
-def _git_commit(root: Path) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() or None
-
-
-def _rel(path: str | None, base: Path) -> str | None:
-    if not path:
-        return None
-    try:
-        return Path(os.path.relpath(path, base)).as_posix()
-    except ValueError:  # different drive on Windows
-        return Path(path).as_posix()
-
-
-_STATUS_STYLE = {
-    STATUS_OK: "color:#116611;font-weight:bold",
-    STATUS_FAILED: "color:#b00020;font-weight:bold",
-    STATUS_PENDING: "color:#777",
-}
-
-
-def _index_html(runs: Sequence[NotebookRun], meta: Mapping[str, Any], out: Path) -> str:
-    e = html.escape
-    rows = []
-    for r in runs:
-        html_rel, nb_rel = _rel(r.html_path, out), _rel(r.executed_path, out)
-        html_link = f'<a href="{e(html_rel)}">HTML</a>' if html_rel else ""
-        nb_link = f'<a href="{e(nb_rel)}">.ipynb</a>' if nb_rel else ""
-        detail = ""
-        if r.status == STATUS_FAILED:
-            detail = f"<code>{e(r.failed_where())}</code><br>{e(r.error or '')}"
-        seconds = f"{r.seconds:.1f} s" if r.status != STATUS_PENDING else ""
-        rows.append(
-            "<tr>"
-            f"<td>{e(r.name)}</td>"
-            f'<td style="{_STATUS_STYLE.get(r.status, "")}">{e(r.status)}</td>'
-            f'<td style="text-align:right">{seconds}</td>'
-            f"<td>{html_link}</td><td>{nb_link}</td>"
-            f"<td>{detail}</td>"
-            "</tr>"
-        )
-    n_ok = sum(r.status == STATUS_OK for r in runs)
-    n_failed = sum(r.status == STATUS_FAILED for r in runs)
-    facts = "".join(
-        f"<tr><th>{e(str(k))}</th><td>{e(json.dumps(v) if not isinstance(v, str) else v)}</td></tr>"
-        for k, v in meta.items()
-    )
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>wmbook report {e(str(meta.get("started", "")))}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; }}
-table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
-th, td {{ border: 1px solid #ccc; padding: 0.3em 0.7em; text-align: left; vertical-align: top; }}
-th {{ background: #f4f4f4; }}
-code {{ font-size: 90%; }}
-</style>
-</head>
-<body>
-<h1>wmbook report</h1>
-<p>{n_ok} ok, {n_failed} failed, {len(runs) - n_ok - n_failed} pending, of {len(runs)} notebooks.</p>
-<table>
-<tr><th>notebook</th><th>status</th><th>duration</th><th>report</th><th>executed</th><th>failure</th></tr>
-{chr(10).join(rows)}
-</table>
-<h2>Run</h2>
-<table>
-{facts}
-</table>
-</body>
-</html>
-"""
-
-
-def _write_index(out: Path, runs: Sequence[NotebookRun], meta: Mapping[str, Any]) -> None:
-    _atomic_write_text(out / "index.html", _index_html(runs, meta, out))
-    summary = {"meta": dict(meta), "notebooks": [asdict(r) for r in runs]}
-    _atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
 
 
 # --------------------------------------------------------------------------- running
@@ -539,17 +407,16 @@ def run_notebooks(
         names.append(name)
         runs.append(NotebookRun(name=name, source_path=str(p)))
 
-    root = repo_root()
     meta: dict[str, Any] = {
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(),
         "python": sys.version.split()[0],
-        "git_commit": _git_commit(root),
+        "git_commit": git_commit() or None,
         "parameters": params,
         "kernel": kernel_name or "python3",
         "timeout_s": timeout,
     }
-    _write_index(out_dir, runs, meta)
+    write_index(out_dir, runs, meta)
 
     t_all = time.perf_counter()
     bar = tqdm(runs, desc="notebooks", unit="nb", disable=not progress, file=sys.stderr)
@@ -572,11 +439,11 @@ def run_notebooks(
                 )
                 bar.write(line, file=sys.stderr)
             meta["elapsed_s"] = round(time.perf_counter() - t_all, 2)
-            _write_index(out_dir, runs, meta)
+            write_index(out_dir, runs, meta)
     bar.close()
     meta["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     meta["elapsed_s"] = round(time.perf_counter() - t_all, 2)
-    _write_index(out_dir, runs, meta)
+    write_index(out_dir, runs, meta)
     return runs
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .attention import attention, block_causal_frame_mask, small_attention
+from .attention import attention, block_causal_frame_mask
 from .kv_cache import KVCache
 
 
@@ -107,9 +107,6 @@ class ActionModule(nn.Module):
         self.cfg = cfg
         self.local_attn_size = local_attn_size
         self.frames_per_block = frames_per_block
-        # the `action-attn-fused` variant: the tiny per-location attentions through small_attention (fusable
-        # multiply-reduce, keyboard K/V broadcast instead of copied per location) rather than attention()
-        self.fused_small_attention = False
         c_img, r, w = cfg.img_hidden_size, cfg.vae_time_compression_ratio, cfg.windows_size
         self.keyboard_embed = nn.Sequential(nn.Linear(cfg.keyboard_dim_in, cfg.hidden_size), nn.SiLU(),
                                             nn.Linear(cfg.hidden_size, cfg.hidden_size))
@@ -157,8 +154,7 @@ class ActionModule(nn.Module):
         k = apply_time_rope(self.img_attn_k_norm(k).to(v.dtype), inputs.cos, inputs.sin)
         if cache is not None:
             k, v = cache.mouse.update(k, v, start_frame)
-        attend = small_attention if self.fused_small_attention else attention
-        att = attend(q, k, v, mask=mask).flatten(2)  # [B*S, F, c]
+        att = self.mouse_attention(q, k, v, mask)  # [B*S, F, c]
         att = att.view(b, s, f, -1).transpose(1, 2).reshape(b, f * s, -1)
         x = x + self.proj_mouse(att)
 
@@ -174,12 +170,18 @@ class ActionModule(nn.Module):
         kk = apply_time_rope(kk, inputs.cos, inputs.sin)
         if cache is not None:
             kk, kv = cache.keyboard.update(kk, kv, start_frame)
-        if self.fused_small_attention:  # [B, S, F, H, D] against [B, 1, nk, H, D]: no per-location copy
-            att = small_attention(q.view(b, s, f, nh, -1), kk[:, None], kv[:, None], mask=mask).reshape(b * s, f, -1)
-        else:  # upstream repeats the per-frame keyboard K/V for every location
-            nk = kk.shape[1]
-            kk = kk[:, None].expand(b, s, nk, nh, -1).reshape(b * s, nk, nh, -1)
-            kv = kv[:, None].expand(b, s, nk, nh, -1).reshape(b * s, nk, nh, -1)
-            att = attention(q, kk, kv, mask=mask).flatten(2)  # [B*S, F, ck]
+        att = self.keyboard_attention(q, kk, kv, mask, b, s)  # [B*S, F, ck]
         att = att.view(b, s, f, -1).transpose(1, 2).reshape(b, f * s, -1)
         return x + self.proj_keyboard(att)
+
+    def mouse_attention(self, q, k, v, mask):
+        """Temporal attention per spatial location: q [B*S, F, H, D], k/v [B*S, nk, H, D] -> [B*S, F, H*D]."""
+        return attention(q, k, v, mask=mask).flatten(2)
+
+    def keyboard_attention(self, q, kk, kv, mask, b: int, s: int):
+        """Every location's queries [B*S, F, H, D] against the per-frame keyboard K/V [B, nk, H, D] ->
+        [B*S, F, H*D]; upstream repeats the keyboard K/V for every location."""
+        nk, nh = kk.shape[1], kk.shape[2]
+        kk = kk[:, None].expand(b, s, nk, nh, -1).reshape(b * s, nk, nh, -1)
+        kv = kv[:, None].expand(b, s, nk, nh, -1).reshape(b * s, nk, nh, -1)
+        return attention(q, kk, kv, mask=mask).flatten(2)

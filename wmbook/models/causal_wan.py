@@ -16,10 +16,16 @@ import torch.nn.functional as F
 
 from ..presets import CausalWanPreset
 from ..profiling.labels import detail_label as dl
-from .action import ActionCache, ActionModule, prepare_action_inputs
+from .action import ActionCache, ActionModule
 from .attention import attention, block_causal_frame_mask
 from .checkpoint import read_state_dict
 from .kv_cache import KVCache
+
+DIT_FORWARD_LABEL = "DiffusionModel_Forward"  # one DiT forward (the pipeline labels it)
+DIT_FINE_LABELS = (
+    "DiT_Embeddings", "DiT_Norm_Modulation", "DiT_SelfAttn_QKV_RoPE", "DiT_KV_Cache_Update", "DiT_Attention",
+    "DiT_CrossAttn", "DiT_Action", "DiT_FFN", "DiT_Head",
+)  # fmt: skip  (the detail labels inside one forward, wmbook.profiling.detail_label)
 
 
 def sinusoidal_embedding_1d(dim: int, position: torch.Tensor) -> torch.Tensor:
@@ -67,7 +73,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class WanRMSNorm(nn.Module):
-    fused = False  # dtype hygiene (wmbook.variants): one fused rms_norm in the input dtype, no fp32 round trip
+    """RMS norm with statistics and scaling in fp32 whatever the model dtype, like upstream Wan."""
 
     def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()
@@ -76,21 +82,17 @@ class WanRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        if self.fused:  # statistics still accumulate in fp32 inside the kernel
-            return F.rms_norm(x, (self.dim,), self.weight, self.eps)
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
 class WanLayerNorm(nn.LayerNorm):
-    fused = False  # dtype hygiene: layer_norm on the input dtype (fp32 statistics inside the kernel)
+    """LayerNorm computed on an fp32 copy of the input whatever the model dtype, like upstream Wan."""
 
     def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = False):
         super().__init__(dim, elementwise_affine=elementwise_affine, eps=eps)
 
     def forward(self, x):
-        if self.fused:
-            return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
         # statistics in fp32 whatever the model dtype (upstream Wan upcasts too)
         w = self.weight.float() if self.weight is not None else None
         b = self.bias.float() if self.bias is not None else None
@@ -160,10 +162,12 @@ class CausalWanAttentionBlock(nn.Module):
         if p.action is not None and block_idx in p.action.blocks:
             self.action_model = ActionModule(p.action, local_attn_size=p.kv_capacity_frames(), frames_per_block=p.num_frame_per_block)
 
-    def forward(self, x, e, grid, context, cos, sin, *, start_frame=None, kv_cache=None, cross_cache=None,
-                actions=None, action_cache=None, mask=None, action_inputs=None):
-        # start_frame None: the caches already know where to write (GenerationCache.begin) and the action
-        # inputs were prepared once for all blocks, so no Python int reaches a compiled block
+    def forward(self, x, e, grid, context, cos, sin, *, attn_start=None, action_start=None, kv_cache=None,
+                cross_cache=None, actions=None, action_cache=None, mask=None, action_inputs=None):
+        # attn_start / action_start: the latent frame the block starts at, for the self-attention and action
+        # caches' writes (upstream passes it down); None when the caches already know where to write
+        # (GenerationCache.begin) or the action inputs were prepared once for all blocks: then no Python int
+        # reaches a compiled block
         # x [B, L, C]; e [B, F, 6, C] per-frame modulation (time projection)
         f = e.shape[1]
         shift_msa, scale_msa, gate_msa, shift_ffn, scale_ffn, gate_ffn = (self.modulation.unsqueeze(1) + e).chunk(6, dim=2)
@@ -177,14 +181,14 @@ class CausalWanAttentionBlock(nn.Module):
         s = x.shape[1] // f
         with dl("DiT_Norm_Modulation"):
             h = modulate(self.norm1(x), shift_msa, scale_msa)
-        y = self.self_attn(h, cos, sin, kv_cache, None if start_frame is None else start_frame * s, mask)
+        y = self.self_attn(h, cos, sin, kv_cache, None if attn_start is None else attn_start * s, mask)
         with dl("DiT_Norm_Modulation"):
             x = x + gated(y, gate_msa)
         with dl("DiT_CrossAttn"):
             x = x + self.cross_attn(self.norm3(x), context, cross_cache)
         if self.action_model is not None:
             with dl("DiT_Action"):
-                x = self.action_model(x, grid, actions, start_frame=start_frame, cache=action_cache,
+                x = self.action_model(x, grid, actions, start_frame=action_start, cache=action_cache,
                                       inputs=action_inputs)
         with dl("DiT_Norm_Modulation"):
             h = modulate(self.norm2(x), shift_ffn, scale_ffn)
@@ -246,15 +250,19 @@ class GenerationCache:
                         c.begin(start_frame, num_frames)
 
 
+@dataclass
+class PositionInputs:
+    """What one forward derives from its start frame (see CausalWanModel._position_inputs)."""
+
+    cos: torch.Tensor  # [F*h*w, 1, D/2] RoPE tables
+    sin: torch.Tensor
+    attn_start: int | None  # latent frame for the self-attention caches' writes; None: the slot begin() prepared
+    action_start: int | None  # latent frame the action modules window their inputs at; None: `action_inputs`
+    action_inputs: object = None  # ActionInputs prepared once for all action modules, or None
+
+
 class CausalWanModel(nn.Module):
-    """Wan2.1-1.3B made block-causal; i2v with MG2 action modules, or t2v (Self-Forcing).
-
-    hoist_action_inputs (off in the reference, on with the dtype-hygiene variant): window the raw actions and
-    build the action RoPE tables once per forward for all action modules, with a host-side bounds check
-    instead of a device read; the blocks then get no Python ints (what torch.compile would guard on).
-    """
-
-    hoist_action_inputs = False
+    """Wan2.1-1.3B made block-causal; i2v with MG2 action modules, or t2v (Self-Forcing)."""
 
     def __init__(self, p: CausalWanPreset):
         super().__init__()
@@ -333,12 +341,13 @@ class CausalWanModel(nn.Module):
         _, _, f, h, w = x.shape
         grid = (f // pt, h // ph, w // pw)
         with dl("DiT_Embeddings"):
-            cos, sin, action_inputs, blk_start = self._position_inputs(grid, start_frame, cache, actions, x.dtype,
-                                                                       x.device)
-        return self._forward(x, t, context, cos, sin, grid, cond_concat=cond_concat, actions=actions, cache=cache,
-                             action_inputs=action_inputs, blk_start=blk_start)
+            pos = self._position_inputs(grid, start_frame, cache, actions, x.dtype, x.device)
+        return self._forward(x, t, context, pos.cos, pos.sin, grid, cond_concat=cond_concat, actions=actions,
+                             cache=cache, action_inputs=pos.action_inputs, attn_start=pos.attn_start,
+                             action_start=pos.action_start)
 
-    def _forward(self, x, t, context, cos, sin, grid, *, cond_concat, actions, cache, action_inputs, blk_start):
+    def _forward(self, x, t, context, cos, sin, grid, *, cond_concat, actions, cache, action_inputs, attn_start,
+                 action_start):
         p = self.preset
         b, f = x.shape[0], x.shape[2]
         if t.dim() == 1:
@@ -365,7 +374,7 @@ class CausalWanModel(nn.Module):
             mask = fm.repeat_interleave(s, 0).repeat_interleave(s, 1)  # [L, L] bool, True = attend
 
         for i, blk in enumerate(self.blocks):
-            x = blk(x, e0, grid, ctx, cos, sin, start_frame=blk_start,
+            x = blk(x, e0, grid, ctx, cos, sin, attn_start=attn_start, action_start=action_start,
                     kv_cache=cache.kv[i] if cache is not None else None,
                     cross_cache=cache.cross[i] if cache is not None else None,
                     actions=actions,
@@ -375,24 +384,16 @@ class CausalWanModel(nn.Module):
             return self.unpatchify(self.head(x, e), grid)
 
     @torch.compiler.disable
-    def _position_inputs(self, grid, start_frame: int, cache, actions, dtype, device):
+    def _position_inputs(self, grid, start_frame: int, cache, actions, dtype, device) -> PositionInputs:
         """What one forward derives from the Python int start_frame, run eagerly (no compiled graph guards on it,
-        so a whole-model compile does not recompile per block): the RoPE tables, the caches' write positions,
-        the hoisted action inputs (with hoist_action_inputs) and the start frame the blocks still need (None
-        when they need none: cached and hoisted)."""
-        p = self.preset
-        f = grid[0]
+        so a whole-model compile does not recompile per block): the RoPE tables and the caches' write positions
+        (GenerationCache.begin). The reference hands start_frame on to every block as upstream does: each
+        self-attention cache re-derives its slot from it, each action module windows the raw actions itself.
+        Variants (wmbook.variants.swaps) override this to hand the blocks no int at all."""
         cos, sin = rope_cos_sin(self.inv_freqs, grid[0], grid[1], grid[2], start_frame, device)
         if cache is not None:
-            cache.begin(start_frame, grid[1] * grid[2], f)
-        action_inputs = None
-        if self.hoist_action_inputs and actions is not None and p.action is not None:
-            blk0 = next(b for b in self.blocks if b.action_model is not None)
-            action_inputs = prepare_action_inputs(
-                actions, start_frame, f, p.action, dtype, frames_per_block=p.num_frame_per_block,
-                local_attn_size=blk0.action_model.local_attn_size, cached=cache is not None, sync_check=False)
-        blk_start = None if (action_inputs is not None or p.action is None) and cache is not None else start_frame
-        return cos, sin, action_inputs, blk_start
+            cache.begin(start_frame, grid[1] * grid[2], grid[0])
+        return PositionInputs(cos, sin, attn_start=start_frame, action_start=start_frame)
 
     def unpatchify(self, x, grid):
         # x [B, L, pt*ph*pw*out] -> [B, out, F*pt, h*ph, w*pw]

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from ..atomic import atomic_open
 from ..bench import DeviceTimer, stream_metrics
-from ..models.causal_wan import CausalWanModel, GenerationCache
+from ..models.causal_wan import DIT_FORWARD_LABEL, CausalWanModel, GenerationCache
 from ..models.vae import pixel_frames_for
 from ..presets import CausalWanPreset, get_preset, resolve_device, resolve_dtype
 from ..profiling.labels import label
@@ -68,20 +68,17 @@ class StreamOutput:
 class CausalStreamingPipeline:
     """Reference streaming pipeline: model, VAE decoder, CLIP encoder at a preset's shapes (random weights).
 
-    prefill_cross (off in the reference, like upstream; on with the dtype-hygiene variant): fill every layer's
-    cross-attention K/V right after the caches are initialised instead of in the first forward.
+    preset, device, dtype and vae_dtype take objects (a Preset, torch.device, torch.dtype) or their names.
     """
 
-    prefill_cross = False
-
-    def __init__(self, preset: str | CausalWanPreset = "tiny", device: str = "auto", dtype: str = "auto",
-                 vae_dtype: str = "auto", seed: int = 0, checkpoint: str | None = None):
+    def __init__(self, preset: str | CausalWanPreset = "tiny", device="auto", dtype="auto", vae_dtype="auto",
+                 seed: int = 0, checkpoint: str | None = None):
         from ..models.vae import StreamingWanDecoder, build_wan_vae, wan_vae_config
 
         self.preset = preset if isinstance(preset, CausalWanPreset) else get_preset(preset)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
-        self.vae_dtype = self.dtype if vae_dtype == "auto" else resolve_dtype(vae_dtype, self.device)
+        self.vae_dtype = self.dtype if str(vae_dtype) == "auto" else resolve_dtype(vae_dtype, self.device)
         p = self.preset
         torch.manual_seed(seed)
         with torch.device(self.device):  # initialise on the target device: seconds, not minutes, at 1.6 B params
@@ -140,10 +137,15 @@ class CausalStreamingPipeline:
                             actions=actions, image=img)
 
     # --- 2. streaming inference ----------------------------------------------------------------
+    def init_cache(self, inputs: StreamInputs) -> GenerationCache:
+        """The caches of one generation: self-attention KV and action KV per layer; the cross-attention K/V are
+        filled by the first forward, as upstream does."""
+        return self.model.init_cache(inputs.noise.shape[0], self.device, self.dtype)
+
     def denoise(self, x, t: float, inputs: StreamInputs, cache: GenerationCache, start_frame: int):
         """One DiT forward on one block plus the flow -> x0 conversion."""
         sl = slice(start_frame, start_frame + x.shape[2])
-        with label("DiffusionModel_Forward"):
+        with label(DIT_FORWARD_LABEL):
             tt = torch.full((x.shape[0], x.shape[2]), t, device=x.device, dtype=torch.float32)
             cond = inputs.cond_concat[:, :, sl] if inputs.cond_concat is not None else None
             flow = self.model(x, tt, inputs.context, cond_concat=cond, actions=inputs.actions, cache=cache,
@@ -157,7 +159,6 @@ class CausalStreamingPipeline:
         """Run all blocks; timings come from device events (no host sync inside the loop)."""
         p = self.preset
         dev = self.device
-        b = inputs.noise.shape[0]
         k = p.num_frame_per_block
         ts = self.timesteps
         gen = torch.Generator(dev).manual_seed(inputs.seed + 1)
@@ -168,9 +169,7 @@ class CausalStreamingPipeline:
         latents, frames, fpb = [], [], []
         with label("2_Pipeline_Inference"):
             with label("2.1_KV_Cache_Initialization"):
-                cache = self.model.init_cache(b, dev, self.dtype)
-                if self.prefill_cross:
-                    self.model.prefill_cross_cache(inputs.context, cache)
+                cache = self.init_cache(inputs)
                 self.decoder.reset()
             for bi in tqdm(range(inputs.num_blocks), desc="blocks", disable=not progress, leave=False):
                 start = bi * k

@@ -231,8 +231,8 @@ def check_run_params(p: WMAPreset, ddim_steps=None, guidance_scale=None, guidanc
 class WMAInteractionPipeline:
     """Reference UnifoLM-WMA pipeline at a preset's shapes: world model, CLIP, text tower, VAE (random weights)."""
 
-    def __init__(self, preset: str | WMAPreset = "tiny-wma", device: str = "auto", dtype: str = "auto",
-                 vae_dtype: str = "auto", seed: int = 0, checkpoint=None):
+    def __init__(self, preset: str | WMAPreset = "tiny-wma", device="auto", dtype="auto", vae_dtype="auto",
+                 seed: int = 0, checkpoint=None):
         p = preset if isinstance(preset, WMAPreset) else get_preset(preset)
         if not isinstance(p, WMAPreset):
             raise ValueError(f"preset={p.name!r} is not a UnifoLM-WMA preset; use 'tiny-wma' or 'wma'")
@@ -240,7 +240,7 @@ class WMAInteractionPipeline:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         # upstream runs the VAE in fp32 (a bf16 VAE cost one competitor 12 dB PSNR), so 'auto' keeps it fp32
-        self.vae_dtype = torch.float32 if vae_dtype == "auto" else resolve_dtype(vae_dtype, self.device)
+        self.vae_dtype = torch.float32 if str(vae_dtype) == "auto" else resolve_dtype(vae_dtype, self.device)
         dev = self.device
         torch.manual_seed(seed)
         with torch.device(dev):  # initialise on the target device: seconds, not minutes, at 2.6 B params
@@ -299,7 +299,8 @@ class WMAInteractionPipeline:
                             decision_context=ctx, uncond_image=uncond_image)
 
     # --- 2./3. sampling ---------------------------------------------------------------------------
-    def _denoise(self, x, act, st, t, cond: Conditioning, context, obs_images, obs_states, fs):
+    def denoise(self, x, act, st, t, cond: Conditioning, context, obs_images, obs_states, fs):
+        """One UNet forward (video, action and state heads) at timestep t: (v, action eps, state eps)."""
         tt = torch.full((x.shape[0],), t, device=x.device, dtype=torch.long)
         with label(WMA_FORWARD_LABEL):
             return self.model(x.to(self.dtype), cond.cond_latent, act.to(self.dtype), st.to(self.dtype), tt,
@@ -328,9 +329,9 @@ class WMAInteractionPipeline:
         with label(f"{tag}.1_DDIM_Sampling"):
             for j, t in enumerate(tqdm(ts, desc=f"{tag} DDIM steps", disable=not progress, leave=False)):
                 with label(f"DDIM_Step_{j}_t{t}"):
-                    v, ea, es = self._denoise(x, act, st, t, cond, context, obs_images, obs_states, fs)
+                    v, ea, es = self.denoise(x, act, st, t, cond, context, obs_images, obs_states, fs)
                     if guided:
-                        vu, eau, esu = self._denoise(x, act, st, t, cond, uncond_context, obs_images, obs_states, fs)
+                        vu, eau, esu = self.denoise(x, act, st, t, cond, uncond_context, obs_images, obs_states, fs)
                     timer.mark(f"{tag}_f{j}")
                     with label("DDIM_Update"):
                         if guided:  # video, action and state outputs alike, as upstream

@@ -1,29 +1,22 @@
-"""Profiling: labels, section timing, torch.profiler wrapper, trace breakdown, monitors, sessions, reports."""
+"""Profiling: labels, section timing, collecting traces (collect), parsing them (trace), analysing them (analysis,
+breakdown), monitors, sessions, reports."""
 
 from .labels import detail_enabled, detail_label, label, labelled, labels_enabled, set_labels  # noqa: F401
-from .profiler import (  # noqa: F401
-    ProfileResult,
-    block_table,
-    label_table,
-    load_trace,
-    profile,
-    stage_table,
-)
+from .collect import ProfileResult, device_busy_ms, profile, profile_calls  # noqa: F401
+from .trace import Trace, load_trace  # noqa: F401
+from .analysis import LABEL_DEVICE_TIME_DEFINITION, kernel_summary, label_table, stage_table, trace_busy_ms  # noqa: F401
 from .sections import SectionTimer, collapse_indices  # noqa: F401
 from .config import ProfilingConfig, load_config  # noqa: F401
-from .monitor import ResourceMonitor, live_view  # noqa: F401
-from .session import (  # noqa: F401
-    ProfilingSession,
+from .monitor import ResourceMonitor  # noqa: F401
+from .liveview import LiveView, live_view  # noqa: F401
+from .session import ProfilingSession, current_session, measure_overhead, rank_info, set_profiling  # noqa: F401
+from .decorators import (  # noqa: F401
     add_profiling_event,
-    current_session,
-    measure_overhead,
     profile_block_computation,
     profile_diffusion_step,
     profile_method,
     profile_model_parameters,
     profile_session,
-    rank_info,
-    set_profiling,
 )
 from .report import load_report  # noqa: F401
 from .aggregate import aggregate_reports  # noqa: F401

@@ -19,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..atomic import atomic_open
-from .report import SCHEMA, _CSS, _e, _table
+from .jsonable import jsonable as _jsonable
+from .report import SCHEMA, _CSS, _e, _table, slug
 
 AGGREGATE_SCHEMA = "wmbook.profiling.aggregate/1"
 
@@ -69,8 +70,6 @@ class AggregateReport:
     paths: dict = field(default_factory=dict)  # what aggregate_reports wrote
 
     def to_dict(self) -> dict:
-        from .jsonable import jsonable as _jsonable
-
         return _jsonable({
             "schema": AGGREGATE_SCHEMA, "session": self.session, "world_size": self.world_size,
             "n_reports": len(self.ranks), "ranks_present": [int(r) for r in self.ranks["rank"]],
@@ -248,7 +247,7 @@ def aggregate_reports(reports, output=None, html: bool = True, write: bool = Tru
                           slowest=slowest, missing_ranks=sorted(set(range(int(world))) - set(seen)),
                           sources=[str(p) for p, _ in reps], gpu_reasons=gpu_reasons)
     if write:
-        out = Path(output) if output is not None else paths[0].parent / f"{_slug(session)}_aggregate.json"
+        out = Path(output) if output is not None else paths[0].parent / f"{slug(session)}_aggregate.json"
         if out.suffix != ".json":
             out = out.with_suffix(".json")
         doc = agg.to_dict()
@@ -293,12 +292,6 @@ def _slowest(ranks: pd.DataFrame, stages: pd.DataFrame, by: str) -> dict:
     v = float(vals[i])
     return {"rank": int(ranks.loc[i, "rank"]), "by": key, "label": label, "unit": unit, "value": v, "mean": mean,
             "excess_frac": v / mean - 1 if mean > 0 else math.nan}
-
-
-def _slug(text: str) -> str:
-    from .session import _slug as slug
-
-    return slug(text)
 
 
 def render_aggregate_html(agg: AggregateReport) -> str:

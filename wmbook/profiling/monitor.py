@@ -14,10 +14,8 @@ that is a list of integers (or a GPU UUID). Without a GPU or NVML the host side 
 
 from __future__ import annotations
 
-import base64
 import collections
 import datetime as _dt
-import io
 import math
 import os
 import sys
@@ -25,6 +23,9 @@ import threading
 import time
 
 import pandas as pd
+
+from .config import load_config
+from .timelines import SAMPLE_COLUMNS, draw_timelines
 
 MIB = 2**20
 
@@ -49,7 +50,6 @@ UNITS = {
     "system_memory_used_mib": "MiB", "system_memory_total_mib": "MiB", "system_memory_used_pct": "%",
     "process_rss_mib": "MiB",
 }  # fmt: skip
-SAMPLE_COLUMNS = ["time_s", "metric", "value", "device"]
 SUMMARY_COLUMNS = ["metric", "unit", "device", "count", "min", "max", "mean", "last", "dropped"]
 FAILURES_BEFORE_DISABLE = 3  # consecutive errors of one metric group before it is switched off
 
@@ -190,8 +190,6 @@ class ResourceMonitor:
     @classmethod
     def from_config(cls, config, device=None, **kw) -> "ResourceMonitor":
         """A monitor with the intervals, metric switches and limits of a ProfilingConfig (or preset/dict/path)."""
-        from .config import load_config
-
         c = load_config(config)
         groups = [g for g in (*GPU_GROUPS, *CPU_GROUPS) if getattr(c, "monitor_" + g)]
         return cls(device, gpu_interval=c.gpu_monitor_interval, cpu_interval=c.cpu_monitor_interval, metrics=groups,
@@ -551,207 +549,3 @@ def _records(df: pd.DataFrame) -> list[dict]:
         out.append({k: (None if isinstance(v, float) and (math.isnan(v) or math.isinf(v)) else v)
                     for k, v in r.items()})
     return out
-
-
-# ---------------------------------------------------------------------------------------------------------
-# figures (matplotlib only when asked for)
-
-_PANELS = [  # (title, unit, metrics)
-    ("memory", "MiB", ("gpu_memory_used_mib", "system_memory_used_mib", "process_rss_mib")),
-    ("utilisation", "%", ("gpu_utilization_pct", "gpu_memory_utilization_pct", "cpu_percent")),
-    ("temperature", "degC", ("gpu_temperature_c",)),
-    ("power", "W", ("gpu_power_w",)),
-    ("clocks", "MHz", ("gpu_sm_clock_mhz", "gpu_memory_clock_mhz")),
-]
-
-
-def samples_frame(samples) -> pd.DataFrame:
-    """A tidy samples DataFrame from monitor.samples() or a report's {metric: {time_s, value, device}}."""
-    if isinstance(samples, pd.DataFrame):
-        return samples
-    rows = [(t, m, v, s.get("device", "")) for m, s in (samples or {}).items()
-            for t, v in zip(s["time_s"], s["value"])]
-    return pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
-
-
-def draw_timelines(fig, samples, metrics=None, last_s: float | None = None) -> None:
-    """Draw one panel per unit of `samples` (tidy DataFrame) onto `fig`; `last_s` keeps only the recent window."""
-    df = samples_frame(samples)
-    if metrics is not None:
-        df = df[df["metric"].isin(list(metrics))]
-    if last_s is not None and len(df):
-        df = df[df["time_s"] >= df["time_s"].max() - last_s]
-    present = set(df["metric"])
-    panels = [(t, u, [m for m in ms if m in present]) for t, u, ms in _PANELS]
-    panels = [p for p in panels if p[2]]
-    if not panels:
-        ax = fig.add_subplot(1, 1, 1)
-        ax.text(0.5, 0.5, "no monitor samples", ha="center", va="center", transform=ax.transAxes)
-        ax.set_axis_off()
-        return
-    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    for ax, (title, unit, ms) in zip(axes, panels):
-        for m in ms:
-            s = df[df["metric"] == m]
-            ax.plot(s["time_s"], s["value"], label=m, lw=1.2)
-        ax.set_ylabel(unit)
-        ax.set_title(title, fontsize=9, loc="left")
-        ax.legend(fontsize=7, loc="upper left")
-        ax.grid(alpha=0.3)
-    axes[-1].set_xlabel("time since monitor start, s (host clock)")
-    fig.tight_layout()
-
-
-def figure_png(draw, figsize=(9, 5), dpi: int = 90) -> bytes:
-    """PNG bytes of a fresh (non-pyplot, thread-safe) figure filled by draw(fig)."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=figsize, dpi=dpi)
-    draw(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
-
-
-def png_base64(png: bytes) -> str:
-    return base64.b64encode(png).decode("ascii")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# notebook live view
-
-
-def _ipython_kernel():
-    """The running IPython kernel shell, or None (plain Python, terminal IPython)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
-    ip = get_ipython()
-    return ip if ip is not None and getattr(ip, "kernel", None) is not None else None
-
-
-class LiveView:
-    """A refreshing ipywidgets Output showing a monitor's recent timelines or summary while a cell runs.
-
-    Without a notebook kernel (plain Python) or without ipywidgets, nothing refreshes; in every case
-    `stop()` leaves one static final snapshot (so papermill / nbconvert outputs keep it).
-    """
-
-    def __init__(self, monitor: ResourceMonitor, interval: float = 1.0, kind: str = "figure", window_s: float = 60.0,
-                 final: bool = True, figsize=(8, 3.5)):
-        if not isinstance(monitor, ResourceMonitor):
-            raise ValueError(f"monitor must be a ResourceMonitor, got {type(monitor).__name__}")
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval >= 0.1:
-            raise ValueError(f"interval must be a number of seconds >= 0.1, got {interval!r}")
-        if kind not in ("figure", "table"):
-            raise ValueError(f"kind must be 'figure' or 'table', got {kind!r}")
-        self.monitor, self.interval, self.kind = monitor, float(interval), kind
-        self.window_s, self.final, self.figsize = window_s, final, figsize
-        self.refreshes = 0
-        self.errors: list[str] = []
-        self._widget = None
-        self._handle = None
-        self._thread = None
-        self._stop = threading.Event()
-        self.reason = None  # why there is no live widget
-        if _ipython_kernel() is None:
-            self.reason = "no notebook kernel"
-        else:
-            try:
-                import ipywidgets
-                from IPython.display import display
-
-                self._widget = ipywidgets.Output()
-                self._handle = display(self._widget, display_id=True)  # stop() replaces it with a static snapshot
-            except Exception as e:  # ipywidgets missing or no comm support: static output only
-                self.reason = f"no widget support: {type(e).__name__}: {e}"
-                self._widget = None
-
-    @property
-    def live(self) -> bool:
-        return self._widget is not None
-
-    def _bundle(self) -> dict:
-        """The current view as a Jupyter display_data mime bundle."""
-        if self.kind == "table":
-            df = self.monitor.summary()[["metric", "unit", "last", "mean", "max"]]
-            return {"text/plain": df.to_string(index=False), "text/html": df.to_html(index=False, float_format="%.1f")}
-        png = figure_png(lambda fig: draw_timelines(fig, self.monitor.samples(), last_s=self.window_s),
-                         figsize=self.figsize)
-        return {"text/plain": self.monitor.status_line(), "image/png": png_base64(png)}
-
-    def refresh(self) -> None:
-        """Redraw once (called by the refresh thread; safe to call by hand)."""
-        if self._widget is None:
-            return
-        try:
-            data = self._bundle()
-            self._widget.outputs = ({"output_type": "display_data", "data": data, "metadata": {}},)
-            self.refreshes += 1
-        except Exception as e:
-            self.errors.append(f"{type(e).__name__}: {e}")
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.refresh()
-
-    def start(self) -> "LiveView":
-        if self._widget is not None and self._thread is None:
-            self._stop.clear()
-            self.refresh()
-            self._thread = threading.Thread(target=self._run, name="wmbook-live-view", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop refreshing and leave a static final snapshot (figure or table)."""
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(timeout=10.0)
-            self._thread = None
-        if self._widget is not None:
-            try:
-                self._widget.outputs = ()
-                self._widget.close()
-            except Exception as e:
-                self.errors.append(f"{type(e).__name__}: {e}")
-            self._widget = None
-            self.reason = "stopped"
-        if not self.final:
-            return
-        if _ipython_kernel() is not None:
-            from IPython.display import Image, display
-
-            if self.kind == "figure":
-                obj = Image(data=figure_png(lambda fig: draw_timelines(fig, self.monitor.samples()),
-                                            figsize=self.figsize))
-            else:
-                obj = self.monitor.summary()
-            if self._handle is not None:
-                self._handle.update(obj)  # in place of the live widget
-            else:
-                display(obj)
-        else:
-            print(self.monitor.summary().to_string(index=False))
-        self.final = False  # once
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
-
-
-def live_view(monitor, interval: float = 1.0, kind: str = "figure", window_s: float = 60.0,
-              final: bool = True) -> LiveView:
-    """Show `monitor` (a ResourceMonitor or a ProfilingSession) live in the notebook; use as a context manager.
-
-    kind: "figure" (timelines of the last window_s seconds) or "table" (last/mean/max per metric).
-    Degrades to one static snapshot at the end when there is no notebook frontend (papermill, scripts).
-    """
-    mon = getattr(monitor, "monitor", monitor)
-    if mon is None:
-        raise ValueError("this session has no monitor (profiling disabled)")
-    return LiveView(mon, interval=interval, kind=kind, window_s=window_s, final=final).start()

@@ -10,14 +10,21 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import json
+import re
 from pathlib import Path
 
-import pandas as pd
 
 from ..atomic import atomic_open
-from .monitor import draw_timelines, figure_png, png_base64
+from .definitions import DEFINITIONS
+from .jsonable import jsonable as _jsonable
+from .timelines import draw_timelines, figure_png, png_base64
 
 SCHEMA = "wmbook.profiling.session/1"
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a session name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", str(text)).strip("-") or "session"
 
 
 def _formats(formats, default: str) -> list[str]:
@@ -34,9 +41,6 @@ def _formats(formats, default: str) -> list[str]:
 
 def report_dict(session, raw: bool = False) -> dict:
     """Everything a session knows, as JSON-serialisable data (monitor samples only when raw)."""
-    from .jsonable import jsonable as _jsonable
-    from .session import DEFINITIONS
-
     s = session
     bd = s.breakdown
     if bd is not None and not isinstance(bd, dict):
@@ -167,15 +171,21 @@ def _card(value: str, key: str) -> str:
     return f"<div class='card'><div class='v'>{value}</div><div class='k'>{_e(key)}</div></div>"
 
 
+def _category_ms(r: dict) -> float:
+    """ms of a category record: Breakdown tables say `ms`; older reports said `gpu_ms`."""
+    v = r.get("ms", r.get("gpu_ms"))
+    return float(v) if isinstance(v, (int, float)) else 0.0
+
+
 def _category_png(records: list[dict]) -> bytes:
-    rows = [r for r in records if (r.get("gpu_ms") or 0) > 0][::-1]
+    rows = [r for r in records if _category_ms(r) > 0][::-1]
 
     def draw(fig):
         ax = fig.add_subplot(1, 1, 1)
-        ax.barh([str(r.get("category")) for r in rows], [r["gpu_ms"] for r in rows], color="tab:blue")
+        ax.barh([str(r.get("category")) for r in rows], [_category_ms(r) for r in rows], color="tab:blue")
         for y, r in enumerate(rows):
             sh = r.get("share")
-            ax.text(r["gpu_ms"], y, f" {sh:.0%}" if isinstance(sh, (int, float)) else "", va="center", fontsize=8)
+            ax.text(_category_ms(r), y, f" {sh:.0%}" if isinstance(sh, (int, float)) else "", va="center", fontsize=8)
         ax.set_xlabel("time by operator category, ms")
         fig.tight_layout()
 
@@ -259,7 +269,7 @@ def render_html(report: dict) -> str:
         tables = bd.get("tables") or {}
         parts.append(f"<h2>Trace breakdown ({_e(bd.get('region') or 'whole trace')}, {_e(bd.get('source'))} time)</h2>")
         cats = tables.get("categories") or []
-        if any((c.get("gpu_ms") or 0) > 0 for c in cats):
+        if any(_category_ms(c) > 0 for c in cats):
             parts.append(_img(_category_png(cats), "time by operator category"))
         summ = {k: v for k, v in (bd.get("summary") or {}).items() if not isinstance(v, (list, dict))}
         if summ:
@@ -298,8 +308,3 @@ def render_html(report: dict) -> str:
     parts.append(f"<p class='meta'>written {_e(r.get('written_at'))} · schema {_e(r.get('schema'))}</p>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
-
-
-def stages_frame(report: dict) -> pd.DataFrame:
-    """The stage table of a loaded report as a DataFrame."""
-    return pd.DataFrame(report.get("stages") or [])

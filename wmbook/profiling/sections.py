@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass
 
 import pandas as pd
-import torch
+
+from ..bench import DeviceTimer
 
 TABLE_COLUMNS = [
     "path", "section", "parent", "depth", "count", "total_ms", "mean_ms", "self_ms", "min_ms", "max_ms",
@@ -61,8 +62,8 @@ class _Rec:
     host_end: float = 0.0
 
 
-class SectionTimer:
-    """Nested named sections timed on the device (CUDA events) or the host clock (CPU).
+class SectionTimer(DeviceTimer):
+    """Nested named sections timed on the device (CUDA events) or the host clock (CPU), with DeviceTimer's clock.
 
     max_sections bounds memory: past it, new sections are counted in `dropped` and not recorded.
     """
@@ -70,23 +71,13 @@ class SectionTimer:
     def __init__(self, device=None, max_sections: int = 200_000):
         if not isinstance(max_sections, int) or max_sections < 1:
             raise ValueError(f"max_sections must be an int >= 1, got {max_sections!r}")
-        dev = torch.device(device) if device is not None else torch.device(
-            "cuda" if torch.cuda.is_available() else "cpu")
-        self.device = dev
-        self.is_cuda = dev.type == "cuda"
+        super().__init__(device)
         self.max_sections = max_sections
         self.dropped = 0
         self._stack: list[_Rec | None] = []
         self._done: list[_Rec] = []
 
     # --- recording ----------------------------------------------------------------------------------
-    def _mark(self):
-        if self.is_cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record(torch.cuda.current_stream(self.device))
-            return ev
-        return time.perf_counter()
-
     def push(self, name: str) -> None:
         """Enter a section named `name` (nested in the current one)."""
         parent = next((r.path for r in reversed(self._stack) if r is not None), ())
@@ -94,7 +85,7 @@ class SectionTimer:
             self.dropped += 1
             self._stack.append(None)
             return
-        self._stack.append(_Rec(path=parent + (str(name),), start=self._mark(), host_start=time.perf_counter()))
+        self._stack.append(_Rec(path=parent + (str(name),), start=self.stamp(), host_start=time.perf_counter()))
 
     def pop(self) -> None:
         """Leave the innermost open section."""
@@ -103,7 +94,7 @@ class SectionTimer:
         rec = self._stack.pop()
         if rec is None:
             return
-        rec.end = self._mark()
+        rec.end = self.stamp()
         rec.host_end = time.perf_counter()
         self._done.append(rec)
 
@@ -125,6 +116,7 @@ class SectionTimer:
     def reset(self) -> None:
         if self._stack:
             raise RuntimeError("cannot reset a SectionTimer with open sections")
+        super().reset()
         self._done.clear()
         self.dropped = 0
 
@@ -140,18 +132,13 @@ class SectionTimer:
         """(path, start_ms, end_ms, duration_ms, host_ms) per finished section, times from the first start."""
         if not self._done:
             return []
-        if self.is_cuda:
-            torch.cuda.synchronize(self.device)
-            base = min(self._done, key=lambda r: r.host_start).start
-            out = []
-            for r in self._done:
-                s = float(base.elapsed_time(r.start))
-                e = float(base.elapsed_time(r.end))
-                out.append((r.path, s, e, e - s, (r.host_end - r.host_start) * 1e3))
-            return out
-        base = min(r.start for r in self._done)
-        return [(r.path, (r.start - base) * 1e3, (r.end - base) * 1e3, (r.end - r.start) * 1e3,
-                 (r.host_end - r.host_start) * 1e3) for r in self._done]
+        self.synchronize()
+        base = min(self._done, key=lambda r: r.host_start).start
+        out = []
+        for r in self._done:
+            s, e = self.between(base, r.start), self.between(base, r.end)
+            out.append((r.path, s, e, e - s, (r.host_end - r.host_start) * 1e3))
+        return out
 
     def events(self) -> pd.DataFrame:
         """One row per finished section: path ('a/b/c'), section, depth, start_ms, end_ms, ms, host_ms."""

@@ -17,16 +17,14 @@ this one (every forward, the cache refresh, the VAE decode and any host gap betw
 first-frame latency from the start of `s.generation()` (else of block 0) to the end of block 0. They are
 computed with `wmbook.bench.stream_metrics`, the function the pipelines use.
 
-Decorators (`profile_method`, `profile_session`, ...) are no-ops when profiling is off or no session is
-active. Extractors receive the call's arguments without `self`/`cls` (as in the seed).
+The seed's decorators (`profile_method`, `profile_session`, ...) are in `wmbook.profiling.decorators`; the
+report (JSON + HTML) is `wmbook.profiling.report`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import functools
-import inspect
 import os
 import re
 import time
@@ -36,25 +34,15 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from ..bench import resolve_device, stream_metrics, time_fn
+from ..bench import Samples, stream_metrics, time_fn
+from ..presets import resolve_device
 from .config import ProfilingConfig, load_config
+from .definitions import DEFINITIONS  # noqa: F401  (re-exported: the report quotes them)
 from .jsonable import jsonable as _jsonable
 from .labels import label, labels_enabled
 from .monitor import ResourceMonitor
+from .report import report_dict, slug, write_report
 from .sections import SectionTimer, active_timers
-
-DEFINITIONS = {
-    "forward": "one call of the denoiser on one block (causal DiT) or one sample step (UNet).",
-    "fps": "decoded pixel frames per second in steady state, counting every forward of the block (denoising "
-           "steps and the cache-refresh pass) and the VAE decode; warm-up and compilation excluded. A latent frame "
-           "decodes to 4 pixel frames (the very first to 1).",
-    "first_frame_latency": "from the start of generation to the first decoded frame, warm.",
-    "bps": "blocks per second (BPS): generated blocks per second, same accounting as FPS.",
-    "how_measured": "device events (CUDA events on a GPU, the host clock on a CPU) at the start and end of every "
-                    "block section; steady state = blocks after the first of the last generation that is not a "
-                    "warm-up; block time = end of the previous block to the end of this one; first-frame latency = "
-                    "start of session.generation() (or of block 0 when there is none) to the end of block 0.",
-}  # fmt: skip
 
 SESSION_LABEL = "Session"
 GENERATION_LABEL = "Generation"
@@ -99,10 +87,6 @@ def rank_info() -> dict:
         return {"rank": rank, "world_size": env("WORLD_SIZE", 1), "local_rank": env("LOCAL_RANK", rank),
                 "source": "environment"}
     return {"rank": 0, "world_size": 1, "local_rank": 0, "source": "default"}
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", str(text)).strip("-") or "session"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -283,7 +267,7 @@ class ProfilingSession:
     @property
     def report_stem(self) -> str:
         """File name stem of this session's reports: <name>_<UTC start time>_rank<r>."""
-        return f"{_slug(self.name)}_{self._stamp or 'not-started'}_rank{self.rank['rank']}"
+        return f"{slug(self.name)}_{self._stamp or 'not-started'}_rank{self.rank['rank']}"
 
     # --- timed regions -----------------------------------------------------------------------------------
     def _timed(self, name: str):
@@ -538,14 +522,10 @@ class ProfilingSession:
     # --- reports -----------------------------------------------------------------------------------------
     def to_dict(self, raw: bool | None = None) -> dict:
         """The JSON report as a dict (monitor samples when raw, default config.save_raw_data)."""
-        from .report import report_dict
-
         return report_dict(self, raw=self.config.save_raw_data if raw is None else raw)
 
     def write_report(self, output_dir=None, formats=None) -> dict:
         """Write the JSON and/or HTML report atomically; returns {"json": path, "html": path} of what was written."""
-        from .report import write_report
-
         if self.timer is None:
             warnings.warn(f"session {self.name!r} was not run with profiling enabled: no report", stacklevel=2)
             return {}
@@ -578,13 +558,11 @@ def measure_overhead(fn, config="production", repeats: int = 20, warmup: int = 3
     info = {}
     for r in range(rounds):
         w = warmup if r == 0 else 0
-        base += time_fn(fn, warmup=w, repeats=per, device=dev).times_ms
+        base += time_fn(fn, warmup=w, repeats=per, device=dev).values
         with ProfilingSession("overhead", config=cfg, device=dev) as s:
-            inside += time_fn(fn, warmup=w, repeats=per, device=dev).times_ms
+            inside += time_fn(fn, warmup=w, repeats=per, device=dev).values
         info = s.monitor.info()
-    from ..bench import Timing
-
-    b, i = Timing(base), Timing(inside)
+    b, i = Samples(base, "ms"), Samples(inside, "ms")
     return _jsonable({
         "config": config if isinstance(config, str) else "custom",
         "device": str(dev), "timing": "CUDA events" if dev.type == "cuda" else "host perf_counter",
@@ -597,167 +575,3 @@ def measure_overhead(fn, config="production", repeats: int = 20, warmup: int = 3
                                              "sampling_share_of_wall", "duration_s")},
         "time_labels": cfg.time_labels,
     })
-
-
-# ---------------------------------------------------------------------------------------------------------
-# decorators (the seed's names): no-ops without an active session / with profiling off
-
-
-def _call_args(fn):
-    """A function mapping (args, kwargs) of a call to the extractor's view (args without self/cls)."""
-    try:
-        params = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        params = []
-    skip = 1 if params and params[0] in ("self", "cls") else 0
-    return lambda args: args[skip:]
-
-
-def _extract(session, what: str, extractor, args, kwargs) -> dict:
-    if extractor is None:
-        return {}
-    try:
-        d = extractor(args, kwargs)
-        if not isinstance(d, dict):
-            raise TypeError(f"extractor returned {type(d).__name__}, not a dict")
-        return d
-    except Exception as e:  # a broken extractor must not break the pipeline: note it in the report
-        session.errors.append(f"{what} extractor: {type(e).__name__}: {e}")
-        return {}
-
-
-def profile_session(name: str, tags: dict | None = None, config=None):
-    """Run the decorated function inside a ProfilingSession (a stage if one is already active)."""
-    cfg = load_config(config)  # validate now, not after the expensive call
-
-    def deco(fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            if not (_ENABLED and cfg.enabled):
-                return fn(*args, **kwargs)
-            s = current_session()
-            if s is not None:
-                with s.stage(name):
-                    return fn(*args, **kwargs)
-            with ProfilingSession(name, config=cfg, tags=tags):
-                return fn(*args, **kwargs)
-
-        return wrapper
-
-    return deco
-
-
-def profile_method(stage_name: str | None = None):
-    """Time the decorated function as a stage of the current session (named stage_name or the function name)."""
-
-    def deco(fn):
-        name = stage_name or fn.__name__
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            s = current_session()
-            if s is None:
-                return fn(*args, **kwargs)
-            with s.stage(name):
-                return fn(*args, **kwargs)
-
-        return wrapper
-
-    return deco
-
-
-def add_profiling_event(name: str, fn=None):
-    """After the call, add event `name` with data fn(result, *args, **kwargs) (args without self)."""
-    data_fn = fn
-
-    def deco(f):
-        view = _call_args(f)
-
-        @functools.wraps(f)
-        def wrapper(*args, **kwargs):
-            result = f(*args, **kwargs)
-            s = current_session()
-            if s is not None:
-                data = {}
-                if data_fn is not None:
-                    try:
-                        data = data_fn(result, *view(args), **kwargs) or {}
-                        if not isinstance(data, dict):
-                            data = {"value": data}
-                    except Exception as e:
-                        s.errors.append(f"event {name!r} data function: {type(e).__name__}: {e}")
-                        data = {"data_error": f"{type(e).__name__}: {e}"}
-                s.event(name, **data)
-            return result
-
-        return wrapper
-
-    return deco
-
-
-def profile_diffusion_step(extractor=None):
-    """Time the call as session.diffusion_step(step, timestep); extractor(args, kwargs) -> {"step", "timestep"}."""
-
-    def deco(f):
-        view = _call_args(f)
-
-        @functools.wraps(f)
-        def wrapper(*args, **kwargs):
-            s = current_session()
-            if s is None:
-                return f(*args, **kwargs)
-            info = _extract(s, "diffusion step", extractor, view(args), kwargs)
-            step = info.get("step", s.diffusion_steps)
-            with s.diffusion_step(int(step), info.get("timestep")):
-                return f(*args, **kwargs)
-
-        return wrapper
-
-    return deco
-
-
-def profile_block_computation(extractor=None):
-    """Time the call as session.block(index, frames); extractor(args, kwargs) -> {"block_index", "frames"}."""
-
-    def deco(f):
-        view = _call_args(f)
-
-        @functools.wraps(f)
-        def wrapper(*args, **kwargs):
-            s = current_session()
-            if s is None:
-                return f(*args, **kwargs)
-            info = _extract(s, "block", extractor, view(args), kwargs)
-            idx = info.get("block_index", info.get("index"))
-            if idx is None:
-                idx = len(s.timer.blocks) if s.timer is not None else 0
-            frames = info.get("frames")
-            with s.block(int(idx), frames=None if frames is None else int(frames)):
-                return f(*args, **kwargs)
-
-        return wrapper
-
-    return deco
-
-
-def profile_model_parameters(extractor=None):
-    """After the call, note a model: extractor(args, kwargs) -> {"model_name", "parameters_count", "model_type"}
-    (without an extractor, an nn.Module returned by the call is counted)."""
-
-    def deco(f):
-        view = _call_args(f)
-
-        @functools.wraps(f)
-        def wrapper(*args, **kwargs):
-            result = f(*args, **kwargs)
-            s = current_session()
-            if s is not None:
-                info = _extract(s, "model parameters", extractor, view(args), kwargs)
-                model = info.get("model", result if isinstance(result, torch.nn.Module) else None)
-                s.record_model(info.get("model_name", f.__name__), model, info.get("parameters_count"),
-                               info.get("model_type"))
-            return result
-
-        return wrapper
-
-    return deco

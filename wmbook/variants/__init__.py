@@ -1,13 +1,17 @@
 """Named optimizations ("variants") applied to a reference pipeline, by name, from a registry.
 
-A variant is a transform of a freshly built reference pipeline (never a copy of the model code): it changes
-weights' dtype, flips a backend flag, swaps a code path switch, or compiles parts of the model. Variants
-stack: a ladder row applies every variant of the rows above it plus its own. Process-wide switches
+A variant is a transform of a freshly built reference pipeline applied from outside (never a copy of the model
+code, never a flag inside it): it changes weights' dtype, flips a backend flag, swaps modules or one method of
+a module (wmbook.variants.swaps), or compiles parts of the model. What it acts on it asks the workload object
+(`ctx.workload.denoiser(pipe)`, `.compile_regions(pipe)`, `.conv_layouts(pipe)`, ...). A variant that needs a
+workload feature (a KV cache, action modules) says so in `requires`; it applies to the workloads that have it.
+
+Variants stack: a ladder row applies every variant of the rows above it plus its own. Process-wide switches
 (TF32, cuDNN benchmark, attention backend) are restored between rows by `GlobalFlags`.
 
     from wmbook import variants
-    variants.known("mg2")                       # names that apply to a workload
-    vs = variants.resolve(["tf32", "bf16"], "mg2")  # checks every name before any work
+    variants.known("mg2")                              # names that apply to a workload
+    vs = variants.resolve(["tf32", "bf16"], "mg2")     # checks every name before any work; groups expand
     for v in vs: v.apply(pipe, ctx)
 
 Every variant passes the correctness gate (wmbook.check) against the fp32 reference before its time counts;
@@ -21,7 +25,6 @@ from typing import Any, Callable
 
 import torch
 
-WORKLOADS = ("mg2", "wma")
 FAMILIES = ("precision", "hygiene", "attention", "layout", "compile")
 _TOL_ORDER = ("fp32", "tf32", "bf16", "fp16")  # looser to the right
 
@@ -34,9 +37,11 @@ class UnknownVariantError(ValueError):
 class VariantContext:
     """What a variant may need beyond the pipeline, and where it notes what it did."""
 
-    workload: str
+    workload: Any  # wmbook.workloads.Workload
     device: torch.device
-    notes: dict = field(default_factory=dict)  # variant name -> what it changed / measured (compile records, ...)
+    compile_backend: str = "inductor"  # what the compile variants hand torch.compile
+    notes: dict = field(default_factory=dict)  # variant name -> what it changed
+    compile_spec: Any = None  # the CompileSpec a compile variant applied (wmbook.variants.compile)
 
 
 @dataclass(frozen=True)
@@ -45,9 +50,12 @@ class Variant:
     family: str
     description: str
     apply: Callable[[Any, VariantContext], None]  # (pipeline, context) -> None, in place
-    workloads: tuple[str, ...] = WORKLOADS
+    requires: frozenset[str] = frozenset()  # workload features it needs (wmbook.workloads.Workload.features)
     tolerance: str | None = None  # dtype key of wmbook.check.TOLERANCES once this variant is in; None: unchanged
     gpu_only: bool = False
+
+    def applies_to(self, workload) -> bool:
+        return self.requires <= workload.features
 
     def check_device(self, device: torch.device) -> None:
         if self.gpu_only and device.type != "cuda":
@@ -55,27 +63,30 @@ class Variant:
 
 
 REGISTRY: dict[str, Variant] = {}
+GROUPS: dict[str, tuple[str, ...]] = {}  # a name that stands for several variants, in order
 
 
-def register(name: str, *, family: str, description: str, workloads=WORKLOADS, tolerance: str | None = None,
+def register(name: str, *, family: str, description: str, requires=(), tolerance: str | None = None,
              gpu_only: bool = False):
     """Decorator registering `fn(pipe, ctx)` as the variant `name`."""
     if family not in FAMILIES:
         raise ValueError(f"family={family!r} is not allowed; allowed values: {list(FAMILIES)}")
     if tolerance is not None and tolerance not in _TOL_ORDER:
         raise ValueError(f"tolerance={tolerance!r} is not allowed; allowed values: {list(_TOL_ORDER)}")
-    bad = [w for w in workloads if w not in WORKLOADS]
-    if bad:
-        raise ValueError(f"workloads {bad} are not allowed; allowed values: {list(WORKLOADS)}")
 
     def deco(fn):
-        if name in REGISTRY:
+        if name in REGISTRY or name in GROUPS:
             raise ValueError(f"variant {name!r} is already registered")
         REGISTRY[name] = Variant(name=name, family=family, description=description, apply=fn,
-                                 workloads=tuple(workloads), tolerance=tolerance, gpu_only=gpu_only)
+                                 requires=frozenset(requires), tolerance=tolerance, gpu_only=gpu_only)
         return fn
 
     return deco
+
+
+def register_group(name: str, members: tuple[str, ...]) -> None:
+    """`name` stands for `members` (those that apply to the workload) wherever a list of variants is given."""
+    GROUPS[name] = tuple(members)
 
 
 def _load_all() -> None:
@@ -83,38 +94,58 @@ def _load_all() -> None:
     from . import builtin  # noqa: F401
 
 
-def known(workload: str | None = None) -> list[str]:
-    """Registered variant names, optionally only those that apply to `workload`."""
+def _workload(workload):
+    from .. import workloads
+
+    return workloads.get(workload) if workload is not None else None
+
+
+def known(workload=None, family: str | None = None) -> list[str]:
+    """Registered variant names, optionally only those that apply to `workload` (a Workload or its name) and
+    belong to `family`."""
     _load_all()
-    if workload is not None and workload not in WORKLOADS:
-        raise ValueError(f"workload={workload!r} is not allowed; allowed values: {list(WORKLOADS)}")
-    return [n for n, v in REGISTRY.items() if workload is None or workload in v.workloads]
+    wl = _workload(workload)
+    return [n for n, v in REGISTRY.items() if (wl is None or v.applies_to(wl)) and (family is None or v.family == family)]
 
 
-def get(name: str, workload: str | None = None) -> Variant:
+def hygiene_parts(workload) -> list[str]:
+    """The dtype/host-sync hygiene variants that apply to `workload`, in ladder order (the group `hygiene`)."""
+    return known(workload, family="hygiene")
+
+
+def get(name: str, workload=None) -> Variant:
     """The variant `name` (UnknownVariantError lists the known names, for `workload` if given)."""
     _load_all()
+    wl = _workload(workload)
     v = REGISTRY.get(name)
-    if v is None or (workload is not None and workload not in v.workloads):
-        where = f" for workload {workload!r}" if workload else ""
-        raise UnknownVariantError(f"variant {name!r} is not known{where}; known variants: {known(workload)}")
+    if v is None or (wl is not None and not v.applies_to(wl)):
+        where = f" for workload {wl.name!r}" if wl is not None else ""
+        raise UnknownVariantError(f"variant {name!r} is not known{where}; known variants: {known(wl)}"
+                                  f"{'; groups: ' + str(sorted(GROUPS)) if GROUPS else ''}")
     return v
 
 
-def resolve(names, workload: str, device: torch.device | str | None = None) -> list[Variant]:
-    """Check a list of names (all of them, before any work): known, applicable, no repeats, runnable here."""
+def resolve(names, workload, device: torch.device | str | None = None) -> list[Variant]:
+    """Check a list of names (all of them, before any work): known, applicable, no repeats, runnable here.
+    A group name expands to its members that apply to the workload."""
+    _load_all()
     if isinstance(names, str):
         names = [names]
     try:
         names = list(names)
     except TypeError:
         raise ValueError(f"variants must be a list of names, got {names!r}") from None
-    out = []
+    wl = _workload(workload)
+    expanded = []
     for n in names:
         if not isinstance(n, str):
             raise ValueError(f"variant names must be strings, got {n!r}")
-        out.append(get(n, workload))
-    dup = sorted({n for n in names if names.count(n) > 1})
+        if n in GROUPS:
+            expanded += [m for m in GROUPS[n] if wl is None or REGISTRY[m].applies_to(wl)]
+        else:
+            expanded.append(n)
+    out = [get(n, wl) for n in expanded]
+    dup = sorted({n for n in expanded if expanded.count(n) > 1})
     if dup:
         raise ValueError(f"variants {dup} are listed more than once")
     if device is not None:
@@ -158,5 +189,5 @@ class GlobalFlags:
         setattr(torch._dynamo.config, recompile_limit_name(), self.recompile_limit)
 
 
-__all__ = ["FAMILIES", "GlobalFlags", "REGISTRY", "UnknownVariantError", "Variant", "VariantContext", "WORKLOADS",
-           "get", "known", "register", "resolve", "tolerance_for"]
+__all__ = ["FAMILIES", "GROUPS", "GlobalFlags", "REGISTRY", "UnknownVariantError", "Variant", "VariantContext", "get",
+           "hygiene_parts", "known", "register", "register_group", "resolve", "tolerance_for"]

@@ -21,10 +21,11 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import BlockMask
 
-from ..bench import resolve_device, time_fn, time_once
+from ..bench import time_fn, time_once
+from ..presets import resolve_device
 from ..check import compare
 from ..models import attention as attn
-from ..presets import DTYPES
+from ..presets import DTYPES, dtype_name
 
 _THIS_FILES = {os.path.abspath(__file__), os.path.abspath(attn.__file__)}
 
@@ -42,11 +43,9 @@ class MaskRef:
         return f"{str(self.tensor.dtype).replace('torch.', '')}{list(self.tensor.shape)}"
 
 
-_DTYPE_NAMES = {v: k for k, v in DTYPES.items()}  # torch.bfloat16 -> "bf16" (the keys of check.TOLERANCES)
-
-
 def _dtype_name(dtype: torch.dtype) -> str:
-    return _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+    """'bf16' for torch.bfloat16 (the keys of check.TOLERANCES); other dtypes by their torch name."""
+    return dtype_name(dtype) if dtype in DTYPES.values() else str(dtype).replace("torch.", "")
 
 
 def _mask_kind(mask) -> str:

@@ -1,32 +1,16 @@
-"""The built-in variants: precision, dtype hygiene, attention backend, layout, torch.compile.
+"""The built-in variants: precision, dtype/host-sync hygiene (one variant per change), attention, layout, compile.
 
-Each function takes a freshly built reference pipeline (`CausalStreamingPipeline` for mg2,
-`WMAInteractionPipeline` for wma) and the VariantContext, and changes it in place.
+Each function takes a freshly built reference pipeline and the VariantContext and changes the pipeline in place,
+from outside: what it acts on comes from the workload object (`ctx.workload`), how it changes behaviour from
+wmbook.variants.swaps. None of them branches on a workload's name.
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import VariantContext, register
-
-
-def _denoiser(pipe):
-    """The module that one forward runs (the DiT, or the UNet with its heads)."""
-    return pipe.model
-
-
-def _conditioning_modules(pipe) -> list[torch.nn.Module]:
-    return [m for m in (getattr(pipe, "clip", None), getattr(pipe, "text", None)) if isinstance(m, torch.nn.Module)]
-
-
-def _weights_to(pipe, dtype: torch.dtype) -> None:
-    """Denoiser and conditioning encoders in `dtype` (the VAE keeps its own dtype: see the vae-* variants)."""
-    _denoiser(pipe).to(dtype)
-    for m in _conditioning_modules(pipe):
-        m.to(dtype)
-    pipe.dtype = dtype
-
+from . import VariantContext, register, register_group
+from . import swaps
 
 # --- precision -------------------------------------------------------------------------------------------
 
@@ -40,22 +24,30 @@ def _tf32(pipe, ctx: VariantContext):
     ctx.notes["tf32"] = "matmul.allow_tf32, cudnn.allow_tf32, float32_matmul_precision=high"
 
 
+def _weights_to(pipe, ctx: VariantContext, dtype: torch.dtype) -> None:
+    """Denoiser and conditioning encoders in `dtype` (the VAE keeps its own dtype: see the vae-* variants)."""
+    ctx.workload.denoiser(pipe).to(dtype)
+    for m in ctx.workload.conditioning_modules(pipe):
+        m.to(dtype)
+    pipe.dtype = dtype
+
+
 @register("bf16", family="precision", tolerance="bf16",
           description="bf16 weights and activations for the denoiser and the conditioning encoders")
 def _bf16(pipe, ctx: VariantContext):
-    _weights_to(pipe, torch.bfloat16)
+    _weights_to(pipe, ctx, torch.bfloat16)
 
 
 @register("fp16", family="precision", tolerance="fp16", gpu_only=True,
           description="fp16 weights and activations for the denoiser and the conditioning encoders")
 def _fp16(pipe, ctx: VariantContext):
-    _weights_to(pipe, torch.float16)
+    _weights_to(pipe, ctx, torch.float16)
 
 
 @register("autocast-bf16", family="precision", tolerance="bf16",
           description="fp32 weights, the denoiser forward under torch.autocast(bf16)")
 def _autocast_bf16(pipe, ctx: VariantContext):
-    model = _denoiser(pipe)
+    model = ctx.workload.denoiser(pipe)
     inner = model.forward
     dev = ctx.device.type
 
@@ -68,8 +60,7 @@ def _autocast_bf16(pipe, ctx: VariantContext):
 
 def _vae_to(dtype):
     def apply(pipe, ctx: VariantContext):
-        pipe.vae.to(dtype)
-        pipe.vae_dtype = dtype
+        ctx.workload.set_vae(pipe, pipe.vae.to(dtype))
 
     return apply
 
@@ -79,32 +70,39 @@ for _name, _dt in (("vae-fp32", torch.float32), ("vae-bf16", torch.bfloat16), ("
              description=f"VAE decoder in {_name[4:]} (quality measured as PSNR of the decoded frames)")(_vae_to(_dt))
 
 
-# --- dtype hygiene ---------------------------------------------------------------------------------------
+# --- dtype and host-sync hygiene: one change per variant (the group `hygiene` stands for all that apply) ---------
 
 
-@register("hygiene", family="hygiene",
-          description="no redundant dtype round trips or host syncs in the loop: norms on the input dtype; for "
-                      "mg2 also the action inputs windowed once per forward with a host-side bounds check (no "
-                      ".item()) and the cross-attention K/V filled before the first block")
-def _hygiene(pipe, ctx: VariantContext):
-    changed = 0
-    if ctx.workload == "mg2":
-        from ..models.causal_wan import WanLayerNorm, WanRMSNorm
+@register("norm-input-dtype", family="hygiene",
+          description="norms on the input dtype (fp32 statistics inside the kernel) instead of an fp32 copy of every "
+                      "activation and back: RMS/LayerNorm of the DiT, GroupNorm of the UNet")
+def _norm_input_dtype(pipe, ctx: VariantContext):
+    n = swaps.norms_on_input_dtype(ctx.workload.denoiser(pipe))
+    ctx.notes["norm-input-dtype"] = f"{n} norm modules without fp32 round trips"
 
-        for m in pipe.model.modules():
-            if isinstance(m, (WanLayerNorm, WanRMSNorm)):
-                m.fused = True
-                changed += 1
-        pipe.model.hoist_action_inputs = True
-        pipe.prefill_cross = True
-    else:
-        from ..models.wma.layers import GroupNorm32
 
-        for m in pipe.model.modules():
-            if isinstance(m, GroupNorm32):
-                m.fused = True
-                changed += 1
-    ctx.notes["hygiene"] = f"{changed} norm modules without fp32 round trips"
+@register("kv-slot-write", family="hygiene", requires=("kv_cache",),
+          description="self-attention K/V written where the cache prepared the slot once per forward, eagerly: no "
+                      "start position (a Python int a compiled block guards on) reaches the blocks")
+def _kv_slot_write(pipe, ctx: VariantContext):
+    swaps.swap_class(ctx.workload.denoiser(pipe), swaps.KVSlotWrites)
+
+
+@register("action-hoist", family="hygiene", requires=("action_modules",),
+          description="the raw actions windowed and the action RoPE tables built once per forward for all action "
+                      "modules, with a host-side bounds check (no .item() device read)")
+def _action_hoist(pipe, ctx: VariantContext):
+    swaps.swap_class(ctx.workload.denoiser(pipe), swaps.HoistedActionInputs)
+
+
+@register("cross-kv-prefill", family="hygiene", requires=("cross_attention_cache",),
+          description="cross-attention K/V filled before the first block instead of lazily in the first forward (a "
+                      "compiled block would otherwise have two variants: with and without)")
+def _cross_kv_prefill(pipe, ctx: VariantContext):
+    swaps.swap_class(pipe, swaps.CrossKVPrefill)
+
+
+register_group("hygiene", ("norm-input-dtype", "kv-slot-write", "action-hoist", "cross-kv-prefill"))
 
 
 # --- attention backends ----------------------------------------------------------------------------------
@@ -126,17 +124,16 @@ for _b, _gpu in (("math", False), ("efficient", True), ("flash", True), ("cudnn"
              description=f"SDPA/attention backend forced to {_b!r}")(_attention(_b))
 
 
-@register("action-attn-fused", family="attention", workloads=("mg2",),
+@register("action-attn-fused", family="attention", requires=("action_modules",),
           description="the action modules' tiny attentions (3 query x <=6 key frames per location and head) as a "
                       "fusable fp32 multiply-reduce, keyboard K/V broadcast instead of copied per location, in place "
                       "of an SDPA kernel that pads every (location, head) problem to a full tile")
 def _action_attn_fused(pipe, ctx: VariantContext):
     from ..models.action import ActionModule
 
-    mods = [m for m in pipe.model.modules() if isinstance(m, ActionModule)]
-    for m in mods:
-        m.fused_small_attention = True
-    ctx.notes["action-attn-fused"] = f"{len(mods)} action modules on small_attention"
+    n = swaps.replace_modules(ctx.workload.denoiser(pipe), swaps.of_type(ActionModule),
+                              swaps.with_mixin(swaps.SmallActionAttention))
+    ctx.notes["action-attn-fused"] = f"{n} action modules on small_attention"
 
 
 # --- layout ----------------------------------------------------------------------------------------------
@@ -148,43 +145,19 @@ def _cudnn_benchmark(pipe, ctx: VariantContext):
     torch.backends.cudnn.benchmark = True
 
 
-def to_memory_format(module: torch.nn.Module, fmt: torch.memory_format) -> int:
-    """Convolution weights of the format's rank (4-D for channels_last, 5-D for channels_last_3d) in that
-    format; others are left as they are (Module.to(memory_format=...) refuses a module mixing both ranks)."""
-    rank = 4 if fmt == torch.channels_last else 5
-    n = 0
-    for m in module.modules():
-        if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)):
-            if m.weight.dim() == rank:
-                m.weight.data = m.weight.data.contiguous(memory_format=fmt)
-                n += 1
-    return n
-
-
 @register("channels-last", family="layout",
-          description="channels-last (NHWC / NDHWC) convolution weights and activations for the conv-heavy parts: "
-                      "the VAE decoder, and the UNet for wma")
+          description="channels-last (NHWC / NDHWC) convolution weights, and activations where the workload says, "
+                      "for its conv-heavy parts (the VAE decoder; the UNet)")
 def _channels_last(pipe, ctx: VariantContext):
-    if ctx.workload == "wma":
-        unet = pipe.model.diffusion_model
-        n = to_memory_format(unet, torch.channels_last)  # the 2-D convs; the temporal Conv3ds stay as they are
-        unet.channels_last = True
-        n += to_memory_format(pipe.vae, torch.channels_last)
-    else:
-        n = to_memory_format(pipe.vae, torch.channels_last_3d)  # the Wan VAE's causal 3-D convs
+    n = 0
+    for layout in ctx.workload.conv_layouts(pipe):
+        n += swaps.to_memory_format(layout.module, layout.memory_format)
+        if layout.inputs:
+            swaps.inputs_in_memory_format(layout.module, layout.memory_format)
     ctx.notes["channels-last"] = f"{n} convolution weights in channels-last"
 
 
 # --- torch.compile ---------------------------------------------------------------------------------------
-
-
-def compile_regions(pipe, workload: str) -> list[torch.nn.Module]:
-    """The repeated blocks a regional compile compiles: the 30 DiT blocks, or the UNet's blocks."""
-    if workload == "mg2":
-        return list(pipe.model.blocks)
-    unet = pipe.model.diffusion_model
-    return [m for blocks in (unet.input_blocks, [unet.middle_block], unet.output_blocks) for m in blocks]
-
 
 REGIONAL_RECOMPILE_LIMIT = 64
 
@@ -200,29 +173,27 @@ def raise_recompile_limit_for_regions() -> int:
     return lim
 
 
+def compile_variant(scope: str, mode: str = "default", dynamic: bool = False) -> str:
+    """The registered name of a compile variant."""
+    return f"compile-{scope}" + ("-dynamic" if dynamic else "") + ("-max-autotune" if mode != "default" else "")
+
+
 def _compile(scope: str, mode: str, dynamic: bool):
     def apply(pipe, ctx: VariantContext):
         from .compile import CompileSpec, apply_compile
 
         if scope == "regional":
             ctx.notes["recompile_limit"] = f"recompile limit {raise_recompile_limit_for_regions()}"
-
-        spec = CompileSpec(scope=scope, mode=mode, dynamic=dynamic, backend=ctx.notes.get("compile_backend",
-                                                                                           "inductor"))
-        target = pipe.model if ctx.workload == "mg2" else pipe.model.diffusion_model
-        regions = compile_regions(pipe, ctx.workload) if scope == "regional" else None
-        ctx.notes[f"compile:{spec.name}"] = apply_compile(target, spec, regions=regions)
-        ctx.notes["compile_spec"] = spec
+        spec = CompileSpec(scope=scope, mode=mode, dynamic=dynamic, backend=ctx.compile_backend)
+        regions = ctx.workload.compile_regions(pipe) if scope == "regional" else None
+        ctx.notes[f"compile:{spec.name}"] = apply_compile(ctx.workload.compile_target(pipe), spec, regions=regions)
+        ctx.compile_spec = spec
 
     return apply
 
 
-for _scope, _mode, _dyn, _name in (
-    ("regional", "default", False, "compile-regional"),
-    ("regional", "default", True, "compile-regional-dynamic"),
-    ("regional", "max-autotune-no-cudagraphs", False, "compile-regional-max-autotune"),
-    ("whole", "default", False, "compile-whole"),
-    ("whole", "max-autotune-no-cudagraphs", False, "compile-whole-max-autotune"),
-):
-    register(_name, family="compile", description=f"torch.compile, {_scope}, mode={_mode}, dynamic={_dyn}")(
-        _compile(_scope, _mode, _dyn))
+for _scope, _mode, _dyn in (("regional", "default", False), ("regional", "default", True),
+                            ("regional", "max-autotune-no-cudagraphs", False), ("whole", "default", False),
+                            ("whole", "max-autotune-no-cudagraphs", False)):
+    register(compile_variant(_scope, _mode, _dyn), family="compile",
+             description=f"torch.compile, {_scope}, mode={_mode}, dynamic={_dyn}")(_compile(_scope, _mode, _dyn))

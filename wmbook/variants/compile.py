@@ -1,21 +1,12 @@
-"""torch.compile applied from outside (whole model or the repeated blocks), and measured honestly.
+"""torch.compile applied from outside (whole model or the repeated blocks), and its compile time measured.
 
     spec = CompileSpec(scope="regional", mode="default", dynamic=False)
     record = apply_compile(model, spec, regions=list(model.blocks))   # in place; twice is an error
-    with CompileMonitor() as mon:                                     # what compiled, why it recompiled
-        run(model)
-    mon.summary(); mon.recompiles; mon.graph_breaks                   # dict, DataFrames
-    graph_break_report(model, *args)                                  # torch._dynamo.explain as a table
-    measure_compile_time(make_model, run_once, spec, regions="blocks")  # cold vs warm on-disk cache
+    measure_compile_time(make_model, run_once, spec, regions=...)     # cold vs warm on-disk cache
 
-Compile time is host work: it is timed with the wall clock around a synchronized first call.
-CUDA graphs (mode="reduce-overhead") belong to notebook 06 and are refused here.
-
-Torch internals used (all read defensively, checked on torch 2.13; names exist in the 2.11 source):
-`torch._dynamo.utils.counters` (frames / unique_graphs / graph_break), `torch._dynamo.utils.
-get_compilation_metrics()` (one CompilationMetrics per compiled frame: recompile_reason, phase times,
-FX/AOT cache hits), the `graph_breaks` log artifact (user locations) and the
-"torch._dynamo hit config.recompile_limit" warning of `torch._dynamo.convert_frame`.
+What compiled and why it recompiled: wmbook.variants.compile_monitor. Compile time is host work: it is timed
+with the wall clock around a synchronized first call. CUDA graphs (mode="reduce-overhead") belong to notebook 06
+and are refused here.
 """
 
 from __future__ import annotations
@@ -24,24 +15,20 @@ import contextlib
 import gc
 import importlib
 import inspect
-import json
-import logging
 import os
-import re
 import shutil
-import subprocess as _subprocess
-import sys
 import tempfile
 import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
-import pandas as pd
 import torch
 import torch._dynamo
 
-from ..bench import resolve_device, time_fn, time_once
+from ..bench import time_fn, time_once
+from ..presets import resolve_device
+from .compile_monitor import CompileMonitor
 
 SCOPES = ("regional", "whole")
 MODES = ("default", "max-autotune-no-cudagraphs")
@@ -49,7 +36,6 @@ BACKENDS = ("inductor", "aot_eager", "eager")
 _CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")  # both capture CUDA graphs
 _MARK = "_wmbook_compiled"  # set on every module this file compiled (value: the spec name)
 _RECORD = "_wmbook_compile_record"  # set on the root model
-_RESULT_TAG = "WMBOOK_COMPILE_RESULT "
 
 
 # --- spec ------------------------------------------------------------------------------------------------
@@ -255,346 +241,6 @@ def remove_compile(model: torch.nn.Module) -> CompileRecord:
     return record
 
 
-# --- monitor ----------------------------------------------------------------------------------------------
-
-
-def _first_line(text) -> str:
-    return str(text or "").strip().splitlines()[0].strip() if str(text or "").strip() else ""
-
-
-def _short_reason(text) -> str:
-    """The informative line of a graph-break reason (skips dynamo's 'Encountered graph break ...' preamble)."""
-    lines = [ln.strip() for ln in str(text or "").splitlines() if ln.strip()]
-    for ln in lines:
-        if not ln.startswith("Encountered graph break when attempting to trace"):
-            return ln.rstrip(":")
-    return lines[0] if lines else ""
-
-
-def _parse_graph_break(msg: str) -> dict:
-    m = re.search(r"in user code at (.+?):(\d+)\s*$", msg.splitlines()[0] if msg else "")
-    if m:
-        file, line = m.group(1), int(m.group(2))
-    else:
-        frames = re.findall(r'File "([^"]+)", line (\d+)', msg)
-        file, line = (frames[-1][0], int(frames[-1][1])) if frames else (None, None)
-    r = re.search(r"Graph Break Reason:(.*?)(?:\n\s*\nUser code traceback:|\Z)", msg, re.S)
-    reason = _short_reason(r.group(1)) if r else _first_line(msg)
-    return {"reason": reason, "file": file, "line": line, "detail": msg}
-
-
-def _counters():
-    from torch._dynamo.utils import counters
-
-    return counters
-
-
-def _metrics_list() -> list:
-    try:
-        from torch._dynamo.utils import get_compilation_metrics
-
-        return list(get_compilation_metrics())
-    except Exception:  # internal API moved: frames/recompile tables stay empty, counters still work
-        return []
-
-
-def _metrics_maxlen():
-    try:
-        import torch._dynamo.utils as du
-
-        return du._compilation_metrics.maxlen
-    except Exception:
-        return None
-
-
-def _set_metrics_limit(n: int) -> bool:
-    try:
-        from torch._dynamo.utils import set_compilation_metrics_limit
-
-        set_compilation_metrics_limit(n)
-        return True
-    except Exception:
-        return False
-
-
-def _is_limit_hit(metric) -> bool:
-    text = f"{getattr(metric, 'fail_reason', '') or ''}"
-    return any(s in text for s in ("recompile limit", "recompile_limit", "cache_size_limit", "cache size limit"))
-
-
-class _Capture(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.records: list[tuple[str, int, str]] = []
-
-    def emit(self, record):
-        try:
-            self.records.append((record.name, record.levelno, record.getMessage()))
-        except Exception:  # a malformed record must never break the user's run
-            pass
-
-
-class CompileMonitor:
-    """Counts what compiles inside the `with` block: frames, graphs, recompiles (with the guard that
-    failed), graph breaks (reason and user location) and recompile-limit hits.
-
-    Nests, restores every logger it touched, and does not call torch._logging.set_logs. Sources:
-    dynamo's counters (counts), get_compilation_metrics() (one row per compiled frame: recompile
-    reason, compile-phase times, FX/AOT cache hits) and the `graph_breaks` log artifact.
-    """
-
-    METRICS_LIMIT = 4096  # compiled frames kept while monitoring (torch keeps 64)
-
-    def __init__(self, capture_logs: bool = True):
-        self.capture_logs = capture_logs
-        self._active = False
-        self._result = None
-
-    # lifecycle
-    def __enter__(self):
-        if self._active:
-            raise RuntimeError("this CompileMonitor is already active; use a new one to nest")
-        import torch._dynamo  # noqa: F401  (loads the modules whose loggers are captured)
-
-        counters = _counters()
-        self._sentinel = f"m{id(self)}_{time.perf_counter_ns()}"
-        counters["wmbook_monitor"][self._sentinel] += 1
-        self._c0 = {k: dict(v) for k, v in counters.items()}
-        self._old_maxlen = None
-        maxlen = _metrics_maxlen()
-        if maxlen is not None and maxlen < self.METRICS_LIMIT and _set_metrics_limit(self.METRICS_LIMIT):
-            self._old_maxlen = maxlen
-        ms = _metrics_list()
-        self._anchor = ms[-1] if ms else None
-        self._handler = _Capture()
-        self._touched: list[tuple[logging.Logger, int, bool]] = []
-        if self.capture_logs:
-            self._attach()
-        self._active = True
-        self._result = None
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            self._result = self._collect()
-        finally:
-            self._detach()
-            if self._old_maxlen is not None and _metrics_maxlen() == self.METRICS_LIMIT:
-                _set_metrics_limit(self._old_maxlen)
-            counters = _counters()
-            counters["wmbook_monitor"].pop(self._sentinel, None)
-            if not counters["wmbook_monitor"]:
-                del counters["wmbook_monitor"]
-            self._active = False
-        return False
-
-    def _attach(self) -> None:
-        names = [n for n in list(logging.root.manager.loggerDict) if n.endswith(".__graph_breaks")]
-        for n in names:
-            lg = logging.getLogger(n)
-            self._touched.append((lg, lg.level, lg.propagate))
-            if not lg.isEnabledFor(logging.DEBUG):  # not already on by TORCH_LOGS: on, quietly
-                lg.setLevel(logging.DEBUG)
-                lg.propagate = False
-            lg.addHandler(self._handler)
-        cf = logging.getLogger("torch._dynamo.convert_frame")  # "hit config.recompile_limit" warnings
-        self._touched.append((cf, cf.level, cf.propagate))
-        cf.addHandler(self._handler)
-
-    def _detach(self) -> None:
-        for lg, level, propagate in reversed(self._touched):
-            lg.removeHandler(self._handler)
-            lg.setLevel(level)
-            lg.propagate = propagate
-        self._touched = []
-
-    # collection
-    def _collect(self) -> dict:
-        counters = _counters()
-        reset_inside = self._sentinel not in counters.get("wmbook_monitor", {})
-
-        def diff(cat: str) -> dict:
-            now = dict(counters.get(cat, {}))
-            before = {} if reset_inside else self._c0.get(cat, {})
-            return {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0) > 0}
-
-        ms = _metrics_list()
-        ids = [id(m) for m in ms]
-        truncated = False
-        if self._anchor is None:
-            new = ms
-        elif id(self._anchor) in ids:
-            new = ms[ids.index(id(self._anchor)) + 1:]
-        else:  # cleared (all entries are new) or evicted (some lost)
-            new = ms
-            truncated = _metrics_maxlen() is not None and len(ms) >= _metrics_maxlen()
-        records = list(self._handler.records)
-        return {"frames": diff("frames"), "stats": diff("stats"), "graph_break": diff("graph_break"),
-                "metrics": new, "records": records, "reset_inside": reset_inside, "truncated": truncated}
-
-    def _data(self) -> dict:
-        if self._active:
-            return self._collect()
-        if self._result is None:
-            raise RuntimeError("CompileMonitor has not run yet: use it as `with CompileMonitor() as mon:`")
-        return self._result
-
-    # results
-    @property
-    def frames(self) -> pd.DataFrame:
-        """One row per compiled frame (CompilationMetrics): function, recompile reason, times in s."""
-        rows = []
-        for m in self._data()["metrics"]:
-            g = lambda k: getattr(m, k, None)  # noqa: E731
-            reason = g("recompile_reason")
-            rows.append({
-                "compile_id": g("compile_id"), "function": g("co_name"), "file": g("co_filename"),
-                "line": g("co_firstlineno"), "recompile": reason is not None and not _is_limit_hit(m),
-                "recompile_reason": _first_line(reason) or None, "graph_ops": g("graph_op_count"),
-                "compile_s": g("entire_frame_compile_time_s"), "backend_s": g("backend_compile_time_s"),
-                "inductor_s": g("inductor_compile_time_s"), "codegen_s": g("code_gen_time_s"),
-                "fx_cache_hits": g("inductor_fx_local_cache_hit_count"),
-                "fx_cache_misses": g("inductor_fx_local_cache_miss_count"),
-                "aot_cache_hits": g("aotautograd_local_cache_hit_count"),
-                "aot_cache_misses": g("aotautograd_local_cache_miss_count"),
-                "fail_type": g("fail_type"), "fail_reason": _first_line(g("fail_reason")) or None,
-                "limit_hit": _is_limit_hit(m),
-            })
-        cols = ["compile_id", "function", "file", "line", "recompile", "recompile_reason", "graph_ops", "compile_s",
-                "backend_s", "inductor_s", "codegen_s", "fx_cache_hits", "fx_cache_misses", "aot_cache_hits",
-                "aot_cache_misses", "fail_type", "fail_reason", "limit_hit"]
-        return pd.DataFrame(rows, columns=cols)
-
-    @property
-    def recompiles(self) -> pd.DataFrame:
-        """One row per recompilation: the function and the guard that failed (`guard`, e.g. `n == 1`)."""
-        rows = []
-        for m in self._data()["metrics"]:
-            reason = getattr(m, "recompile_reason", None)
-            if reason is None or _is_limit_hit(m):
-                continue
-            first = _first_line(reason)
-            guard = first.split("  #")[0].strip()
-            entry, _, guard = guard.partition(": ") if re.match(r"^\d+/\d+: ", guard) else ("", "", guard)
-            rows.append({"compile_id": getattr(m, "compile_id", None), "function": getattr(m, "co_name", None),
-                         "file": getattr(m, "co_filename", None), "line": getattr(m, "co_firstlineno", None),
-                         "failed_entry": entry or None, "guard": guard, "reason": first, "detail": str(reason)})
-        return pd.DataFrame(rows, columns=["compile_id", "function", "file", "line", "failed_entry", "guard",
-                                           "reason", "detail"])
-
-    @property
-    def graph_breaks(self) -> pd.DataFrame:
-        """Graph breaks grouped by (reason, user file, line) with counts; locations come from the log."""
-        d = self._data()
-        parsed = [_parse_graph_break(msg) for name, _, msg in d["records"] if name.endswith(".__graph_breaks")]
-        cols = ["reason", "file", "line", "count", "detail"]
-        if parsed:
-            df = pd.DataFrame(parsed)
-            out = (df.groupby(["reason", "file", "line"], dropna=False, sort=False)
-                   .agg(count=("detail", "size"), detail=("detail", "first")).reset_index())
-            return out.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)[cols]
-        rows = [{"reason": _short_reason(k), "file": None, "line": None, "count": v, "detail": k}
-                for k, v in d["graph_break"].items()]
-        return pd.DataFrame(rows, columns=cols)
-
-    @property
-    def limit_hits(self) -> pd.DataFrame:
-        """Recompile-limit hits: the function dynamo gave up on (it runs eager from then on)."""
-        d = self._data()
-        rows = []
-        for name, level, msg in d["records"]:
-            if name == "torch._dynamo.convert_frame" and "hit config." in msg:
-                lim = re.search(r"hit config\.(\w+) \((\d+)\)", msg)
-                fn = re.search(r"function: '([^']*)' \((.+):(\d+)\)", msg)
-                last = re.search(r"last reason: (.*)", msg)
-                rows.append({"limit": lim.group(1) if lim else None, "value": int(lim.group(2)) if lim else None,
-                             "function": fn.group(1) if fn else None, "file": fn.group(2) if fn else None,
-                             "line": int(fn.group(3)) if fn else None,
-                             "last_reason": last.group(1).split("  #")[0].strip() if last else None})
-        if not rows:  # warning not captured (logger renamed or silenced): fall back to the metrics
-            for m in d["metrics"]:
-                if _is_limit_hit(m):
-                    rows.append({"limit": "recompile_limit", "value": None, "function": getattr(m, "co_name", None),
-                                 "file": getattr(m, "co_filename", None), "line": getattr(m, "co_firstlineno", None),
-                                 "last_reason": _first_line(getattr(m, "recompile_reason", None)) or None})
-        return pd.DataFrame(rows, columns=["limit", "value", "function", "file", "line", "last_reason"])
-
-    def summary(self) -> dict:
-        """Counts and compile-phase times (s) for the monitored block."""
-        d = self._data()
-        fr = self.frames
-
-        def total(col):
-            return float(pd.to_numeric(fr[col], errors="coerce").fillna(0).sum()) if len(fr) else 0.0
-
-        gb = d["graph_break"]
-        compile_s, backend_s = total("compile_s"), total("backend_s")
-        return {
-            "frames_compiled": int(d["frames"].get("ok", 0)),
-            "frame_attempts": int(d["frames"].get("total", 0)),
-            "graphs": int(d["stats"].get("unique_graphs", 0)),
-            "recompiles": int(fr["recompile"].sum()) if len(fr) else 0,
-            "graph_breaks": int(sum(gb.values())),
-            "unique_graph_breaks": len(gb),
-            "recompile_limit_hits": len(self.limit_hits),
-            "compile_s": compile_s,
-            "dynamo_s": max(compile_s - backend_s, 0.0),
-            "backend_s": backend_s,
-            "inductor_s": total("inductor_s"),
-            "codegen_s": total("codegen_s"),
-            "fx_cache_hits": int(total("fx_cache_hits")),
-            "fx_cache_misses": int(total("fx_cache_misses")),
-            "aot_cache_hits": int(total("aot_cache_hits")),
-            "aot_cache_misses": int(total("aot_cache_misses")),
-            "metrics_truncated": bool(d["truncated"]),
-            "counters_reset_inside": bool(d["reset_inside"]),
-        }
-
-
-# --- graph breaks -----------------------------------------------------------------------------------------
-
-
-@dataclass
-class GraphBreakReport:
-    """torch._dynamo.explain as numbers and a table of break reasons with user-code locations."""
-
-    graphs: int
-    graph_breaks: int
-    ops: int
-    breaks: pd.DataFrame  # reason, file, line, function, code, count
-    explain: object = field(repr=False, default=None)
-
-    def summary(self) -> dict:
-        return {"graphs": self.graphs, "graph_breaks": self.graph_breaks, "ops": self.ops,
-                "unique_breaks": len(self.breaks)}
-
-
-def graph_break_report(fn, *args, **kwargs) -> GraphBreakReport:
-    """Run `fn(*args, **kwargs)` under torch._dynamo.explain; pass the eager (uncompiled) model.
-
-    explain calls torch._dynamo.reset() before and after: compiled code elsewhere in the process is
-    discarded and recompiles on its next call.
-    """
-    out = torch._dynamo.explain(fn)(*args, **kwargs)
-    rows = []
-    for r in getattr(out, "break_reasons", []) or []:
-        stack = list(getattr(r, "user_stack", None) or [])
-        loc = stack[-1] if stack else None
-        rows.append({"reason": _short_reason(getattr(r, "reason", "")),
-                     "file": getattr(loc, "filename", None), "line": getattr(loc, "lineno", None),
-                     "function": getattr(loc, "name", None), "code": (getattr(loc, "line", None) or "").strip()})
-    cols = ["reason", "file", "line", "function", "code"]
-    df = pd.DataFrame(rows, columns=cols)
-    if len(df):
-        df = (df.groupby(cols, dropna=False, sort=False).size().rename("count").reset_index()
-              .sort_values("count", ascending=False, kind="stable").reset_index(drop=True))
-    else:
-        df = pd.DataFrame(columns=cols + ["count"])
-    n_breaks = len(rows) if rows else int(getattr(out, "graph_break_count", 0) or 0)
-    return GraphBreakReport(graphs=int(out.graph_count), graph_breaks=n_breaks, ops=int(out.op_count), breaks=df,
-                            explain=out)
-
-
 # --- config and caches ------------------------------------------------------------------------------------
 
 
@@ -721,8 +367,7 @@ def _check_cache_dir(cache_dir) -> None:
 
 
 def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, device=None, *, cache_dir=None,
-                         steady_repeats: int = 3, eager_first: bool = True, subprocess: bool = False,
-                         timeout_s: float = 1800, after_warm=None) -> dict:
+                         steady_repeats: int = 3, eager_first: bool = True, after_warm=None) -> dict:
     """Compile time of `spec` cold (empty on-disk cache) and warm (cache filled by the cold run).
 
     make_model(): a fresh model (called once per phase); run_once(model): one unit of work (e.g. a
@@ -733,9 +378,7 @@ def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, 
 
     In-process limits: warm here still has torch/inductor imported, the compile worker pool running
     and the CUDA context up; a new process pays those again. eager_first runs one eager call first so
-    that CUDA context / cuBLAS / lazy-init costs land in neither phase. subprocess=True measures both
-    phases in fresh Python processes (make_model / run_once / regions callables given as
-    "module:attr" strings importable there); process_s is then what a user waits for end to end.
+    that CUDA context / cuBLAS / lazy-init costs land in neither phase.
     after_warm(model): called in-process with the warm compiled model after its steady timing (e.g. to run
     more measurements on it without compiling again).
     """
@@ -747,11 +390,6 @@ def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, 
         raise ValueError("regions must be an attribute path such as 'blocks' or a callable (model) -> modules: "
                          "each phase builds its own model")
     _check_cache_dir(cache_dir)
-    if subprocess:
-        if after_warm is not None:
-            raise ValueError("after_warm needs the model in this process; it is not allowed with subprocess=True")
-        return _measure_subprocess(make_model, run_once, spec, regions, device, cache_dir, steady_repeats,
-                                   timeout_s)
     dev = resolve_device(device)
     row = {"name": spec.name, **spec.to_dict(), "device": str(dev), "torch": torch.__version__,
            "method": "in-process"}
@@ -785,84 +423,7 @@ def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, 
     return row
 
 
-def _import_attr(spec: str):
-    if not isinstance(spec, str) or ":" not in spec:
-        raise ValueError(f"subprocess=True needs 'module:attr' strings for make_model/run_once, got {spec!r}")
-    mod, _, attr = spec.partition(":")
-    obj = importlib.import_module(mod)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _measure_subprocess(make_model, run_once, spec, regions, device, cache_dir, steady_repeats, timeout_s) -> dict:
-    for name, v in (("make_model", make_model), ("run_once", run_once)):
-        if not (isinstance(v, str) and ":" in v):
-            raise ValueError(f"subprocess=True needs {name} as a 'module:attr' string importable in a fresh "
-                             f"process, got {v!r}")
-    if regions is not None and not isinstance(regions, str):
-        raise ValueError("subprocess=True needs regions as an attribute path ('blocks') or 'module:attr' string")
-    row = {"name": spec.name, **spec.to_dict(), "device": str(resolve_device(device)), "torch": torch.__version__,
-           "method": "subprocess"}
-    env = os.environ.copy()
-    env["PYTHONPATH"] = os.pathsep.join([os.getcwd()] + [p for p in sys.path if p])
-    with inductor_cache_dir(cache_dir) as d:
-        env["TORCHINDUCTOR_CACHE_DIR"] = d
-        env["TRITON_CACHE_DIR"] = os.path.join(d, "triton")
-        for phase in ("cold", "warm"):
-            payload = {"make_model": make_model, "run_once": run_once, "spec": spec.to_dict(), "regions": regions,
-                       "device": None if device is None else str(device), "steady_repeats": steady_repeats,
-                       "t_launch": time.time()}
-            t0 = time.perf_counter()
-            p = _subprocess.run([sys.executable, "-m", "wmbook.variants.compile", json.dumps(payload)], env=env,
-                                capture_output=True, text=True, timeout=timeout_s)
-            process_s = time.perf_counter() - t0
-            lines = [ln for ln in p.stdout.splitlines() if ln.startswith(_RESULT_TAG)]
-            if p.returncode != 0 or not lines:
-                raise RuntimeError(f"{phase} compile-time subprocess failed (exit {p.returncode}):\n"
-                                   f"{(p.stderr or p.stdout)[-3000:]}")
-            res = json.loads(lines[-1][len(_RESULT_TAG):])
-            row[f"{phase}_process_s"] = process_s
-            row[f"{phase}_startup_s"] = res["startup_s"]
-            row[f"{phase}_make_model_s"] = res["make_model_s"]
-            row.update(_phase_cols(phase, res["first_run_s"], res["summary"]))
-            if phase == "warm":
-                row["steady_ms"] = res["steady_ms"]
-                row["n_targets"] = res["n_targets"]
-            else:
-                row["graph_breaks"] = res["summary"]["graph_breaks"]
-        row["cache_mb"] = _dir_bytes(d) / 2**20
-    row["cold_over_warm"] = row["cold_s"] / row["warm_s"] if row["warm_s"] > 0 else float("nan")
-    return row
-
-
-def _child_main(argv: list[str]) -> None:
-    """Subprocess side of measure_compile_time: one phase in this fresh process, result as a JSON line."""
-    payload = json.loads(argv[0])
-    startup_s = time.time() - payload["t_launch"]  # interpreter start + torch/wmbook imports
-    make_model, run_once = _import_attr(payload["make_model"]), _import_attr(payload["run_once"])
-    regions = payload["regions"]
-    if isinstance(regions, str) and ":" in regions:
-        regions = _import_attr(regions)
-    spec = CompileSpec(**payload["spec"])
-    dev = resolve_device(payload["device"])
-    t0 = time.perf_counter()
-    model = make_model()
-    make_s = time.perf_counter() - t0
-    record = apply_compile(model, spec, regions=regions)
-    with CompileMonitor() as mon:
-        first_ms = time_once(lambda: run_once(model), dev)
-    t = time_fn(lambda: run_once(model), warmup=1, repeats=payload["steady_repeats"], device=dev)
-    out = {"startup_s": startup_s, "make_model_s": make_s, "first_run_s": first_ms / 1e3, "steady_ms": t.median,
-           "summary": mon.summary(), "n_targets": record.n_targets}
-    print(_RESULT_TAG + json.dumps(out), flush=True)
-
-
-__all__ = ["BACKENDS", "CompileMonitor", "CompileRecord", "CompileSpec", "GraphBreakReport", "MODES", "SCOPES",
-           "apply_compile", "clear_inmemory_compile_caches", "cpp_compiler_available", "get_recompile_limit",
-           "graph_break_report", "inductor_cache_dir", "measure_compile_time", "recompile_limit_name",
-           "remove_compile", "reset_compile_state", "set_recompile_limit"]
-
-
-if __name__ == "__main__":
-    _child_main(sys.argv[1:])
+__all__ = ["BACKENDS", "CompileRecord", "CompileSpec", "MODES", "SCOPES", "apply_compile",
+           "clear_inmemory_compile_caches", "cpp_compiler_available", "get_recompile_limit", "inductor_cache_dir",
+           "measure_compile_time", "recompile_limit_name", "remove_compile", "reset_compile_state",
+           "set_recompile_limit"]

@@ -17,11 +17,7 @@ from ..attention import attention
 class GroupNorm32(nn.GroupNorm):
     """GroupNorm computed in fp32 whatever the model dtype (upstream `normalization()` / GroupNormSpecific)."""
 
-    fused = False  # dtype hygiene (wmbook.variants): group_norm on the input dtype, fp32 statistics in the kernel
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fused:
-            return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
         w = self.weight.float() if self.weight is not None else None
         b = self.bias.float() if self.bias is not None else None
         return F.group_norm(x.float(), self.num_groups, w, b, self.eps).type(x.dtype)

@@ -337,8 +337,6 @@ class SATokenProjector(nn.Module):
 class WMAModel(nn.Module):
     """The 3-D UNet with its action and state heads; one call = one denoising forward of video, actions, states."""
 
-    channels_last = False  # set by the channels-last variant (with channels_last conv weights)
-
     def __init__(self, p: WMAPreset):
         super().__init__()
         self.preset = p
@@ -437,8 +435,6 @@ class WMAModel(nn.Module):
             ctx = self.frame_context(context.to(dtype), t)
         with dl("UNet_Embeddings"):
             h = x.transpose(1, 2).flatten(0, 1)  # [(B T), 8, h, w]
-            if self.channels_last:  # layout variant: NHWC activations for the cuDNN convolutions
-                h = h.contiguous(memory_format=torch.channels_last)
             h = self.input_blocks[0](h, emb, ctx, b)  # [(B T), mc, h, w]
         h = self.init_attn(h, emb, ctx, b)
 

@@ -1,0 +1,108 @@
+"""The results rows of notebooks 01, 02 and 04 on the tiny presets equal those of the code before the redesign
+("workloads as objects"), wherever the definitions did not change.
+
+tests/data/rows_tiny_before_redesign.csv was written by the pre-redesign code (commit 17fce5b) with the same
+recipe as below: fixed ceilings, seed 0, one thread; rows_tiny_before_redesign.env.json records the torch build and
+CPU capability it ran on. Compared: the set of (notebook, workload, preset, metric)
+rows, every value that does not depend on timing (FLOP counts, floors at the given ceilings, counts, the whole
+breakdown of the committed H100 trace fixture), and the ladder's gate results (relative L2 against fp32, PSNR
+of the decoded frames; compared to 1e-9 on the recorded torch build and CPU capability, and to 10% elsewhere,
+because bf16 CPU kernels round differently with the instruction set: AVX512-BF16 and AVX2 builds differ by a
+few percent in these errors). Intended changes, checked explicitly: the `hygiene` variant is now four variants
+(one ladder row each; their sum is the old row), and the end-to-end metric's unit is the metric's unit
+(`frames/s`, `ms`), where the old rows wrote the metric's name.
+"""
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from wmbook.studies import baseline, breakdown
+from wmbook.studies import compile as compile_study
+
+BEFORE = Path(__file__).parent / "data" / "rows_tiny_before_redesign.csv"
+BEFORE_ENV = json.loads(BEFORE.with_suffix(".env.json").read_text())
+SAME_ENV = BEFORE_ENV == {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+GATE_REL = 1e-9 if SAME_ENV else 0.1  # the gate's errors and PSNR come from bf16 arithmetic (module docstring)
+TRACE = Path(__file__).parent / "data" / "trace_tiny_h100.json.gz"
+CEILINGS = {"gemm_tflops": 1.0, "copy_gbps": 10.0, "sdpa_tflops": 0.5, "device_name": "cpu"}
+TIMING_FREE = ("_tflop", "_floor_ms", "gemm_ceiling_tflops", "unet_forwards_per_iteration")
+HYGIENE = {"mg2": "norm-input-dtype + kv-slot-write + action-hoist + cross-kv-prefill", "wma": "norm-input-dtype"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread(one_thread):
+    """Every test of this module on one thread (tests/conftest.py)."""
+
+
+@pytest.fixture(scope="module")
+def before():
+    return pd.read_csv(BEFORE, dtype={"gate": str}, keep_default_na=False, na_values=[""])
+
+
+def _frame(rows) -> pd.DataFrame:
+    return pd.DataFrame(rows)[["notebook", "workload", "preset", "variant", "metric", "unit", "value"] +
+                              [c for c in ("gate", "rel_l2_vs_fp32") if c in pd.DataFrame(rows)]]
+
+
+@pytest.mark.parametrize("workload", ["mg2", "wma"])
+def test_notebook_01_rows(before, workload, tmp_path):
+    cfg = baseline.validate(workload=workload, device="cpu", warmup=0, repeats=1, output_dir=str(tmp_path),
+                            results_path=str(tmp_path / "r.csv"))
+    pipe, inputs = baseline.build(cfg)
+    res = baseline.run_benchmark(pipe, inputs, cfg, CEILINGS)
+    stages, _, _ = baseline.profile_stages(pipe, inputs, cfg)
+    after = _frame(baseline.result_rows(cfg, res, stages))
+    old = before[(before["notebook"] == "01_baseline_profiling") & (before["workload"] == workload)]
+    assert sorted(after["metric"]) == sorted(old["metric"])
+    assert dict(zip(after["metric"], after["unit"])) == dict(zip(old["metric"], old["unit"]))
+    a, b = after.set_index("metric")["value"], old.set_index("metric")["value"]
+    fixed = [m for m in b.index if m.endswith(TIMING_FREE) or m in TIMING_FREE]
+    assert len(fixed) >= 3
+    for m in fixed:
+        assert float(a[m]) == pytest.approx(float(b[m]), rel=1e-9), m
+
+
+def test_notebook_02_rows_from_the_trace_fixture(before, tmp_path):
+    cfg = breakdown.validate(workload="mg2", device="cpu", trace=str(TRACE), measure_overhead=False,
+                             output_dir=str(tmp_path), results_path=str(tmp_path / "r.csv"))
+    bd = breakdown.breakdown(TRACE, cfg, {"gemm_tflops": 802.0, "sdpa_tflops": 691.0, "copy_gbps": 3000.0})
+    after = _frame(breakdown.result_rows(cfg, bd)).set_index("metric")
+    old = before[before["notebook"] == "02_bottleneck_breakdown"].set_index("metric")
+    assert sorted(after.index) == sorted(old.index)
+    for m in old.index:
+        assert float(after.loc[m, "value"]) == pytest.approx(float(old.loc[m, "value"]), rel=1e-9, abs=1e-12), m
+        assert after.loc[m, "unit"] == old.loc[m, "unit"]
+
+
+@pytest.mark.parametrize("workload,steps", [("mg2", ["bf16", "hygiene", "action-attn-fused"]),
+                                            ("wma", ["bf16", "hygiene", "channels-last"])])
+def test_notebook_04_ladder_rows(before, workload, steps, tmp_path):
+    cfg = compile_study.validate(workload=workload, device="cpu", sections="ladder", warmup=0, repeats=1,
+                                 e2e_repeats=1, output_dir=str(tmp_path), results_path=str(tmp_path / "r.csv"))
+    lad = compile_study.run_ladder(compile_study.reference(cfg), cfg, steps, CEILINGS)
+    after = _frame(compile_study.result_rows(cfg, ladder=lad))
+    old = before[(before["notebook"] == "04_compile_autocast") & (before["workload"] == workload)].copy()
+    old["variant"] = old["variant"].str.replace("hygiene", HYGIENE[workload], regex=False)
+    metric = cfg.workload.metric
+    old.loc[old["metric"] == metric.name, "unit"] = metric.unit  # the intended unit fix
+    for (variant, m), g in old.groupby(["variant", "metric"]):
+        hit = after[(after["variant"] == variant) & (after["metric"] == m)]
+        assert len(hit) == 1, (variant, m)
+        row, was = hit.iloc[0], g.iloc[0]
+        assert row["unit"] == was["unit"], (variant, m)
+        if m == "forward_ms":  # the gate: its verdict and error against fp32 are not timings
+            assert row["gate"] == was["gate"], variant
+            assert row["rel_l2_vs_fp32"] == pytest.approx(float(was["rel_l2_vs_fp32"]), rel=GATE_REL, abs=1e-15)
+        if m == "psnr_db":
+            ok = math.isinf(float(was["value"])) and math.isinf(float(row["value"]))
+            assert ok or float(row["value"]) == pytest.approx(float(was["value"]), rel=GATE_REL), variant
+    # the new rows between: one per hygiene variant, each gated
+    parts = HYGIENE[workload].split(" + ")
+    gates = after[after["metric"] == "forward_ms"].set_index("variant")["gate"]
+    assert len(gates) == 1 + len(steps) - 1 + len(parts) and set(gates.iloc[1:]) == {"pass"}
+    assert torch.get_num_threads() == 1

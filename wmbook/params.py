@@ -1,0 +1,171 @@
+"""The vocabulary of notebook parameters: `Param` (a name, the default its parameters cell holds, a check),
+the checks, and the parameters every notebook shares. wmbook.runconfig validates a notebook's parameters with
+them into one RunConfig; workloads declare their own parameters with them.
+
+A check is `check(value, ctx) -> normalized value`; `ctx` holds the parameters validated before it (the
+workload, device and preset objects first) and `ctx["_name"]` the parameter's name; a bad value raises a
+ParameterError that names the parameter and its allowed values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .presets import DTYPES, resolve_device
+
+Check = Callable[[Any, dict], Any]  # (value, already validated values) -> normalized value, or ValueError
+
+
+class ParameterError(ValueError):
+    """A notebook parameter with a value that is not allowed (the message names it and the allowed values)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One notebook parameter: its default (what the notebook's parameters cell holds) and its check."""
+
+    name: str
+    default: Any
+    check: Check
+    doc: str = ""
+
+    def with_default(self, default) -> "Param":
+        return Param(self.name, default, self.check, self.doc)
+
+
+def _err(name: str, value, allowed: str) -> ParameterError:
+    return ParameterError(f"{name}={value!r} is not allowed; allowed values: {allowed}")
+
+
+# --- checks -------------------------------------------------------------------------------------------------
+
+
+def integer(lo: int, hi: int | None = None) -> Check:
+    """An int (not a bool) in [lo, hi]."""
+
+    def check(v, ctx):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo or (hi is not None and v > hi):
+            raise _err(ctx["_name"], v, f"an integer >= {lo}" + (f" and <= {hi}" if hi is not None else ""))
+        return int(v)
+
+    return check
+
+
+def number(lo: float, hi: float = math.inf) -> Check:
+    """A finite int or float in [lo, hi]."""
+
+    def check(v, ctx):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v) \
+                or not lo <= v <= hi:
+            raise _err(ctx["_name"], v, f"a number in [{lo}, {hi}]")
+        return float(v)
+
+    return check
+
+
+def boolean(v, ctx):
+    if not isinstance(v, (bool, np.bool_)):
+        raise _err(ctx["_name"], v, "[True, False]")
+    return bool(v)
+
+
+def choice(*values) -> Check:
+    def check(v, ctx):
+        if v not in values:
+            raise _err(ctx["_name"], v, str(list(values)))
+        return v
+
+    return check
+
+
+def path_or_auto(v, ctx):
+    if not isinstance(v, (str, Path)) or not str(v):
+        raise _err(ctx["_name"], v, "'auto' or a path")
+    return v
+
+
+def name_list(v, ctx) -> list[str]:
+    """A comma-separated string (or a list) of names -> list of stripped names."""
+    if isinstance(v, (list, tuple)):
+        return [str(x).strip() for x in v if str(x).strip()]
+    if isinstance(v, str):
+        return [x.strip() for x in v.split(",") if x.strip()]
+    raise _err(ctx["_name"], v, "a comma-separated string or a list of names")
+
+
+def subset_or_all(allowed) -> Check:
+    """'all' or a non-empty comma-separated subset of `allowed` -> tuple in the order given."""
+
+    def check(v, ctx):
+        if v == "all":
+            return tuple(allowed)
+        items = name_list(v, ctx)
+        if not items or any(x not in allowed for x in items):
+            raise _err(ctx["_name"], v, f"'all' or a comma-separated subset of {list(allowed)}")
+        return tuple(items)
+
+    return check
+
+
+# --- the common parameters ------------------------------------------------------------------------------------
+
+
+def _device(v, ctx):
+    try:
+        return resolve_device(v)
+    except ValueError as e:
+        raise ParameterError(str(e)) from None
+
+
+def _preset(v, ctx):
+    wl, dev = ctx["workload"], ctx["device"]
+    if v == "auto":
+        return wl.presets[wl.real_preset if dev.type == "cuda" else wl.tiny_preset]
+    if v not in wl.presets:
+        raise ParameterError(f"preset={v!r} is not allowed for workload {wl.name!r}; allowed values: "
+                             f"{['auto', *wl.presets]}")
+    p = wl.presets[v]
+    if dev.type == "cpu" and not p.tiny:
+        raise ParameterError(f"preset={v!r} is a real-shape preset and needs a GPU; on a CPU use 'auto' or "
+                             f"{[k for k, q in wl.presets.items() if q.tiny]}")
+    return p
+
+
+def _dtype_name(v, ctx) -> torch.dtype | None:
+    if v == "auto":
+        return None
+    if v not in DTYPES:
+        raise _err(ctx["_name"], v, str(["auto", *DTYPES]))
+    dt = DTYPES[v]
+    if ctx["device"].type == "cpu" and dt == torch.float16:
+        raise ParameterError(f"{ctx['_name']}='fp16' is not allowed on a CPU; allowed values there: "
+                             f"['auto', 'fp32', 'bf16']")
+    return dt
+
+
+def _dtype(v, ctx):
+    dt = _dtype_name(v, ctx)
+    return dt if dt is not None else (torch.bfloat16 if ctx["device"].type == "cuda" else torch.float32)
+
+
+def _vae_dtype(v, ctx):
+    dt = _dtype_name(v, ctx)
+    return dt if dt is not None else ctx["workload"].default_vae_dtype(ctx.get("dtype", torch.float32))
+
+
+DEVICE = Param("device", "auto", _device, "auto | cpu | cuda | cuda:N")
+PRESET = Param("preset", "auto", _preset, "auto: the workload's tiny preset on a CPU, its real one on a GPU")
+DTYPE = Param("dtype", "auto", _dtype, "auto: bf16 on a GPU, fp32 on a CPU | fp32 | bf16 | fp16")
+VAE_DTYPE = Param("vae_dtype", "auto", _vae_dtype, "auto: the workload's rule | fp32 | bf16 | fp16")
+WARMUP = Param("warmup", 1, integer(0), "untimed runs before timing")
+REPEATS = Param("repeats", 3, integer(1), "timed runs")
+SEED = Param("seed", 0, integer(0))
+OUTPUT_DIR = Param("output_dir", "auto", path_or_auto, "auto: reports/artifacts/NOTEBOOK/PRESET-DEVICE")
+RESULTS_PATH = Param("results_path", "auto", path_or_auto,
+                     "auto: data/results/results.csv for real presets, reports/results/results-tiny.csv for tiny")

@@ -1,0 +1,107 @@
+"""Busy time, GPU idle and kernel launches of a region; the GPU busy time of a whole trace."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..trace import Trace
+from .forward import FORWARD_LABEL, forward_count, in_forward
+from .region import Region, activities, runtime_calls, select, work
+
+SHORT_KERNEL_US = 10.0  # kernels shorter than this are launch-latency sized on current GPUs
+LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                          "cudaLaunchCooperativeKernel", "cudaGraphLaunch"})
+LAUNCH_STATS = (
+    "busy_ms", "busy_union_ms", "gpu_span_ms", "idle_ms", "idle_share", "host_ms", "busy_over_host", "kernels",
+    "memcpy_memset", "launch_calls", "launch_host_ms", "forwards", "kernels_per_forward", "short_kernel_share",
+    "short_kernel_time_share", "kernel_mean_us", "kernel_median_us",
+)  # fmt: skip
+
+
+def union_ms(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Length in ms of the union of [start, end) intervals in us (overlaps counted once)."""
+    if len(starts) == 0:
+        return 0.0
+    order = np.argsort(starts)
+    s, e = starts[order], ends[order]
+    total, cs, ce = 0.0, s[0], e[0]
+    for a, b in zip(s[1:], e[1:]):
+        if a > ce:
+            total += ce - cs
+            cs, ce = a, b
+        else:
+            ce = max(ce, b)
+    return (total + ce - cs) / 1e3
+
+
+def trace_busy_ms(trace) -> float:
+    """GPU busy time of a whole trace: the union of its kernels, copies and sets (overlaps counted once)."""
+    K = Trace.load(trace).device_activities
+    return union_ms(K["start_us"].to_numpy(float), K["end_us"].to_numpy(float))
+
+
+def busy_ms(trace, region: str | Region | None = None) -> float:
+    """Summed time of the region's work (device activities, or aten self time without device activity), ms."""
+    trace = Trace.load(trace)
+    return float(work(trace, region)["duration_us"].sum()) / 1e3
+
+
+def host_ms(trace, region: str | Region | None = None) -> float:
+    """Host time of the region: its label ranges summed (whole trace: first op start to last op end)."""
+    trace = Trace.load(trace)
+    reg = region if isinstance(region, Region) else select(trace, region)
+    L, O = trace.labels, trace.ops
+    if reg.name:
+        names = L["name"].tolist()
+        return float(L.loc[[i for i in range(len(L)) if names[i] == reg.name], "duration_us"].sum()) / 1e3
+    return (float(O["end_us"].max() - O["start_us"].min()) / 1e3) if len(O) else float("nan")
+
+
+def launch_numbers(trace, region: str | Region | None = None, forward_label: str = FORWARD_LABEL) -> dict:
+    """The numbers of `launch_stats` as a dict, in its order."""
+    trace = Trace.load(trace)
+    reg = region if isinstance(region, Region) else select(trace, region)
+    busy = busy_ms(trace, reg)
+    n_fwd = forward_count(trace, reg, forward_label)
+    host = host_ms(trace, reg)
+    out = {"busy_ms": busy, "forwards": n_fwd, "host_ms": host}
+    K = activities(trace, reg)
+    if trace.source == "gpu" and len(K):
+        union = union_ms(K["start_us"].to_numpy(float), K["end_us"].to_numpy(float))
+        # GPU span per occurrence of the region, so gaps between occurrences don't count as idle
+        occ = K["label"].map(lambda i: reg.anchor[i] if reg.name is not None else 0)
+        span = float(sum((g["end_us"].max() - g["start_us"].min()) for _, g in K.groupby(occ))) / 1e3
+        kern = K[K["kind"] == "kernel"]
+        d = kern["duration_us"].to_numpy(float)
+        short = d < SHORT_KERNEL_US
+        R = runtime_calls(trace, reg)
+        launches = R[R["name"].isin(LAUNCH_CALLS)]
+        in_fwd = in_forward(trace, K["label"].to_numpy(np.int64), forward_label)
+        out.update(
+            busy_union_ms=union, gpu_span_ms=span, idle_ms=max(0.0, span - union),
+            idle_share=max(0.0, span - union) / span if span > 0 else float("nan"),
+            kernels=int(len(kern)), memcpy_memset=int(len(K) - len(kern)),
+            launch_calls=int(len(launches)), launch_host_ms=float(launches["duration_us"].sum()) / 1e3,
+            kernels_per_forward=(float(in_fwd[(K["kind"] == "kernel").to_numpy()].sum()) / n_fwd) if n_fwd else float("nan"),
+            short_kernel_share=float(short.mean()) if len(d) else float("nan"),
+            short_kernel_time_share=float(d[short].sum() / d.sum()) if d.sum() > 0 else float("nan"),
+            kernel_mean_us=float(d.mean()) if len(d) else float("nan"),
+            kernel_median_us=float(np.median(d)) if len(d) else float("nan"),
+            busy_over_host=(union / host) if host and host > 0 else float("nan"),
+        )
+    else:
+        out.update(busy_union_ms=busy, gpu_span_ms=float("nan"), idle_ms=float("nan"), idle_share=float("nan"),
+                   kernels=0, memcpy_memset=0, launch_calls=0, launch_host_ms=0.0,
+                   kernels_per_forward=float("nan"), short_kernel_share=float("nan"),
+                   short_kernel_time_share=float("nan"), kernel_mean_us=float("nan"),
+                   kernel_median_us=float("nan"), busy_over_host=float("nan"))
+    return out
+
+
+def launch_stats(trace, region: str | Region | None = None, forward_label: str = FORWARD_LABEL) -> pd.DataFrame:
+    """Busy (summed and union), GPU span and idle, host time, kernel and launch counts, launches per forward and
+    kernel-size statistics of the region: one `value` per `statistic` (LAUNCH_STATS). Idle = GPU span of each
+    region occurrence minus the union of its activities."""
+    s = launch_numbers(trace, region, forward_label)
+    return pd.DataFrame({"value": {k: s[k] for k in LAUNCH_STATS}}).rename_axis("statistic")

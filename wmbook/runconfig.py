@@ -1,0 +1,188 @@
+"""One run configuration: every notebook's parameters validated once, into objects that are passed down.
+
+A notebook declares its parameters as a `NotebookSpec` (the common ones of wmbook.params, its workload's own,
+and its own options). `validate(spec, **values)` checks all of them before any heavy work, in one place, with
+errors that name the parameter and its allowed values (unknown names too), and returns a frozen `RunConfig`
+holding the `Workload`, `Preset`, `torch.device` and `torch.dtype` objects: nothing downstream resolves a name
+again.
+
+    from wmbook.studies import baseline
+    cfg = baseline.validate(workload="wma", preset="tiny-wma", ddim_steps=3)
+    cfg.workload, cfg.preset, cfg.device, cfg.dtype, cfg.options.ddim_steps
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable
+
+import torch
+
+from . import paths, workloads
+from .params import Param, ParameterError
+from .presets import dtype_name
+
+
+def _workload(v, ctx):
+    try:
+        return workloads.get(v)
+    except ValueError as e:
+        raise ParameterError(str(e)) from None
+
+
+WORKLOAD = Param("workload", "mg2", _workload, "mg2 (causal DiT + KV cache) | wma (video UNet + DDIM)")
+# validated in this order (later checks see earlier values); the rest follow in the spec's order
+_FIRST = ("workload", "device", "preset", "dtype", "vae_dtype")
+
+
+@dataclass(frozen=True)
+class NotebookSpec:
+    """A notebook's name, its parameters (defaults = its parameters cell) and an optional cross check."""
+
+    name: str
+    params: tuple[Param, ...]
+    workload_params: bool = True  # the workload's own parameters (num_blocks, ddim_steps, ...) apply
+    cross_check: Callable[["RunConfig"], None] | None = None
+
+    def all_params(self, workload=None) -> dict[str, Param]:
+        """Name -> Param, the workloads' own parameters included (all workloads' when `workload` is None)."""
+        out = {p.name: p for p in self.params}
+        if self.workload_params:
+            for wl in ([workload] if workload is not None else workloads.all_workloads()):
+                for p in wl.params:
+                    out.setdefault(p.name, p)
+        return out
+
+    def defaults(self) -> dict[str, Any]:
+        return {k: p.default for k, p in self.all_params().items()}
+
+
+class Options(Mapping):
+    """Read-only validated options with attribute access (`cfg.options.num_blocks`)."""
+
+    def __init__(self, values: dict):
+        object.__setattr__(self, "_values", MappingProxyType(dict(values)))
+
+    def __getitem__(self, key):
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, name):
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"no option {name!r}; options: {sorted(self._values)}") from None
+
+    def __setattr__(self, name, value):
+        raise AttributeError("options are read-only")
+
+    def __repr__(self) -> str:
+        return f"Options({dict(self._values)!r})"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A validated run: objects, not names (see the module docstring)."""
+
+    notebook: str
+    workload: Any  # wmbook.workloads.Workload
+    preset: Any  # CausalWanPreset | WMAPreset
+    device: torch.device
+    dtype: torch.dtype
+    vae_dtype: torch.dtype
+    warmup: int
+    repeats: int
+    seed: int
+    output_dir: Path
+    results_path: Path
+    options: Options = field(default_factory=lambda: Options({}))
+
+    @property
+    def tiny(self) -> bool:
+        return self.preset.tiny
+
+    def params(self) -> dict:
+        """The run's parameters as plain values (a results row's `params` column)."""
+        d = {"workload": self.workload.name, "preset": self.preset.name, "device": str(self.device),
+             "dtype": dtype_name(self.dtype), "vae_dtype": dtype_name(self.vae_dtype), "seed": self.seed}
+        for k, v in self.options.items():
+            d[k] = ",".join(map(str, v)) if isinstance(v, (list, tuple)) else (str(v) if isinstance(v, Path) else v)
+        return d
+
+    def table(self):
+        """The parameters as a one-column DataFrame (what the notebook shows after validating)."""
+        import pandas as pd
+
+        d = self.params() | {"warmup": self.warmup, "repeats": self.repeats, "output_dir": str(self.output_dir),
+                             "results_path": str(self.results_path)}
+        return pd.DataFrame({"value": {k: str(v) for k, v in d.items()}}).rename_axis("parameter")
+
+    def replace(self, **kw) -> "RunConfig":
+        from dataclasses import replace
+
+        if "options" in kw and not isinstance(kw["options"], Options):
+            kw["options"] = Options(dict(kw["options"]))
+        return replace(self, **kw)
+
+
+def validate(spec: NotebookSpec, **values) -> RunConfig:
+    """Check every parameter of `spec` (unknown names too) before any heavy work; returns the RunConfig."""
+    known = spec.all_params()
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ParameterError(f"unknown parameter(s) {unknown} for notebook {spec.name}; allowed names: {sorted(known)}")
+    ctx: dict[str, Any] = {}
+    given = {k: values.get(k, p.default) for k, p in known.items()}
+    for name in [n for n in _FIRST if n in known]:
+        ctx["_name"] = name
+        ctx[name] = known[name].check(given[name], ctx)
+    wl = ctx["workload"]
+    own = {q.name for q in spec.params} | {q.name for q in wl.params}
+    for name, p in known.items():
+        if name in _FIRST:
+            continue
+        if name not in own:  # another workload's parameter: only its default (it would be silently ignored)
+            if given[name] != p.default:
+                owners = [w.name for w in _workloads() if name in {q.name for q in w.params}]
+                raise ParameterError(f"{name}={given[name]!r} applies to workload {owners} only; for workload "
+                                     f"{wl.name!r} leave it at {p.default!r}")
+            continue
+        ctx["_name"] = name
+        ctx[name] = p.check(given[name], ctx)
+    ctx.pop("_name", None)
+    preset, dev = ctx["preset"], ctx["device"]
+    out = ctx.get("output_dir", "auto")
+    out = Path(out) if out != "auto" else paths.artifacts_dir(spec.name, preset.name, dev.type)
+    rp = ctx.get("results_path", "auto")
+    rp = Path(rp) if rp != "auto" else default_results_path(preset.tiny)
+    common = {"workload", "device", "preset", "dtype", "vae_dtype", "warmup", "repeats", "seed", "output_dir",
+              "results_path"}
+    options = {k: v for k, v in ctx.items() if k not in common}
+    cfg = RunConfig(notebook=spec.name, workload=wl, preset=preset, device=dev,
+                    dtype=ctx.get("dtype", torch.float32), vae_dtype=ctx.get("vae_dtype", torch.float32),
+                    warmup=ctx.get("warmup", 0), repeats=ctx.get("repeats", 1), seed=ctx.get("seed", 0),
+                    output_dir=out, results_path=rp, options=Options(options))
+    wl.check_config(cfg)
+    if spec.cross_check is not None:
+        spec.cross_check(cfg)
+    return cfg
+
+
+def _workloads():
+    return workloads.all_workloads()
+
+
+def default_results_path(tiny: bool) -> Path:
+    """Real-shape rows go to the committed store ($WMBOOK_RESULTS overrides it), tiny-preset rows to a local,
+    git-ignored one, so CPU smoke runs never mix with GPU numbers."""
+    from . import results  # pandas and torch: only when a run is configured
+
+    return paths.TINY_RESULTS_PATH if tiny else results.default_path()

@@ -1,0 +1,25 @@
+"""One module per notebook: its parameters (a NotebookSpec), tables, figures, results rows and interpretation.
+
+None of them branches on a workload's name: they ask the workload object (wmbook.workloads). The notebooks call
+these functions, one per cell.
+
+    01_baseline_profiling    wmbook.studies.baseline
+    02_bottleneck_breakdown  wmbook.studies.breakdown
+    04_compile_autocast      wmbook.studies.compile
+"""
+
+from __future__ import annotations
+
+import importlib
+
+MODULES = {
+    "01_baseline_profiling": "wmbook.studies.baseline",
+    "02_bottleneck_breakdown": "wmbook.studies.breakdown",
+    "04_compile_autocast": "wmbook.studies.compile",
+}
+
+
+def spec_for(notebook: str):
+    """The NotebookSpec of a notebook (by its file stem), or None for a notebook without one."""
+    mod = MODULES.get(notebook)
+    return importlib.import_module(mod).SPEC if mod else None

@@ -1,0 +1,197 @@
+"""Notebook 02 (bottleneck breakdown): record (or load) a labelled trace, break it down, turn the numbers into
+findings, and run a profiling session with monitors for its report.
+
+The trace analysis itself lives in wmbook.profiling (parse once, one function per question); which region and
+labels to read comes from the workload object.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from .. import results as results_store
+from ..params import (DEVICE, DTYPE, OUTPUT_DIR, PRESET, RESULTS_PATH, SEED, VAE_DTYPE, WARMUP, Param,
+                      ParameterError, boolean, integer)
+from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
+from ..runconfig import validate as _validate
+
+NOTEBOOK = "02_bottleneck_breakdown"
+
+
+def _trace(v, ctx):
+    if not isinstance(v, (str, Path)):
+        raise ParameterError(f"trace={v!r} is not allowed; allowed values: '' (record afresh) or a path to a "
+                             f".json / .json.gz Chrome trace")
+    if not str(v):
+        return None
+    p = Path(v)
+    if not p.is_file() or not (p.name.endswith(".json") or p.name.endswith(".json.gz")):
+        raise ParameterError(f"trace={str(v)!r} is not allowed; allowed values: '' (record afresh) or an existing "
+                             f".json / .json.gz Chrome trace file")
+    return p
+
+
+def _region(v, ctx):
+    if v == "auto":
+        return ctx["workload"].labels.region
+    if not isinstance(v, str) or not v:
+        raise ParameterError(f"region={v!r} is not allowed; allowed values: 'auto' or a label name")
+    return v
+
+
+def _profiling_config(v, ctx):
+    from ..profiling.config import load_config
+
+    try:
+        load_config(v)
+    except ValueError as e:
+        raise ParameterError(f"profiling_config={v!r} is not allowed: {e}; allowed values: 'development', "
+                             f"'production' or the path of a YAML file") from None
+    return v if isinstance(v, str) else "custom"
+
+
+SPEC = NotebookSpec(NOTEBOOK, (
+    WORKLOAD, PRESET, DEVICE, DTYPE, VAE_DTYPE, WARMUP,
+    Param("trace", "", _trace, "empty: record a trace afresh; or a .json/.json.gz trace to analyse"),
+    Param("region", "auto", _region, "label whose device time is broken down; auto: the workload's region"),
+    Param("detail", True, boolean, "fine labels inside the forward while tracing"),
+    Param("profiling_config", "development", _profiling_config, "development | production | a YAML path"),
+    Param("measure_overhead", True, boolean, "time the pipeline with and without the session's monitors"),
+    Param("overhead_repeats", 3, integer(1)),
+    OUTPUT_DIR, RESULTS_PATH, SEED))
+
+
+def validate(**params) -> RunConfig:
+    """Check every notebook-02 parameter before any heavy work (errors name the parameter and allowed values)."""
+    return _validate(SPEC, **params)
+
+
+def record_trace(run_fn, cfg: RunConfig, name: str = "02_breakdown_trace") -> Path:
+    """One traced call of run_fn (after cfg.warmup untraced calls and one profiler warm-up call), fine labels on
+    and input shapes recorded (needed for the roofline); returns the gzip trace path."""
+    from tqdm.auto import tqdm
+
+    from ..profiling import profile, set_labels
+
+    for _ in tqdm(range(cfg.warmup), desc="warm-up (untraced)", leave=False):
+        run_fn()
+    set_labels(True, detail=cfg.options.detail)
+    try:
+        res = profile(run_fn, wait=0, warmup=1, active=1, out_dir=cfg.output_dir, name=name, record_shapes=True)
+    finally:
+        set_labels(True, detail=False)
+    return res.trace_path
+
+
+def breakdown(trace, cfg: RunConfig, ceilings: dict | None):
+    """The breakdown of the configured region, with the workload's forward and fine labels."""
+    from ..profiling.breakdown import analyze
+
+    labels = cfg.workload.labels
+    return analyze(trace, region=cfg.options.region, ceilings=ceilings, forward_label=labels.forward,
+                   fine_labels=labels.fine)
+
+
+def session_report(pipe, inputs, cfg: RunConfig, bd, ceilings: dict):
+    """Run the pipeline once inside a ProfilingSession (monitors on, tracing off), attach the breakdown and the
+    measured profiling overhead, write the JSON + HTML session report. Returns (session, paths, overhead)."""
+    from ..profiling.session import ProfilingSession, measure_overhead
+
+    wl, opt = cfg.workload, cfg.options
+    overhead = None
+    if opt.measure_overhead:
+        gen = wl.generate_callable(pipe, inputs, cfg)
+        # one run per round, alternating with and without the session: drifts (clocks, host load) hit both alike
+        overhead = measure_overhead(gen, config=opt.profiling_config, repeats=2 * opt.overhead_repeats, warmup=1,
+                                    device=cfg.device, rounds=2 * opt.overhead_repeats)
+    tags = {"notebook": NOTEBOOK, "workload": wl.name, "preset": cfg.preset.name}
+    session = ProfilingSession(f"{NOTEBOOK}-{cfg.preset.name}", config=opt.profiling_config, device=cfg.device,
+                               tags=tags, output_dir=cfg.output_dir / "session")
+    session.config = session.config.replace(generate_final_report=False)  # written below, with the breakdown
+    with session:
+        wl.session_run(pipe, inputs, cfg, session)
+    session.set_metrics(ceilings={k: ceilings.get(k) for k in ("gemm_tflops", "copy_gbps", "sdpa_tflops")})
+    session.attach_breakdown(bd)
+    if overhead is not None:
+        session.set_overhead(overhead)
+    paths = session.write_report()
+    return session, paths, overhead
+
+
+_SUMMARY_UNITS = (("busy_ms", "ms"), ("idle_share", "fraction"), ("kernels_per_forward", "kernels"),
+                  ("short_kernel_share", "fraction"), ("forward_ms", "ms"), ("syncs_in_forward", "count"),
+                  ("casts_per_forward", "count"), ("gemm_tflops", "TFLOP/s"), ("gemm_frac_of_ceiling", "fraction"),
+                  ("attention_tflops", "TFLOP/s"), ("attention_frac_of_ceiling", "fraction"),
+                  ("conv_tflops", "TFLOP/s"), ("busy_over_host", "fraction"))
+
+
+def result_rows(cfg: RunConfig, bd, overhead: dict | None = None) -> list[dict]:
+    """Category shares, idle/launch statistics and achieved throughput as results rows."""
+    common = dict(notebook=NOTEBOOK, workload=cfg.workload.name, preset=cfg.preset.name, variant="eager",
+                  params=cfg.params(), warmup=cfg.warmup, repeats=1)
+    rows = [results_store.make_row(metric=f"category_share:{r['category']}", value=float(r["share"]),
+                                   unit="fraction", **common) for _, r in bd.categories.iterrows()]
+    s = bd.summary()
+    for key, unit in _SUMMARY_UNITS:
+        v = s.get(key)
+        if v is not None and not (isinstance(v, float) and math.isnan(v)):
+            rows.append(results_store.make_row(metric=key, value=float(v), unit=unit, **common))
+    if overhead:
+        rows.append(results_store.make_row(metric="profiling_overhead", value=float(overhead["overhead_frac"]),
+                                           unit="fraction", **common))
+    return rows
+
+
+def interpret(cfg: RunConfig, bd, overhead: dict | None = None) -> str:
+    """Sentences computed from the breakdown's numbers."""
+    s = bd.summary()
+    basis = "GPU kernel time" if bd.source == "gpu" else "CPU self time of aten ops (the trace has no device activity)"
+    top = bd.categories.head(3)
+    cats = ", ".join(f"{c} {sh:.0%}" for c, sh in zip(top["category"], top["share"]))
+    lines = [f"In `{cfg.options.region}` ({s['busy_ms']:.1f} ms of {basis}), the largest operator categories are "
+             f"{cats}."]
+    if bd.source == "gpu" and s.get("idle_share") == s.get("idle_share"):
+        lines.append(f"The GPU is idle {s['idle_share']:.0%} of the region's span ({s['idle_ms']:.1f} ms): "
+                     f"kernels run {s['busy_over_host']:.0%} of the host time the region takes, with "
+                     f"{s['kernels_per_forward']:.0f} kernel launches per forward, "
+                     f"{s['short_kernel_share']:.0%} of them under 10 us.")
+    fs = bd.forward_split
+    if len(fs):
+        f0 = fs.iloc[0]
+        lines.append(f"Inside one forward ({s['forward_ms']:.3g} ms of {bd.basis} time, mean over "
+                     f"{fs.attrs['forwards']} forwards), `{f0['fine_label']}` takes the most: {f0['share']:.0%}.")
+    for key, what in (("gemm", "GEMMs"), ("attention", "attention")):
+        tf, frac = s.get(f"{key}_tflops"), s.get(f"{key}_frac_of_ceiling")
+        if tf is not None and frac is not None:
+            lines.append(f"{what} achieve {tf:.3g} TFLOP/s, {frac:.0%} of the measured ceiling.")
+    if len(bd.suggestions):
+        sg = bd.suggestions.iloc[0]
+        lines.append(f"First suggestion: {sg['finding']} ({sg['evidence']}) -> notebook {sg['notebook']}.")
+    if overhead:
+        b, i = overhead["baseline_ms"], overhead["session_ms"]
+        noise = overhead["baseline_spread_frac"]
+        verdict = ("within the run-to-run spread" if abs(overhead["overhead_frac"]) <= noise
+                   else "larger than the run-to-run spread")
+        lines.append(f"Profiling overhead with monitors on and tracing off (`{overhead['config']}` config): "
+                     f"{overhead['overhead_frac']:+.1%} ({i['median']:.1f} vs {b['median']:.1f} ms median over "
+                     f"{overhead['repeats']} runs each), {verdict} (p20-p80 spread {noise:.1%} of the median).")
+        share = (overhead.get("monitor") or {}).get("sampling_share_of_wall")
+        if share is not None:
+            lines.append(f"Measured directly, the sampler thread spent {share:.2%} of the session's wall time taking "
+                         f"samples (an upper bound on the host time it can take from the launching thread).")
+    if cfg.tiny:
+        lines.append("Tiny-preset numbers: they check the analysis, not the speed of the real model.")
+    return " ".join(lines)
+
+
+def plot_dashboard(bd):
+    """Category bars, per-forward split, roofline: one figure."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.2), gridspec_kw={"width_ratios": [1, 1, 1.1]})
+    bd.plot_categories(ax=axes[0])
+    bd.plot_forward_split(ax=axes[1])
+    bd.plot_roofline(ax=axes[2])
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,182 @@
+"""Optimizations as transforms applied from outside the reference models (gpt-fast / segment-anything-fast style).
+
+The reference modules carry no optimization flags. A variant changes behaviour by
+
+- `replace_modules(model, match, make)`: every submodule `match` accepts is replaced by `make(module)`;
+- `swap_class(obj, Mixin)`: one object's class becomes `Mixin + its class` (state and parameters untouched, so
+  compiled regions, caches and references to the object stay valid); mixins compose in the order applied.
+
+and the mixins below, each the optimized override of one reference method. Every one of them is checked
+against the fp32 reference by the ladder's gate before its time counts.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+_COMBINED: dict[tuple[type, type], type] = {}
+
+
+def swap_class(obj, mixin: type):
+    """Give `obj` the class `mixin + type(obj)` (created once per pair, so copies share it); returns obj.
+
+    A mixin already in the object's class is not added twice."""
+    cls = type(obj)
+    if issubclass(cls, mixin):
+        return obj
+    key = (mixin, cls)
+    if key not in _COMBINED:
+        _COMBINED[key] = type(f"{mixin.__name__}[{cls.__name__}]", (mixin, cls), {"__module__": cls.__module__})
+    obj.__class__ = _COMBINED[key]
+    return obj
+
+
+def replace_modules(model: nn.Module, match, make) -> int:
+    """Replace every submodule m of `model` with match(m) true by make(m) (depth first, a replaced module's
+    children are not visited); returns how many were replaced."""
+    n = 0
+    for name, child in list(model.named_children()):
+        if match(child):
+            setattr(model, name, make(child))
+            n += 1
+        else:
+            n += replace_modules(child, match, make)
+    return n
+
+
+def with_mixin(mixin: type):
+    """`make` for replace_modules: the same module with `mixin` swapped in."""
+    return lambda m: swap_class(m, mixin)
+
+
+def of_type(*types: type):
+    """`match` for replace_modules: modules whose class is one of `types` or derived from it."""
+    return lambda m: isinstance(m, types)
+
+
+# --- norms on the input dtype (hygiene: no fp32 round trip per norm) ----------------------------------------------
+
+
+class RMSNormInputDtype:
+    """WanRMSNorm as one fused rms_norm on the input dtype (statistics still accumulate in fp32 in the kernel)."""
+
+    def forward(self, x):
+        return F.rms_norm(x, (self.dim,), self.weight, self.eps)
+
+
+class LayerNormInputDtype:
+    """WanLayerNorm as layer_norm on the input dtype (fp32 statistics inside the kernel), no fp32 copy of x."""
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class GroupNormInputDtype:
+    """GroupNorm32 as group_norm on the input dtype (fp32 statistics inside the kernel), no fp32 copy of x."""
+
+    def forward(self, x):
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+
+def norms_on_input_dtype(model: nn.Module) -> int:
+    """Swap every fp32-round-trip norm of the reference models for its input-dtype form; returns the count."""
+    from ..models.causal_wan import WanLayerNorm, WanRMSNorm
+    from ..models.wma.layers import GroupNorm32
+
+    n = replace_modules(model, of_type(WanRMSNorm), with_mixin(RMSNormInputDtype))
+    n += replace_modules(model, of_type(WanLayerNorm), with_mixin(LayerNormInputDtype))
+    return n + replace_modules(model, of_type(GroupNorm32), with_mixin(GroupNormInputDtype))
+
+
+# --- the causal DiT: no Python ints inside a block ----------------------------------------------------------------
+
+
+class KVSlotWrites:
+    """CausalWanModel whose blocks write their self-attention K/V where GenerationCache.begin() put the slot, so
+    no start position (a Python int a compiled block would guard on) reaches them."""
+
+    @torch.compiler.disable  # eager, like the reference's: what depends on the int stays out of compiled graphs
+    def _position_inputs(self, grid, start_frame, cache, actions, dtype, device):
+        pos = super()._position_inputs(grid, start_frame, cache, actions, dtype, device)
+        if cache is not None:
+            pos.attn_start = None
+        return pos
+
+
+class HoistedActionInputs:
+    """CausalWanModel that windows the raw actions and builds the action RoPE tables once per forward for all
+    action modules (upstream: each module again), with a host-side bounds check instead of a device read."""
+
+    @torch.compiler.disable
+    def _position_inputs(self, grid, start_frame, cache, actions, dtype, device):
+        from ..models.action import prepare_action_inputs
+
+        pos = super()._position_inputs(grid, start_frame, cache, actions, dtype, device)
+        p = self.preset
+        mods = [b.action_model for b in self.blocks if b.action_model is not None]
+        if actions is not None and mods:
+            pos.action_inputs = prepare_action_inputs(
+                actions, start_frame, grid[0], p.action, dtype, frames_per_block=p.num_frame_per_block,
+                local_attn_size=mods[0].local_attn_size, cached=cache is not None, sync_check=False)
+            if cache is not None:
+                pos.action_start = None
+        return pos
+
+
+class CrossKVPrefill:
+    """CausalStreamingPipeline that fills every layer's cross-attention K/V right after the caches are made,
+    instead of lazily in the first forward (which gives a compiled block two variants: with and without)."""
+
+    def init_cache(self, inputs):
+        cache = super().init_cache(inputs)
+        with torch.no_grad():
+            self.model.prefill_cross_cache(inputs.context, cache)
+        return cache
+
+
+# --- the action modules' tiny attentions --------------------------------------------------------------------------
+
+
+class SmallActionAttention:
+    """ActionModule whose tiny per-location attentions (3 query x <= 6 key frames per location and head) run as a
+    fusable fp32 multiply-reduce (models.attention.small_attention), the keyboard K/V broadcast to every location
+    instead of copied, in place of an SDPA kernel that pads every (location, head) problem to a full tile."""
+
+    def mouse_attention(self, q, k, v, mask):
+        from ..models.attention import small_attention
+
+        return small_attention(q, k, v, mask=mask).flatten(2)
+
+    def keyboard_attention(self, q, kk, kv, mask, b: int, s: int):
+        from ..models.attention import small_attention
+
+        f, nh = q.shape[1], q.shape[2]
+        # [B, S, F, H, D] against [B, 1, nk, H, D]: no per-location copy
+        return small_attention(q.view(b, s, f, nh, -1), kk[:, None], kv[:, None], mask=mask).reshape(b * s, f, -1)
+
+
+# --- layout ----------------------------------------------------------------------------------------------------
+
+
+def to_memory_format(module: nn.Module, fmt: torch.memory_format) -> int:
+    """Convolution weights of the format's rank (4-D for channels_last, 5-D for channels_last_3d) in that format;
+    others are left as they are (Module.to(memory_format=...) refuses a module mixing both ranks)."""
+    rank = 4 if fmt == torch.channels_last else 5
+    n = 0
+    for m in module.modules():
+        if isinstance(m, (nn.Conv2d, nn.Conv3d, nn.ConvTranspose2d, nn.ConvTranspose3d)) and m.weight.dim() == rank:
+            m.weight.data = m.weight.data.contiguous(memory_format=fmt)
+            n += 1
+    return n
+
+
+def inputs_in_memory_format(module: nn.Module, fmt: torch.memory_format) -> None:
+    """A forward pre-hook giving `module` its first (activation) argument in `fmt`: the layout then carries
+    through the convolutions that follow."""
+
+    def hook(mod, args):
+        return (args[0].contiguous(memory_format=fmt), *args[1:])
+
+    module.register_forward_pre_hook(hook)

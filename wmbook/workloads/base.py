@@ -1,0 +1,167 @@
+"""The Workload interface and the value types workloads hand to the notebooks (wmbook.workloads explains)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from ..params import Param
+
+
+@dataclass(frozen=True)
+class Metric:
+    """The end-to-end speed metric of a workload: e.g. FPS (higher is better) or ms per DDIM step (lower)."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    label: str  # how a sentence names it: "FPS", "ms per DDIM step"
+
+    def speedup(self, value: float, base: float) -> float:
+        """How many times better `value` is than `base`."""
+        return value / base if self.higher_is_better else base / value
+
+
+@dataclass(frozen=True)
+class Labels:
+    """The labels a workload's traces carry (wmbook.profiling.label)."""
+
+    region: str  # the labelled range whose device time the breakdown splits
+    forward: str  # one denoiser forward
+    fine: tuple[str, ...]  # fine labels splitting one forward
+
+
+@dataclass
+class Probe:
+    """A steady-state denoiser forward (0-arg callable returning what the gate compares) and its FLOPs."""
+
+    forward: Callable[[], Any]
+    flops: float
+    description: str
+
+
+@dataclass(frozen=True)
+class E2ESize:
+    """How long a short end-to-end run is: generated blocks (causal DiT) or DDIM steps per pass (UNet)."""
+
+    blocks: int = 3
+    ddim_steps: int = 5
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A module whose convolution weights the channels-last variant converts, and whether its input activation is
+    converted too (a forward pre-hook; the layout then carries through the convolutions that follow)."""
+
+    module: torch.nn.Module
+    memory_format: torch.memory_format
+    inputs: bool = False
+
+
+@dataclass
+class EndToEnd:
+    """A short real run: its decoded frames and latents (for PSNR) and the workload's metric value."""
+
+    frames: torch.Tensor | None
+    latents: torch.Tensor
+    metric: Metric
+    value: float
+
+
+class Workload:
+    """The interface every workload implements (see the module docstring); one instance per workload."""
+
+    name: str = ""
+    title: str = ""
+    presets: dict = {}
+    real_preset: str = ""
+    tiny_preset: str = ""
+    features: frozenset[str] = frozenset()  # what variants may require: "kv_cache", "action_modules", ...
+    forward_name: str = "forward"  # "DiT forward" | "UNet forward"
+    metric: Metric
+    labels: Labels
+    params: tuple[Param, ...] = ()  # the workload's own run parameters (num_blocks, ddim_steps, ...)
+    goals: dict = {}  # notebook targets: forward_x_floor, regional_cold_s, ddim_step_speedup
+    # the README's published notebook-01 table: its title and (header, metric, format, with spread) columns
+    published_title: str = ""
+    published_columns: tuple[tuple[str, str, str, bool], ...] = ()
+
+    def __repr__(self) -> str:
+        return f"<Workload {self.name}: {self.title}>"
+
+    # --- configuration ---------------------------------------------------------------------------------
+    def default_vae_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        """vae_dtype 'auto'."""
+        return dtype
+
+    def check_config(self, cfg) -> None:
+        """Cross checks of a validated RunConfig (ParameterError naming the parameter)."""
+
+    # --- building --------------------------------------------------------------------------------------
+    def pipeline(self, preset, device: torch.device, dtype: torch.dtype, vae_dtype: torch.dtype, seed: int = 0):
+        raise NotImplementedError
+
+    def reference_pipeline(self, preset, device: torch.device, seed: int = 0):
+        """The fp32 eager reference (fp32 VAE too): every ladder row starts from a copy of it."""
+        return self.pipeline(preset, device, torch.float32, torch.float32, seed)
+
+    def build(self, cfg):
+        """(pipeline, inputs) for a validated RunConfig."""
+        raise NotImplementedError
+
+    # --- the parts variants act on -----------------------------------------------------------------------
+    def denoiser(self, pipe) -> torch.nn.Module:
+        """The module one forward runs."""
+        return pipe.model
+
+    def conditioning_modules(self, pipe) -> list[torch.nn.Module]:
+        return [m for m in (getattr(pipe, "clip", None), getattr(pipe, "text", None))
+                if isinstance(m, torch.nn.Module)]
+
+    def compile_target(self, pipe) -> torch.nn.Module:
+        """What a whole-model compile compiles."""
+        return self.denoiser(pipe)
+
+    def compile_regions(self, pipe) -> list[torch.nn.Module]:
+        """The repeated blocks a regional compile compiles."""
+        raise NotImplementedError
+
+    def conv_layouts(self, pipe) -> list[Layout]:
+        """What the channels-last variant converts: the conv-heavy parts."""
+        return []
+
+    def set_vae(self, pipe, vae) -> None:
+        """Replace the pipeline's VAE (and what wraps it)."""
+        pipe.vae = vae
+        pipe.vae_dtype = next(vae.parameters()).dtype
+
+    # --- measuring -------------------------------------------------------------------------------------
+    def forward_probe(self, pipe, seed: int = 0) -> Probe:
+        raise NotImplementedError
+
+    def end_to_end(self, pipe, seed: int = 0, size: E2ESize = E2ESize()) -> EndToEnd:
+        raise NotImplementedError
+
+    def decode(self, pipe, latents: torch.Tensor) -> torch.Tensor:
+        """Latents of an end-to-end run -> frames, the way the pipeline decodes them."""
+        raise NotImplementedError
+
+    def forward_flops(self, preset) -> dict[str, float]:
+        """FLOPs of one steady denoiser forward by part ('total' included)."""
+        raise NotImplementedError
+
+    compile_scope: str = "regional"  # how the ladder compiles this workload: "regional" | "whole"
+
+    def default_ladder(self, device: torch.device, attention: str | None) -> list[str]:
+        """Notebook 04's cumulative ladder up to compile (the study appends the compile rows; a group name such as
+        `hygiene` stands for its variants); `attention` is the attention-backend variant to include, or None."""
+        raise NotImplementedError
+
+    def check_e2e(self, preset, name: str, size: E2ESize) -> None:
+        """ParameterError naming `name` when an end-to-end run of `size` cannot run at `preset`."""
+
+    def e2e_description(self, size: E2ESize) -> str:
+        """'4-block run' / 'iteration of 5 DDIM steps per pass'."""
+        raise NotImplementedError

@@ -1,0 +1,405 @@
+"""The `wma` workload: a UnifoLM-WMA style video UNet world model with action and state heads, sampled with DDIM
+twice per interaction iteration (decision pass, world-model pass), decoded per frame with the SD VAE
+(wmbook.pipelines.ddim).
+
+Unit of work: one interaction iteration. Metric: ms per DDIM step (lower is better); notebook 01 also reports
+seconds per iteration and ms per UNet forward.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from ..bench import Samples
+from ..check import require_finite
+from ..device import floor_ms
+from ..models.wma import WMA_FINE_LABELS, WMA_FORWARD_LABEL
+from ..models.wma.flops import unet_forward_flops
+from ..params import Param, integer, number
+from ..pipelines.ddim import ITERATION_LABEL, WMAInputs, WMAInteractionPipeline, WMAOutput, check_run_params
+from ..presets import WMA_PRESETS, dtype_name
+from .base import E2ESize, EndToEnd, Labels, Layout, Metric, Probe, Workload
+
+# The seed's upstream profile (11 iterations, 22 samplings, DDIM 50, CFG 1.0, fp32 eager; GPU not named)
+SEED_PROFILE = {"iteration_s": 76.07, "step_s": 0.712, "sampling_share": 0.93, "decode_s_per_pass": 0.566,
+                "conditioning_s_per_pass": 0.133, "save_s": 3.52, "peak_gib": 17890.5 / 1024, "ddim_steps": 50}
+
+
+def _ddim_steps(v, ctx):
+    steps = integer(0)(v, ctx) or ctx["preset"].default_steps
+    check_run_params(ctx["preset"], steps)  # the same check as the pipeline's
+    return steps
+
+
+class WMAWorkload(Workload):
+    name = "wma"
+    title = "video UNet + DDIM (UnifoLM-WMA)"
+    presets = {k: v for k, v in WMA_PRESETS.items()}
+    real_preset = "wma"
+    tiny_preset = "tiny-wma"
+    features = frozenset({"unet", "ddim"})
+    goals = {"ddim_step_speedup": 2.0}  # notebook 04's goal: at least 2x per DDIM step over fp32 eager
+    published_title = ("video UNet + DDIM (wma)** — 50 DDIM steps per pass, two passes per iteration, CFG 1.0, "
+                       "VAE fp32")
+    published_columns = (("s / iteration", "iteration_s", "{:.3g}", True),
+                         ("ms / DDIM step", "ddim_step_ms", "{:.1f}", True),
+                         ("UNet forward ms", "unet_forward_ms", "{:.1f}", True),
+                         ("x floor", "unet_forward_over_floor", "{:.1f}", False),
+                         ("VAE share", "vae_decode_share", "{:.1%}", False),
+                         ("peak GiB", "peak_memory_gib", "{:.1f}", False))
+    forward_name = "UNet forward"
+    metric = Metric("ddim_step_ms", "ms", False, "ms per DDIM step")
+    labels = Labels(region=ITERATION_LABEL, forward=WMA_FORWARD_LABEL, fine=tuple(WMA_FINE_LABELS))
+    params = (Param("ddim_steps", 0, _ddim_steps, "DDIM steps per pass; 0: the preset's default (50)"),
+              Param("guidance_scale", 1.0, number(1.0), "classifier-free guidance scale; above 1 doubles the "
+                                                         "UNet forwards"))
+    # the UNet compiles whole: regionally its ~20 distinct blocks cost more host time per forward than they save
+    # (H100: 128 ms regional vs 89 ms whole, same kernels within 10%), and it has no per-block Python ints
+    compile_scope = "whole"
+
+    def default_vae_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        # upstream decodes in fp32 (a bf16 VAE cost one competitor 12 dB PSNR)
+        return torch.float32
+
+    # --- building --------------------------------------------------------------------------------------
+    def pipeline(self, preset, device, dtype, vae_dtype, seed: int = 0) -> WMAInteractionPipeline:
+        return WMAInteractionPipeline(preset, device=device, dtype=dtype, vae_dtype=vae_dtype, seed=seed)
+
+    def build(self, cfg) -> tuple[WMAInteractionPipeline, WMAInputs]:
+        pipe = self.pipeline(cfg.preset, cfg.device, cfg.dtype, cfg.vae_dtype, cfg.seed)
+        return pipe, pipe.prepare(seed=cfg.seed)
+
+    def _iteration_kw(self, cfg) -> dict:
+        return dict(ddim_steps=cfg.options.ddim_steps, guidance_scale=cfg.options.guidance_scale, progress=False)
+
+    def run_callable(self, pipe, inputs: WMAInputs, cfg):
+        """One labelled interaction iteration with its results saved under output_dir, as a 0-arg callable."""
+        return lambda: pipe.run_iteration(inputs, save_dir=cfg.output_dir / "iteration", **self._iteration_kw(cfg))
+
+    def generate_callable(self, pipe, inputs: WMAInputs, cfg):
+        """One interaction iteration without saving (both passes, both decodes), as a 0-arg callable."""
+        return lambda: pipe.run_iteration(inputs, **self._iteration_kw(cfg))
+
+    # --- the parts variants act on -----------------------------------------------------------------------
+    def compile_target(self, pipe) -> torch.nn.Module:
+        return pipe.model.diffusion_model  # the UNet with its heads (what one forward runs)
+
+    def compile_regions(self, pipe) -> list[torch.nn.Module]:
+        unet = pipe.model.diffusion_model
+        return [m for blocks in (unet.input_blocks, [unet.middle_block], unet.output_blocks) for m in blocks]
+
+    def conv_layouts(self, pipe) -> list[Layout]:
+        unet = pipe.model.diffusion_model
+        # the 2-D convolutions (the temporal Conv3ds stay as they are); NHWC activations from the first conv on
+        return [Layout(unet, torch.channels_last), Layout(unet.input_blocks[0], torch.channels_last, inputs=True),
+                Layout(pipe.vae, torch.channels_last)]
+
+    # --- measuring -------------------------------------------------------------------------------------
+    def forward_flops(self, preset) -> dict[str, float]:
+        return unet_forward_flops(preset)
+
+    @torch.no_grad()
+    def forward_probe(self, pipe, seed: int = 0) -> Probe:
+        """One UNet forward with both heads at t = T/2 on seeded latents, decision-pass context."""
+        p = pipe.preset
+        inp = pipe.prepare(seed=seed)
+        cond = pipe.condition(inp, torch.Generator(pipe.device).manual_seed(seed + 1), guidance=False)
+        g = torch.Generator("cpu").manual_seed(seed + 2)
+        x = torch.randn((1, *p.latent_shape), generator=g).to(pipe.device)
+        act = torch.randn((1, p.horizon, p.agent_action_dim), generator=g).to(pipe.device)
+        st = torch.randn((1, p.horizon, p.agent_state_dim), generator=g).to(pipe.device)
+        obs_i = inp.observation_images.to(pipe.dtype)
+        obs_s = inp.observation_states.to(pipe.dtype)
+        fs = torch.full((1,), p.default_fs, dtype=torch.long, device=pipe.device)
+        t = p.num_train_timesteps // 2
+
+        @torch.no_grad()
+        def forward():
+            return pipe.denoise(x, act, st, t, cond, cond.decision_context, obs_i, obs_s, fs)
+
+        return Probe(forward, self.forward_flops(p)["total"], f"UNet forward with both heads at t={t}")
+
+    @torch.no_grad()
+    def end_to_end(self, pipe, seed: int = 0, size: E2ESize = E2ESize()) -> EndToEnd:
+        out = pipe.run_iteration(pipe.prepare(seed=seed), ddim_steps=size.ddim_steps, progress=False)
+        steps = out.decision.step_ms + out.world.step_ms
+        return EndToEnd(frames=out.world.frames, latents=out.world.latents, metric=self.metric,
+                        value=float(np.median(steps)))
+
+    @torch.no_grad()
+    def decode(self, pipe, latents: torch.Tensor) -> torch.Tensor:
+        return pipe.decode(latents)
+
+    def e2e_description(self, size: E2ESize) -> str:
+        return f"iteration of {size.ddim_steps} DDIM steps per pass"
+
+    def default_ladder(self, device, attention: str | None) -> list[str]:
+        """tf32 -> bf16 -> the hygiene variants -> channels-last [-> cuDNN benchmark] [-> attention backend]."""
+        steps = ["tf32", "bf16", "hygiene", "channels-last"]
+        if device.type == "cuda":
+            steps.append("cudnn-benchmark")
+        return steps + ([attention] if attention else [])
+
+    # --- notebook 01 -------------------------------------------------------------------------------------
+    def model_table(self, pipe, inputs: WMAInputs, cfg) -> pd.DataFrame:
+        """Sizes and shapes of the built pipeline."""
+        p, dm = pipe.preset, pipe.model.diffusion_model
+        numel = lambda m: sum(t.numel() for t in m.parameters())  # noqa: E731
+        heads = numel(dm.action_unet) + numel(dm.state_unet)
+        cond = (numel(pipe.clip) + numel(pipe.text) + numel(pipe.model.image_proj_model)
+                + numel(pipe.model.state_projector) + numel(pipe.model.action_projector))
+        rows = {
+            "video UNet parameters (M)": (numel(dm) - heads) / 1e6,
+            "action + state head parameters (M)": heads / 1e6,
+            "conditioning parameters (M): CLIP, text, resampler, projectors": cond / 1e6,
+            "VAE decoder parameters (M)": (numel(pipe.vae.decoder) + numel(pipe.vae.post_quant_conv)) / 1e6,
+            "frames x height x width": f"{p.frames} x {p.height} x {p.width}",
+            "latent shape [C, T, h, w]": str(list(p.latent_shape)),
+            "context tokens per frame (state+action+text+image)":
+                p.n_obs_steps + p.horizon * p.num_stem_token + p.text_len + p.resampler_queries,
+            "DDIM steps per pass": cfg.options.ddim_steps,
+            "UNet forwards per step": 2 if cfg.options.guidance_scale != 1.0 else 1,
+            "UNet forward TFLOP (one branch)": self.forward_flops(p)["total"] / 1e12,
+            "n_obs_steps": p.n_obs_steps,
+            "eta / guidance rescale": f"{p.ddim_eta} / {p.guidance_rescale}",
+        }
+        return pd.DataFrame({"value": rows}).rename_axis("quantity")
+
+    def benchmark(self, pipe, inputs: WMAInputs, cfg, ceilings: dict) -> "WMABaselineResult":
+        """Eager baseline: `warmup` untimed iterations, `repeats` timed ones (device events), then one more with a
+        SectionTimer attached for the nested section table (kept out of the timed runs)."""
+        from ..profiling.sections import SectionTimer
+
+        kw = self._iteration_kw(cfg)
+        for _ in tqdm(range(cfg.warmup), desc="warm-up", leave=False):
+            pipe.run_iteration(inputs, **kw)
+        runs = [pipe.run_iteration(inputs, **kw) for _ in tqdm(range(cfg.repeats), desc="timed iterations",
+                                                                leave=False)]
+        require_finite(runs[-1].reference(), f"the eager pipeline ({pipe.preset.name})")
+        timer = SectionTimer(pipe.device)
+        with timer.attached():
+            pipe.run_iteration(inputs, **kw)
+        return WMABaselineResult(runs=runs, preset=pipe.preset, ceilings=ceilings, sections=timer.table())
+
+    def profile_stages(self, pipe, inputs: WMAInputs, cfg, trace_steps: int = 3):
+        """Stage table of one full iteration from device-event sections (exact and cheap at 50 steps), and a
+        torch.profiler trace of a short iteration (`trace_steps` DDIM steps per pass) to open in Perfetto:
+        (stage table, trace path, section table)."""
+        from ..profiling import profile
+        from ..profiling.sections import SectionTimer
+
+        timer = SectionTimer(pipe.device)
+        with timer.attached():
+            self.run_callable(pipe, inputs, cfg)()
+        sec = timer.table()
+        top = sec[sec["depth"] == 1].copy()  # the phases under the iteration label
+        top["label"] = top["section"]
+        stages = top.set_index("label")[["total_ms"]].rename(columns={"total_ms": "ms"})
+        stages["source"] = "device events"
+        stages["share"] = stages["ms"] / float(sec.loc[sec["depth"] == 0, "total_ms"].sum())
+        steps = min(trace_steps, cfg.options.ddim_steps)
+        kw = self._iteration_kw(cfg) | {"ddim_steps": steps}
+        prof = profile(lambda: pipe.run_iteration(inputs, **kw), wait=0, warmup=1, active=1,
+                       out_dir=cfg.output_dir, name=f"01_baseline_trace_{steps}steps")
+        return stages, prof.trace_path, sec
+
+    def session_run(self, pipe, inputs: WMAInputs, cfg, session) -> None:
+        """One labelled interaction iteration inside a ProfilingSession (no blocks: FPS does not apply; the
+        iteration's own device-event timings go into the session metrics)."""
+        out = self.run_callable(pipe, inputs, cfg)()
+        steps = out.decision.step_ms + out.world.step_ms
+        session.set_metrics(workload=self.name, preset=cfg.preset.name, dtype=dtype_name(cfg.dtype),
+                            ddim_steps=cfg.options.ddim_steps, guidance_scale=cfg.options.guidance_scale,
+                            iteration_s=out.iteration_ms / 1e3, ddim_step_ms_median=float(np.median(steps)),
+                            unet_forwards=out.unet_forwards)
+
+    def plot_overview(self, res: "WMABaselineResult"):
+        """Time split of an iteration and the per-step times, side by side."""
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2, figsize=(13, 3.4), gridspec_kw={"width_ratios": [1.2, 1]})
+        res.plot_time_split(ax=axes[0])
+        res.plot_step_times(ax=axes[1])
+        fig.tight_layout()
+        return fig
+
+    def interpret_baseline(self, cfg, res: "WMABaselineResult") -> list[str]:
+        """Sentences computed from the measured numbers, with the seed's upstream profile beside them."""
+        s = res.summary()
+        p = cfg.preset
+        steps = cfg.options.ddim_steps
+        dev = res.ceilings.get("device_name", str(cfg.device))
+        it = s["iteration_s"]
+        n_fwd = res.runs[0].unet_forwards
+        lines = [
+            f"On {dev}, `{p.name}` ({dtype_name(cfg.dtype)} model, {dtype_name(cfg.vae_dtype)} VAE) runs one "
+            f"interaction iteration (2 passes x {steps} DDIM steps = {n_fwd} UNet forwards, "
+            f"{2 * p.frames} frames decoded) in {it.median:.3g} s (p20 {it.p20:.3g}, p80 {it.p80:.3g}).",
+            f"A DDIM step takes {s['ddim_step_ms'].median:.3g} ms; one UNet forward takes "
+            f"{s['unet_forward_ms'].median:.3g} ms, {s['unet_forward_over_floor']:.1f}x its FLOP floor of "
+            f"{s['unet_floor_ms']:.3g} ms ({s['unet_forward_tflop']:.3g} TFLOP at the measured "
+            f"{res.ceilings.get('gemm_tflops', float('nan')):.3g} TFLOP/s GEMM ceiling), so it achieves "
+            f"{s['achieved_tflops']:.3g} TFLOP/s; the three scheduler updates add {s['ddim_update_ms']:.3g} ms per "
+            f"step.",
+            f"DDIM sampling holds {s['sampling_share']:.0%} of the iteration, VAE decoding "
+            f"{s['vae_decode_share']:.0%} ({s['vae_decode_ms_per_frame']:.3g} ms per frame), conditioning "
+            f"{s['conditioning_share']:.0%} and saving {s['save_share']:.0%}.",
+        ]
+        seed = SEED_PROFILE
+        line = (f"The seed's upstream profile (fp32 eager, DDIM {seed['ddim_steps']}, GPU not named) reported "
+                f"{seed['iteration_s']:.0f} s per iteration, {seed['step_s']:.2f} s per step and "
+                f"{seed['sampling_share']:.0%} in sampling; we measure {it.median:.3g} s, "
+                f"{s['ddim_step_ms'].median / 1e3:.3g} s per step and {s['sampling_share']:.0%} in sampling")
+        if steps != seed["ddim_steps"]:
+            line += f", with {steps} steps per pass instead of {seed['ddim_steps']}"
+        if not p.tiny:
+            ratio = it.median / seed["iteration_s"]
+            line += (f" ({1 / ratio:.1f}x faster per iteration)" if ratio < 1
+                     else f" ({ratio:.1f}x slower per iteration)")
+        lines.append(line + ".")
+        if not math.isnan(s["peak_memory_gib"]):
+            lines.append(f"Peak device memory is {s['peak_memory_gib']:.1f} GiB (seed: {seed['peak_gib']:.1f} GiB).")
+        floor_it = n_fwd * s["unet_floor_ms"] / 1e3
+        lines.append(f"At the FLOP floor the {n_fwd} forwards would take {floor_it:.3g} s, "
+                     f"{floor_it / it.median:.1%} of today's iteration.")
+        return lines
+
+
+def _med(xs) -> float:
+    return float(np.median(xs)) if len(xs) else float("nan")
+
+
+@dataclass
+class WMABaselineResult:
+    """Timed eager interaction iterations of notebook 01 and the tables and figures built from them."""
+
+    runs: list[WMAOutput]
+    preset: object
+    ceilings: dict
+    sections: pd.DataFrame | None = None
+    extra: dict = field(default_factory=dict)
+    units = {"iteration_s": "s", "ddim_step_ms": "ms", "unet_forward_ms": "ms", "ddim_update_ms": "ms",
+             "unet_forward_tflop": "TFLOP", "unet_floor_ms": "ms", "unet_forward_over_floor": "x",
+             "achieved_tflops": "TFLOP/s", "unet_forwards_per_iteration": "count", "sampling_share": "fraction",
+             "vae_decode_share": "fraction", "vae_decode_ms_per_frame": "ms", "conditioning_share": "fraction",
+             "save_share": "fraction", "peak_memory_gib": "GiB"}
+
+    def run_table(self) -> pd.DataFrame:
+        """One row per timed iteration (device events)."""
+        rows = []
+        for i, r in enumerate(self.runs):
+            rows.append({"run": i, "iteration_s": r.iteration_ms / 1e3, "conditioning_ms": r.conditioning_ms,
+                         "decision_sampling_ms": r.decision.sampling_ms, "decision_decode_ms": r.decision.decode_ms,
+                         "world_sampling_ms": r.world.sampling_ms, "world_decode_ms": r.world.decode_ms,
+                         "save_ms": r.save_ms,
+                         "peak_memory_gib": r.peak_memory_bytes / 2**30 if r.peak_memory_bytes else np.nan})
+        return pd.DataFrame(rows).set_index("run")
+
+    def phase_table(self) -> pd.DataFrame:
+        """Median ms per phase of the iteration and its share; 'other' = labels between phases, host gaps."""
+        rt = self.run_table()
+        ph = {"conditioning": rt["conditioning_ms"], "decision sampling": rt["decision_sampling_ms"],
+              "decision decode": rt["decision_decode_ms"], "world-model sampling": rt["world_sampling_ms"],
+              "world-model decode": rt["world_decode_ms"], "save": rt["save_ms"]}
+        it = rt["iteration_s"] * 1e3
+        ph["other"] = it - sum(ph.values())
+        df = pd.DataFrame({"ms": {k: float(v.median()) for k, v in ph.items()}})
+        df["share"] = df["ms"] / float(it.median())
+        return df.rename_axis("phase")
+
+    def step_table(self) -> pd.DataFrame:
+        """Per pass and DDIM step (median over runs): step, UNet forward(s), scheduler update."""
+        r0 = self.runs[0]
+        rows = []
+        for name, get in (("decision", lambda r: r.decision), ("world_model", lambda r: r.world)):
+            for j, t in enumerate(r0.timesteps):
+                rows.append({"pass": name, "step": j, "t": t,
+                             "step_ms": _med([get(r).step_ms[j] for r in self.runs]),
+                             "forward_ms": _med([get(r).forward_ms[j] for r in self.runs]),
+                             "update_ms": _med([get(r).update_ms[j] for r in self.runs])})
+        return pd.DataFrame(rows)
+
+    def summary(self) -> dict:
+        r0 = self.runs[0]
+        fpp = r0.forwards_per_step
+        passes = [x for r in self.runs for x in (r.decision, r.world)]
+        step = Samples([ms for ps in passes for ms in ps.step_ms], "ms")
+        fwd = Samples([ms / fpp for ps in passes for ms in ps.forward_ms], "ms")
+        it_ms = [r.iteration_ms for r in self.runs]
+        flops = unet_forward_flops(self.preset)["total"]
+        fl_ms = floor_ms(flops, self.ceilings)
+        total = float(np.sum(it_ms))
+        decoded = [ps for ps in passes if ps.frames is not None]
+        frames_decoded = sum(ps.frames.shape[2] for ps in decoded)
+        peaks = [r.peak_memory_bytes for r in self.runs if r.peak_memory_bytes]
+        return {
+            "iteration_s": Samples([ms / 1e3 for ms in it_ms], "s"),
+            "ddim_step_ms": step,
+            "unet_forward_ms": fwd,
+            "ddim_update_ms": _med([ms for ps in passes for ms in ps.update_ms]),
+            "unet_forward_tflop": flops / 1e12,
+            "unet_floor_ms": fl_ms,
+            "unet_forward_over_floor": fwd.median / fl_ms,
+            "achieved_tflops": flops / (fwd.median * 1e-3) / 1e12,
+            "unet_forwards_per_iteration": float(r0.unet_forwards),
+            "sampling_share": sum(ps.sampling_ms for ps in passes) / total,
+            "vae_decode_share": sum(ps.decode_ms for ps in passes) / total,
+            "vae_decode_ms_per_frame": sum(ps.decode_ms for ps in decoded) / max(frames_decoded, 1),
+            "conditioning_share": sum(r.conditioning_ms for r in self.runs) / total,
+            "save_share": sum(r.save_ms for r in self.runs) / total,
+            "peak_memory_gib": max(peaks) / 2**30 if peaks else float("nan"),
+        }
+
+    def detail_tables(self) -> dict[str, pd.DataFrame]:
+        """The workload's detail tables for notebook 01, by title."""
+        out = {"Per phase of the iteration (median over runs)": self.phase_table(),
+               "Per pass and DDIM step, ms (median over runs)":
+                   self.step_table().pivot(index="step", columns="pass", values="step_ms")}
+        if self.sections is not None:
+            out["Nested section table of one iteration (count, total, mean, self vs total; device events)"] = \
+                self.sections[["path", "count", "total_ms", "mean_ms", "self_ms", "share_of_parent"]]
+        return out
+
+    def plot_time_split(self, ax=None):
+        """One stacked bar: where an iteration's time goes (median over runs)."""
+        import matplotlib.pyplot as plt
+
+        pt = self.phase_table()
+        if ax is None:
+            _, ax = plt.subplots(figsize=(8, 2.2))
+        colors = ["#228833", "#4477aa", "#aa3377", "#66ccee", "#ee6677", "#ccbb44", "#bbbbbb"]
+        left = 0.0
+        for (name, row), c in zip(pt.iterrows(), colors):
+            ms = max(float(row["ms"]), 0.0)
+            ax.barh(0, ms, left=left, color=c, label=f"{name} ({row['share']:.0%})")
+            left += ms
+        ax.set_yticks([])
+        ax.set_xlabel("ms per interaction iteration")
+        ax.set_title("Time split of one iteration (median over runs)")
+        ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+        return ax
+
+    def plot_step_times(self, ax=None):
+        """ms per DDIM step in each pass (median over runs), with the UNet forward(s)' FLOP floor."""
+        import matplotlib.pyplot as plt
+
+        st = self.step_table()
+        if ax is None:
+            _, ax = plt.subplots(figsize=(7, 3))
+        for name, g in st.groupby("pass", sort=False):
+            ax.plot(g["step"], g["step_ms"], marker=".", label=f"{name}: step")
+            ax.plot(g["step"], g["forward_ms"], ls="--", lw=1, label=f"{name}: UNet forward(s)")
+        ax.axhline(self.summary()["unet_floor_ms"] * self.runs[0].forwards_per_step, color="k", lw=1, ls=":",
+                   label="FLOP floor")
+        ax.set_xlabel("DDIM step")
+        ax.set_ylabel("ms")
+        ax.set_title("DDIM step times")
+        ax.legend(fontsize=7)
+        return ax
+
