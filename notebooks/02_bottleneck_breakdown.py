@@ -43,7 +43,7 @@ region = "auto"        # label whose device time is broken down; auto: the workl
 detail = True          # fine labels inside the forward while tracing (attention, FFN, norms, ...)
 profiling_config = "development"  # development | production | path to a YAML file (monitors, report format)
 measure_overhead = True  # time the pipeline with and without the session's monitors
-overhead_repeats = 3
+overhead_pairs = 8      # paired runs without / inside a session for the overhead (ABBA order)
 output_dir = "auto"    # trace, session report; auto: reports/artifacts/02_bottleneck_breakdown/PRESET-DEVICE
 results_path = "auto"  # auto: data/results/results.csv for real presets, reports/results/results-tiny.csv for tiny ones
 seed = 0
@@ -60,7 +60,7 @@ from wmbook.studies import breakdown as study
 cfg = study.validate(workload=workload, preset=preset, device=device, dtype=dtype, vae_dtype=vae_dtype,
                      num_blocks=num_blocks, ddim_steps=ddim_steps, guidance_scale=guidance_scale, warmup=warmup,
                      trace=trace, region=region, detail=detail, profiling_config=profiling_config,
-                     measure_overhead=measure_overhead, overhead_repeats=overhead_repeats, output_dir=output_dir,
+                     measure_overhead=measure_overhead, overhead_pairs=overhead_pairs, output_dir=output_dir,
                      results_path=results_path, seed=seed)
 cfg.table()
 

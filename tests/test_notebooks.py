@@ -44,7 +44,7 @@ def test_notebook_02_tiny_end_to_end(tmp_path):
     results = tmp_path / "results.csv"
     art = tmp_path / "art"
     runs = run_notebooks(["02_bottleneck_breakdown"], out=tmp_path / "report", progress=False,
-                         parameters={"preset": "tiny", "num_blocks": 2, "warmup": 0, "overhead_repeats": 1,
+                         parameters={"preset": "tiny", "num_blocks": 2, "warmup": 0, "overhead_pairs": 2,
                                      "results_path": str(results), "output_dir": str(art)})
     assert runs[0].status == "ok", runs[0].error
     assert (art / "02_breakdown_trace.json.gz").stat().st_size > 0
@@ -75,7 +75,7 @@ def test_notebooks_01_and_02_wma_tiny(tmp_path):
                          parameters=params | {"repeats": 2, "output_dir": str(tmp_path / "a1")})
     assert runs[0].status == "ok", runs[0].error
     runs = run_notebooks(["02_bottleneck_breakdown"], out=tmp_path / "r2", progress=False,
-                         parameters=params | {"overhead_repeats": 1, "output_dir": str(tmp_path / "a2")})
+                         parameters=params | {"overhead_pairs": 2, "output_dir": str(tmp_path / "a2")})
     assert runs[0].status == "ok", runs[0].error
     df = pd.read_csv(results)
     nb1 = df[df["notebook"] == "01_baseline_profiling"]

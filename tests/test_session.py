@@ -447,17 +447,34 @@ def test_measure_overhead_reports_both_timings():
             for _ in range(20):
                 a @ a
 
-    ov = measure_overhead(fn, config="production", repeats=6, warmup=1)
+    ov = measure_overhead(fn, config="production", pairs=6, warmup=1)
     assert ov["baseline_ms"]["n"] == 6 and ov["session_ms"]["n"] == 6
-    assert ov["overhead_frac"] == pytest.approx(ov["session_ms"]["median"] / ov["baseline_ms"]["median"] - 1)
+    lo, hi = ov["overhead_ci90"]
+    assert lo <= ov["overhead_frac"] <= hi and ov["overhead_p20"] <= ov["overhead_frac"] <= ov["overhead_p80"]
     assert ov["monitor"]["groups"] == ["gpu_memory", "gpu_utilization", "system_memory"]
     assert ov["timing"] == "host perf_counter" and ov["time_labels"] is True
+    assert 0 < ov["monitor"]["duration_s"] and ov["monitor"]["sampling_share_of_wall"] is not None
     assert current_session() is None
-    with pytest.raises(ValueError, match="repeats"):
-        measure_overhead(fn, repeats=1)
+    with pytest.raises(ValueError, match="pairs"):
+        measure_overhead(fn, pairs=1)
     with ProfilingSession("busy", config=cfg(), device="cpu"):
         with pytest.raises(RuntimeError, match="outside a ProfilingSession"):
             measure_overhead(fn)
+
+
+def test_measure_overhead_pairs_alternate_and_see_a_real_cost():
+    """ABBA order, and a cost the session really adds (a label that sleeps only inside a session) is found with an
+    interval above zero, while the same function without that cost gives an interval that holds zero or is small."""
+    calls = []
+
+    def fn():
+        inside = current_session() is not None
+        calls.append(inside)
+        time.sleep(0.004 + (0.002 if inside else 0.0))
+
+    ov = measure_overhead(fn, config="production", pairs=4, warmup=0)
+    assert calls == [False, True, True, False, False, True, True, False]
+    assert ov["overhead_ci90"][0] > 0.2 and ov["overhead_frac"] == pytest.approx(0.5, abs=0.25)
 
 
 def test_session_argument_errors():

@@ -284,10 +284,13 @@ def render_html(report: dict) -> str:
         parts.append("<h2>Profiling overhead</h2>")
         rows = [{"run": k.replace("_ms", ""), **(ov.get(k) or {})} for k in ("baseline_ms", "session_ms")]
         parts.append(_table(rows, ["run", "median", "p20", "p80", "min", "max", "n"], left=("run",)))
-        parts.append(f"<p>overhead {_num(ov.get('overhead_ms'), '{:.3g}', ' ms')} = "
-                     f"{_num(ov.get('overhead_frac'), '{:+.2%}')} of the median (baseline spread p20-p80 "
-                     f"{_num(ov.get('baseline_spread_frac'), '{:.1%}')}); config {_e(ov.get('config'))}, "
-                     f"timing {_e(ov.get('timing'))}</p>")
+        ci = ov.get("overhead_ci90") or [None, None]
+        parts.append(f"<p>overhead {_num(ov.get('overhead_frac'), '{:+.2%}')} "
+                     f"({_num(ov.get('overhead_ms'), '{:.3g}', ' ms')}): median of {_e(ov.get('pairs'))} paired runs, "
+                     f"p20-p80 {_num(ov.get('overhead_p20'), '{:+.1%}')} to {_num(ov.get('overhead_p80'), '{:+.1%}')}, "
+                     f"90% interval of the median {_num(ci[0], '{:+.1%}')} to {_num(ci[1], '{:+.1%}')} "
+                     f"(baseline spread p20-p80 {_num(ov.get('baseline_spread_frac'), '{:.1%}')}); "
+                     f"config {_e(ov.get('config'))}, timing {_e(ov.get('timing'))}; {_e(ov.get('method'))}</p>")
 
     ev = r.get("events") or []
     parts.append("<h2>Events</h2>")

@@ -537,38 +537,65 @@ class ProfilingSession:
 # overhead
 
 
-def measure_overhead(fn, config="production", repeats: int = 20, warmup: int = 3, device=None,
-                     rounds: int = 2) -> dict:
-    """Time fn() without a session and inside a session with `config` (monitors on, no trace), interleaved.
+def measure_overhead(fn, config="production", pairs: int = 8, warmup: int = 1, device=None, seed: int = 0) -> dict:
+    """Time fn() without a session and inside a session with `config` (monitors on, no trace), in pairs.
 
-    Device-synchronised timing via wmbook.bench.time_fn; `rounds` alternations of the two, each with
-    repeats // rounds calls. Returns medians and spreads of both, overhead_ms and overhead_frac.
+    Each pair is one call without and one inside a fresh session, in alternating order (ABBA: a drift in clocks or
+    host load hits both sides alike), timed with wmbook.bench.time_fn (CUDA events on a GPU). The overhead is the
+    median of the per-pair ratios session/baseline - 1, with the p20-p80 of those ratios and a bootstrap 90%
+    interval of the median: a run-to-run spread larger than the overhead shows up as an interval around 0 instead
+    of a number that looks like a cost. Returns both timings' summaries, overhead_frac/_ms, the interval, the
+    monitor's own sampling cost and the config.
     """
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {type(fn).__name__}")
-    for n, v, lo in (("repeats", repeats, 2), ("warmup", warmup, 0), ("rounds", rounds, 1)):
+    for n, v, lo in (("pairs", pairs, 2), ("warmup", warmup, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ValueError(f"{n} must be an int >= {lo}, got {v!r}")
     if current_session() is not None:
         raise RuntimeError("measure_overhead must run outside a ProfilingSession (it opens its own)")
+    import numpy as np
+
     cfg = load_config(config).replace(generate_final_report=False, enabled=True)
     dev = resolve_device(device)
-    per = max(1, repeats // rounds)
-    base, inside = [], []
-    info = {}
-    for r in range(rounds):
-        w = warmup if r == 0 else 0
-        base += time_fn(fn, warmup=w, repeats=per, device=dev).values
+    if warmup:
+        time_fn(fn, warmup=warmup - 1, repeats=1, device=dev)
+    base, inside, info = [], [], {}
+    sampling_s = sampling_cpu_s = wall_s = 0.0
+
+    def in_session():
+        nonlocal info, sampling_s, sampling_cpu_s, wall_s
         with ProfilingSession("overhead", config=cfg, device=dev) as s:
-            inside += time_fn(fn, warmup=w, repeats=per, device=dev).values
+            inside.extend(time_fn(fn, warmup=0, repeats=1, device=dev).values)
         info = s.monitor.info()
+        sampling_s += info.get("sampling_s") or 0.0
+        sampling_cpu_s += info.get("sampling_cpu_s") or 0.0
+        wall_s += info.get("duration_s") or 0.0
+
+    for r in range(pairs):
+        first_base = r % 2 == 0  # AB BA AB BA ...
+        if first_base:
+            base.extend(time_fn(fn, warmup=0, repeats=1, device=dev).values)
+        in_session()
+        if not first_base:
+            base.extend(time_fn(fn, warmup=0, repeats=1, device=dev).values)
     b, i = Samples(base, "ms"), Samples(inside, "ms")
+    ratios = np.asarray(inside) / np.asarray(base)
+    rng = np.random.default_rng(seed)
+    boot = np.median(rng.choice(ratios, size=(2000, len(ratios)), replace=True), axis=1)
+    lo, hi = np.percentile(boot, [5, 95])
+    med = float(np.median(ratios))
+    info = dict(info, sampling_s=sampling_s, sampling_cpu_s=sampling_cpu_s, duration_s=wall_s,
+                sampling_share_of_wall=sampling_s / wall_s if wall_s else None)
     return _jsonable({
         "config": config if isinstance(config, str) else "custom",
         "device": str(dev), "timing": "CUDA events" if dev.type == "cuda" else "host perf_counter",
-        "repeats": len(base), "warmup": warmup, "rounds": rounds,
+        "method": "paired ABBA: per pair one call without and one inside a session; overhead = median ratio - 1",
+        "pairs": pairs, "repeats": pairs, "warmup": warmup,
         "baseline_ms": b.summary(), "session_ms": i.summary(),
-        "overhead_ms": i.median - b.median, "overhead_frac": (i.median - b.median) / b.median,
+        "overhead_frac": med - 1, "overhead_ms": float(np.median(np.asarray(inside) - np.asarray(base))),
+        "overhead_p20": float(np.percentile(ratios, 20)) - 1, "overhead_p80": float(np.percentile(ratios, 80)) - 1,
+        "overhead_ci90": [float(lo) - 1, float(hi) - 1],
         "baseline_spread_frac": (b.p80 - b.p20) / b.median,
         "monitor": {k: info.get(k) for k in ("gpu_available", "gpu_reason", "groups", "gpu_interval_s",
                                              "cpu_interval_s", "sampling_s", "sampling_cpu_s",

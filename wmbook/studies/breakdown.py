@@ -58,7 +58,7 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("detail", True, boolean, "fine labels inside the forward while tracing"),
     Param("profiling_config", "development", _profiling_config, "development | production | a YAML path"),
     Param("measure_overhead", True, boolean, "time the pipeline with and without the session's monitors"),
-    Param("overhead_repeats", 3, integer(1)),
+    Param("overhead_pairs", 8, integer(2), "paired runs (one without, one inside a session) of the overhead measurement"),
     OUTPUT_DIR, RESULTS_PATH, SEED))
 
 
@@ -102,9 +102,8 @@ def session_report(pipe, inputs, cfg: RunConfig, bd, ceilings: dict):
     overhead = None
     if opt.measure_overhead:
         gen = wl.generate_callable(pipe, inputs, cfg)
-        # one run per round, alternating with and without the session: drifts (clocks, host load) hit both alike
-        overhead = measure_overhead(gen, config=opt.profiling_config, repeats=2 * opt.overhead_repeats, warmup=1,
-                                    device=cfg.device, rounds=2 * opt.overhead_repeats)
+        overhead = measure_overhead(gen, config=opt.profiling_config, pairs=opt.overhead_pairs, warmup=1,
+                                    device=cfg.device, seed=cfg.seed)
     tags = {"notebook": NOTEBOOK, "workload": wl.name, "preset": cfg.preset.name}
     session = ProfilingSession(f"{NOTEBOOK}-{cfg.preset.name}", config=opt.profiling_config, device=cfg.device,
                                tags=tags, output_dir=cfg.output_dir / "session")
@@ -170,12 +169,13 @@ def interpret(cfg: RunConfig, bd, overhead: dict | None = None) -> str:
         lines.append(f"First suggestion: {sg['finding']} ({sg['evidence']}) -> notebook {sg['notebook']}.")
     if overhead:
         b, i = overhead["baseline_ms"], overhead["session_ms"]
-        noise = overhead["baseline_spread_frac"]
-        verdict = ("within the run-to-run spread" if abs(overhead["overhead_frac"]) <= noise
-                   else "larger than the run-to-run spread")
+        lo, hi = overhead["overhead_ci90"]
+        verdict = ("not distinguishable from zero at this run-to-run spread" if lo <= 0 <= hi
+                   else "a measurable cost" if lo > 0 else "faster inside the session, i.e. noise")
         lines.append(f"Profiling overhead with monitors on and tracing off (`{overhead['config']}` config): "
-                     f"{overhead['overhead_frac']:+.1%} ({i['median']:.1f} vs {b['median']:.1f} ms median over "
-                     f"{overhead['repeats']} runs each), {verdict} (p20-p80 spread {noise:.1%} of the median).")
+                     f"{overhead['overhead_frac']:+.1%} (median of {overhead['pairs']} paired runs, p20-p80 "
+                     f"{overhead['overhead_p20']:+.1%} to {overhead['overhead_p80']:+.1%}, 90% interval of the median "
+                     f"{lo:+.1%} to {hi:+.1%}; {i['median']:.1f} vs {b['median']:.1f} ms), {verdict}.")
         share = (overhead.get("monitor") or {}).get("sampling_share_of_wall")
         if share is not None:
             lines.append(f"Measured directly, the sampler thread spent {share:.2%} of the session's wall time taking "
