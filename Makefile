@@ -2,7 +2,7 @@
 # Both create ./.venv on first use (reusing a host torch through --system-site-packages) and install
 # the exact versions of constraints.txt.
 #
-#   make report [PRESET=tiny] [REPORT=dir] [NOTEBOOKS="01 02"] [ARGS="-p num_blocks 2"]
+#   make report [WORKLOADS=all|mg2|wma] [REPORT=dir] [NOTEBOOKS="01 02"] [ARGS="-p repeats 2"] [PRESET=name]
 #   make test   [PYTEST_ARGS="-k runner"]
 #   make test-latest  # the tests against the newest releases of every dependency (./.venv-latest)
 #   make lock   # rewrite constraints.txt from the venv (after a deliberate upgrade passed the tests)
@@ -20,6 +20,8 @@ ifeq ($(origin REPORT),undefined)
 REPORT := reports/$(shell date -u +%Y%m%dT%H%M%SZ)
 endif
 PRESET ?=
+# every workload by default: a notebook with a `workload` parameter runs once per workload
+WORKLOADS ?= all
 NOTEBOOKS ?=
 ARGS ?=
 PYTEST_ARGS ?=
@@ -44,7 +46,7 @@ help:
 	@sed -n '1,8p' Makefile | sed 's/^# \{0,1\}//'
 
 report: $(STAMP)
-	$(VPY) -m wmbook run --out "$(REPORT)" $(if $(PRESET),--preset "$(PRESET)") $(ARGS) $(NOTEBOOKS)
+	$(VPY) -m wmbook run --out "$(REPORT)" $(if $(WORKLOADS),--workload "$(WORKLOADS)") $(if $(PRESET),--preset "$(PRESET)") $(ARGS) $(NOTEBOOKS)
 
 test: $(STAMP)
 	$(VPY) -m pytest -q $(PYTEST_ARGS)

@@ -1,7 +1,9 @@
-"""Per-rank reports from a real 2-process gloo run, aggregation (min/max/mean, slowest rank), the CLI."""
+"""Per-rank reports from a real 2-process gloo run, aggregation (min/max/mean, slowest rank), the CLI;
+several paths, grouping by session, where aggregates are written, bad input."""
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from wmbook.cli import main as cli_main
-from wmbook.profiling.aggregate import aggregate_reports
+from wmbook.profiling.aggregate import aggregate_reports, aggregate_sessions, group_reports
 from wmbook.profiling.session import ProfilingSession
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,7 +84,9 @@ def test_aggregate_min_max_mean_and_slowest_rank(dist_reports, tmp_path):
     assert "Slowest rank: 1" in page and "http" not in page
 
 
-def test_cli_prints_the_summary(dist_reports, capsys):
+def test_cli_prints_the_summary(dist_reports, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    before = sorted(f.name for f in dist_reports.iterdir())
     assert cli_main(["aggregate", str(dist_reports)]) == 0
     text = capsys.readouterr().out
     assert "=== Aggregation Summary ===" in text
@@ -90,11 +94,36 @@ def test_cli_prints_the_summary(dist_reports, capsys):
     assert "=== GPU Metrics (Aggregated) ===" in text and "=== CPU Metrics (Aggregated) ===" in text
     assert "FPS - Min: " in text and "Avg: " in text
     assert f"Slowest rank: {SLOW_RANK} by session device time" in text
-    written = dist_reports / "dist_test_aggregate.json"
-    assert written.exists() and f"Wrote: {written}" in text
-    # the aggregate in the folder is not mistaken for a rank report on the next run
-    assert len(aggregate_reports(dist_reports, write=False).ranks) == 2
-    assert "aggregate" in cli_main.__globals__["USAGE"]
+    # default: ./profiling_reports/aggregate of the working directory, not the input folder
+    written = tmp_path / "profiling_reports" / "aggregate" / "dist_test_aggregate.json"
+    assert written.exists() and written.with_suffix(".html").exists()
+    assert f"Wrote (dist_test): {written}, {written.with_suffix('.html')}" in text
+    assert sorted(f.name for f in dist_reports.iterdir()) == before
+    assert "aggregate PATH [PATH ...]" in cli_main.__globals__["USAGE"]
+
+
+def test_several_files_of_one_session(dist_reports, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    files = sorted(dist_reports.glob("dist_test_*_rank*.json"))
+    assert len(files) == 2
+    assert group_reports(files) == {"dist_test": files}
+    # a file named twice (itself and through its folder) counts once
+    assert group_reports([dist_reports, files[0]]) == {"dist_test": files}
+    agg = aggregate_reports([str(f) for f in files], write=False)
+    assert list(agg.ranks["rank"]) == [0, 1] and agg.sources == [str(f) for f in files]
+    out = tmp_path / "one" / "dist.json"
+    assert cli_main(["aggregate", str(files[0]), str(files[1]), "--output", str(out), "--no-html"]) == 0
+    text = capsys.readouterr().out
+    assert "Ranks: 2 (0, 1) of world size 2" in text and f"Wrote (dist_test): {out}" in text
+    assert json.loads(out.read_text())["n_reports"] == 2 and not out.with_suffix(".html").exists()
+    assert not (tmp_path / "profiling_reports").exists()
+
+    # an aggregate written into the report folder is skipped when the folder is read again
+    copy = tmp_path / "copy"
+    shutil.copytree(dist_reports, copy)
+    aggregate_reports(copy, output_dir=copy)
+    assert (copy / "dist_test_aggregate.json").exists()
+    assert len(aggregate_reports(copy, write=False).ranks) == 2
 
 
 def _report(folder, name, rank, world=2, monkeypatch=None):
@@ -120,8 +149,9 @@ def test_rejects_empty_mixed_and_duplicate(tmp_path, monkeypatch, capsys):
     mixed = tmp_path / "mixed"
     _report(mixed, "alpha", 0, monkeypatch=monkeypatch)
     _report(mixed, "beta", 1, monkeypatch=monkeypatch)
-    with pytest.raises(ValueError, match="different sessions: 'alpha': 1 report.*'beta': 1 report"):
-        aggregate_reports(mixed)
+    with pytest.raises(ValueError, match=r"different sessions: 'alpha' \(1 report\), 'beta' \(1 report\)"):
+        aggregate_reports(mixed)  # one AggregateReport: pick a session (aggregate_sessions does each)
+    assert aggregate_reports(mixed, session="beta", write=False).session == "beta"
 
     dup = tmp_path / "dup"
     a = _report(dup, "run", 0, monkeypatch=monkeypatch)
@@ -135,3 +165,101 @@ def test_rejects_empty_mixed_and_duplicate(tmp_path, monkeypatch, capsys):
     with pytest.raises(ValueError, match="not a wmbook session report"):
         aggregate_reports([empty / "notes.json"])
     assert not list(dup.glob("*aggregate*"))
+    assert not (tmp_path / "profiling_reports").exists()
+
+
+@pytest.fixture
+def two_sessions(tmp_path, monkeypatch):
+    """A folder with session 'alpha' (ranks 0, 1 of 2) and session 'beta' (rank 0 of 2); cwd: tmp_path/work."""
+    folder = tmp_path / "reports"
+    for name, rank in (("alpha", 0), ("alpha", 1), ("beta", 0)):
+        _report(folder, name, rank, monkeypatch=monkeypatch)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return folder
+
+
+def test_folder_of_two_sessions_aggregates_each(two_sessions, capsys):
+    groups = group_reports(two_sessions)
+    assert list(groups) == ["alpha", "beta"] and [len(v) for v in groups.values()] == [2, 1]
+    assert all(p.parent == two_sessions for v in groups.values() for p in v)
+    before = sorted(f.name for f in two_sessions.iterdir())
+
+    assert cli_main(["aggregate", str(two_sessions)]) == 0
+    text = capsys.readouterr().out
+    assert "Session: alpha" in text and "Session: beta" in text
+    assert "Ranks: 2 (0, 1) of world size 2" in text and "Missing ranks: [1]" in text
+    out = Path.cwd() / "profiling_reports" / "aggregate"
+    assert sorted(f.name for f in out.iterdir()) == ["alpha_aggregate.html", "alpha_aggregate.json",
+                                                       "beta_aggregate.html", "beta_aggregate.json"]
+    assert f"Wrote (alpha): {out / 'alpha_aggregate.json'}" in text
+    assert f"Wrote (beta): {out / 'beta_aggregate.json'}" in text
+    a, b = (json.loads((out / f"{n}_aggregate.json").read_text()) for n in ("alpha", "beta"))
+    assert (a["session"], a["n_reports"], b["session"], b["n_reports"]) == ("alpha", 2, "beta", 1)
+    assert sorted(f.name for f in two_sessions.iterdir()) == before  # nothing written into the input folder
+
+    aggs = aggregate_sessions(two_sessions, write=False)
+    assert {k: len(v.ranks) for k, v in aggs.items()} == {"alpha": 2, "beta": 1}
+
+
+def test_session_picks_one_and_unknown_session_is_an_error(two_sessions, tmp_path, capsys):
+    out = tmp_path / "picked"
+    assert cli_main(["aggregate", str(two_sessions), "--session", "beta", "--output-dir", str(out)]) == 0
+    assert "Session: beta" in (text := capsys.readouterr().out) and "Session: alpha" not in text
+    assert sorted(f.name for f in out.iterdir()) == ["beta_aggregate.html", "beta_aggregate.json"]
+
+    assert cli_main(["aggregate", str(two_sessions), "--session", "gamma"]) == 2
+    err = capsys.readouterr().err
+    assert "session 'gamma' is not among the sessions found" in err
+    assert "'alpha' (2 reports)" in err and "'beta' (1 report)" in err
+    with pytest.raises(ValueError, match="session 'gamma' is not among.*'alpha'.*'beta'"):
+        aggregate_sessions(two_sessions, session="gamma")
+    assert not (Path.cwd() / "profiling_reports").exists()  # nothing written
+    assert sorted(f.name for f in out.iterdir()) == ["beta_aggregate.html", "beta_aggregate.json"]
+
+
+def test_output_file_needs_one_session(two_sessions, tmp_path, capsys):
+    out = tmp_path / "one.json"
+    assert cli_main(["aggregate", str(two_sessions), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "output names one file, but 2 sessions were found" in err and "--session" in err
+    assert "--output-dir" in err
+    with pytest.raises(ValueError, match="output names one file"):
+        aggregate_sessions(two_sessions, output=out)
+    assert not out.exists() and not (Path.cwd() / "profiling_reports").exists()
+    with pytest.raises(ValueError, match="output .* or output_dir .*not both"):
+        aggregate_sessions(two_sessions, output=out, output_dir=tmp_path)
+    with pytest.raises(SystemExit):  # argparse: --output and --output-dir exclude each other
+        cli_main(["aggregate", str(two_sessions), "--output", str(out), "--output-dir", str(tmp_path)])
+    capsys.readouterr()
+
+    assert cli_main(["aggregate", str(two_sessions), "--session", "alpha", "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["session"] == "alpha" and out.with_suffix(".html").exists()
+    assert f"Wrote (alpha): {out}" in capsys.readouterr().out
+
+
+def test_bad_paths_are_rejected_before_anything_is_written(two_sessions, tmp_path, capsys):
+    agg_json = tmp_path / "an_aggregate.json"
+    aggregate_reports(two_sessions, session="alpha", output=agg_json, html=False)
+    not_json = tmp_path / "page.html"
+    not_json.write_text("<html></html>")
+    a_list = tmp_path / "list.json"
+    a_list.write_text("[1, 2]")
+    missing = tmp_path / "nope"
+    cases = [
+        (agg_json, "is not a wmbook session report: it has schema 'wmbook.profiling.aggregate/1'"),
+        (not_json, "is not a wmbook session report: it is not valid JSON"),
+        (a_list, "is not a wmbook session report: it holds a JSON list"),
+        (missing, "report path '.*nope' does not exist"),
+    ]
+    for bad, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            group_reports([two_sessions, bad])
+        assert cli_main(["aggregate", str(two_sessions), str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("wmbook aggregate: error: ")
+        assert "session report (*.json)" in err or "wmbook.profiling.session/1" in err  # what is expected
+    assert not (Path.cwd() / "profiling_reports").exists()
+    with pytest.raises(ValueError, match="no report paths given"):
+        group_reports([])

@@ -188,6 +188,23 @@ def test_interrupted_write_leaves_file_intact(tmp_path, monkeypatch):
     assert path.read_bytes().startswith(before)  # old rows rewritten byte-for-byte ("0123456" kept)
 
 
+def test_out_of_memory_during_write_leaves_file_intact(tmp_path, monkeypatch):
+    """A CUDA out-of-memory error (or any exception) in the middle of an append loses nothing already written."""
+    path = tmp_path / "results.csv"
+    results.append(_row("eager", 1.0), path=path)
+    before = path.read_bytes()
+
+    def oom(df, f):
+        f.write("timestamp,run_id\npartial")
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(results, "_write_csv", oom)
+    with pytest.raises(torch.OutOfMemoryError):
+        results.append(_row("compile", 2.0), path=path)
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["results.csv", "results.csv.lock"]
+
+
 # ---- device --------------------------------------------------------------------------------
 
 

@@ -148,3 +148,115 @@ def test_checkpoint_loader_strict_roundtrip(tmp_path):
     bad.pop("head.head.weight")
     with pytest.raises(RuntimeError, match="head.head.weight"):
         load_checkpoint(dst, bad)
+
+
+# --- checkpoint loading: EMA choice, all-or-nothing refusal -----------------------------------------------------
+
+
+def _tiny(seed, name="tiny"):
+    torch.manual_seed(seed)
+    return CausalWanModel(get_preset(name))
+
+
+def _snapshot(m):
+    return {k: v.detach().clone() for k, v in m.state_dict().items()}
+
+
+def _assert_same(m, snap):
+    sd = m.state_dict()
+    assert sd.keys() == snap.keys()
+    for k, v in snap.items():
+        assert sd[k].dtype == v.dtype and torch.equal(sd[k], v), k
+
+
+def test_checkpoint_loader_picks_generator_unless_use_ema(tmp_path):
+    """Self-Forcing's {"generator", "generator_ema"}: "generator" by default (upstream inference.py without
+    --use_ema), "generator_ema" only with use_ema=True."""
+    gen, ema = _tiny(1), _tiny(2)
+    ckpt = {"generator": {"model." + k: v for k, v in gen.state_dict().items()},
+            "generator_ema": {"model." + k: v for k, v in ema.state_dict().items()}, "step": torch.tensor(7)}
+    path = tmp_path / "sf.pt"
+    torch.save(ckpt, path)
+    dst = _tiny(3)
+    load_checkpoint(dst, path)
+    _assert_same(dst, _snapshot(gen))
+    load_checkpoint(dst, path, use_ema=True)
+    _assert_same(dst, _snapshot(ema))
+    load_checkpoint(dst, ckpt, use_ema=False)
+    _assert_same(dst, _snapshot(gen))
+    # the same choice for a flat checkpoint with both copies under prefixes
+    flat = {f"{w}.model.{k}": v for w, m in (("generator", gen), ("generator_ema", ema))
+            for k, v in m.state_dict().items()}
+    load_checkpoint(dst, flat, use_ema=True)
+    _assert_same(dst, _snapshot(ema))
+    load_checkpoint(dst, flat)
+    _assert_same(dst, _snapshot(gen))
+
+
+def test_checkpoint_loader_use_ema_without_ema_weights_is_an_error(tmp_path):
+    src, dst = _tiny(1), _tiny(2)
+    before = _snapshot(dst)
+    for ckpt in ({"generator": src.state_dict()}, dict(src.state_dict())):
+        with pytest.raises(ValueError, match=r"use_ema=True.*no EMA weights.*generator"):
+            load_checkpoint(dst, ckpt, use_ema=True)
+    try:
+        load_checkpoint(dst, {"generator": src.state_dict(), "critic": {}}, use_ema=True)
+    except ValueError as e:
+        assert "'generator'" in str(e) and "'critic'" in str(e)  # the keys present are named
+    else:
+        raise AssertionError("use_ema=True without EMA weights loaded")
+    # only EMA weights present: an explicit choice is needed the other way too
+    with pytest.raises(ValueError, match="use_ema=True"):
+        load_checkpoint(dst, {"generator_ema": src.state_dict()})
+    _assert_same(dst, before)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_checkpoint_loader_refusal_leaves_the_model_untouched(strict):
+    """One wrong shape among ~90 matching tensors: refused before any copy, in strict and non-strict mode."""
+    src, dst = _tiny(1), _tiny(2)
+    before = _snapshot(dst)
+    bad = dict(src.state_dict())
+    bad["blocks.1.ffn.0.weight"] = bad["blocks.1.ffn.0.weight"][:-1]
+    with pytest.raises(ValueError, match=r"1 shape mismatches: blocks\.1\.ffn\.0\.weight: checkpoint") as err:
+        load_checkpoint(dst, bad, strict=strict)
+    assert "unchanged" in str(err.value)
+    _assert_same(dst, before)
+
+
+def test_checkpoint_loader_missing_and_unexpected_keys_leave_the_model_untouched():
+    src, dst = _tiny(1), _tiny(2)
+    before = _snapshot(dst)
+    missing = dict(src.state_dict())
+    missing.pop("head.head.weight")
+    with pytest.raises(ValueError, match=r"1 missing keys: head\.head\.weight"):
+        load_checkpoint(dst, missing)
+    _assert_same(dst, before)
+    extra = {**src.state_dict(), **{f"extra.{i}": torch.zeros(1) for i in range(7)}}
+    extra.pop("patch_embedding.weight")
+    extra["head.head.bias"] = torch.zeros(3)
+    with pytest.raises(ValueError) as err:
+        load_checkpoint(dst, extra)
+    msg = str(err.value)
+    assert "1 shape mismatches" in msg and "1 missing keys: patch_embedding.weight" in msg
+    assert "7 unexpected keys" in msg and "(2 more)" in msg  # the first few and the count
+    _assert_same(dst, before)
+    with pytest.raises(RuntimeError):  # what load_state_dict raised before: callers catching it still do
+        load_checkpoint(dst, missing)
+    # strict=False: missing and unexpected keys are allowed, the rest loads
+    result = load_checkpoint(dst, {k: v for k, v in extra.items() if k != "head.head.bias"}, strict=False)
+    assert sorted(result.missing_keys) == ["head.head.bias", "patch_embedding.weight"]
+    assert len(result.unexpected_keys) == 7
+    assert torch.equal(dst.state_dict()["head.head.weight"], src.state_dict()["head.head.weight"])
+    assert torch.equal(dst.state_dict()["head.head.bias"], before["head.head.bias"])
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-sf"])
+def test_checkpoint_loader_round_trips_the_modules_own_state_dict(name, tmp_path):
+    src, dst = _tiny(1, name), _tiny(2, name)
+    torch.save(src.state_dict(), tmp_path / "own.pt")
+    result = load_checkpoint(dst, tmp_path / "own.pt")
+    assert not result.missing_keys and not result.unexpected_keys
+    _assert_same(dst, _snapshot(src))
+    load_checkpoint(dst, _tiny(3, name).state_dict())  # and from a dict, in memory
+    _assert_same(dst, _snapshot(_tiny(3, name)))

@@ -61,8 +61,11 @@ def test_failing_notebook_reported_with_cell(report):
     src = nbformat.read(NB_FAIL, as_version=4)
     assert 'raise ValueError("boom")' in src.cells[bad.failed_cell].source
     assert bad.failed_exec_count is not None
-    # the executed notebook and its HTML are kept for failures too
+    # the executed notebook and its HTML are kept for failures too, named as failed
+    assert Path(bad.executed_path) == out / "executed" / "nb_fail.FAILED.ipynb"
+    assert Path(bad.html_path) == out / "nb_fail.FAILED.html"
     assert Path(bad.executed_path).is_file() and Path(bad.html_path).is_file()
+    assert not (out / "nb_fail.html").exists() and not (out / "executed" / "nb_fail.ipynb").exists()
     summary = bad.failure_summary()
     assert "nb_fail" in summary and "boom" in summary and "raise ValueError" in summary
 
@@ -70,14 +73,23 @@ def test_failing_notebook_reported_with_cell(report):
 def test_index_and_summary_written(report):
     runs, out, _ = report
     index = (out / "index.html").read_text()
-    for name in ("nb_ok", "nb_fail"):
+    for name, file in (("nb_ok", "nb_ok"), ("nb_fail", "nb_fail.FAILED")):
         assert name in index
-        assert f'href="{name}.html"' in index
-        assert f'href="executed/{name}.ipynb"' in index
+        assert f'href="{file}.html"' in index
+        assert f'href="executed/{file}.ipynb"' in index
     assert "failed" in index and "boom" in index
     summary = json.loads((out / "summary.json").read_text())
     assert [n["status"] for n in summary["notebooks"]] == ["failed", "ok"]
     assert summary["meta"]["parameters"] == {"x": 7, "out_file": str(out.parent / "x.txt")}
+
+
+def test_each_notebook_gets_the_parameters_it_declares(report):
+    """x and out_file are nb_ok's parameters: nb_fail (parameter y) gets none of them, so papermill never warns
+    about a parameter its notebook does not have."""
+    runs, out, _ = report
+    nb = nbformat.read(out / "executed" / "nb_fail.FAILED.ipynb", as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert not injected
 
 
 def test_cli_failing_notebook_exits_1(tmp_path, capsys):
@@ -87,6 +99,87 @@ def test_cli_failing_notebook_exits_1(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "nb_fail" in err and "boom" in err and 'raise ValueError("boom")' in err
     assert (out / "index.html").is_file()
+
+
+def test_failure_names_the_line_that_raised(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("n = 1")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell("import math\nvalue = math.sqrt(n)\nvalue = math.sqrt(-n)\nprint(value)")]
+    path = tmp_path / "nb_line.ipynb"
+    nbformat.write(nb, path)
+    (bad,) = wmrun.run_notebooks([path], out=tmp_path / "o", kernel_name="python3", progress=False)
+    assert bad.status == "failed" and "math domain error" in bad.error
+    assert (bad.failed_cell, bad.failed_line, bad.failed_source) == (1, 3, "value = math.sqrt(-n)")
+    assert "cell 1 (In [2]) line 3: value = math.sqrt(-n)" in bad.failure_summary()
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["-p", "num_blockz", "2"], r"unknown parameter\(s\) \['num_blockz'\].*allowed names: \[.*'num_blocks'"),
+    (["-p", "preset", "no-such-preset"], r"preset='no-such-preset' is not allowed.*allowed values"),
+    (["-p", "warmup", "-1"], r"warmup=-1 is not allowed; allowed values: an integer >= 0"),
+    (["-p", "device", "quantum"], r"device='quantum' is not allowed; allowed values"),
+    (["-p", "num_blocks", "abc"], r"num_blocks='abc' is not allowed"),
+    (["-p", "workload", "wma", "-p", "num_blocks", "3"], r"num_blocks=3 applies to workload \['mg2'\] only"),
+    (["--timeout", "0"], r"--timeout: '0' is not allowed; allowed values: seconds > 0"),
+    (["--timeout", "-5"], r"--timeout: '-5' is not allowed"),
+])
+def test_bad_parameters_refused_before_a_kernel_starts(tmp_path, capsys, argv, expected):
+    """Names against the parameters cell, values with the notebook's own validator: refused in seconds, with the
+    parameter and what is allowed, and nothing written (no report folder, no results rows)."""
+    import re
+
+    out = tmp_path / "never"
+    results = tmp_path / "results.csv"
+    try:
+        rc = wmrun.main(["01", "--out", str(out), "-q", "-p", "results_path", str(results), *argv])
+    except SystemExit as e:  # argparse refuses --timeout itself
+        rc = e.code
+    assert rc == 2
+    assert re.search(expected, capsys.readouterr().err), expected
+    assert not out.exists() and not results.exists()
+
+
+def _notebook(path, *sources, params="results_path = ''"):
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(params)
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [cell, *(nbformat.v4.new_code_cell(s) for s in sources)]
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    nb.metadata["language_info"] = {"name": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+APPEND = """from wmbook import results
+results.append([results.make_row(notebook="t", workload="w", preset="tiny", variant="v", metric="m", value=1.0,
+                                 unit="ms", params={}, warmup=0, repeats=1)], results_path)"""
+
+
+@pytest.mark.parametrize("failure", ["oom", "cell timeout"])
+def test_results_survive_a_run_that_dies_midway(tmp_path, failure):
+    """Rows appended by a cell that finished stay, intact and readable, when a later cell runs out of memory or
+    the run is cut off by the cell timeout (its kernel interrupted mid-cell); the report is marked failed."""
+    from wmbook import results
+
+    store = tmp_path / "results.csv"
+    last = ("import torch\nraise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 20.00 GiB')"
+            if failure == "oom" else f"{APPEND}\nimport time\ntime.sleep(60)")
+    nb = _notebook(tmp_path / "nb_dies.ipynb", APPEND, last)
+    (run,) = wmrun.run_notebooks([nb], out=tmp_path / "o", parameters={"results_path": str(store)},
+                                 kernel_name="python3", progress=False, timeout=None if failure == "oom" else 10)
+    assert run.status == "failed" and run.html_path.endswith(".FAILED.html")
+    assert ("OutOfMemoryError" in run.error) if failure == "oom" else ("Timeout" in run.error)
+    rows = results.read(store)
+    assert len(rows) == (1 if failure == "oom" else 2) and set(rows["metric"]) == {"m"}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") or p.suffix == ".tmp"]
+
+
+def test_timeout_checked_by_the_api_too(tmp_path):
+    for bad in (0, -5, True):
+        with pytest.raises(ValueError, match="timeout"):
+            wmrun.run_notebooks([NB_OK], out=tmp_path / "o", timeout=bad, progress=False)
+    assert not (tmp_path / "o").exists()
 
 
 def test_unknown_notebook_rejected_before_running(tmp_path, capsys):
@@ -140,3 +233,23 @@ def test_resolve_by_name_and_number(tmp_path):
 # ------------------------------------------------------------------ strip tool / notebook hygiene
 # moved to tests/test_notebook_sources.py: nbstripout with `make strip`'s flags on nb_ok/nb_fail, and the
 # workbook's notebooks (stripped, paired with their jupytext .py, parameters cell first)
+
+
+def test_workloads_expand_notebooks_that_have_the_parameter():
+    """--workload all: every notebook with a `workload` parameter once per workload, checked before running."""
+    from wmbook.params import ParameterError
+    from wmbook.runconfig import notebook_parameters
+
+    nbs = wmrun.resolve_notebooks(["01", "02"]) + [NB_OK]
+    jobs = notebook_parameters(nbs, {"repeats": 2}, ["mg2", "wma"])
+    assert [(p.stem, w) for p, w, _ in jobs] == [("01_baseline_profiling", "mg2"), ("01_baseline_profiling", "wma"),
+                                                  ("02_bottleneck_breakdown", "mg2"),
+                                                  ("02_bottleneck_breakdown", "wma"), ("nb_ok", None)]
+    assert jobs[1][2] == {"repeats": 2, "workload": "wma"} and jobs[-1][2] == {}
+    with pytest.raises(ParameterError, match=r"workload='nope' is not allowed; allowed values: \['mg2', 'wma'"):
+        notebook_parameters(nbs, {}, ["mg2", "nope"])
+    with pytest.raises(ParameterError, match="workload is given twice"):
+        notebook_parameters(nbs, {"workload": "wma"}, ["mg2"])
+    with pytest.raises(ParameterError, match=r"01_baseline_profiling \(wma\): num_blocks=2 applies to workload"):
+        notebook_parameters(nbs, {"num_blocks": 2}, ["mg2", "wma"])
+    assert wmrun._workload_list("all") == ["mg2", "wma"] and wmrun._workload_list(" wma, mg2") == ["wma", "mg2"]

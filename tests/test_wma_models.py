@@ -11,7 +11,8 @@ import wmbook.models.wma.layers as wma_layers
 import wmbook.models.wma.unet as wma_unet
 from wmbook.models.wma import WMA_FINE_LABELS, WMAWorldModel, parameter_counts
 from wmbook.models.wma.flops import step_flops, unet_forward_flops
-from wmbook.models.wma.mapping import from_upstream_key, load_upstream_checkpoint, upstream_state_dict
+from wmbook.models.wma.mapping import (from_upstream_key, load_upstream_checkpoint, to_upstream_keys, upstream_ema_key,
+                                      upstream_state_dict)
 from wmbook.models.wma.unet import FrameContext, ResBlock, SpatialTransformer, TemporalTransformer
 from wmbook.presets import get_preset
 from wmbook.profiling import profile, set_labels
@@ -325,6 +326,100 @@ def test_mapping_is_strict(tiny):
     with pytest.raises(ValueError, match="shared block"):
         load_upstream_checkpoint(_model("tiny-wma", seed=1), broken)
     assert from_upstream_key("cond_stage_model.model.token_embedding.weight") is None
+
+
+def _snapshot(m):
+    return {k: v.detach().clone() for k, v in m.state_dict().items()}
+
+
+def _assert_same(m, snap):
+    sd = m.state_dict()
+    assert sd.keys() == snap.keys()
+    for k, v in snap.items():
+        assert sd[k].dtype == v.dtype and torch.equal(sd[k], v), k
+
+
+def _with_ema(src, ema_src):
+    """An upstream Lightning state dict of `src` with a LitEma copy of `ema_src`'s `model` (dotless names, one
+    entry per shared parameter, decay / num_updates), and a dp_ema_model copy of the action head."""
+    sd = dict(upstream_state_dict(src))
+    for k, v in ema_src.named_parameters():
+        if k.startswith("diffusion_model."):
+            sd[upstream_ema_key(to_upstream_keys(k)[0])] = v.detach().clone()
+    sd["model_ema.decay"], sd["model_ema.num_updates"] = torch.tensor(0.9999), torch.tensor(10, dtype=torch.int)
+    for k, v in ema_src.diffusion_model.action_unet.state_dict().items():
+        sd["dp_ema_model." + k] = v + 1
+    return {"state_dict": sd}
+
+
+def test_wma_loader_loads_non_ema_by_default_and_ema_on_request(tiny, tmp_path):
+    ema_src = _model("tiny-wma", seed=5)
+    ckpt = _with_ema(tiny, ema_src)
+    assert upstream_ema_key("model.diffusion_model.out.2.weight") == "model_ema.diffusion_modelout2weight"
+    path = tmp_path / "wma.ckpt"
+    torch.save(ckpt, path)
+    dst = _model("tiny-wma", seed=1)
+    report = load_upstream_checkpoint(dst, path)  # upstream's default: the non-EMA model.* weights
+    _assert_same(dst, _snapshot(tiny))
+    assert report.ema == 0 and any(k.startswith("model_ema.") for k in report.ignored)
+    assert any(k.startswith("dp_ema_model.") for k in report.ignored)
+    report = load_upstream_checkpoint(dst, path, use_ema=True)
+    params = {k for k, _ in dst.named_parameters()}
+    a, e, d = tiny.state_dict(), ema_src.state_dict(), dst.state_dict()
+    for k in d:
+        from_ema = k in params and k.startswith("diffusion_model.")
+        assert torch.equal(d[k], e[k] if from_ema else a[k]), k  # buffers, projectors, pos embs: non-EMA
+    assert report.ema == sum(k.startswith("diffusion_model.") for k in params) and not report.not_ema
+    assert not any(k.startswith("model_ema.") for k in report.ignored)  # used, not ignored
+    assert any(k.startswith("dp_ema_model.") for k in report.ignored)  # upstream inference never reads it
+
+
+def test_wma_loader_use_ema_without_ema_weights_is_an_error(tiny):
+    dst = _model("tiny-wma", seed=1)
+    before = _snapshot(dst)
+    with pytest.raises(ValueError, match=r"use_ema=True.*no EMA weights.*'model\.': "):
+        load_upstream_checkpoint(dst, {"state_dict": upstream_state_dict(tiny)}, use_ema=True)
+    with pytest.raises(ValueError, match=r"use_ema=True"):
+        load_upstream_checkpoint(dst, tiny.state_dict(), use_ema=True)
+    _assert_same(dst, before)
+
+
+@pytest.mark.parametrize("use_ema", [False, True])
+def test_wma_loader_refusal_leaves_the_model_untouched(tiny, use_ema):
+    """One wrong shape among ~2000 matching tensors, or one missing key: refused before any tensor is copied."""
+    dst = _model("tiny-wma", seed=1)
+    before = _snapshot(dst)
+    ckpt = _with_ema(tiny, _model("tiny-wma", seed=5))["state_dict"]
+    k = "model.diffusion_model.output_blocks.2.1.conv.weight"
+    wrong = {**ckpt, k: ckpt[k][:, :-1]}
+    if use_ema:
+        wrong[upstream_ema_key(k)] = wrong[k]
+    for strict in (True, False):
+        with pytest.raises(ValueError, match=r"1 shape mismatches: diffusion_model\.output_blocks\.2\.1\.conv"):
+            load_upstream_checkpoint(dst, wrong, strict=strict, use_ema=use_ema)
+        _assert_same(dst, before)
+    missing = dict(ckpt)
+    del missing["model.diffusion_model.out.2.weight"]
+    if use_ema:
+        del missing["model.diffusion_model.out.2.bias"], missing[upstream_ema_key("model.diffusion_model.out.2.bias")]
+    with pytest.raises(ValueError, match=r"missing keys: diffusion_model\.out\.2\."):
+        load_upstream_checkpoint(dst, missing, use_ema=use_ema)
+    _assert_same(dst, before)
+
+
+def test_wma_loader_round_trips_the_modules_own_state_dict(tiny, tmp_path):
+    dst = _model("tiny-wma", seed=1)
+    torch.save(tiny.state_dict(), tmp_path / "own.pt")
+    report = load_upstream_checkpoint(dst, tmp_path / "own.pt")
+    assert not report.missing and not report.unexpected and report.loaded == len(tiny.state_dict())
+    _assert_same(dst, _snapshot(tiny))
+    fresh = _model("tiny-wma", seed=2)
+    before = _snapshot(fresh)
+    own = dict(tiny.state_dict())
+    own["diffusion_model.out.2.weight"] = own["diffusion_model.out.2.weight"][:1]
+    with pytest.raises(ValueError, match="shape mismatches"):
+        load_upstream_checkpoint(fresh, own)
+    _assert_same(fresh, before)
 
 
 # --- fine labels -------------------------------------------------------------------------------------

@@ -11,9 +11,11 @@ commands:
   run    execute notebooks with papermill and render an HTML report
          (wmbook run --help for options)
   list   list the workbook's notebooks
-  aggregate DIR [--output FILE] [--no-html]
-         merge the per-rank profiling session reports in DIR (min/max/mean over ranks,
-         slowest rank) and write FILE (default DIR/<session>_aggregate.json) and its .html
+  aggregate PATH [PATH ...] [--session NAME] [--output FILE | --output-dir DIR] [--no-html]
+         merge per-rank profiling session reports (JSON files and/or folders of them;
+         min/max/mean over ranks, slowest rank), each session separately, and write
+         <session>_aggregate.json and its .html to DIR (default ./profiling_reports/aggregate)
+         or, for one session, to FILE
 
 example:
   wmbook run --preset tiny --out reports/x -p num_blocks 2
@@ -46,24 +48,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def aggregate_main(argv: Sequence[str]) -> int:
-    """``wmbook aggregate DIR [--output FILE] [--no-html]``: print the aggregation summary, write JSON + HTML."""
+    """``wmbook aggregate PATH [PATH ...] [--session NAME] [--output FILE | --output-dir DIR] [--no-html]``:
+    print each session's aggregation summary, write JSON + HTML."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="wmbook aggregate",
-                                 description="Merge per-rank profiling session reports of one session.")
-    ap.add_argument("dir", help="folder holding the per-rank session reports (*.json)")
-    ap.add_argument("--output", "-o", default=None, help="aggregate JSON path (default DIR/<session>_aggregate.json)")
+                                 description="Merge per-rank profiling session reports; each session separately.")
+    ap.add_argument("paths", nargs="+", metavar="PATH",
+                    help="a session report (*.json) or a folder holding them; several may be given")
+    ap.add_argument("--session", "-s", default=None, metavar="NAME",
+                    help="aggregate only this session (default: every session found)")
+    out = ap.add_mutually_exclusive_group()
+    out.add_argument("--output", "-o", default=None, metavar="FILE",
+                     help="aggregate JSON path; only with one session (found or picked with --session)")
+    out.add_argument("--output-dir", "-d", default=None, metavar="DIR",
+                     help="folder for <session>_aggregate.json (+ .html) (default ./profiling_reports/aggregate)")
     ap.add_argument("--no-html", action="store_true", help="skip the HTML page")
     a = ap.parse_args(list(argv))
-    from wmbook.profiling.aggregate import aggregate_reports
+    from wmbook.profiling.aggregate import aggregate_sessions
 
     try:
-        agg = aggregate_reports(a.dir, output=a.output, html=not a.no_html)
+        aggs = aggregate_sessions(a.paths, session=a.session, output=a.output, output_dir=a.output_dir,
+                                  html=not a.no_html)
     except ValueError as e:
         print(f"wmbook aggregate: error: {e}", file=sys.stderr)
         return 2
-    print(agg.text())
-    print("\nWrote: " + ", ".join(str(p) for p in agg.paths.values()))
+    for i, agg in enumerate(aggs.values()):
+        if i:
+            print()
+        print(agg.text())
+    print()
+    for name, agg in aggs.items():
+        print(f"Wrote ({name}): " + ", ".join(str(p) for p in agg.paths.values()))
     return 0
 
 

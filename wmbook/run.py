@@ -29,6 +29,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -150,7 +151,9 @@ class NotebookRun:
     error: str | None = None  # "ValueError: boom" or a short description
     failed_cell: int | None = None  # index of the failing cell in the source notebook (0-based)
     failed_exec_count: int | None = None  # its "In [n]" number
-    failed_source: str | None = None  # first non-empty line of its source
+    failed_source: str | None = None  # the line that raised (else the cell's first non-empty line)
+    failed_line: int | None = None  # its line number in the cell (1-based), when the traceback names it
+    parameters: dict | None = None  # what papermill injected (the names this notebook declares)
 
     @property
     def ok(self) -> bool:
@@ -163,6 +166,8 @@ class NotebookRun:
             parts.append(f"cell {self.failed_cell}")
         if self.failed_exec_count is not None:
             parts.append(f"(In [{self.failed_exec_count}])")
+        if self.failed_line is not None:
+            parts.append(f"line {self.failed_line}")
         where = " ".join(parts)
         if self.failed_source:
             where = f"{where}: {self.failed_source}" if where else self.failed_source
@@ -305,12 +310,16 @@ def _execute_one(
         run.seconds = time.perf_counter() - t0
 
     if partial.exists():
+        html = out / f"{run.name}.html"
         if run.status == STATUS_FAILED:
             _locate_failure_in_notebook(run, partial, interrupted)
+            # a failed run's report is named as such: it never takes the place of a good one
+            executed = executed.with_name(f"{run.name}{FAILED_SUFFIX}.ipynb")
+            html = out / f"{run.name}{FAILED_SUFFIX}.html"
         os.replace(partial, executed)
         run.executed_path = str(executed)
         try:
-            run.html_path = str(render_html(executed, out / f"{run.name}.html"))
+            run.html_path = str(render_html(executed, html))
         except Exception as exc:
             if run.status == STATUS_OK:
                 run.status = STATUS_FAILED
@@ -320,6 +329,23 @@ def _execute_one(
 
 
 _PAPERMILL_TAGS = ("papermill-error-cell-tag", "injected-parameters")
+FAILED_SUFFIX = ".FAILED"  # executed/<name>.FAILED.ipynb, <name>.FAILED.html
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_ARROW = re.compile(r"^-+> ?(\d+)\s?(.*)$")
+
+
+def _raising_line(cell) -> tuple[int | None, str | None]:
+    """(line number, text) of the cell's line that raised, from the IPython traceback in its error output: the
+    first '---->' marker belongs to the cell's own frame."""
+    for out in cell.get("outputs", []):
+        if out.get("output_type") != "error":
+            continue
+        for frame_line in out.get("traceback", []):
+            for line in _ANSI.sub("", frame_line).splitlines():
+                m = _ARROW.match(line.strip())
+                if m:
+                    return int(m.group(1)), m.group(2).strip() or None
+    return None, None
 
 
 def _locate_failure_in_notebook(run: NotebookRun, executed: Path, interrupted: bool) -> bool:
@@ -356,6 +382,9 @@ def _locate_failure_in_notebook(run: NotebookRun, executed: Path, interrupted: b
     run.failed_cell = None if injected else index
     run.failed_exec_count = cell.get("execution_count")
     first = _first_line(cell.get("source"))
+    line, text = _raising_line(cell)
+    if text is not None and not injected:
+        run.failed_line, first = line, text
     run.failed_source = f"(papermill's injected parameters) {first}" if injected else first
     return True
 
@@ -370,6 +399,7 @@ def run_notebooks(
     timeout: float | None = None,
     progress: bool = True,
     cwd: str | os.PathLike | None = None,
+    workloads: Sequence[str] | None = None,
 ) -> list[NotebookRun]:
     """Execute notebooks with papermill and render each to HTML, never stopping at a failure.
 
@@ -384,28 +414,38 @@ def run_notebooks(
     timeout:     per-cell execution limit in seconds (default: none).
     cwd:         working directory of the kernels; default: each notebook's own folder,
                  which is where JupyterLab starts its kernel too.
+    workloads:   workload names: a notebook with a ``workload`` parameter runs once per workload
+                 (reports ``<name>-<workload>.html``); None: once, with its own default.
+
+    Parameter names and values are checked first (``runconfig.notebook_parameters``): a refused
+    batch raises ParameterError before anything is written or a kernel starts.
 
     Returns one :class:`NotebookRun` per notebook; writes ``index.html`` and
     ``summary.json`` into ``out`` after every notebook, so a killed run still leaves an index.
     """
     from tqdm.auto import tqdm
 
-    paths = resolve_notebooks(notebooks)
-    out_dir = Path(out if out is not None else default_out_dir()).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from .runconfig import notebook_parameters
 
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ValueError(f"timeout={timeout!r} is not allowed; allowed values: None (no limit) or seconds > 0")
+    paths = resolve_notebooks(notebooks)
     params: dict[str, Any] = dict(parameters or {})
     if preset is not None:
         params["preset"] = preset
+    # names and values checked before anything is written or a kernel starts (ParameterError)
+    jobs = notebook_parameters(paths, params, workloads)
+    out_dir = Path(out if out is not None else default_out_dir()).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
 
     names: list[str] = []
     runs: list[NotebookRun] = []
-    for p in paths:
-        name = p.stem
+    for p, workload, run_params in jobs:
+        name = p.stem if workload is None else f"{p.stem}-{workload}"
         if name in names:  # same stem from two folders: keep both reports
             name = f"{name}-{len(names)}"
         names.append(name)
-        runs.append(NotebookRun(name=name, source_path=str(p)))
+        runs.append(NotebookRun(name=name, source_path=str(p), parameters=run_params))
 
     meta: dict[str, Any] = {
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -425,7 +465,7 @@ def run_notebooks(
             bar.set_postfix_str(run.name)
             kcwd = Path(cwd).resolve() if cwd is not None else Path(run.source_path).parent
             try:
-                _execute_one(run, out_dir, params, kname, timeout, progress, kcwd)
+                _execute_one(run, out_dir, run.parameters, kname, timeout, progress, kcwd)
             except Exception as exc:  # runner bug or I/O error: record it, keep going
                 run.status = STATUS_FAILED
                 run.error = f"{type(exc).__name__}: {_one_line(str(exc))}"
@@ -459,6 +499,26 @@ def _yaml_scalar(text: str) -> Any:
         return text
 
 
+def _workload_list(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    if text.strip() == "all":
+        from . import workloads
+
+        return workloads.names()
+    return [w.strip() for w in text.split(",") if w.strip()]
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed values: seconds > 0")
+    return v
+
+
 def build_parser(prog: str = "wmbook run") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=prog,
@@ -487,8 +547,10 @@ def build_parser(prog: str = "wmbook run") -> argparse.ArgumentParser:
     )
     ap.add_argument("-f", "--parameters-file", metavar="FILE",
                     help="YAML file with a mapping of parameters (-p wins over it)")
+    ap.add_argument("--workload", metavar="NAMES", help="comma-separated workloads, or 'all': a notebook with a "
+                    "workload parameter runs once per workload (default: the notebooks' own default)")
     ap.add_argument("--kernel", help="Jupyter kernel name (default: python3 of this interpreter)")
-    ap.add_argument("--timeout", type=float, help="per-cell execution limit in seconds")
+    ap.add_argument("--timeout", type=_positive_seconds, help="per-cell execution limit in seconds (> 0; default: none)")
     ap.add_argument("--list", action="store_true", help="list the notebooks and exit")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     return ap
@@ -531,16 +593,23 @@ def main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> int:
         )
         return 2
 
+    from .params import ParameterError
+
     out = Path(args.out) if args.out else default_out_dir()
-    runs = run_notebooks(
-        paths,
-        out=out,
-        preset=args.preset,
-        parameters=params,
-        kernel_name=args.kernel,
-        timeout=args.timeout,
-        progress=not args.quiet,
-    )
+    try:
+        runs = run_notebooks(
+            paths,
+            out=out,
+            preset=args.preset,
+            parameters=params,
+            kernel_name=args.kernel,
+            timeout=args.timeout,
+            progress=not args.quiet,
+            workloads=_workload_list(args.workload),
+        )
+    except ParameterError as exc:  # refused before anything was written
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     failed = [r for r in runs if not r.ok]
     index = out.resolve() / "index.html"
     print(f"{len(runs) - len(failed)}/{len(runs)} notebooks ok; report: {index}")

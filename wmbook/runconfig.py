@@ -186,3 +186,60 @@ def default_results_path(tiny: bool) -> Path:
     from . import results  # pandas and torch: only when a run is configured
 
     return paths.TINY_RESULTS_PATH if tiny else results.default_path()
+
+
+def notebook_parameters(paths, params: dict, workloads=None) -> list[tuple[Path, str | None, dict]]:
+    """The runs a batch makes and the parameters each gets, checked before any kernel starts (wmbook run calls it).
+
+    Names: every name in `params` must be declared by the parameters cell (papermill.inspect_notebook) of at least
+    one of the notebooks; each notebook gets the names it declares. `workloads` (names, or None): a notebook that
+    declares `workload` runs once per workload. Values: a notebook with a NotebookSpec (wmbook.studies) validates
+    each run's parameters with the validator the notebook itself calls, so a bad value is refused here, in seconds,
+    instead of in a kernel. Returns [(path, workload or None, parameters)] in notebook order; raises ParameterError
+    naming the notebook, the parameter and the allowed names or values.
+    """
+    from . import studies
+
+    declared = {Path(p): set(_declared_parameters(p)) for p in paths}
+    known = set().union(*declared.values()) if declared else set()
+    unknown = sorted(set(params) - known)
+    if unknown:
+        names = ", ".join(Path(p).stem for p in declared)
+        raise ParameterError(f"unknown parameter(s) {unknown} for notebook(s) {names}; allowed names: {sorted(known)}")
+    if workloads is not None:
+        if "workload" in params:
+            raise ParameterError("workload is given twice (a parameter and the list of workloads to run): give one")
+        for w in workloads:
+            _workload(w, {"_name": "workload"})
+    runs = []
+    for path, names in declared.items():
+        mine = {k: v for k, v in params.items() if k in names}
+        each = workloads if workloads is not None and "workload" in names else [None]
+        for w in each:
+            p = mine if w is None else mine | {"workload": w}
+            spec = studies.spec_for(path.stem)
+            if spec is not None:
+                try:
+                    validate(spec, **p)
+                except ParameterError as e:
+                    raise ParameterError(f"{path.stem}{'' if w is None else f' ({w})'}: {e}") from None
+            runs.append((path, w, p))
+    return runs
+
+
+def _declared_parameters(path) -> dict:
+    """papermill.inspect_notebook of a notebook; one without a kernelspec (papermill then cannot tell its language)
+    is inspected as a Python notebook, which is how the runner executes it."""
+    import tempfile
+
+    import nbformat
+    import papermill as pm
+
+    nb = nbformat.read(path, as_version=4)
+    if nb.metadata.get("kernelspec", {}).get("name"):
+        return pm.inspect_notebook(str(path))
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / Path(path).name
+        nbformat.write(nb, copy)
+        return pm.inspect_notebook(str(copy))

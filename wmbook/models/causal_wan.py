@@ -408,24 +408,37 @@ class CausalWanModel(nn.Module):
 _PREFIXES = ("model.", "generator.", "diffusion_model.", "module.", "_orig_mod.", "_fsdp_wrapped_module.")
 
 
-def load_checkpoint(model: CausalWanModel, state_dict_or_path, strict: bool = True):
+def load_checkpoint(model: CausalWanModel, state_dict_or_path, strict: bool = True, use_ema: bool = False):
     """Load an upstream CausalWanModel / Wan state dict (.safetensors, .pt/.pth or a dict), strict by default.
 
-    Common wrapper prefixes ("model.", "generator.", "_orig_mod.", ...) are stripped first; a nested
-    {"generator": {...}} or {"state_dict": {...}} is unwrapped.
+    EMA or not: a Self-Forcing checkpoint holds {"generator": ..., "generator_ema": ...}; like upstream's
+    inference.py (whose --use_ema flag is off by default) this loads "generator" unless use_ema=True, which loads
+    "generator_ema" and raises ValueError naming the keys present when the checkpoint has no EMA weights (a
+    checkpoint with only "generator_ema" likewise needs use_ema=True). A plain state dict (Matrix-Game-2's
+    .safetensors, which its inference.py loads into the generator wrapper as it is; or this module's own
+    state_dict()) has no EMA copy and loads with use_ema=False. A nested {"state_dict": ...} or {"model": ...} is
+    unwrapped, then common wrapper prefixes ("model.", "generator.", "_orig_mod.", ...) are stripped.
+
+    All or nothing: keys and shapes are checked against model.state_dict() before any tensor is copied; a
+    mismatch raises one ValueError (wmbook.models.checkpoint.CheckpointMismatchError, also a RuntimeError)
+    listing the missing keys, unexpected keys and wrong shapes, and leaves the model unchanged. strict=False
+    allows missing and unexpected keys, never a wrong shape. Dtypes convert on copy. Returns load_state_dict's
+    (missing_keys, unexpected_keys).
     """
-    sd = read_state_dict(state_dict_or_path)
-    for key in ("generator_ema", "generator", "state_dict", "model"):
-        if key in sd and isinstance(sd[key], dict):
-            sd = sd[key]
-            break
-    clean = {}
-    for k, v in sd.items():
-        changed = True
+    from .checkpoint import load_checked, select_generator
+
+    sd = select_generator(read_state_dict(state_dict_or_path), use_ema=use_ema)
+    clean, origin = {}, {}
+    for key, v in sd.items():
+        k, changed = key, True
         while changed:
             changed = False
             for pre in _PREFIXES:
                 if k.startswith(pre):
                     k, changed = k[len(pre):], True
-        clean[k] = v
-    return model.load_state_dict(clean, strict=strict)
+        if k in clean:
+            raise ValueError(f"checkpoint keys {origin[k]!r} and {key!r} both name parameter {k!r} once wrapper "
+                             f"prefixes are stripped; nothing was loaded")
+        clean[k], origin[k] = v, key
+    what = "checkpoint (generator_ema)" if use_ema else "checkpoint"
+    return load_checked(model, clean, strict=strict, what=what)

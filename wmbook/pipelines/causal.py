@@ -72,7 +72,7 @@ class CausalStreamingPipeline:
     """
 
     def __init__(self, preset: str | CausalWanPreset = "tiny", device="auto", dtype="auto", vae_dtype="auto",
-                 seed: int = 0, checkpoint: str | None = None):
+                 seed: int = 0, checkpoint: str | None = None, use_ema: bool = False):
         from ..models.vae import StreamingWanDecoder, build_wan_vae, wan_vae_config
 
         self.preset = preset if isinstance(preset, CausalWanPreset) else get_preset(preset)
@@ -86,7 +86,7 @@ class CausalStreamingPipeline:
         if checkpoint:
             from ..models.causal_wan import load_checkpoint
 
-            load_checkpoint(self.model, checkpoint)
+            load_checkpoint(self.model, checkpoint, use_ema=use_ema)  # `generator` unless use_ema, as upstream
         self.model.to(self.dtype)
         self.vae = build_wan_vae(wan_vae_config(p.vae), dtype=self.vae_dtype, device=self.device, seed=seed)
         self.decoder = StreamingWanDecoder(self.vae)

@@ -232,7 +232,7 @@ class WMAInteractionPipeline:
     """Reference UnifoLM-WMA pipeline at a preset's shapes: world model, CLIP, text tower, VAE (random weights)."""
 
     def __init__(self, preset: str | WMAPreset = "tiny-wma", device="auto", dtype="auto", vae_dtype="auto",
-                 seed: int = 0, checkpoint=None):
+                 seed: int = 0, checkpoint=None, use_ema: bool = False):
         p = preset if isinstance(preset, WMAPreset) else get_preset(preset)
         if not isinstance(p, WMAPreset):
             raise ValueError(f"preset={p.name!r} is not a UnifoLM-WMA preset; use 'tiny-wma' or 'wma'")
@@ -248,7 +248,7 @@ class WMAInteractionPipeline:
         if checkpoint:
             from ..models.wma.mapping import load_upstream_checkpoint
 
-            load_upstream_checkpoint(self.model, checkpoint)
+            load_upstream_checkpoint(self.model, checkpoint, use_ema=use_ema)  # model.*, or model_ema.* if asked
         self.model.to(self.dtype)
         self.clip = ClipImageTokens(p.clip, dtype=self.dtype, device=dev, seed=seed)
         self.text = OpenClipTextEncoder(p, device=dev, dtype=self.dtype, seed=seed)

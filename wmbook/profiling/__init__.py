@@ -19,4 +19,4 @@ from .decorators import (  # noqa: F401
     profile_session,
 )
 from .report import load_report  # noqa: F401
-from .aggregate import aggregate_reports  # noqa: F401
+from .aggregate import aggregate_reports, aggregate_sessions, group_reports  # noqa: F401

@@ -1,7 +1,13 @@
 """Merge per-rank session reports: per-metric min/max/mean over ranks, a rank table, stage spread, slowest rank.
 
-    agg = aggregate_reports("profiling_reports/run1")   # a folder of <name>_<time>_rank<r>.json, or a list of paths
+    agg = aggregate_reports("profiling_reports/development")  # folders of <name>_<time>_rank<r>.json and/or files
     print(agg.text()); agg.ranks; agg.metrics; agg.stages; agg.paths
+    group_reports(["data/reports/h100/sessions"])       # {session name: [report paths]}
+    aggregate_sessions("data/reports/h100/sessions")    # {session name: AggregateReport}, one per session
+
+Reports belong to one session when they carry the same session name (report["session"]["name"]).
+Aggregates are written to ./profiling_reports/aggregate/<session>_aggregate.json (+ .html) of the current
+working directory unless output= or output_dir= say otherwise; never into the input folder by default.
 
 The slowest rank is decided by the session's device time (the `Session` section on the device timeline:
 CUDA events on a GPU, host clock on a CPU); host wall time decides only where no device time was recorded.
@@ -122,77 +128,205 @@ class AggregateReport:
         return "\n".join(lines)
 
 
-def _find_reports(source) -> list[Path]:
-    if isinstance(source, (str, Path)):
-        p = Path(source)
+DEFAULT_OUTPUT_DIR = Path("profiling_reports") / "aggregate"  # relative to the current working directory
+_EXPECTED = "a wmbook session report (*.json) or a folder holding them"
+
+
+def _read_report(p: Path):
+    """(dict, None) for a session report, else (None, why it is not one)."""
+    try:
+        with open(p, encoding="utf-8") as fh:
+            d = json.load(fh)
+    except OSError as e:
+        return None, f"cannot be read ({e.strerror or e})"
+    except ValueError as e:
+        return None, f"is not valid JSON ({e})"
+    if not isinstance(d, dict):
+        return None, f"holds a JSON {type(d).__name__}, not an object"
+    if d.get("schema") != SCHEMA:
+        found = f"schema {d['schema']!r}" if "schema" in d else "no 'schema' key"
+        return None, f"has {found}"
+    sess = d.get("session")
+    if not isinstance(sess, dict) or not isinstance(sess.get("name"), str) or "rank" not in sess \
+            or "world_size" not in sess:
+        return None, "has no session name/rank/world_size"
+    return d, None
+
+
+def _as_list(reports) -> list[Path]:
+    if isinstance(reports, (str, Path)):
+        return [Path(reports)]
+    try:
+        items = list(reports)
+    except TypeError:
+        raise ValueError(f"reports must be a path, a folder or a list of them, got {type(reports).__name__}") \
+            from None
+    for x in items:
+        if not isinstance(x, (str, Path)):
+            raise ValueError(f"reports must be a path, a folder or a list of them; got an item {x!r}")
+    if not items:
+        raise ValueError(f"no report paths given (each must be {_EXPECTED})")
+    return [Path(x) for x in items]
+
+
+def _load_reports(reports) -> list[tuple[Path, dict]]:
+    """Every session report named by `reports` (files and folders; a folder's *.json that are not session
+    reports, like aggregates, are skipped). All paths are checked before anything is returned."""
+    paths = _as_list(reports)
+    for p in paths:
+        if not p.exists():
+            raise ValueError(f"report path {str(p)!r} does not exist (each path must be {_EXPECTED})")
+        if not (p.is_dir() or p.is_file()):
+            raise ValueError(f"report path {str(p)!r} is neither a folder nor a file (each path must be "
+                             f"{_EXPECTED})")
+    out: list[tuple[Path, dict]] = []
+    seen: set = set()
+    for p in paths:
         if p.is_dir():
-            out = []
+            found = []
             for f in sorted(p.glob("*.json")):
-                try:
-                    with open(f, encoding="utf-8") as fh:
-                        if json.load(fh).get("schema") == SCHEMA:
-                            out.append(f)
-                except (OSError, ValueError, AttributeError):
-                    continue  # not a session report (an aggregate, a trace, anything else)
-            if not out:
+                d, _ = _read_report(f)
+                if d is not None:
+                    found.append((f, d))
+            if not found:
                 raise ValueError(f"no wmbook session reports (*.json with schema {SCHEMA!r}) in {p}")
-            return out
-        if p.is_file():
-            return [p]
-        raise ValueError(f"reports source {str(p)!r} is neither a folder nor a file")
-    paths = [Path(x) for x in source]
-    if not paths:
-        raise ValueError("no report paths given")
-    return paths
-
-
-def _rank_row(rep: dict, path: Path) -> dict:
-    s = rep.get("summary") or {}
-    mon = {r["metric"]: r for r in ((rep.get("monitor") or {}).get("summary") or [])}
-    row = {"rank": rep["session"]["rank"], "device": rep["session"].get("device"),
-           "gpu_available": (rep.get("monitor") or {}).get("gpu_available")}
-    for key, (_, _, where) in RANK_METRICS.items():
-        if where == "summary":
-            v = s.get(key)
         else:
-            _, metric, stat = where
-            v = (mon.get(metric) or {}).get(stat)
-        row[key] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
-    row["path"] = str(path)
-    return row
+            d, why = _read_report(p)
+            if d is None:
+                raise ValueError(f"{p} is not a wmbook session report: it {why}; a session report is a JSON "
+                                 f"object with schema {SCHEMA!r} (as ProfilingSession.write_report writes)")
+            found = [(p, d)]
+        for f, d in found:
+            key = f.resolve()
+            if key not in seen:  # a file named twice (itself and through its folder) counts once
+                seen.add(key)
+                out.append((f, d))
+    return out
+
+
+def _group(reps: list[tuple[Path, dict]]) -> dict[str, list[tuple[Path, dict]]]:
+    """Reports of one session are those with the same session name (report["session"]["name"])."""
+    groups: dict = {}
+    for p, d in reps:
+        groups.setdefault(d["session"]["name"], []).append((p, d))
+    return {k: groups[k] for k in sorted(groups)}
+
+
+def group_reports(reports) -> dict[str, list[Path]]:
+    """The session reports named by `reports` (a path, a folder, or a list of them), by session name.
+
+    Raises ValueError for a path that does not exist, a folder without session reports, a file that is
+    not a session report.
+    """
+    return {k: [p for p, _ in v] for k, v in _group(_load_reports(reports)).items()}
+
+
+def _describe(groups: dict) -> str:
+    return ", ".join(f"{n!r} ({len(v)} report{'s' if len(v) != 1 else ''})" for n, v in groups.items())
+
+
+def _select(groups: dict, session) -> dict:
+    if session is None:
+        return groups
+    if not isinstance(session, str) or session not in groups:
+        raise ValueError(f"session {session!r} is not among the sessions found; choose one of: "
+                         f"{_describe(groups)}")
+    return {session: groups[session]}
+
+
+def _out_path(output) -> Path:
+    out = Path(output)
+    return out if out.suffix == ".json" else out.with_suffix(".json")
+
+
+def aggregate_sessions(reports, session: str | None = None, output=None, output_dir=None, html: bool = True,
+                       write: bool = True, by: str = "session_ms") -> dict[str, AggregateReport]:
+    """Aggregate each session found in `reports` (a path, a folder, or a list of them) separately.
+
+    session: aggregate only that session. output: the aggregate JSON path; only with one session
+    selected. output_dir: where <session>_aggregate.json (+ .html) go; default
+    ./profiling_reports/aggregate of the current working directory (never the input folder).
+    Everything is checked and aggregated before the first file is written.
+    Returns {session name: AggregateReport}; what was written is in each one's .paths.
+    """
+    _check_args(by, output, output_dir)
+    return _run(_group(_load_reports(reports)), session, output, output_dir, html, write, by)
 
 
 def aggregate_reports(reports, output=None, html: bool = True, write: bool = True,
-                      by: str = "session_ms") -> AggregateReport:
-    """Merge one session's per-rank JSON reports (a folder or a list of paths) and write the aggregate.
+                      by: str = "session_ms", session: str | None = None, output_dir=None) -> AggregateReport:
+    """Merge one session's per-rank JSON reports (a path, a folder, or a list of them) and write the aggregate.
 
-    output: the aggregate JSON path (default <folder>/<session>_aggregate.json); html=True also writes
-    the same name with .html. by: what decides the slowest rank: a time metric (session_ms, the default;
-    session_host_ms, first_frame_ms), fps/bps (lowest is slowest), or a stage path of the stage table.
-    Raises ValueError for no reports, reports of different sessions or world sizes, a rank present twice.
+    Where the reports hold several sessions, session= picks one (aggregate_sessions does them all;
+    group_reports lists them). output: the aggregate JSON path (default
+    <output_dir>/<session>_aggregate.json, output_dir defaulting to ./profiling_reports/aggregate);
+    html=True also writes the same name with .html. by: what decides the slowest rank: a time metric
+    (session_ms, the default; session_host_ms, first_frame_ms), fps/bps (lowest is slowest), or a stage
+    path of the stage table. Raises ValueError for a missing path, no reports, several sessions without
+    session=, reports of one session that disagree on world size, a rank present twice.
     """
+    _check_args(by, output, output_dir)
+    groups = _group(_load_reports(reports))
+    if session is None and len(groups) > 1:
+        raise ValueError(f"reports from different sessions: {_describe(groups)}. Pick one with session=..., "
+                         "or aggregate each with aggregate_sessions(...) (the CLI, wmbook aggregate, does each)")
+    return next(iter(_run(groups, session, output, output_dir, html, write, by).values()))
+
+
+def _check_args(by, output, output_dir) -> None:
     if not isinstance(by, str) or not by:
         raise ValueError(f"by must be a rank metric {SLOWEST_BY} or a stage path, got {by!r}")
-    paths = _find_reports(reports)
-    reps = []
-    for p in paths:
-        try:
-            with open(p, encoding="utf-8") as f:
-                d = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"cannot read report {p}: {e}") from e
-        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
-            raise ValueError(f"{p} is not a wmbook session report (schema {SCHEMA!r})")
-        reps.append((p, d))
+    if output is not None and output_dir is not None:
+        raise ValueError("give output (one aggregate file) or output_dir (a folder), not both")
+
+
+def _run(groups: dict, session, output, output_dir, html: bool, write: bool, by: str) -> dict:
+    groups = _select(groups, session)
+    if output is not None and len(groups) > 1:
+        raise ValueError(f"output names one file, but {len(groups)} sessions were found: {_describe(groups)}; "
+                         "pick one with session (CLI: --session NAME) or give a folder with output_dir "
+                         "(CLI: --output-dir DIR)")
+    aggs = {name: _aggregate(reps, by) for name, reps in groups.items()}
+    if not write:
+        return aggs
+    folder = Path(output_dir) if output_dir is not None else Path.cwd() / DEFAULT_OUTPUT_DIR
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"output_dir {str(folder)!r} exists and is not a folder")
+    outs = {name: _out_path(output) if output is not None else folder / f"{slug(name)}_aggregate.json"
+            for name in aggs}
+    for name, out in outs.items():
+        other = [n for n, o in outs.items() if o == out and n != name]
+        if other:
+            raise ValueError(f"sessions {name!r} and {other[0]!r} would both be written to {out}; aggregate "
+                             "them one at a time (session=..., output=...)")
+    docs = {name: (agg.to_dict(), render_aggregate_html(agg) if html else None)  # render before writing
+            for name, agg in aggs.items()}
+    for name, agg in aggs.items():
+        doc, page = docs[name]
+        out = outs[name]
+        with atomic_open(out, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1, allow_nan=False)
+            f.write("\n")
+        agg.paths["json"] = out
+        if page is not None:
+            with atomic_open(out.with_suffix(".html"), "w", encoding="utf-8") as f:
+                f.write(page)
+            agg.paths["html"] = out.with_suffix(".html")
+    return aggs
+
+
+def _aggregate(reps: list[tuple[Path, dict]], by: str) -> AggregateReport:
+    """One session's AggregateReport from its loaded (path, report) pairs."""
     names: dict = {}
     for p, d in reps:
         names.setdefault(d["session"]["name"], []).append(p.name)
-    if len(names) > 1:
+    if len(names) > 1:  # callers group first; kept as a guard
         raise ValueError("reports from different sessions: " + "; ".join(f"{n!r}: {len(v)} report(s)"
-                         for n, v in names.items()) + ". Aggregate one session at a time (pass its files).")
+                         for n, v in names.items()))
     sizes = {d["session"]["world_size"] for _, d in reps}
     if len(sizes) > 1:
-        raise ValueError(f"reports disagree on world_size: {sorted(sizes)}; they come from different runs")
+        raise ValueError(f"reports of session {next(iter(names))!r} disagree on world_size: {sorted(sizes)}; "
+                         "they come from different runs")
     seen: dict = {}
     for p, d in reps:
         seen.setdefault(d["session"]["rank"], []).append(p.name)
@@ -246,21 +380,23 @@ def aggregate_reports(reports, output=None, html: bool = True, write: bool = Tru
     agg = AggregateReport(session=session, world_size=int(world), ranks=ranks, metrics=metrics, stages=stages,
                           slowest=slowest, missing_ranks=sorted(set(range(int(world))) - set(seen)),
                           sources=[str(p) for p, _ in reps], gpu_reasons=gpu_reasons)
-    if write:
-        out = Path(output) if output is not None else paths[0].parent / f"{slug(session)}_aggregate.json"
-        if out.suffix != ".json":
-            out = out.with_suffix(".json")
-        doc = agg.to_dict()
-        page = render_aggregate_html(agg) if html else None  # render before writing anything
-        with atomic_open(out, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, allow_nan=False)
-            f.write("\n")
-        agg.paths["json"] = out
-        if page is not None:
-            with atomic_open(out.with_suffix(".html"), "w", encoding="utf-8") as f:
-                f.write(page)
-            agg.paths["html"] = out.with_suffix(".html")
     return agg
+
+
+def _rank_row(rep: dict, path: Path) -> dict:
+    s = rep.get("summary") or {}
+    mon = {r["metric"]: r for r in ((rep.get("monitor") or {}).get("summary") or [])}
+    row = {"rank": rep["session"]["rank"], "device": rep["session"].get("device"),
+           "gpu_available": (rep.get("monitor") or {}).get("gpu_available")}
+    for key, (_, _, where) in RANK_METRICS.items():
+        if where == "summary":
+            v = s.get(key)
+        else:
+            _, metric, stat = where
+            v = (mon.get(metric) or {}).get(stat)
+        row[key] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+    row["path"] = str(path)
+    return row
 
 
 SLOWEST_BY = ("session_ms", "session_host_ms", "first_frame_ms", "fps", "bps")

@@ -187,26 +187,40 @@ class WMAWorkload(Workload):
             pipe.run_iteration(inputs, **kw)
         return WMABaselineResult(runs=runs, preset=pipe.preset, ceilings=ceilings, sections=timer.table())
 
+    # the DDIM sampling label of each pass, by the pass's stage label (wmbook.pipelines.ddim's hierarchy)
+    SAMPLING_LABELS = {"2_Decision_Pass": "2.1_DDIM_Sampling", "3_World_Model_Pass": "3.1_DDIM_Sampling"}
+
     def profile_stages(self, pipe, inputs: WMAInputs, cfg, trace_steps: int = 3):
-        """Stage table of one full iteration from device-event sections (exact and cheap at 50 steps), and a
-        torch.profiler trace of a short iteration (`trace_steps` DDIM steps per pass) to open in Perfetto:
-        (stage table, trace path, section table)."""
-        from ..profiling import profile
+        """Stage table of one iteration by label device time (README: a label's device time), from a torch.profiler
+        trace of a short iteration (`trace_steps` DDIM steps per pass, results saved): every DDIM step runs the same
+        kernels, so each pass's sampling label is scaled to the configured step count (a 50-step trace would hold
+        ~10^6 events). Also the full iteration's nested section table from device events (elapsed stream time,
+        idle included: the seed's table). Returns (stage table, trace path, section table)."""
+        from ..profiling import label_table, profile, stage_table
         from ..profiling.sections import SectionTimer
 
         timer = SectionTimer(pipe.device)
         with timer.attached():
             self.run_callable(pipe, inputs, cfg)()
         sec = timer.table()
-        top = sec[sec["depth"] == 1].copy()  # the phases under the iteration label
-        top["label"] = top["section"]
-        stages = top.set_index("label")[["total_ms"]].rename(columns={"total_ms": "ms"})
-        stages["source"] = "device events"
-        stages["share"] = stages["ms"] / float(sec.loc[sec["depth"] == 0, "total_ms"].sum())
-        steps = min(trace_steps, cfg.options.ddim_steps)
-        kw = self._iteration_kw(cfg) | {"ddim_steps": steps}
-        prof = profile(lambda: pipe.run_iteration(inputs, **kw), wait=0, warmup=1, active=1,
-                       out_dir=cfg.output_dir, name=f"01_baseline_trace_{steps}steps")
+        steps = cfg.options.ddim_steps
+        k = min(trace_steps, steps)
+        kw = self._iteration_kw(cfg) | {"ddim_steps": k}
+        prof = profile(lambda: pipe.run_iteration(inputs, save_dir=cfg.output_dir / "iteration", **kw), wait=0,
+                       warmup=1, active=1, out_dir=cfg.output_dir, name=f"01_baseline_trace_{k}steps")
+        labels = label_table(prof.trace_path)
+        stages = stage_table(labels).set_index("label")
+        if k < steps:
+            per_label = labels.set_index("label")
+            for stage, sampling in self.SAMPLING_LABELS.items():
+                if stage in stages.index and sampling in per_label.index:
+                    extra = per_label.loc[sampling, ["cpu_total_ms", "gpu_total_ms"]].astype(float) * (steps / k - 1)
+                    stages.loc[stage, "cpu_ms"] += extra["cpu_total_ms"]
+                    stages.loc[stage, "gpu_ms"] += extra["gpu_total_ms"]
+                    stages.loc[stage, "ms"] += extra["gpu_total_ms" if stages.loc[stage, "source"] == "gpu"
+                                                     else "cpu_total_ms"]
+            stages["source"] = stages["source"] + f" ({k}-step trace, DDIM sampling x{steps / k:g})"
+            stages["share"] = stages["ms"] / stages["ms"].sum()
         return stages, prof.trace_path, sec
 
     def session_run(self, pipe, inputs: WMAInputs, cfg, session) -> None:

@@ -15,8 +15,9 @@ except where listed here:
   image_proj_model.*, state_projector.*, action_projector.*, agent_action_pos_emb, agent_state_pos_emb: same
 
 Everything else in an upstream checkpoint (first_stage_model.* VAE, cond_stage_model.* text tower,
-embedder.* CLIP, model_ema.*, schedule buffers, cond_pos_emb, ...) belongs to other modules and is reported
-as `ignored`. The VAE and the OpenCLIP towers use other layouts (LDM, OpenCLIP) and are not mapped here.
+embedder.* CLIP, model_ema.* and dp_ema_model.* EMA copies, schedule buffers, cond_pos_emb, ...) belongs to other
+modules and is reported as `ignored` (model_ema.* is loaded instead of model.* on request: load_upstream_checkpoint's
+use_ema). The VAE and the OpenCLIP towers use other layouts (LDM, OpenCLIP) and are not mapped here.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..checkpoint import read_state_dict
+from ..checkpoint import load_checked, read_state_dict
 
 from .action_head import spatial_softmax_of_feature
 from .model import WMAWorldModel
@@ -42,12 +43,16 @@ _LEVELS = 4  # upstream's 9-entry spatial-softmax list assumes 4 UNet levels
 
 @dataclass
 class LoadReport:
-    """What a load did: upstream keys not ours (ignored), and load_state_dict's missing / unexpected keys."""
+    """What a load did: upstream keys not ours (ignored), and load_state_dict's missing / unexpected keys.
+    With use_ema=True: `ema` counts the tensors taken from upstream's `model_ema.*`, `not_ema` names our
+    parameters that had no EMA copy and kept the non-EMA weights (as upstream's ema_scope leaves them)."""
 
     loaded: int
     ignored: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
+    ema: int = 0
+    not_ema: list[str] = field(default_factory=list)
 
 
 def from_upstream_key(key: str) -> str | None:
@@ -86,6 +91,19 @@ def upstream_state_dict(model: WMAWorldModel) -> dict[str, torch.Tensor]:
     return {uk: v for k, v in model.state_dict().items() for uk in to_upstream_keys(k)}
 
 
+EMA_PREFIX = "model_ema."  # upstream LitEma of `model` (the DiffusionWrapper): buffers named without dots
+EMA_BOOKKEEPING = ("model_ema.decay", "model_ema.num_updates")
+
+
+def upstream_ema_key(upstream_key: str) -> str | None:
+    """Upstream key under `model.` -> the key of its LitEma copy (LatentDiffusion's `model_ema`, kept when the
+    config has use_ema: true): "model.diffusion_model.out.2.weight" -> "model_ema.diffusion_modelout2weight".
+    None for keys outside `model.` (image_proj_model.*, the projectors, ...), which upstream keeps no EMA of."""
+    if not upstream_key.startswith("model."):
+        return None
+    return EMA_PREFIX + upstream_key[len("model."):].replace(".", "")
+
+
 def _read(sd_or_path, weights_only: bool = True) -> dict:
     sd = read_state_dict(sd_or_path, weights_only=weights_only)
     if "state_dict" in sd and isinstance(sd["state_dict"], dict):
@@ -96,13 +114,54 @@ def _read(sd_or_path, weights_only: bool = True) -> dict:
     return sd
 
 
+def _prefix_counts(keys) -> str:
+    counts: dict[str, int] = {}
+    for k in keys:
+        head = k.split(".", 1)[0] + ("." if "." in k else "")
+        counts[head] = counts.get(head, 0) + 1
+    return ", ".join(f"{h!r}: {n}" for h, n in sorted(counts.items(), key=lambda kv: -kv[1])[:10])
+
+
+def _is_own_layout(sd: dict) -> bool:
+    """A WMAWorldModel.state_dict() (our names) rather than upstream's: "diffusion_model.*" keys and no
+    "model.diffusion_model.*" keys (no upstream key starts with "diffusion_model.")."""
+    keys = [k for k in sd if isinstance(k, str)]
+    return any(k.startswith(OURS_UNET) for k in keys) and not any(k.startswith(UPSTREAM_UNET) for k in keys)
+
+
 def load_upstream_checkpoint(model: WMAWorldModel, sd_or_path, strict: bool = True,
-                             weights_only: bool = True) -> LoadReport:
+                             weights_only: bool = True, use_ema: bool = False) -> LoadReport:
     """Load an upstream checkpoint (path or state dict) into `model`; strict: every parameter present, none extra.
-    Upstream's Lightning .ckpt may hold configuration objects: load it with weights_only=False if you trust it."""
+    Upstream's Lightning .ckpt may hold configuration objects: load it with weights_only=False if you trust it.
+    A state dict of our own layout (WMAWorldModel.state_dict()) loads too, as it is.
+
+    EMA or not: upstream's Lightning state dict holds the trained weights under `model.diffusion_model.*` (plus
+    image_proj_model.*, the projectors and the position embeddings), and, when trained with use_ema, a LitEma
+    copy of `model` under `model_ema.*` (names without dots, e.g. "model_ema.diffusion_modelout2weight", plus
+    model_ema.decay / num_updates); with dp_use_ema also a `dp_ema_model.*` copy of the action head. Upstream's
+    inference (configs/inference/*.yaml: use_ema: False; world_model_interaction.py loads the state dict into
+    that model) samples with the non-EMA `model.` weights and never reads dp_ema_model, so use_ema=False (the
+    default) loads those and ignores every EMA entry. use_ema=True does what upstream's ema_scope does: each
+    parameter of `diffusion_model` takes its `model_ema` copy; buffers, parameters without a copy (reported
+    in `not_ema`) and everything outside `model` keep the non-EMA weights. dp_ema_model is never loaded.
+    use_ema=True on a checkpoint without `model_ema.*` weights raises ValueError naming what it holds.
+
+    All or nothing: the whole mapped state dict is checked against model.state_dict() (missing and unexpected
+    keys, shapes; dtypes convert on copy) before any tensor is copied; a mismatch raises one ValueError
+    (wmbook.models.checkpoint.CheckpointMismatchError, also a RuntimeError) that lists what is wrong and
+    leaves the model unchanged. strict=False allows missing and unexpected keys, never a wrong shape.
+    """
+    raw = _read(sd_or_path, weights_only)
+    if _is_own_layout(raw):
+        if use_ema:
+            raise ValueError("use_ema=True but this is a WMAWorldModel state dict of our own layout, which holds "
+                             f"no EMA weights (keys by prefix: {_prefix_counts(raw)}); load it with use_ema=False")
+        result = load_checked(model, dict(raw), strict=strict, what="WMAWorldModel state dict")
+        return LoadReport(loaded=len(raw), missing=list(result.missing_keys),
+                          unexpected=list(result.unexpected_keys))
     ours: dict[str, torch.Tensor] = {}
     ignored = []
-    for k, v in _read(sd_or_path, weights_only).items():
+    for k, v in raw.items():
         nk = from_upstream_key(k)
         if nk is None:
             ignored.append(k)
@@ -111,6 +170,31 @@ def load_upstream_checkpoint(model: WMAWorldModel, sd_or_path, strict: bool = Tr
                 raise ValueError(f"upstream key {k!r} should repeat the shared block {nk!r} but differs from it")
         else:
             ours[nk] = v
-    result = model.load_state_dict(ours, strict=strict)
+    n_ema, not_ema, used = 0, [], set()
+    if use_ema:
+        ema = {k: v for k, v in raw.items() if k.startswith(EMA_PREFIX) and k not in EMA_BOOKKEEPING}
+        if not ema:
+            raise ValueError(f"use_ema=True but the checkpoint holds no EMA weights (no {EMA_PREFIX!r} keys besides "
+                             f"decay / num_updates; keys by prefix: {_prefix_counts(raw)}); load it with "
+                             f"use_ema=False (upstream's default)")
+        params = {k for k, _ in model.named_parameters()}
+        for k in model.state_dict():
+            if k not in params or not k.startswith(OURS_UNET):
+                continue  # buffers and modules outside upstream's `model` have no EMA copy
+            found = [ek for ek in map(upstream_ema_key, to_upstream_keys(k)) if ek in ema]
+            if not found:
+                not_ema.append(k)
+                continue
+            for ek in found[1:]:  # a folded block: upstream's LitEma holds one copy, but check any repeat
+                if not torch.equal(ema[found[0]], ema[ek]):
+                    raise ValueError(f"EMA key {ek!r} should repeat the shared block {found[0]!r} but differs")
+            ours[k] = ema[found[0]]
+            n_ema += 1
+            used.update(found)
+        if not used:
+            raise ValueError(f"use_ema=True but none of the checkpoint's {len(ema)} {EMA_PREFIX!r} keys (e.g. "
+                             f"{next(iter(ema))!r}) is the EMA copy of a parameter of this model; nothing was loaded")
+        ignored = [k for k in ignored if k not in used and k not in EMA_BOOKKEEPING]
+    result = load_checked(model, ours, strict=strict, what="checkpoint (use_ema=True)" if use_ema else "checkpoint")
     return LoadReport(loaded=len(ours), ignored=ignored, missing=list(result.missing_keys),
-                      unexpected=list(result.unexpected_keys))
+                      unexpected=list(result.unexpected_keys), ema=n_ema, not_ema=not_ema)
