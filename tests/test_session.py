@@ -454,6 +454,11 @@ def test_measure_overhead_reports_both_timings():
     assert ov["monitor"]["groups"] == ["gpu_memory", "gpu_utilization", "system_memory"]
     assert ov["timing"] == "host perf_counter" and ov["time_labels"] is True
     assert 0 < ov["monitor"]["duration_s"] and ov["monitor"]["sampling_share_of_wall"] is not None
+    acc = ov["accounted"]  # one timed label per call, at its measured host cost, plus the sampler's share
+    assert acc["timed_labels_per_call"] == 1 and acc["us_per_timed_label"] >= 0
+    assert acc["labels_ms"] == pytest.approx(acc["us_per_timed_label"] / 1e3)
+    assert ov["accounted_frac"] == pytest.approx(acc["labels_frac"] + acc["sampler_frac"])
+    assert acc["sampler_frac"] == ov["monitor"]["sampling_share_of_wall"]
     assert current_session() is None
     with pytest.raises(ValueError, match="pairs"):
         measure_overhead(fn, pairs=1)

@@ -111,7 +111,8 @@ def markdown(path=None) -> str:
                      "GPU idle": _val(r, "idle_share", "{:.0%}"),
                      "kernels / forward": _val(r, "kernels_per_forward", "{:.0f}"),
                      "GEMM TFLOP/s (of ceiling)": tf("gemm"), "attention TFLOP/s (of ceiling)": tf("attention"),
-                     "profiling overhead": _val(r, "profiling_overhead", "{:+.1%}")})
+                     "profiling overhead, paired A/B (p20-p80)": _spread(_v(r, "profiling_overhead"), "{:+.1%}"),
+                     "accounted": _val(r, "profiling_overhead_accounted", "{:.2%}")})
     parts.append("\n**02 · bottleneck breakdown** (bf16, one traced run)\n")
     parts.append(_table(rows))
     parts += _compile_autocast(df, {wl.metric.name for wl in workloads.all_workloads()})

@@ -291,6 +291,13 @@ def render_html(report: dict) -> str:
                      f"90% interval of the median {_num(ci[0], '{:+.1%}')} to {_num(ci[1], '{:+.1%}')} "
                      f"(baseline spread p20-p80 {_num(ov.get('baseline_spread_frac'), '{:.1%}')}); "
                      f"config {_e(ov.get('config'))}, timing {_e(ov.get('timing'))}; {_e(ov.get('method'))}</p>")
+        acc = ov.get("accounted") or {}
+        if acc:
+            parts.append(f"<p>accounted part by part: {_num(ov.get('accounted_frac'), '{:.2%}')} = "
+                         f"{_num(acc.get('timed_labels_per_call'), '{:.0f}')} timed labels per run x "
+                         f"{_num(acc.get('us_per_timed_label'), '{:.1f}', ' us')} "
+                         f"({_num(acc.get('labels_frac'), '{:.2%}')}) + the sampler thread "
+                         f"({_num(acc.get('sampler_frac'), '{:.2%}')} of the wall time, an upper bound)</p>")
 
     ev = r.get("events") or []
     parts.append("<h2>Events</h2>")

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from .. import results as results_store
+from ..bench import Samples
 from ..params import (DEVICE, DTYPE, OUTPUT_DIR, PRESET, RESULTS_PATH, SEED, VAE_DTYPE, WARMUP, Param,
                       ParameterError, boolean, integer)
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
@@ -137,8 +138,11 @@ def result_rows(cfg: RunConfig, bd, overhead: dict | None = None) -> list[dict]:
         if v is not None and not (isinstance(v, float) and math.isnan(v)):
             rows.append(results_store.make_row(metric=key, value=float(v), unit=unit, **common))
     if overhead:
+        ab = Samples([float(v) for v in overhead.get("ratios", [])], "fraction") if overhead.get("ratios") else None
         rows.append(results_store.make_row(metric="profiling_overhead", value=float(overhead["overhead_frac"]),
-                                           unit="fraction", **common))
+                                           unit="fraction", timing=ab, **common))
+        rows.append(results_store.make_row(metric="profiling_overhead_accounted",
+                                           value=float(overhead["accounted_frac"]), unit="fraction", **common))
     return rows
 
 
@@ -176,10 +180,11 @@ def interpret(cfg: RunConfig, bd, overhead: dict | None = None) -> str:
                      f"{overhead['overhead_frac']:+.1%} (median of {overhead['pairs']} paired runs, p20-p80 "
                      f"{overhead['overhead_p20']:+.1%} to {overhead['overhead_p80']:+.1%}, 90% interval of the median "
                      f"{lo:+.1%} to {hi:+.1%}; {i['median']:.1f} vs {b['median']:.1f} ms), {verdict}.")
-        share = (overhead.get("monitor") or {}).get("sampling_share_of_wall")
-        if share is not None:
-            lines.append(f"Measured directly, the sampler thread spent {share:.2%} of the session's wall time taking "
-                         f"samples (an upper bound on the host time it can take from the launching thread).")
+        acc = overhead["accounted"]
+        lines.append(f"Accounted part by part, the session adds {overhead['accounted_frac']:.2%} to the launching "
+                     f"thread: {acc['timed_labels_per_call']:.0f} timed labels per run x {acc['us_per_timed_label']:.1f} "
+                     f"us = {acc['labels_frac']:.2%}, and the sampler thread's {acc['sampler_frac']:.2%} of the wall "
+                     f"time (an upper bound on what it can take from the launching thread).")
     if cfg.tiny:
         lines.append("Tiny-preset numbers: they check the analysis, not the speed of the real model.")
     return " ".join(lines)
