@@ -36,7 +36,7 @@ ladder = "auto"        # auto: the workload's default ladder; or comma-separated
 sections = "all"       # all, or a comma-separated subset of precision, vae, hygiene, attention, ladder, compile
 compile_modes = "default"  # modes in the ladder and the compile table: default, max-autotune-no-cudagraphs (benchmarks every GEMM/conv: many minutes at real shapes), or both comma-separated
 compile_backend = "auto"  # auto: inductor on GPU, aot_eager on CPU (inductor's CPU codegen takes minutes) | inductor | aot_eager | eager
-compile_table = "all"  # all, or a comma-separated subset of reference, hygiene, dynamic, whole, max-autotune
+compile_table = "auto"  # auto: all on a GPU, all but dynamic on a CPU; all; or a comma-separated subset of reference, hygiene, dynamic, whole, max-autotune
 warmup = 3             # untimed calls before timing
 repeats = 10           # timed forwards per row
 e2e_blocks = 0         # mg2 blocks per end-to-end ladder run (FPS, PSNR); 0 means 4 on a GPU, 3 on a CPU
@@ -159,7 +159,7 @@ if lad is not None and not lad.categories().empty:
 # %% [markdown]
 # ## torch.compile: regional vs whole, dynamic, cold vs warm, recompiles
 # Cold = empty on-disk cache; warm = the same compile again after `torch._dynamo.reset()` with the cache the
-# cold run filled. Recompiles are counted over a warm end-to-end run after a first one (which may compile
+# cold run filled (inductor only: the CPU smoke run's aot_eager keeps no cache, so it measures cold alone). Recompiles are counted over a warm end-to-end run after a first one (which may compile
 # each new shape once). The first row compiles the reference code, the others the code after the fix: the
 # `hygiene` variants (the group of the table above). For the causal DiT they write the KV caches at the slots
 # prepared once per forward before the compiled region (`kv-slot-write`), window the action inputs once per

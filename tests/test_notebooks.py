@@ -6,9 +6,13 @@ import papermill as pm
 import pandas as pd
 import pytest
 
-from wmbook import studies
+from pathlib import Path
 
+from wmbook import studies
+from wmbook.params import ParameterError
 from wmbook.run import run_notebooks
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
 @pytest.mark.parametrize("notebook", sorted(studies.MODULES))
@@ -34,9 +38,15 @@ def test_notebook_01_tiny_end_to_end(tmp_path):
 
 
 def test_notebook_01_rejects_bad_parameter(tmp_path):
-    runs = run_notebooks(["01_baseline_profiling"], out=tmp_path / "report", progress=False,
-                         parameters={"dtype": "int8", "results_path": str(tmp_path / "r.csv")})
-    assert runs[0].status == "failed" and "dtype='int8'" in runs[0].error
+    """The runner refuses before a kernel starts; run without it (papermill directly, as JupyterLab would), the
+    notebook's own validation cell refuses before any work."""
+    params = {"dtype": "int8", "results_path": str(tmp_path / "r.csv")}
+    with pytest.raises(ParameterError, match="dtype='int8' is not allowed"):
+        run_notebooks(["01_baseline_profiling"], out=tmp_path / "report", progress=False, parameters=params)
+    assert not (tmp_path / "report").exists()
+    with pytest.raises(pm.PapermillExecutionError, match="dtype='int8'"):
+        pm.execute_notebook(str(NOTEBOOKS / "01_baseline_profiling.ipynb"), str(tmp_path / "x.ipynb"),
+                            parameters=params, kernel_name="python3", progress_bar=False)
     assert not (tmp_path / "r.csv").exists()  # nothing written before the check failed
 
 
@@ -61,11 +71,11 @@ def test_notebook_02_tiny_end_to_end(tmp_path):
 
 
 def test_notebook_02_rejects_bad_parameter_before_work(tmp_path):
-    runs = run_notebooks(["02_bottleneck_breakdown"], out=tmp_path / "report", progress=False,
-                         parameters={"profiling_config": "loud", "results_path": str(tmp_path / "r.csv"),
-                                     "output_dir": str(tmp_path / "art")})
-    assert runs[0].status == "failed" and "profiling_config='loud'" in runs[0].error
-    assert not (tmp_path / "r.csv").exists() and not (tmp_path / "art").exists()
+    with pytest.raises(ParameterError, match="profiling_config='loud'"):
+        run_notebooks(["02_bottleneck_breakdown"], out=tmp_path / "report", progress=False,
+                      parameters={"profiling_config": "loud", "results_path": str(tmp_path / "r.csv"),
+                                  "output_dir": str(tmp_path / "art")})
+    assert not any((tmp_path / d).exists() for d in ("r.csv", "art", "report"))
 
 
 def test_notebooks_01_and_02_wma_tiny(tmp_path):
@@ -148,8 +158,8 @@ def test_notebook_04_default_ladders():
 
 
 def test_notebook_04_rejects_unknown_variant_before_work(tmp_path):
-    runs = run_notebooks(["04_compile_autocast"], out=tmp_path / "r", progress=False,
-                         parameters={"ladder": "bf16,turbo", "results_path": str(tmp_path / "r.csv"),
-                                     "output_dir": str(tmp_path / "art")})
-    assert runs[0].status == "failed" and "'turbo' is not known" in runs[0].error
-    assert not (tmp_path / "r.csv").exists()
+    with pytest.raises(ParameterError, match="ladder='bf16,turbo' is not allowed: variant 'turbo' is not known"):
+        run_notebooks(["04_compile_autocast"], out=tmp_path / "r", progress=False,
+                      parameters={"ladder": "bf16,turbo", "results_path": str(tmp_path / "r.csv"),
+                                  "output_dir": str(tmp_path / "art")})
+    assert not any((tmp_path / d).exists() for d in ("r.csv", "art", "r"))

@@ -11,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from wmbook import cli
 from wmbook import run as wmrun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +95,7 @@ def test_each_notebook_gets_the_parameters_it_declares(report):
 
 def test_cli_failing_notebook_exits_1(tmp_path, capsys):
     out = tmp_path / "cli"
-    rc = wmrun.main([str(NB_FAIL), "--out", str(out), "-q", "-p", "y", "3"])
+    rc = cli.run_main([str(NB_FAIL), "--out", str(out), "-q", "-p", "y", "3"])
     assert rc == 1
     err = capsys.readouterr().err
     assert "nb_fail" in err and "boom" in err and 'raise ValueError("boom")' in err
@@ -132,7 +133,7 @@ def test_bad_parameters_refused_before_a_kernel_starts(tmp_path, capsys, argv, e
     out = tmp_path / "never"
     results = tmp_path / "results.csv"
     try:
-        rc = wmrun.main(["01", "--out", str(out), "-q", "-p", "results_path", str(results), *argv])
+        rc = cli.run_main(["01", "--out", str(out), "-q", "-p", "results_path", str(results), *argv])
     except SystemExit as e:  # argparse refuses --timeout itself
         rc = e.code
     assert rc == 2
@@ -190,7 +191,7 @@ def test_unknown_notebook_rejected_before_running(tmp_path, capsys):
     assert "available notebooks" in str(info.value)
     assert not out.exists()
 
-    rc = wmrun.main(["99_does_not_exist", "--out", str(out), "-q"])
+    rc = cli.run_main(["99_does_not_exist", "--out", str(out), "-q"])
     assert rc == 2
     assert "99_does_not_exist" in capsys.readouterr().err
     assert not out.exists()
@@ -252,4 +253,4 @@ def test_workloads_expand_notebooks_that_have_the_parameter():
         notebook_parameters(nbs, {"workload": "wma"}, ["mg2"])
     with pytest.raises(ParameterError, match=r"01_baseline_profiling \(wma\): num_blocks=2 applies to workload"):
         notebook_parameters(nbs, {"num_blocks": 2}, ["mg2", "wma"])
-    assert wmrun._workload_list("all") == ["mg2", "wma"] and wmrun._workload_list(" wma, mg2") == ["wma", "mg2"]
+    assert cli._workload_list("all") == ["mg2", "wma"] and cli._workload_list(" wma, mg2") == ["wma", "mg2"]

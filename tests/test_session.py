@@ -18,11 +18,11 @@ from wmbook.profiling.decorators import (
     profile_model_parameters,
     profile_session,
 )
+from wmbook.profiling.overhead import measure_overhead
 from wmbook.profiling.session import (
     DEFINITIONS,
     ProfilingSession,
     current_session,
-    measure_overhead,
     set_profiling,
 )
 

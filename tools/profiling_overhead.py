@@ -16,7 +16,7 @@ import yaml
 
 from wmbook import workloads
 from wmbook.profiling.config import load_config
-from wmbook.profiling.session import measure_overhead
+from wmbook.profiling import measure_overhead
 from wmbook.studies import breakdown
 
 GPU_METRICS = ("monitor_gpu_temperature", "monitor_gpu_power", "monitor_gpu_clocks")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 USAGE = """usage: wmbook <command> [options]
 
@@ -34,12 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command == "run":
-        from wmbook.run import main as run_main
-
         return run_main(rest, prog="wmbook run")
     if command == "list":
-        from wmbook.run import main as run_main
-
         return run_main(["--list", *rest], prog="wmbook list")
     if command == "aggregate":
         return aggregate_main(rest)
@@ -50,8 +48,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def aggregate_main(argv: Sequence[str]) -> int:
     """``wmbook aggregate PATH [PATH ...] [--session NAME] [--output FILE | --output-dir DIR] [--no-html]``:
     print each session's aggregation summary, write JSON + HTML."""
-    import argparse
-
     ap = argparse.ArgumentParser(prog="wmbook aggregate",
                                  description="Merge per-rank profiling session reports; each session separately.")
     ap.add_argument("paths", nargs="+", metavar="PATH",
@@ -80,6 +76,141 @@ def aggregate_main(argv: Sequence[str]) -> int:
     print()
     for name, agg in aggs.items():
         print(f"Wrote ({name}): " + ", ".join(str(p) for p in agg.paths.values()))
+    return 0
+
+
+def _yaml_scalar(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _workload_list(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    if text.strip() == "all":
+        from . import workloads
+
+        return workloads.names()
+    return [w.strip() for w in text.split(",") if w.strip()]
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed values: seconds > 0")
+    return v
+
+
+def build_run_parser(prog: str = "wmbook run") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog=prog,
+        description="Execute workbook notebooks with papermill and render an HTML report "
+        "(index.html, per-notebook HTML, executed .ipynb, summary.json).",
+    )
+    ap.add_argument(
+        "notebooks",
+        nargs="*",
+        metavar="NOTEBOOK",
+        help="notebook name (01_baseline_profiling), number (01) or .ipynb path; "
+        "default: every notebooks/NN_*.ipynb",
+    )
+    ap.add_argument("--preset", help="preset passed to every notebook (default: the notebooks "
+                    "choose: real shapes on a GPU, tiny ones on a CPU)")
+    ap.add_argument("--out", "-o", help="report folder (default: reports/<UTC timestamp>)")
+    ap.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "VALUE"),
+        help="notebook parameter; VALUE is parsed as a YAML scalar (2 -> int, true -> bool). "
+        "Repeatable.",
+    )
+    ap.add_argument("-f", "--parameters-file", metavar="FILE",
+                    help="YAML file with a mapping of parameters (-p wins over it)")
+    ap.add_argument("--workload", metavar="NAMES", help="comma-separated workloads, or 'all': a notebook with a "
+                    "workload parameter runs once per workload (default: the notebooks' own default)")
+    ap.add_argument("--kernel", help="Jupyter kernel name (default: python3 of this interpreter)")
+    ap.add_argument("--timeout", type=_positive_seconds, help="per-cell execution limit in seconds (> 0; default: none)")
+    ap.add_argument("--list", action="store_true", help="list the notebooks and exit")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    return ap
+
+
+def run_main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> int:
+    """``wmbook run ...``: parse, check, execute (wmbook.run.run_notebooks), print where the report is."""
+    from . import run as _run
+    from .run import NOTEBOOK_GLOB, UnknownNotebookError, default_out_dir, discover_notebooks, notebooks_dir, resolve_notebooks
+
+    ap = build_run_parser(prog)
+    args = ap.parse_args(argv)
+
+    if args.list:
+        for p in discover_notebooks():
+            print(p.stem)
+        return 0
+
+    params: dict[str, Any] = {}
+    if args.parameters_file:
+        import yaml
+
+        try:
+            loaded = yaml.safe_load(Path(args.parameters_file).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            ap.error(f"cannot read {args.parameters_file}: {exc}")
+        if not isinstance(loaded, dict):
+            ap.error(f"{args.parameters_file} must hold a mapping of parameter names to values")
+        params.update(loaded)
+    for name, value in args.parameter:
+        if not name.isidentifier():
+            ap.error(f"parameter name {name!r} is not a Python identifier")
+        params[name] = _yaml_scalar(value)
+
+    try:
+        paths = resolve_notebooks(args.notebooks or None)
+    except UnknownNotebookError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    if not paths:
+        print(
+            f"{prog}: error: no notebooks matching {NOTEBOOK_GLOB} in {notebooks_dir()}",
+            file=sys.stderr,
+        )
+        return 2
+
+    from .params import ParameterError
+
+    out = Path(args.out) if args.out else default_out_dir()
+    try:
+        runs = _run.run_notebooks(
+            paths,
+            out=out,
+            preset=args.preset,
+            parameters=params,
+            kernel_name=args.kernel,
+            timeout=args.timeout,
+            progress=not args.quiet,
+            workloads=_workload_list(args.workload),
+        )
+    except ParameterError as exc:  # refused before anything was written
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    failed = [r for r in runs if not r.ok]
+    index = out.resolve() / "index.html"
+    print(f"{len(runs) - len(failed)}/{len(runs)} notebooks ok; report: {index}")
+    if failed:
+        print(f"\n{len(failed)} notebook(s) failed:", file=sys.stderr)
+        for r in failed:
+            print(r.failure_summary(), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -56,12 +56,12 @@ def _num(x, fmt="{:.3g}") -> str:
     return fmt.format(x)
 
 
-def _spread(row, fmt="{:.3g}") -> str:
+def _spread(row, fmt="{:.3g}", sep="-") -> str:
     if row is None:
         return "-"
     s = _num(row["value"], fmt)
     if _num(row.get("p20")) != "-":
-        s += f" ({_num(row['p20'], fmt)}-{_num(row['p80'], fmt)})"
+        s += f" ({_num(row['p20'], fmt)}{sep}{_num(row['p80'], fmt)})"
     return s
 
 
@@ -111,7 +111,7 @@ def markdown(path=None) -> str:
                      "GPU idle": _val(r, "idle_share", "{:.0%}"),
                      "kernels / forward": _val(r, "kernels_per_forward", "{:.0f}"),
                      "GEMM TFLOP/s (of ceiling)": tf("gemm"), "attention TFLOP/s (of ceiling)": tf("attention"),
-                     "profiling overhead, paired A/B (p20-p80)": _spread(_v(r, "profiling_overhead"), "{:+.1%}"),
+                     "profiling overhead, paired A/B (p20-p80)": _spread(_v(r, "profiling_overhead"), "{:+.1%}", " to "),
                      "accounted": _val(r, "profiling_overhead_accounted", "{:.2%}")})
     parts.append("\n**02 · bottleneck breakdown** (bf16, one traced run)\n")
     parts.append(_table(rows))

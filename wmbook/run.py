@@ -16,14 +16,13 @@ From Python::
     from wmbook.run import run_notebooks
     runs = run_notebooks(["01_baseline_profiling"], preset="tiny", out="reports/x")
 
-From a shell::
+From a shell (wmbook.cli)::
 
-    wmbook run [NOTEBOOK ...] [--preset NAME] [--out DIR] [-p NAME VALUE ...] [-f params.yaml]
+    wmbook run [NOTEBOOK ...] [--workload NAMES] [--preset NAME] [--out DIR] [-p NAME VALUE ...] [-f params.yaml]
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as _dt
 import json
@@ -47,8 +46,6 @@ __all__ = [
     "discover_notebooks",
     "resolve_notebooks",
     "run_notebooks",
-    "build_parser",
-    "main",
 ]
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -487,139 +484,7 @@ def run_notebooks(
     return runs
 
 
-# --------------------------------------------------------------------------- CLI
-
-
-def _yaml_scalar(text: str) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def _workload_list(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    if text.strip() == "all":
-        from . import workloads
-
-        return workloads.names()
-    return [w.strip() for w in text.split(",") if w.strip()]
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed values: seconds > 0")
-    return v
-
-
-def build_parser(prog: str = "wmbook run") -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog=prog,
-        description="Execute workbook notebooks with papermill and render an HTML report "
-        "(index.html, per-notebook HTML, executed .ipynb, summary.json).",
-    )
-    ap.add_argument(
-        "notebooks",
-        nargs="*",
-        metavar="NOTEBOOK",
-        help="notebook name (01_baseline_profiling), number (01) or .ipynb path; "
-        "default: every notebooks/NN_*.ipynb",
-    )
-    ap.add_argument("--preset", help="preset passed to every notebook (default: the notebooks "
-                    "choose: real shapes on a GPU, tiny ones on a CPU)")
-    ap.add_argument("--out", "-o", help="report folder (default: reports/<UTC timestamp>)")
-    ap.add_argument(
-        "-p",
-        "--parameter",
-        nargs=2,
-        action="append",
-        default=[],
-        metavar=("NAME", "VALUE"),
-        help="notebook parameter; VALUE is parsed as a YAML scalar (2 -> int, true -> bool). "
-        "Repeatable.",
-    )
-    ap.add_argument("-f", "--parameters-file", metavar="FILE",
-                    help="YAML file with a mapping of parameters (-p wins over it)")
-    ap.add_argument("--workload", metavar="NAMES", help="comma-separated workloads, or 'all': a notebook with a "
-                    "workload parameter runs once per workload (default: the notebooks' own default)")
-    ap.add_argument("--kernel", help="Jupyter kernel name (default: python3 of this interpreter)")
-    ap.add_argument("--timeout", type=_positive_seconds, help="per-cell execution limit in seconds (> 0; default: none)")
-    ap.add_argument("--list", action="store_true", help="list the notebooks and exit")
-    ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-    return ap
-
-
-def main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> int:
-    ap = build_parser(prog)
-    args = ap.parse_args(argv)
-
-    if args.list:
-        for p in discover_notebooks():
-            print(p.stem)
-        return 0
-
-    params: dict[str, Any] = {}
-    if args.parameters_file:
-        import yaml
-
-        try:
-            loaded = yaml.safe_load(Path(args.parameters_file).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            ap.error(f"cannot read {args.parameters_file}: {exc}")
-        if not isinstance(loaded, dict):
-            ap.error(f"{args.parameters_file} must hold a mapping of parameter names to values")
-        params.update(loaded)
-    for name, value in args.parameter:
-        if not name.isidentifier():
-            ap.error(f"parameter name {name!r} is not a Python identifier")
-        params[name] = _yaml_scalar(value)
-
-    try:
-        paths = resolve_notebooks(args.notebooks or None)
-    except UnknownNotebookError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    if not paths:
-        print(
-            f"{prog}: error: no notebooks matching {NOTEBOOK_GLOB} in {notebooks_dir()}",
-            file=sys.stderr,
-        )
-        return 2
-
-    from .params import ParameterError
-
-    out = Path(args.out) if args.out else default_out_dir()
-    try:
-        runs = run_notebooks(
-            paths,
-            out=out,
-            preset=args.preset,
-            parameters=params,
-            kernel_name=args.kernel,
-            timeout=args.timeout,
-            progress=not args.quiet,
-            workloads=_workload_list(args.workload),
-        )
-    except ParameterError as exc:  # refused before anything was written
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    failed = [r for r in runs if not r.ok]
-    index = out.resolve() / "index.html"
-    print(f"{len(runs) - len(failed)}/{len(runs)} notebooks ok; report: {index}")
-    if failed:
-        print(f"\n{len(failed)} notebook(s) failed:", file=sys.stderr)
-        for r in failed:
-            print(r.failure_summary(), file=sys.stderr)
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(prog="python -m wmbook.run"))
+    from .cli import run_main
+
+    sys.exit(run_main(prog="python -m wmbook.run"))

@@ -143,7 +143,7 @@ def validate(spec: NotebookSpec, **values) -> RunConfig:
     given = {k: values.get(k, p.default) for k, p in known.items()}
     for name in [n for n in _FIRST if n in known]:
         ctx["_name"] = name
-        ctx[name] = known[name].check(given[name], ctx)
+        ctx[name] = _checked(known[name], given[name], ctx)
     wl = ctx["workload"]
     own = {q.name for q in spec.params} | {q.name for q in wl.params}
     for name, p in known.items():
@@ -156,7 +156,7 @@ def validate(spec: NotebookSpec, **values) -> RunConfig:
                                      f"{wl.name!r} leave it at {p.default!r}")
             continue
         ctx["_name"] = name
-        ctx[name] = p.check(given[name], ctx)
+        ctx[name] = _checked(p, given[name], ctx)
     ctx.pop("_name", None)
     preset, dev = ctx["preset"], ctx["device"]
     out = ctx.get("output_dir", "auto")
@@ -174,6 +174,17 @@ def validate(spec: NotebookSpec, **values) -> RunConfig:
     if spec.cross_check is not None:
         spec.cross_check(cfg)
     return cfg
+
+
+def _checked(p: Param, value, ctx: dict):
+    """p.check(value), any ValueError it raises (an unknown variant, a preset that does not fit) turned into a
+    ParameterError that names the parameter."""
+    try:
+        return p.check(value, ctx)
+    except ParameterError:
+        raise
+    except ValueError as e:
+        raise ParameterError(f"{p.name}={value!r} is not allowed: {e}") from None
 
 
 def _workloads():

@@ -9,7 +9,8 @@ from .sections import SectionTimer, collapse_indices  # noqa: F401
 from .config import ProfilingConfig, load_config  # noqa: F401
 from .monitor import ResourceMonitor  # noqa: F401
 from .liveview import LiveView, live_view  # noqa: F401
-from .session import ProfilingSession, current_session, measure_overhead, rank_info, set_profiling  # noqa: F401
+from .session import ProfilingSession, current_session, rank_info, set_profiling  # noqa: F401
+from .overhead import label_timing_cost_us, measure_overhead  # noqa: F401
 from .decorators import (  # noqa: F401
     add_profiling_event,
     profile_block_computation,

@@ -97,7 +97,7 @@ def breakdown(trace, cfg: RunConfig, ceilings: dict | None):
 def session_report(pipe, inputs, cfg: RunConfig, bd, ceilings: dict):
     """Run the pipeline once inside a ProfilingSession (monitors on, tracing off), attach the breakdown and the
     measured profiling overhead, write the JSON + HTML session report. Returns (session, paths, overhead)."""
-    from ..profiling.session import ProfilingSession, measure_overhead
+    from ..profiling import ProfilingSession, measure_overhead
 
     wl, opt = cfg.workload, cfg.options
     overhead = None

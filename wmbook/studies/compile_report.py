@@ -153,7 +153,8 @@ def _compile_lines(cfg, compile_df) -> list[str]:
                      f"block): {int(r1['graph_breaks'] or 0)} graph breaks, {int(r1['warmup_run_recompiles'])} "
                      f"recompiles while the first run warms its shapes and {int(r1['steady_run_recompiles'])} across "
                      f"the next {r1['e2e_run']} (goal: {RECOMPILES_GOAL}); cold compile {r1['cold_s']:.1f} s, warm "
-                     f"{r1['warm_s']:.1f} s"
+                     + (f"{r1['warm_s']:.1f} s" if _finite(r1["warm_s"]) else "not measured (only inductor keeps an "
+                        "on-disk cache)")
                      + (f" (goal under {cold_goal:.0f} s cold: {_verdict(r1['cold_s'] < cold_goal)})" if cold_goal
                         else "") + ".")
     if "x_floor" in c and c["x_floor"].notna().any():

@@ -370,6 +370,9 @@ def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, 
                          steady_repeats: int = 3, eager_first: bool = True, after_warm=None) -> dict:
     """Compile time of `spec` cold (empty on-disk cache) and warm (cache filled by the cold run).
 
+    Only inductor keeps an on-disk cache: for the other backends (aot_eager, eager: the CPU smoke runs) a second
+    compile would only repeat the first, so the warm phase reuses the cold model (warm_s, cold_over_warm NaN).
+
     make_model(): a fresh model (called once per phase); run_once(model): one unit of work (e.g. a
     forward). regions: as in apply_compile, but an attribute path ("blocks") or a callable (model)
     -> modules, since each phase builds its own model. Each phase: reset_compile_state(), build,
@@ -398,8 +401,9 @@ def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, 
         row["eager_first_s"] = time_once(lambda: run_once(model), dev) / 1e3
         del model
     row["backend_import_s"] = _import_backend(spec.backend)
+    phases = ("cold", "warm") if spec.backend == "inductor" else ("cold",)
     with inductor_cache_dir(cache_dir) as d:
-        for phase in ("cold", "warm"):
+        for phase in phases:
             reset_compile_state()
             gc.collect()
             model = make_model()
@@ -409,7 +413,8 @@ def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, 
             row.update(_phase_cols(phase, first_ms / 1e3, mon.summary()))
             if phase == "cold":
                 row["graph_breaks"] = mon.summary()["graph_breaks"]
-                del model
+                if len(phases) > 1:
+                    del model
         with CompileMonitor() as smon:
             t = time_fn(lambda: run_once(model), warmup=1, repeats=steady_repeats, device=dev)
         row.update(steady_ms=t.median, steady_p20=t.p20, steady_p80=t.p80)
@@ -419,7 +424,9 @@ def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, 
         if after_warm is not None:
             after_warm(model)
         del model
-    row["cold_over_warm"] = row["cold_s"] / row["warm_s"] if row["warm_s"] > 0 else float("nan")
+    warm = row.get("warm_s", float("nan"))
+    row.setdefault("warm_s", warm)
+    row["cold_over_warm"] = row["cold_s"] / warm if warm > 0 else float("nan")
     return row
 
 
