@@ -66,9 +66,9 @@ def test_spec_validation_and_name():
     assert CompileSpec(dynamic=None, backend="eager").name == "regional-default-auto-eager"
     with pytest.raises(ValueError, match="scope"):
         CompileSpec(scope="blocks")
-    for mode in ("reduce-overhead", "max-autotune"):
-        with pytest.raises(ValueError, match="notebook 06"):
-            CompileSpec(mode=mode)
+    assert CompileSpec(mode="reduce-overhead").name == "regional-reduce-overhead-static"
+    with pytest.raises(ValueError, match="also captures CUDA graphs.*reduce-overhead"):
+        CompileSpec(mode="max-autotune")
     with pytest.raises(ValueError, match="mode='fast'.*allowed values"):
         CompileSpec(mode="fast")
     with pytest.raises(ValueError, match="dynamic"):

@@ -163,3 +163,18 @@ def test_notebook_04_rejects_unknown_variant_before_work(tmp_path):
                       parameters={"ladder": "bf16,turbo", "results_path": str(tmp_path / "r.csv"),
                                   "output_dir": str(tmp_path / "art")})
     assert not any((tmp_path / d).exists() for d in ("r.csv", "art", "r"))
+
+
+def test_notebook_06_tiny_mg2_and_wma(tmp_path):
+    """On a CPU notebook 06 checks the static caches and measures the base and static-cache rows (capture needs a
+    GPU and says so); both workloads, tiny presets."""
+    results = tmp_path / "results.csv"
+    common = {"repeats": 2, "warmup": 1, "e2e_repeats": 1, "compile_backend": "eager", "results_path": str(results)}
+    runs = run_notebooks(["06_cuda_graphs"], out=tmp_path / "r", progress=False, workloads=["mg2", "wma"],
+                         parameters=common)
+    assert [r.status for r in runs] == ["ok", "ok"], [r.error for r in runs]
+    df = pd.read_csv(results)
+    mg2 = df[df["workload"] == "mg2"]
+    assert {"forward_ms", "fps", "first_frame_ms", "run_s"} <= set(mg2["metric"])
+    assert mg2["variant"].str.endswith("static-caches").any() and set(mg2["gate"].dropna()) == {"pass"}
+    assert {"forward_ms", "ddim_step_ms", "run_s"} <= set(df[df["workload"] == "wma"]["metric"])

@@ -233,6 +233,16 @@ class GenerationCache:
     cross: list[dict]
     action: list[ActionCache | None] = field(default_factory=list)
 
+    def reset(self) -> None:
+        """Forget every cache's positions (buffers kept: what was written is never read before it is rewritten)."""
+        for c in self.kv:
+            c.reset()
+        for a in self.action:
+            if a is not None:
+                for c in (a.mouse, a.keyboard):
+                    if c is not None:
+                        c.reset()
+
     def nbytes(self) -> int:
         total = sum(c.nbytes() for c in self.kv) + sum(c.nbytes() for c in self.action if c is not None)
         return total + sum(t.numel() * t.element_size() for c in self.cross for t in c.values())
@@ -315,7 +325,12 @@ class CausalWanModel(nn.Module):
         them lazily in the first forward, which gives a compiled block two variants: with and without)."""
         ctx = self.embed_context(context.to(self.patch_embedding.weight.dtype))
         for blk, cc in zip(self.blocks, cache.cross):
-            cc["k"], cc["v"] = blk.cross_attn.context_kv(ctx)
+            k, v = blk.cross_attn.context_kv(ctx)
+            if "k" in cc and cc["k"].shape == k.shape and cc["k"].dtype == k.dtype:
+                cc["k"].copy_(k)  # in place: a cache reused across generations keeps its addresses
+                cc["v"].copy_(v)
+            else:
+                cc["k"], cc["v"] = k, v
 
     # --- forward ----------------------------------------------------------------------------
     def embed_context(self, context: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,7 @@ these functions, one per cell.
     01_baseline_profiling    wmbook.studies.baseline
     02_bottleneck_breakdown  wmbook.studies.breakdown
     04_compile_autocast      wmbook.studies.compile
+    06_cuda_graphs           wmbook.studies.graphs
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ MODULES = {
     "01_baseline_profiling": "wmbook.studies.baseline",
     "02_bottleneck_breakdown": "wmbook.studies.breakdown",
     "04_compile_autocast": "wmbook.studies.compile",
+    "06_cuda_graphs": "wmbook.studies.graphs",
 }
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 
-FAMILIES = ("precision", "hygiene", "attention", "layout", "compile")
+FAMILIES = ("precision", "hygiene", "attention", "layout", "compile", "graphs")
 _TOL_ORDER = ("fp32", "tf32", "bf16", "fp16")  # looser to the right
 
 

@@ -173,9 +173,12 @@ def raise_recompile_limit_for_regions() -> int:
     return lim
 
 
+_MODE_SUFFIX = {"default": "", "max-autotune-no-cudagraphs": "-max-autotune", "reduce-overhead": "-reduce-overhead"}
+
+
 def compile_variant(scope: str, mode: str = "default", dynamic: bool = False) -> str:
     """The registered name of a compile variant."""
-    return f"compile-{scope}" + ("-dynamic" if dynamic else "") + ("-max-autotune" if mode != "default" else "")
+    return f"compile-{scope}" + ("-dynamic" if dynamic else "") + _MODE_SUFFIX[mode]
 
 
 def _compile(scope: str, mode: str, dynamic: bool):
@@ -188,12 +191,62 @@ def _compile(scope: str, mode: str, dynamic: bool):
         regions = ctx.workload.compile_regions(pipe) if scope == "regional" else None
         ctx.notes[f"compile:{spec.name}"] = apply_compile(ctx.workload.compile_target(pipe), spec, regions=regions)
         ctx.compile_spec = spec
+        if mode == "reduce-overhead":
+            _new_cudagraph_step_per_forward(ctx.workload.denoiser(pipe))
 
     return apply
 
 
 for _scope, _mode, _dyn in (("regional", "default", False), ("regional", "default", True),
                             ("regional", "max-autotune-no-cudagraphs", False), ("whole", "default", False),
-                            ("whole", "max-autotune-no-cudagraphs", False)):
-    register(compile_variant(_scope, _mode, _dyn), family="compile",
-             description=f"torch.compile, {_scope}, mode={_mode}, dynamic={_dyn}")(_compile(_scope, _mode, _dyn))
+                            ("whole", "max-autotune-no-cudagraphs", False), ("regional", "reduce-overhead", False),
+                            ("whole", "reduce-overhead", False)):
+    register(compile_variant(_scope, _mode, _dyn), family="compile", gpu_only=_mode == "reduce-overhead",
+             description=f"torch.compile, {_scope}, mode={_mode}, dynamic={_dyn}"
+                         + (" (inductor's CUDA graphs: compare with cuda-graphs)" if _mode == "reduce-overhead" else ""))(
+        _compile(_scope, _mode, _dyn))
+
+
+def _new_cudagraph_step_per_forward(model: torch.nn.Module) -> None:
+    """reduce-overhead's pitfall: a graph's outputs are overwritten by its next replay. Every denoiser forward
+    starts a new cudagraph-trees step (torch.compiler.cudagraph_mark_step_begin) and hands out copies of its
+    outputs, so nothing the pipeline keeps (latents, the gate's reference outputs) is overwritten under it."""
+    inner = model.forward
+
+    def forward(*args, **kwargs):
+        torch.compiler.cudagraph_mark_step_begin()
+        out = inner(*args, **kwargs)
+        return torch.utils._pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, out)
+
+    model.forward = forward
+
+
+# --- static state and CUDA graphs (notebook 06) --------------------------------------------------------------
+
+
+@register("static-caches", family="graphs", requires=("kv_cache",),
+          description="the caches of a generation allocated once and reset and refilled in place for the next "
+                      "(same addresses every generation: what a CUDA-graph replay needs)")
+def _static_caches(pipe, ctx: VariantContext):
+    ctx.notes["static-caches"] = ctx.workload.static_caches(pipe)
+
+
+@register("cuda-graphs", family="graphs", gpu_only=True,
+          description="the denoiser forward captured in CUDA graphs (static input/output buffers, one memory pool, "
+                      "warm-up before capture) and replayed: one launch instead of thousands per forward")
+def _cuda_graphs(pipe, ctx: VariantContext):
+    from ..graphs import GraphedCallable
+
+    pool = torch.cuda.graph_pool_handle()
+    wrapped = []
+    for t in ctx.workload.graph_targets(pipe):
+        g = GraphedCallable(getattr(t.owner, t.attr), name=t.name, key_fn=t.key_fn, pool=pool, device=ctx.device)
+        setattr(t.owner, t.attr, g)
+        wrapped.append(g)
+    pipe.graphed = wrapped  # what graphed_callables(pipe) reports on
+    ctx.notes["cuda-graphs"] = "graphs of " + ", ".join(g.name for g in wrapped)
+
+
+def graphed_callables(pipe) -> list:
+    """The GraphedCallables the cuda-graphs variant put into a pipeline (their table() says what was captured)."""
+    return list(getattr(pipe, "graphed", []))

@@ -21,9 +21,10 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 import pandas as pd
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -45,6 +46,7 @@ class LadderSettings:
     e2e_repeats: int = 2
     compile_backend: str = "inductor"
     ceilings: dict | None = None  # measured device ceilings: the FLOP floor the x_floor columns divide by
+    keep: bool = False  # keep each row's pipeline and its forward's trace (LadderRow.pipeline, .trace)
 
     def __post_init__(self):
         for name, v, lo in (("warmup", self.warmup, 0), ("repeats", self.repeats, 1),
@@ -73,11 +75,14 @@ class LadderRow:
     forward: Samples
     flops: float
     gpu_busy_ms: float = math.nan
+    launches: float = math.nan  # kernel/graph launch calls per forward (host -> GPU submissions)
     categories: dict = field(default_factory=dict)  # GPU kernel ms per forward by category
     peak_memory_gib: float = math.nan
     first_call_s: float = math.nan
     e2e_metric: str = ""
     e2e_value: float = math.nan
+    e2e_first_frame_ms: float = math.nan
+    e2e_run_s: float = math.nan
     psnr_db: float = math.nan
     gate: str = "reference"
     rel_l2_vs_fp32: float = 0.0
@@ -94,6 +99,8 @@ class LadderRow:
     e2e_speedup: float = math.nan
     x_floor: float = math.nan
     busy_x_floor: float = math.nan
+    pipeline: object = field(default=None, repr=False)  # with LadderSettings.keep
+    trace: object = field(default=None, repr=False)  # the profiled forward's chrome trace, with LadderSettings.keep
 
     @property
     def counts(self) -> bool:
@@ -102,7 +109,8 @@ class LadderRow:
 
     def record(self) -> dict:
         """The row as a flat dict (LADDER_COLUMNS order first)."""
-        d = {k: v for k, v in asdict(self).items() if k not in ("stack", "forward", "categories", "flops")}
+        skip = ("stack", "forward", "categories", "flops", "pipeline", "trace")
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         d["stack"] = " + ".join(v.name for v in effective(self.stack)) or "-"
         d.update(forward_ms=self.forward.median, forward_p20=self.forward.p20, forward_p80=self.forward.p80)
         return {c: d.get(c) for c in LADDER_COLUMNS}
@@ -118,7 +126,8 @@ class LadderRow:
 LADDER_COLUMNS = [
     "row", "variant", "stack", "gate", "tolerance", "rel_l2_vs_fp32", "allowed_rel_l2", "budget_rel_l2",
     "max_rel_same_precision", "mean_rel_same_precision", "forward_ms", "forward_p20", "forward_p80",
-    "speedup", "x_floor", "gpu_busy_ms", "busy_x_floor", "e2e_metric", "e2e_value", "e2e_speedup", "psnr_db",
+    "speedup", "x_floor", "gpu_busy_ms", "busy_x_floor", "launches", "e2e_metric", "e2e_value", "e2e_speedup",
+    "e2e_first_frame_ms", "e2e_run_s", "psnr_db",
     "peak_memory_gib", "first_call_s", "recompiles", "graph_breaks", "note",
 ]  # fmt: skip
 
@@ -181,12 +190,20 @@ class Ladder:
 
 
 def run_ladder(workload, preset, steps: list[str], *, device: torch.device, settings: LadderSettings = LadderSettings(),
-               reference=None) -> Ladder:
+               reference=None, from_row: int = 1, comparisons: dict | None = None) -> Ladder:
     """Row 0 is the fp32 eager reference; row i applies steps[:i] (all names checked before any work).
 
-    `reference`: the fp32 reference pipeline, if already built (each row works on a deep copy of it)."""
+    `reference`: the fp32 reference pipeline, if already built (each row works on a deep copy of it).
+    `from_row`: measure row 0 and rows from_row.. only (a ladder on top of a known stack: notebook 06 starts at
+    notebook 04's best row); the first measured row is gated against the fp32 budget of its precision alone, the
+    later ones also against it (no less accurate).
+    `comparisons`: {label: stack} measured after the ladder with the last row's gate, shown below it (not
+    cumulative: e.g. the same stack with torch.compile's own CUDA graphs instead of ours)."""
+    if isinstance(from_row, bool) or not isinstance(from_row, int) or from_row < 1:
+        raise ValueError(f"from_row={from_row!r} is not allowed; allowed values: an integer >= 1")
     wl = get(workload)
     vs = resolve(steps, wl, device)
+    extra = {label: resolve(stack, wl, device) for label, stack in (comparisons or {}).items()}
     preset = wl.presets[preset] if isinstance(preset, str) else preset
     flags = GlobalFlags()
     ref = reference if reference is not None else wl.reference_pipeline(preset, device, settings.seed)
@@ -194,10 +211,13 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
     gate_ref = None
     base_ms = base_e2e = None
     try:
-        for i in tqdm(range(len(vs) + 1), desc=f"ladder {wl.name}", leave=False):
+        if from_row > len(vs):
+            raise ValueError(f"from_row={from_row} is past the last row ({len(vs)})")
+        for i in tqdm([0, *range(from_row, len(vs) + 1)], desc=f"ladder {wl.name}", leave=False):
             flags.restore()
             stack = vs[:i]
-            changes_precision = i > 0 and _changes_precision(stack[-1])
+            changes_precision = i > 0 and (_changes_precision(stack[-1])
+                                           or (i == from_row and any(_changes_precision(v) for v in stack)))
             if gate_ref is not None and changes_precision:  # this row is gated against fp32 alone
                 gate_ref.same_precision, gate_ref.same_precision_rel_l2 = None, None
             row, out, frames = measure(ref, wl, stack, device, settings, gate_ref)
@@ -211,7 +231,8 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             elif changes_precision:  # later rows: no less accurate than the eager model at this precision
                 gate_ref.same_precision, gate_ref.same_precision_rel_l2 = out, row.rel_l2_vs_fp32
             row.row = i
-            row.variant = "fp32 eager (reference)" if i == 0 else "+ " + stack[-1].name
+            row.variant = ("fp32 eager (reference)" if i == 0 else "+ " + stack[-1].name if i > from_row or i == 1
+                           else " + ".join(v.name for v in stack))
             floor = flop_floor_ms(row.flops, settings.ceilings)
             if floor == floor:
                 lad.floor_ms = floor
@@ -220,6 +241,13 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             del out
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+        for label, stack in extra.items():
+            flags.restore()
+            row, out, _ = measure(ref, wl, stack, device, settings, gate_ref)
+            row.row, row.variant = len(lad.rows), label
+            row.finish(lad.floor_ms, base_ms, base_e2e, wl.metric)
+            lad.rows.append(row)
+            del out
     finally:
         flags.restore()
     return lad
@@ -291,6 +319,9 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
             cats = kernel_summary(trace)["categories"]
             row.gpu_busy_ms = cats.attrs["busy_ms"]
             row.categories = dict(zip(cats["category"], cats["ms"]))
+            row.launches = launch_count(trace)
+        if settings.keep:
+            row.trace, row.pipeline = trace, pipe
         del trace
         runs = []
         if e2e:
@@ -307,6 +338,8 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
     if runs:
         vals = sorted(r.value for r in runs)
         row.e2e_metric, row.e2e_value, frames = runs[0].metric.name, vals[len(vals) // 2], runs[-1].frames
+        row.e2e_first_frame_ms = float(np.median([r.first_frame_ms for r in runs]))
+        row.e2e_run_s = float(np.median([r.run_s for r in runs]))
     if mon is not None:
         row.graph_breaks = _count(mon, "graph_breaks")
         row.recompiles = _count(steady, "recompiles") if steady is not None else _count(mon, "recompiles")
@@ -326,6 +359,15 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
     else:
         row.psnr_db = math.inf
     return row, _detach(out), frames
+
+
+def launch_count(trace) -> int:
+    """Kernel and graph launch calls (cudaLaunchKernel, cuLaunchKernel, cudaGraphLaunch, ...) in a trace."""
+    from ..profiling.analysis.launches import LAUNCH_CALLS
+    from ..profiling.trace import Trace
+
+    calls = Trace.load(trace).runtime_calls
+    return int(calls["name"].isin(LAUNCH_CALLS).sum()) if len(calls) else 0
 
 
 def _monitor():

@@ -60,6 +60,17 @@ class Layout:
     inputs: bool = False
 
 
+@dataclass(frozen=True)
+class GraphTarget:
+    """A callable the cuda-graphs variant captures: `getattr(owner, attr)`, replaced by a GraphedCallable.
+    key_fn(args, kwargs): what else its kernels' addresses depend on (e.g. the KV caches' write slots)."""
+
+    owner: Any
+    attr: str
+    name: str
+    key_fn: Callable | None = None
+
+
 @dataclass
 class EndToEnd:
     """A short real run: its decoded frames and latents (for PSNR) and the workload's metric value."""
@@ -68,6 +79,8 @@ class EndToEnd:
     latents: torch.Tensor
     metric: Metric
     value: float
+    first_frame_ms: float = float("nan")  # start of the run to its first decoded frame (streaming workloads)
+    run_s: float = float("nan")  # the whole run, device-event timed (an interaction iteration for the UNet)
 
 
 class Workload:
@@ -131,6 +144,15 @@ class Workload:
     def conv_layouts(self, pipe) -> list[Layout]:
         """What the channels-last variant converts: the conv-heavy parts."""
         return []
+
+    def static_caches(self, pipe) -> str:
+        """Make the state the pipeline carries across calls static (allocated once, updated in place, so CUDA-graph
+        replays find it where they were captured); returns what it did."""
+        return "nothing to do: no state carried across calls"
+
+    def graph_targets(self, pipe) -> list[GraphTarget]:
+        """What the cuda-graphs variant captures (after making what it needs static)."""
+        raise NotImplementedError
 
     def set_vae(self, pipe, vae) -> None:
         """Replace the pipeline's VAE (and what wraps it)."""

@@ -23,7 +23,7 @@ from ..models.flops import dit_forward_flops
 from ..params import Param, ParameterError, integer
 from ..pipelines.causal import CausalStreamingPipeline, StreamInputs, StreamOutput
 from ..presets import PRESETS, dtype_name
-from .base import E2ESize, EndToEnd, Labels, Layout, Metric, Probe, Workload
+from .base import E2ESize, EndToEnd, GraphTarget, Labels, Layout, Metric, Probe, Workload
 
 REAL_TIME_FPS = 25.0  # Matrix-Game-2's claimed real-time rate (ANCHORS.md)
 
@@ -94,6 +94,27 @@ class Mg2Workload(Workload):
     def conv_layouts(self, pipe) -> list[Layout]:
         return [Layout(pipe.vae, torch.channels_last_3d)]  # the Wan VAE's causal 3-D convolutions
 
+    def static_caches(self, pipe) -> str:
+        from ..variants import swaps
+
+        swaps.swap_class(pipe, swaps.StaticGenerationCache)
+        return "one set of KV, action and cross-attention caches for every generation, reset and refilled in place"
+
+    def graph_targets(self, pipe) -> list[GraphTarget]:
+        """The DiT forward after its eager preamble (`_forward`: tensors in, the caches read and written at slots
+        prepared before it), one graph per set of cache write slots (block 0; every later block). Its write slots
+        must be prepared outside the graph (kv-slot-write, applied here if the stack lacks it: a graph replays the
+        cache bookkeeping of the block it was captured in) and the caches must keep their addresses (static caches)."""
+        from ..graphs import register_input_type
+        from ..models.action import ActionInputs
+        from ..variants import swaps
+
+        register_input_type(ActionInputs)
+        model = self.denoiser(pipe)
+        swaps.swap_class(model, swaps.KVSlotWrites)
+        self.static_caches(pipe)
+        return [GraphTarget(model, "_forward", "DiT forward", key_fn=_cache_slots)]
+
     def set_vae(self, pipe, vae) -> None:
         from ..models.vae import StreamingWanDecoder
 
@@ -132,7 +153,8 @@ class Mg2Workload(Workload):
     @torch.no_grad()
     def end_to_end(self, pipe, seed: int = 0, size: E2ESize = E2ESize()) -> EndToEnd:
         out = pipe.generate(pipe.prepare(size.blocks, seed=seed), progress=False)
-        return EndToEnd(frames=out.frames, latents=out.latents, metric=self.metric, value=out.metrics()["fps"])
+        return EndToEnd(frames=out.frames, latents=out.latents, metric=self.metric, value=out.metrics()["fps"],
+                         first_frame_ms=out.first_frame_ms, run_s=out.total_ms / 1e3)
 
     @torch.no_grad()
     def decode(self, pipe, latents: torch.Tensor) -> torch.Tensor:
@@ -358,3 +380,12 @@ class Mg2BaselineResult:
         ax.set_title("Timeline of one run: DiT forwards (blue), cache refresh (light), VAE decode (red)")
         return ax
 
+
+def _cache_slots(args, kwargs):
+    """The write slots of every cache a DiT forward reads and writes: a captured graph holds their addresses."""
+    cache = kwargs.get("cache")
+    if cache is None:
+        return None
+    action = tuple((a.mouse.slot if a.mouse is not None else None, a.keyboard.slot if a.keyboard is not None else None)
+                   for a in cache.action if a is not None)
+    return tuple(c.slot for c in cache.kv), action

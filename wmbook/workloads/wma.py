@@ -24,7 +24,7 @@ from ..models.wma.flops import unet_forward_flops
 from ..params import Param, integer, number
 from ..pipelines.ddim import ITERATION_LABEL, WMAInputs, WMAInteractionPipeline, WMAOutput, check_run_params
 from ..presets import WMA_PRESETS, dtype_name
-from .base import E2ESize, EndToEnd, Labels, Layout, Metric, Probe, Workload
+from .base import E2ESize, EndToEnd, GraphTarget, Labels, Layout, Metric, Probe, Workload
 
 # The seed's upstream profile (11 iterations, 22 samplings, DDIM 50, CFG 1.0, fp32 eager; GPU not named)
 SEED_PROFILE = {"iteration_s": 76.07, "step_s": 0.712, "sampling_share": 0.93, "decode_s_per_pass": 0.566,
@@ -94,6 +94,12 @@ class WMAWorkload(Workload):
         unet = pipe.model.diffusion_model
         return [m for blocks in (unet.input_blocks, [unet.middle_block], unet.output_blocks) for m in blocks]
 
+    def graph_targets(self, pipe) -> list[GraphTarget]:
+        """One DDIM step's UNet forward with both heads (every input a tensor, the same shapes for all 2 x steps
+        forwards of an iteration): one graph, replayed for every step; the DDIM update stays eager (host float64
+        coefficients differ per step)."""
+        return [GraphTarget(pipe.model, "forward", "UNet + action/state heads forward")]
+
     def conv_layouts(self, pipe) -> list[Layout]:
         unet = pipe.model.diffusion_model
         # the 2-D convolutions (the temporal Conv3ds stay as they are); NHWC activations from the first conv on
@@ -130,7 +136,7 @@ class WMAWorkload(Workload):
         out = pipe.run_iteration(pipe.prepare(seed=seed), ddim_steps=size.ddim_steps, progress=False)
         steps = out.decision.step_ms + out.world.step_ms
         return EndToEnd(frames=out.world.frames, latents=out.world.latents, metric=self.metric,
-                        value=float(np.median(steps)))
+                        value=float(np.median(steps)), run_s=out.iteration_ms / 1e3)
 
     @torch.no_grad()
     def decode(self, pipe, latents: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,133 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Static caches and CUDA graphs: make the streaming loop as fast as its kernels
+#
+# **Question.** Notebook 04's best stack keeps the GPU busy for only part of each forward: the host launches
+# thousands of kernels one by one and the GPU waits for it (notebook 02: the GPU idles most of a block). How much of
+# that wall time do static state and CUDA-graph capture remove, at what cost in memory and accuracy?
+#
+# **How.** A CUDA graph records a forward's kernels once and replays them with one launch. A replay runs the same
+# kernels on the same addresses, so three things must hold (`wmbook.graphs`): tensor inputs are copied into static
+# buffers before each replay; state the forward reads or writes (the KV caches, the cross-attention K/V) keeps its
+# addresses, which is what the `static-caches` variant does (allocated once, reset and refilled in place); nothing
+# inside synchronizes with the host (the hygiene variants of notebook 04 removed the `.item()` reads and the Python
+# ints). Each signature (input shapes, cache write slots) runs eagerly twice (compile and Triton autotuning finish
+# there), is captured on the third call and replayed from then on. A capture that fails runs eagerly and the table
+# says which op synchronized.
+#
+# **The rows** build on notebook 04's best stack (its ladder plus compile), one variant at a time, each gated against
+# the fp32 reference (a graph replays the same kernels, so its error equals the base row's). torch.compile's own CUDA
+# graphs (`mode="reduce-overhead"`) are measured as a comparison row, with its pitfall handled (each forward starts a
+# new graph step and hands out copies of its outputs, which the next replay would overwrite). Timing: warm-up
+# excluded, CUDA events, median with p20-p80.
+
+# %% tags=["parameters"]
+workload = "mg2"       # mg2 (causal DiT + KV cache) | wma (video UNet + DDIM)
+preset = "auto"        # auto: tiny/tiny-wma on CPU, mg2-universal/wma on GPU
+device = "auto"        # auto | cpu | cuda
+base = "auto"          # auto: notebook 04's best stack (its ladder + compile); or comma-separated variant names
+reduce_overhead = True  # also measure the base compiled with mode reduce-overhead (GPU only)
+compile_backend = "auto"  # auto: inductor on GPU, aot_eager on CPU | inductor | aot_eager | eager
+warmup = 3             # untimed calls before timing
+repeats = 10           # timed forwards per row
+e2e_blocks = 0         # mg2 blocks per end-to-end run; 0 means 4 on a GPU, 3 on a CPU
+e2e_ddim_steps = 0     # wma DDIM steps per pass in the end-to-end run; 0: the preset's default (50 at real shape)
+e2e_repeats = 2        # timed end-to-end runs per row
+output_dir = "auto"
+results_path = "auto"  # auto: data/results/results.csv for real presets, reports/results/results-tiny.csv for tiny ones
+seed = 0
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import Markdown, display
+
+from wmbook import device as wdev
+from wmbook import results
+from wmbook.studies import compile as study04
+from wmbook.studies import graphs as study
+
+cfg = study.validate(workload=workload, preset=preset, device=device, base=base, reduce_overhead=reduce_overhead,
+                     compile_backend=compile_backend, warmup=warmup, repeats=repeats, e2e_blocks=e2e_blocks,
+                     e2e_ddim_steps=e2e_ddim_steps, e2e_repeats=e2e_repeats, output_dir=output_dir,
+                     results_path=results_path, seed=seed)
+print("base stack:", " -> ".join(study.base_stack(cfg)), "| graph rows:", " -> ".join(study.graph_steps(cfg)) or "-")
+cfg.table()
+
+# %% [markdown]
+# ## Static caches equal fresh caches
+# Two generations through one set of caches, reset and refilled in place, against fresh caches, over more blocks
+# than the KV window holds (so evictions happen): the latents must be equal and the caches must keep their addresses.
+
+# %%
+checks = study.static_cache_check(cfg)
+checks if len(checks) else print("this workload carries no state across forwards: nothing to make static")
+
+# %% [markdown]
+# ## The rows: base, static caches, CUDA graphs (and torch.compile's reduce-overhead)
+
+# %%
+ceilings = wdev.measure_ceilings(cfg.device, quick=cfg.tiny)
+ref = study04.reference(cfg)
+lad = study.run_ladder(ref, cfg, ceilings)
+display(lad.table())
+
+# %% [markdown]
+# ### Per forward: wall time against the GPU busy time of its kernels
+# `wall / busy` near 1 means the GPU never waits for the host; the idle share is the rest of the forward.
+
+# %%
+study.forward_table(lad)
+
+# %% [markdown]
+# ### End to end
+# FPS counts every forward of a block and the VAE decode (README: definitions); for the UNet, `run s` is one
+# interaction iteration (two DDIM passes and their decodes).
+
+# %%
+study.e2e_table(lad)
+
+# %% [markdown]
+# ### What was captured, and what the graphs cost in memory
+
+# %%
+cap = study.capture_table(lad)
+cap if len(cap) else print("no CUDA graphs on this device: capture needs a GPU")
+
+# %% [markdown]
+# ### One forward before and after, as a timeline
+# Host launch calls (top lane) and GPU kernels (bottom lane) of one profiled forward per row.
+
+# %%
+if cfg.device.type == "cuda":
+    study.plot_timelines(lad)
+    plt.show()
+else:
+    print("no device timeline on a CPU")
+
+# %% [markdown]
+# ## Results rows
+
+# %%
+rows = study.result_rows(cfg, lad)
+path = results.append(rows, cfg.results_path)
+print(f"appended {len(rows)} rows to {path}")
+
+# %% [markdown]
+# ## Interpretation
+
+# %%
+Markdown(study.interpret(cfg, lad, checks))

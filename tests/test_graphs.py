@@ -1,0 +1,165 @@
+"""CUDA-graph capture (wmbook.graphs), static caches, the graph variants (notebook 06).
+
+On a CPU: the argument flattening, the signatures, the eager fallback and the static caches (equal to fresh caches,
+over more blocks than the KV window). On a GPU: replay equals eager and the capture fallback names the op that
+synchronized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from wmbook import graphs, variants, workloads
+from wmbook.graphs import GraphedCallable, _flatten, _signature, _unflatten
+from wmbook.pipelines.causal import CausalStreamingPipeline
+
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread(one_thread):
+    """Every test of this module on one thread (tests/conftest.py)."""
+
+
+@dataclass
+class Pair:
+    a: torch.Tensor
+    b: torch.Tensor | None
+
+
+def test_flatten_round_trip_and_signatures():
+    graphs.register_input_type(Pair)
+    x, y = torch.randn(2, 3), torch.randn(4)
+    state = object()
+    tree = ((x, 3, "s"), {"p": Pair(y, None), "state": state, "grid": (1, 2, 3)})
+    leaves = []
+    spec = _flatten(tree, leaves)
+    assert len(leaves) == 2 and leaves[0] is x and leaves[1] is y
+    back = _unflatten(spec, leaves)
+    assert back[0][0] is x and back[0][1:] == (3, "s") and back[1]["p"].a is y and back[1]["state"] is state
+    # ints, strings, tuples of ints by value; other objects by identity
+    assert _signature(spec) == _signature(_flatten(((x, 3, "s"), {"p": Pair(y, None), "state": state,
+                                                                  "grid": (1, 2, 3)}), []))
+    assert _signature(spec) != _signature(_flatten(((x, 4, "s"), {"p": Pair(y, None), "state": state,
+                                                                  "grid": (1, 2, 3)}), []))
+    assert _signature(spec) != _signature(_flatten(((x, 3, "s"), {"p": Pair(y, None), "state": object(),
+                                                                  "grid": (1, 2, 3)}), []))
+    with pytest.raises(ValueError, match="not a dataclass"):
+        graphs.register_input_type(int)
+
+
+def test_cpu_runs_eagerly_and_says_why():
+    calls = []
+
+    def fn(x):
+        calls.append(1)
+        return x * 2
+
+    g = GraphedCallable(fn, name="double", device="cpu")
+    assert torch.equal(g(torch.ones(3)), torch.full((3,), 2.0)) and len(calls) == 1
+    t = g.table()
+    assert not t["graph"].iloc[0] and "need a CUDA device" in t["why not"].iloc[0]
+    with pytest.raises(ValueError, match="warmup=0 is not allowed"):
+        GraphedCallable(fn, warmup=0)
+
+
+def _pipe():
+    return CausalStreamingPipeline("tiny", device="cpu", dtype="fp32", vae_dtype="fp32", seed=0)
+
+
+def test_static_caches_equal_fresh_caches_over_more_blocks_than_the_window():
+    """Two generations through one set of caches (reset and refilled in place) give what fresh caches give, with
+    more blocks than the KV window holds (evictions included), and the caches keep their addresses."""
+    wl = workloads.get("mg2")
+    ref = _pipe()
+    p = ref.preset
+    blocks = p.kv_capacity_frames() // p.num_frame_per_block + 2
+    static = _pipe()
+    wl.static_caches(static)
+    out = []
+    for seed in (0, 1):
+        a = ref.generate(ref.prepare(blocks, seed=seed), progress=False, decode=False)
+        b = static.generate(static.prepare(blocks, seed=seed), progress=False, decode=False)
+        assert torch.equal(a.latents, b.latents), seed
+        out.append(static._static_cache)
+    assert out[0] is out[1]
+    assert out[0].kv[0].k.data_ptr() == static._static_cache.kv[0].k.data_ptr()
+    # the forward probe keeps caches of its own (it must not share the generation's slots)
+    probe_cache = static.init_cache(static.prepare(2, seed=0))
+    assert probe_cache is not static._static_cache
+
+
+def test_graph_variants_registered_and_gpu_only():
+    assert {"static-caches", "cuda-graphs", "compile-regional-reduce-overhead"} <= set(variants.known("mg2"))
+    assert "static-caches" not in variants.known("wma") and "cuda-graphs" in variants.known("wma")
+    with pytest.raises(ValueError, match="'cuda-graphs' needs a CUDA device"):
+        variants.resolve(["bf16", "cuda-graphs"], "mg2", "cpu")
+    for wl in workloads.all_workloads():
+        targets = wl.graph_targets(wl.reference_pipeline(wl.presets[wl.tiny_preset], torch.device("cpu")))
+        assert targets and all(callable(getattr(t.owner, t.attr)) for t in targets)
+
+
+@GPU
+def test_replay_equals_eager_and_outputs_are_copies():
+    lin = torch.nn.Linear(64, 64).cuda()
+
+    def fn(x, scale):
+        return {"y": lin(x) * scale["s"]}
+
+    g = GraphedCallable(fn, warmup=2)
+    xs = [torch.randn(8, 64, device="cuda") for _ in range(5)]
+    outs = [g(x, {"s": torch.tensor(2.0, device="cuda")})["y"] for x in xs]
+    assert g.captured == 1 and g.entries and next(iter(g.entries.values())).replays == 3
+    for x, o in zip(xs, outs):
+        torch.testing.assert_close(o, lin(x) * 2.0)  # earlier outputs not overwritten by later replays
+    assert g(torch.randn(4, 64, device="cuda"), {"s": torch.tensor(1.0, device="cuda")})["y"].shape == (4, 64)
+    assert len(g.entries) == 2  # a new shape is a new signature
+
+
+@GPU
+def test_capture_fallback_names_the_syncing_op():
+    def syncing(x):
+        n = int(x.sum().item() > 0)  # a host read: no graph can hold it
+        return x * (n + 1)
+
+    g = GraphedCallable(syncing, warmup=1)
+    x = torch.ones(4, device="cuda")
+    for _ in range(3):
+        assert torch.equal(g(x), x * 2)  # eager after the failed capture, same result
+    assert g.captured == 0 and len(g.failures) == 1
+    why = g.failures[0]
+    assert "test_graphs.py" in why and ".item()" in why, why
+    assert "item()" in g.table()["why not"].iloc[0]
+
+
+@GPU
+def test_cuda_graphs_variant_equals_eager_on_the_tiny_dit():
+    from wmbook.variants.ladder import apply_stack
+
+    wl = workloads.get("mg2")
+    dev = torch.device("cuda")
+    ref = wl.reference_pipeline(wl.presets["tiny"], dev)
+    eager, _ = apply_stack(ref, wl, ["bf16", "hygiene"], dev)
+    graphed, _ = apply_stack(ref, wl, ["bf16", "hygiene", "static-caches", "cuda-graphs"], dev)
+    for _ in range(2):  # the second generation replays the graphs captured in the first
+        a = wl.end_to_end(eager, 0).latents
+        b = wl.end_to_end(graphed, 0).latents
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    from wmbook.variants.builtin import graphed_callables
+
+    (g,) = graphed_callables(graphed)
+    assert g.captured >= 1 and not g.failures
+
+
+def test_launch_count_on_the_h100_trace_fixture():
+    from pathlib import Path
+
+    from wmbook.profiling.trace import Trace
+    from wmbook.variants.ladder import launch_count
+
+    trace = Path(__file__).parent / "data" / "trace_tiny_h100.json.gz"
+    n = launch_count(trace)
+    assert 0 < n <= len(Trace.load(trace).device_activities)
