@@ -131,8 +131,9 @@ def test_capture_fallback_names_the_syncing_op():
         assert torch.equal(g(x), x * 2)  # eager after the failed capture, same result
     assert g.captured == 0 and len(g.failures) == 1
     why = g.failures[0]
-    assert "test_graphs.py" in why and ".item()" in why, why
+    assert why.startswith("synchronizes with the host") and "test_graphs.py" in why and ".item()" in why, why
     assert "item()" in g.table()["why not"].iloc[0]
+    torch.randn(4, device="cuda", generator=torch.Generator("cuda").manual_seed(0))  # the RNG still works
 
 
 @GPU

@@ -189,6 +189,12 @@ class GraphedCallable:
     def _capture(self, e: _Entry, spec, leaves: list) -> None:
         e.static_in = [t.detach().clone() for t in leaves]
         args, kwargs = _unflatten(spec, e.static_in)
+        # an op that synchronizes with the host cannot be captured, and a capture that fails part-way can leave the
+        # CUDA generators marked as capturing (later random draws then fail): find such an op first, eagerly
+        culprit = find_sync(self.fn, *args, **kwargs)
+        if culprit:
+            e.failure, e.static_in = f"synchronizes with the host: {culprit}", []
+            return
         before = torch.cuda.memory_allocated(self.device)
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
@@ -201,10 +207,7 @@ class GraphedCallable:
                 out = self.fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001  (a capture that fails is a finding: say why, run eagerly)
             torch.cuda.synchronize(self.device)
-            e.failure = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-            culprit = find_sync(self.fn, *args, **kwargs)
-            if culprit:
-                e.failure += f" | first synchronizing op: {culprit}"
+            e.failure = f"capture failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             e.static_in = []
             return
         out_leaves: list = []
