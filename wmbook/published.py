@@ -116,7 +116,33 @@ def markdown(path=None) -> str:
     parts.append("\n**02 · bottleneck breakdown** (bf16, one traced run)\n")
     parts.append(_table(rows))
     parts += _compile_autocast(df, {wl.metric.name for wl in workloads.all_workloads()})
+    parts += _cuda_graphs(df, {wl.metric.name: wl.metric.label for wl in workloads.all_workloads()})
     return "".join(parts)
+
+
+def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:
+    """Notebook 06: per workload and preset its latest run, one line per measured row."""
+    parts = []
+    for r in _latest_runs(df, "06_cuda_graphs"):
+        rows = []
+        for _, f in r[r["metric"] == "forward_ms"].iterrows():
+            v = f["variant"]
+            busy = _v(r, "gpu_busy_ms", v)
+            e2e = r[(r["variant"] == v) & (r["metric"].isin(list(e2e_metrics)))]
+            ratio = float(f["value"]) / float(busy["value"]) if busy is not None else math.nan
+            rows.append({"row (base = notebook 04's best stack)": v.split(" + ")[-1] if len(rows) else "base",
+                         "gate": f.get("gate", ""), "forward ms": _spread(f, "{:.1f}"),
+                         "GPU busy ms": _num(busy["value"] if busy is not None else None, "{:.1f}"),
+                         "wall / busy": _num(ratio, "{:.2f}"),
+                         "launches / forward": _val(r, "launches_per_forward", "{:.0f}", v),
+                         (e2e_metrics.get(e2e["metric"].iloc[0]) if len(e2e) else "end to end"):
+                             _num(e2e["value"].iloc[0], "{:.3g}") if len(e2e) else "-",
+                         "first frame ms": _val(r, "first_frame_ms", "{:.0f}", v),
+                         "run s": _val(r, "run_s", "{:.2f}", v)})
+        parts.append(f"\n**06 · static caches and CUDA graphs, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** "
+                     f"({_device(r)}; base: {r[r['metric'] == 'forward_ms']['variant'].iloc[0]})\n")
+        parts.append(_table(rows))
+    return parts
 
 
 def _compile_autocast(df: pd.DataFrame, e2e_metrics: set[str]) -> list[str]:

@@ -175,6 +175,19 @@ class Workload:
         raise NotImplementedError
 
     compile_scope: str = "regional"  # how the ladder compiles this workload: "regional" | "whole"
+    # notebook 01's overview figure: (method of the baseline result drawing one panel, its width ratio)
+    overview_panels: tuple[tuple[str, float], ...] = ()
+
+    def plot_overview(self, res):
+        """Notebook 01's overview: the baseline result's panels (overview_panels) side by side."""
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, len(self.overview_panels), figsize=(12.5, 3.4), squeeze=False,
+                                 gridspec_kw={"width_ratios": [r for _, r in self.overview_panels]})
+        for (name, _), ax in zip(self.overview_panels, axes[0]):
+            getattr(res, name)(ax=ax)
+        fig.tight_layout()
+        return fig
 
     def default_ladder(self, device: torch.device, attention: str | None) -> list[str]:
         """Notebook 04's cumulative ladder up to compile (the study appends the compile rows; a group name such as

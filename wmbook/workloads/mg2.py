@@ -65,6 +65,7 @@ class Mg2Workload(Workload):
     labels = Labels(region="2_Pipeline_Inference", forward=DIT_FORWARD_LABEL, fine=DIT_FINE_LABELS)
     params = (Param("num_blocks", 0, _num_blocks, "blocks to generate; 0: the preset's default"),)
 
+    overview_panels = (("plot_time_split", 1.0), ("plot_timeline", 1.6))  # notebook 01's overview figure
     compile_scope = "regional"  # the 30 identical DiT blocks: one compiled region, reused
 
     def check_e2e(self, preset, name: str, size: E2ESize) -> None:
@@ -224,16 +225,6 @@ class Mg2Workload(Workload):
         session.set_metrics(workload=self.name, preset=cfg.preset.name, dtype=dtype_name(cfg.dtype),
                             blocks=inputs.num_blocks, pipeline_fps=out.metrics()["fps"],
                             pipeline_first_frame_ms=out.first_frame_ms)
-
-    def plot_overview(self, res: "Mg2BaselineResult"):
-        """Time split per block and the timeline of one run, side by side."""
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), gridspec_kw={"width_ratios": [1, 1.6]})
-        res.plot_time_split(ax=axes[0])
-        res.plot_timeline(ax=axes[1])
-        fig.tight_layout()
-        return fig
 
     def interpret_baseline(self, cfg, res: "Mg2BaselineResult") -> list[str]:
         """Sentences computed from the measured numbers."""

@@ -61,6 +61,7 @@ class WMAWorkload(Workload):
                                                          "UNet forwards"))
     # the UNet compiles whole: regionally its ~20 distinct blocks cost more host time per forward than they save
     # (H100: 128 ms regional vs 89 ms whole, same kernels within 10%), and it has no per-block Python ints
+    overview_panels = (("plot_time_split", 1.2), ("plot_step_times", 1.0))  # notebook 01's overview figure
     compile_scope = "whole"
 
     def default_vae_dtype(self, dtype: torch.dtype) -> torch.dtype:
@@ -238,16 +239,6 @@ class WMAWorkload(Workload):
                             ddim_steps=cfg.options.ddim_steps, guidance_scale=cfg.options.guidance_scale,
                             iteration_s=out.iteration_ms / 1e3, ddim_step_ms_median=float(np.median(steps)),
                             unet_forwards=out.unet_forwards)
-
-    def plot_overview(self, res: "WMABaselineResult"):
-        """Time split of an iteration and the per-step times, side by side."""
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, 2, figsize=(13, 3.4), gridspec_kw={"width_ratios": [1.2, 1]})
-        res.plot_time_split(ax=axes[0])
-        res.plot_step_times(ax=axes[1])
-        fig.tight_layout()
-        return fig
 
     def interpret_baseline(self, cfg, res: "WMABaselineResult") -> list[str]:
         """Sentences computed from the measured numbers, with the seed's upstream profile beside them."""
