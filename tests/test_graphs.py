@@ -66,30 +66,26 @@ def test_cpu_runs_eagerly_and_says_why():
         GraphedCallable(fn, warmup=0)
 
 
-def _pipe():
-    return CausalStreamingPipeline("tiny", device="cpu", dtype="fp32", vae_dtype="fp32", seed=0)
-
-
 def test_static_caches_equal_fresh_caches_over_more_blocks_than_the_window():
     """Two generations through one set of caches (reset and refilled in place) give what fresh caches give, with
-    more blocks than the KV window holds (evictions included), and the caches keep their addresses."""
-    wl = workloads.get("mg2")
-    ref = _pipe()
-    p = ref.preset
-    blocks = p.kv_capacity_frames() // p.num_frame_per_block + 2
-    static = _pipe()
-    wl.static_caches(static)
-    out = []
-    for seed in (0, 1):
-        a = ref.generate(ref.prepare(blocks, seed=seed), progress=False, decode=False)
-        b = static.generate(static.prepare(blocks, seed=seed), progress=False, decode=False)
-        assert torch.equal(a.latents, b.latents), seed
-        out.append(static._static_cache)
-    assert out[0] is out[1]
-    assert out[0].kv[0].k.data_ptr() == static._static_cache.kv[0].k.data_ptr()
-    # the forward probe keeps caches of its own (it must not share the generation's slots)
-    probe_cache = static.init_cache(static.prepare(2, seed=0))
-    assert probe_cache is not static._static_cache
+    more blocks than the KV window holds (evictions included), and the caches keep their addresses
+    (wmbook.studies.graphs.static_cache_check, what notebook 06 shows)."""
+    from wmbook.studies import graphs as study
+
+    cfg = study.validate(workload="mg2", device="cpu")
+    checks = study.static_cache_check(cfg)
+    p = cfg.preset
+    assert len(checks) == 2 and (checks["blocks"] > p.kv_capacity_frames() // p.num_frame_per_block).all()
+    assert checks["equal"].all() and checks["same cache addresses"].all() and (checks["max abs diff"] == 0).all()
+    assert study.static_cache_check(study.validate(workload="wma", device="cpu")).empty  # no cross-call state
+
+
+def test_the_forward_probe_keeps_caches_of_its_own():
+    """Only `generate` shares the static caches: the probe must not rewrite a generation's slots."""
+    pipe = CausalStreamingPipeline("tiny", device="cpu", dtype="fp32", vae_dtype="fp32", seed=0)
+    workloads.get("mg2").static_caches(pipe)
+    pipe.generate(pipe.prepare(2, seed=0), progress=False, decode=False)
+    assert pipe.init_cache(pipe.prepare(2, seed=0)) is not pipe._static_cache
 
 
 def test_graph_variants_registered_and_gpu_only():

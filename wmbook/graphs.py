@@ -25,6 +25,7 @@ import linecache
 import sys
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -189,19 +190,19 @@ class GraphedCallable:
     def _capture(self, e: _Entry, spec, leaves: list) -> None:
         e.static_in = [t.detach().clone() for t in leaves]
         args, kwargs = _unflatten(spec, e.static_in)
-        # an op that synchronizes with the host cannot be captured, and a capture that fails part-way can leave the
-        # CUDA generators marked as capturing (later random draws then fail): find such an op first, eagerly
-        culprit = find_sync(self.fn, *args, **kwargs)
-        if culprit:
-            e.failure, e.static_in = f"synchronizes with the host: {culprit}", []
-            return
         before = torch.cuda.memory_allocated(self.device)
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
+        # one eager run on the capture stream warms its cuBLAS/cuDNN handles and workspaces and, with sync debugging
+        # set to raise, finds an op that synchronizes with the host: such an op cannot be captured, and a capture
+        # that fails part-way can leave the CUDA generators marked as capturing (later random draws then fail)
+        with torch.cuda.stream(side):
+            culprit = find_sync(self.fn, *args, **kwargs)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        if culprit:
+            e.failure, e.static_in = f"synchronizes with the host: {culprit}", []
+            return
         try:
-            with torch.cuda.stream(side):  # warm the capture stream (its cuBLAS/cuDNN handles and workspaces)
-                self.fn(*args, **kwargs)
-            torch.cuda.current_stream(self.device).wait_stream(side)
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=self.pool, stream=side):
                 out = self.fn(*args, **kwargs)
@@ -272,7 +273,7 @@ def _user_frame(exc: BaseException) -> str | None:
     if found is None:
         return None
     code = (found.line or linecache.getline(found.filename, found.lineno)).strip()
-    return f"{found.filename.rsplit('/', 2)[-2:][0]}/{found.filename.rsplit('/', 1)[-1]}:{found.lineno}: {code}"
+    return f"{'/'.join(Path(found.filename).parts[-2:])}:{found.lineno}: {code}"
 
 
 __all__ = ["FLATTEN_DATACLASSES", "GraphedCallable", "find_sync", "register_input_type"]
