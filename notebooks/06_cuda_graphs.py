@@ -39,7 +39,9 @@ workload = "mg2"       # mg2 (causal DiT + KV cache) | wma (video UNet + DDIM)
 preset = "auto"        # auto: tiny/tiny-wma on CPU, mg2-universal/wma on GPU
 device = "auto"        # auto | cpu | cuda
 base = "auto"          # auto: notebook 04's best stack (its ladder + compile); or comma-separated variant names
+steps = "auto"         # rows added to the base, in order; auto: caches, graphs, the decoder's rows, decode overlap
 reduce_overhead = True  # also measure the base compiled with mode reduce-overhead (GPU only)
+decoder_table = True   # the decoder rows: the same latents through each decoder stack
 compile_backend = "auto"  # auto: inductor on GPU, aot_eager on CPU | inductor | aot_eager | eager
 warmup = 3             # untimed calls before timing
 repeats = 10           # timed forwards per row
@@ -60,17 +62,20 @@ from wmbook import results
 from wmbook.studies import compile as study04
 from wmbook.studies import graphs as study
 
-cfg = study.validate(workload=workload, preset=preset, device=device, base=base, reduce_overhead=reduce_overhead,
-                     compile_backend=compile_backend, warmup=warmup, repeats=repeats, e2e_blocks=e2e_blocks,
+cfg = study.validate(workload=workload, preset=preset, device=device, base=base, steps=steps,
+                     reduce_overhead=reduce_overhead, decoder_table=decoder_table, compile_backend=compile_backend, warmup=warmup, repeats=repeats, e2e_blocks=e2e_blocks,
                      e2e_ddim_steps=e2e_ddim_steps, e2e_repeats=e2e_repeats, output_dir=output_dir,
                      results_path=results_path, seed=seed)
 print("base stack:", " -> ".join(study.base_stack(cfg)), "| graph rows:", " -> ".join(study.graph_steps(cfg)) or "-")
 cfg.table()
 
 # %% [markdown]
-# ## Static caches equal fresh caches
-# Two generations through one set of caches, reset and refilled in place, against fresh caches, over more blocks
-# than the KV window holds (so evictions happen): the latents must be equal and the caches must keep their addresses.
+# ## Static and ring caches equal fresh caches
+# Two generations through one pipeline with static caches (allocated once, reset and refilled in place), ring KV caches
+# (the window as a ring written through a device index: no eviction copy, one shape for every full block), or both,
+# against fresh dynamic caches, over more blocks than the KV window holds (the reference evicts, the ring wraps). Static
+# caches must give the same latents bit for bit and keep their addresses; a ring reads its keys in slot order rather
+# than time order, so it may differ by fp32 rounding.
 
 # %%
 checks = study.static_cache_check(cfg)
@@ -101,6 +106,22 @@ study.forward_table(lad)
 study.e2e_table(lad)
 
 # %% [markdown]
+# ### Whole generations before and after: GPU idle time and streams
+# One warm end-to-end run of the first and last rows, profiled: the GPU busy time (the union of every stream's kernels)
+# against the run's span from first to last kernel. With the decode on a second stream, its kernels (second lane) run
+# beside the DiT's.
+
+# %%
+if cfg.device.type == "cuda":
+    gen = study.generation_traces(lad, cfg)
+    display(study.generation_idle(gen))
+    study.plot_generation_timelines(gen)
+    plt.show()
+else:
+    gen = {}
+    print("no device timeline on a CPU")
+
+# %% [markdown]
 # ### What was captured, and what the graphs cost in memory
 
 # %%
@@ -119,10 +140,30 @@ else:
     print("no device timeline on a CPU")
 
 # %% [markdown]
+# ## The decoder: the other half of every block
+# Decoder variants change nothing upstream of the decoder, so they are measured on the decoder alone: the reference's
+# latents, decoded block by block by each decoder stack, the time per steady block (12 pixel frames at the real shape)
+# against the decoder's own FLOP floor (counted with `torch.utils.flop_counter` on meta tensors) and the PSNR of its
+# frames against the fp32 decoder (gate: 40 dB). The first pass includes compilation and capture. The tiny decoder
+# (TAEHV) has random weights here: its speed is real, its frames cannot be judged.
+
+# %%
+from wmbook.studies import decoder as dstudy
+
+dtab, drows = study.decoder_study(cfg, ref, ceilings)
+if len(dtab):
+    display(dtab)
+    dstudy.plot_decoder(dtab)
+    plt.show()
+    display(Markdown(dstudy.interpret(dtab)))
+else:
+    print("this workload has no streaming decoder (or decoder_table=False)")
+
+# %% [markdown]
 # ## Results rows
 
 # %%
-rows = study.result_rows(cfg, lad)
+rows = study.result_rows(cfg, lad) + dstudy.result_rows(cfg, drows)
 path = results.append(rows, cfg.results_path)
 print(f"appended {len(rows)} rows to {path}")
 
@@ -130,4 +171,4 @@ print(f"appended {len(rows)} rows to {path}")
 # ## Interpretation
 
 # %%
-Markdown(study.interpret(cfg, lad, checks))
+Markdown(study.interpret(cfg, lad, checks, study.generation_idle(gen) if gen else None))

@@ -11,3 +11,29 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def labels_on():
+    """Labels switched on for one test (restored after)."""
+    from wmbook.profiling.labels import labels_enabled, set_labels
+
+    was = labels_enabled()
+    set_labels(True)
+    yield
+    set_labels(was)
+
+
+def _decode_blocks(decoder, latents, blocks):
+    """A streaming decoder's outputs for consecutive latent blocks of the given sizes: [frames per block]."""
+    outs, f0 = [], 0
+    for n in blocks:
+        outs.append(decoder.decode_block(latents[:, :, f0:f0 + n]))
+        f0 += n
+    return outs
+
+
+@pytest.fixture(scope="session")
+def decode_blocks():
+    """decode_blocks(decoder, latents [B, C, F, h, w], block sizes) -> the decoded frames of each block."""
+    return _decode_blocks

@@ -166,8 +166,8 @@ def test_notebook_04_rejects_unknown_variant_before_work(tmp_path):
 
 
 def test_notebook_06_tiny_mg2_and_wma(tmp_path):
-    """On a CPU notebook 06 checks the static caches and measures the base and static-cache rows (capture needs a
-    GPU and says so); both workloads, tiny presets."""
+    """On a CPU notebook 06 checks the static and ring caches and measures the base, cache and CPU decoder rows
+    (capture needs a GPU and says so) and the decoder table; both workloads, tiny presets."""
     results = tmp_path / "results.csv"
     common = {"repeats": 2, "warmup": 1, "e2e_repeats": 1, "compile_backend": "eager", "results_path": str(results)}
     runs = run_notebooks(["06_cuda_graphs"], out=tmp_path / "r", progress=False, workloads=["mg2", "wma"],
@@ -176,5 +176,10 @@ def test_notebook_06_tiny_mg2_and_wma(tmp_path):
     df = pd.read_csv(results)
     mg2 = df[df["workload"] == "mg2"]
     assert {"forward_ms", "fps", "first_frame_ms", "run_s"} <= set(mg2["metric"])
-    assert mg2["variant"].str.endswith("static-caches").any() and set(mg2["gate"].dropna()) == {"pass"}
+    ladder = mg2[mg2["metric"] == "forward_ms"]
+    assert ladder["variant"].str.endswith("static-caches").any() and set(ladder["gate"].dropna()) == {"pass"}
+    assert ladder["variant"].str.endswith("ring-kv-cache").any()
+    assert ladder["variant"].str.contains("vae-channels-last").any()  # the decoder's CPU rows
+    dec = mg2[mg2["metric"] == "decoder_ms_per_block"]
+    assert set(dec["gate"]) == {"reference", "pass", "needs real weights"}, dec[["variant", "gate"]]
     assert {"forward_ms", "ddim_step_ms", "run_s"} <= set(df[df["workload"] == "wma"]["metric"])

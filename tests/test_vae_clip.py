@@ -15,7 +15,7 @@ from wmbook.models.vae import (
     unnormalize_latents,
     wan_vae_config,
 )
-from wmbook.profiling.labels import labels_enabled, set_labels
+from conftest import _decode_blocks as _stream  # noqa: E402  (tests/ is on sys.path under pytest)
 
 
 @pytest.fixture(scope="module")
@@ -34,20 +34,6 @@ def oneshot(vae, latents):
     return vae.decode(unnormalize_latents(vae, latents)).sample
 
 
-@pytest.fixture
-def labels_on():
-    was = labels_enabled()
-    set_labels(True)
-    yield
-    set_labels(was)
-
-
-def _stream(dec, latents, blocks):
-    outs, f0 = [], 0
-    for n in blocks:
-        outs.append(dec.decode_block(latents[:, :, f0 : f0 + n]))
-        f0 += n
-    return outs
 
 
 def test_real_vae_config_is_diffusers_default():

@@ -175,10 +175,11 @@ class GraphedCallable:
                 e.warmup_calls += e.failure is None
                 e.eager_calls += 1
                 return self.fn(*args, **kwargs)
-            self._capture(e, spec, leaves)
+            out = self._capture(e, spec, leaves)
             if e.graph is None:  # capture failed: eager, and the entry says why
                 e.eager_calls += 1
                 return self.fn(*args, **kwargs)
+            return out  # this call's result is the sync check's run: the callable ran once, as every call does
         for s, t in zip(e.static_in, leaves):
             if s.data_ptr() != t.data_ptr():
                 s.copy_(t)
@@ -187,7 +188,9 @@ class GraphedCallable:
         outs = [t.clone() for t in e.static_out] if self.clone_outputs else e.static_out
         return _unflatten(e.out_spec, outs)
 
-    def _capture(self, e: _Entry, spec, leaves: list) -> None:
+    def _capture(self, e: _Entry, spec, leaves: list):
+        """Capture the entry's graph; returns the output of this call (the eager run before the capture), or None
+        when the capture failed (e.failure says why; the caller runs the callable eagerly)."""
         e.static_in = [t.detach().clone() for t in leaves]
         args, kwargs = _unflatten(spec, e.static_in)
         before = torch.cuda.memory_allocated(self.device)
@@ -195,13 +198,16 @@ class GraphedCallable:
         side.wait_stream(torch.cuda.current_stream(self.device))
         # one eager run on the capture stream warms its cuBLAS/cuDNN handles and workspaces and, with sync debugging
         # set to raise, finds an op that synchronizes with the host: such an op cannot be captured, and a capture
-        # that fails part-way can leave the CUDA generators marked as capturing (later random draws then fail)
+        # that fails part-way can leave the CUDA generators marked as capturing (later random draws then fail).
+        # That run is this call's run: its output is returned and the graph is not replayed now, so a callable that
+        # updates state (a streaming decoder's past frames) advances once per call, as it would eagerly.
         with torch.cuda.stream(side):
-            culprit = find_sync(self.fn, *args, **kwargs)
+            culprit, result = find_sync(self.fn, *args, return_output=True, **kwargs)
         torch.cuda.current_stream(self.device).wait_stream(side)
         if culprit:
             e.failure, e.static_in = f"synchronizes with the host: {culprit}", []
-            return
+            return None
+        result = torch.utils._pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, result)
         try:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=self.pool, stream=side):
@@ -210,12 +216,13 @@ class GraphedCallable:
             torch.cuda.synchronize(self.device)
             e.failure = f"capture failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             e.static_in = []
-            return
+            return None
         out_leaves: list = []
         e.out_spec = _flatten(out, out_leaves)
         e.static_out = out_leaves
         e.graph = g
         e.pool_bytes = torch.cuda.memory_allocated(self.device) - before
+        return result
 
     # --- what happened ------------------------------------------------------------------------------------------
     @property
@@ -242,23 +249,25 @@ class GraphedCallable:
         self.entries.clear()
 
 
-def find_sync(fn, *args, **kwargs) -> str | None:
+def find_sync(fn, *args, return_output: bool = False, **kwargs):
     """Run fn once with CUDA sync debugging set to raise, and name the first synchronizing op: 'file:line: code'
-    of the innermost frame outside torch (None when nothing synchronizes, or on a CPU)."""
-    if not torch.cuda.is_available():
-        return None
-    old = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        fn(*args, **kwargs)
-    except RuntimeError as exc:
-        if "synchroniz" not in str(exc):
-            return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        return _user_frame(exc) or str(exc).splitlines()[0][:200]
-    finally:
-        torch.cuda.set_sync_debug_mode(old)
-        torch.cuda.synchronize()
-    return None
+    of the innermost frame outside torch (None when nothing synchronizes, or on a CPU). return_output=True returns
+    (culprit, fn's output), the output None when fn raised."""
+    culprit = out = None
+    if torch.cuda.is_available():
+        old = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            out = fn(*args, **kwargs)
+        except RuntimeError as exc:
+            if "synchroniz" not in str(exc):
+                culprit = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            else:
+                culprit = _user_frame(exc) or str(exc).splitlines()[0][:200]
+        finally:
+            torch.cuda.set_sync_debug_mode(old)
+            torch.cuda.synchronize()
+    return (culprit, out) if return_output else culprit
 
 
 def _user_frame(exc: BaseException) -> str | None:

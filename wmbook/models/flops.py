@@ -61,3 +61,29 @@ def block_flops(p: CausalWanPreset, block_idx: int) -> float:
     first = dit_forward_flops(p, block_idx, cross_kv_cached=block_idx > 0)["total"]
     rest = dit_forward_flops(p, block_idx, cross_kv_cached=True)["total"]
     return first + (p.forwards_per_block - 1) * rest
+
+
+def counted_flops(fn, *args) -> float:
+    """FLOPs of fn(*args) as torch.utils.flop_counter counts them (convolutions, matmuls, attention): run it on meta
+    tensors, so a real-shape decoder is counted in a fraction of a second without running anything."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as fc:
+        fn(*args)
+    return float(fc.get_total_flops())
+
+
+def wan_decoder_flops(p: CausalWanPreset) -> dict[str, float]:
+    """FLOPs of the streaming Wan VAE decode of one block at a preset's shape: the first block (its first latent frame
+    gives 1 pixel frame) and a steady one (4 pixel frames per latent frame), counted on meta tensors."""
+    import torch
+    from diffusers import AutoencoderKLWan
+
+    from .vae import StreamingWanDecoder, wan_vae_config
+
+    with torch.device("meta"):
+        vae = AutoencoderKLWan(**wan_vae_config(p.vae))
+        z = torch.empty(1, 16, p.num_frame_per_block, *p.latent_hw)
+    dec = StreamingWanDecoder(vae, stage_labels=False)
+    first = counted_flops(dec.decode_block, z)
+    return {"first_block": first, "steady_block": counted_flops(dec.decode_block, z)}

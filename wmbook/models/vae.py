@@ -232,6 +232,14 @@ class StreamingWanDecoder:
             x = _cached_causal_conv(dec.conv_out, x, feat_cache, feat_idx)
         return x
 
+    def decode_frame(self, x: torch.Tensor, phase: int, staged: bool = False) -> torch.Tensor:
+        """One latent frame after post_quant_conv [B, z, 1, h, w] through the decoder with the stream's feature
+        caches -> [B, 3, T, H, W] (T = 1 for the stream's first frame, else 4): the step variants replace. phase: 0
+        for the stream's first latent frame, 1 for its second, 2 for every later one (the frames whose shapes and
+        caches are steady): a compiled or captured step specializes on it, never on the frame count."""
+        first = phase == 0
+        return self._decoder_staged(x, first) if staged else self._decoder_plain(x, first)
+
     @torch.no_grad()
     def decode_block(self, latents: torch.Tensor) -> torch.Tensor:
         """Decode the next `F` latent frames of the stream -> [B, 3, T, H, W] in [-1, 1]."""
@@ -246,10 +254,8 @@ class StreamingWanDecoder:
         outs = []
         for i in range(x.shape[2]):
             k = self.latent_frames_done
-            first = k == 0
             with label(f"VAE_Decode_Frame_{k}"):
-                xi = x[:, :, i : i + 1, :, :]
-                outs.append(self._decoder_staged(xi, first) if staged else self._decoder_plain(xi, first))
+                outs.append(self.decode_frame(x[:, :, i : i + 1, :, :], min(k, 2), staged))
             self.latent_frames_done += 1
         with label("VAE_Decode_Postprocessing"):
             out = outs[0] if len(outs) == 1 else torch.cat(outs, 2)

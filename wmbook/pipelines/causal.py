@@ -174,6 +174,7 @@ class CausalStreamingPipeline:
             for bi in tqdm(range(inputs.num_blocks), desc="blocks", disable=not progress, leave=False):
                 start = bi * k
                 with label(f"2.3_Block_{bi}"):
+                    timer.mark(f"b{bi}_start")
                     noisy = inputs.noise[:, :, start:start + k].contiguous()  # one stride for every forward input
                     for j, t in enumerate(ts):
                         last = j == len(ts) - 1
@@ -192,18 +193,19 @@ class CausalStreamingPipeline:
                     latents.append(x0)
                     if decode:
                         with label(f"2.3.{bi}_VAE_Decode"):
-                            fr = self.decoder.decode_block(x0.to(self.vae_dtype))
+                            fr = self.decode_block(x0, timer, f"b{bi}_end")
                         frames.append(fr)
                         fpb.append(fr.shape[2])
                     else:
                         fpb.append(pixel_frames_for(k, bi == 0))
-                    timer.mark(f"b{bi}_end")
+                        timer.mark(f"b{bi}_end")
+            self.decode_done()
         timer.synchronize()
         out = StreamOutput(frames=torch.cat(frames, dim=2) if frames else None, latents=torch.cat(latents, dim=2),
                            frames_per_block=fpb)
         prev = "start"
         for bi in range(inputs.num_blocks):
-            marks = [prev] + [f"b{bi}_f{j}" for j in range(len(ts) + 1)]
+            marks = [f"b{bi}_start"] + [f"b{bi}_f{j}" for j in range(len(ts) + 1)]
             out.forward_ms.append([timer.elapsed_ms(a, c) for a, c in zip(marks[:-1], marks[1:])])
             out.decode_ms.append(timer.elapsed_ms(f"b{bi}_f{len(ts)}", f"b{bi}_end"))
             out.block_ms.append(timer.elapsed_ms(prev, f"b{bi}_end"))
@@ -213,6 +215,15 @@ class CausalStreamingPipeline:
         if dev.type == "cuda":
             out.peak_memory_bytes = int(torch.cuda.max_memory_allocated(dev))
         return out
+
+    def decode_block(self, x0: torch.Tensor, timer: DeviceTimer, done: str) -> torch.Tensor:
+        """Decode one block's clean latents with the streaming decoder; marks `done` when its frames are there."""
+        frames = self.decoder.decode_block(x0.to(self.vae_dtype))
+        timer.mark(done)
+        return frames
+
+    def decode_done(self) -> None:
+        """After the last block: every decode has finished on the stream that consumes the frames (a no-op here)."""
 
     # --- 3./4. post-processing and export --------------------------------------------------------
     def postprocess(self, frames: torch.Tensor) -> np.ndarray:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 
-FAMILIES = ("precision", "hygiene", "attention", "layout", "compile", "graphs")
+FAMILIES = ("precision", "hygiene", "attention", "layout", "compile", "graphs", "decoder")
 _TOL_ORDER = ("fp32", "tf32", "bf16", "fp16")  # looser to the right
 
 
@@ -53,6 +53,7 @@ class Variant:
     requires: frozenset[str] = frozenset()  # workload features it needs (wmbook.workloads.Workload.features)
     tolerance: str | None = None  # dtype key of wmbook.check.TOLERANCES once this variant is in; None: unchanged
     gpu_only: bool = False
+    frames_judged: bool = True  # False: its frames cannot be compared with the reference's (random-weight stand-in)
 
     def applies_to(self, workload) -> bool:
         return self.requires <= workload.features
@@ -67,7 +68,7 @@ GROUPS: dict[str, tuple[str, ...]] = {}  # a name that stands for several varian
 
 
 def register(name: str, *, family: str, description: str, requires=(), tolerance: str | None = None,
-             gpu_only: bool = False):
+             gpu_only: bool = False, frames_judged: bool = True):
     """Decorator registering `fn(pipe, ctx)` as the variant `name`."""
     if family not in FAMILIES:
         raise ValueError(f"family={family!r} is not allowed; allowed values: {list(FAMILIES)}")
@@ -78,7 +79,8 @@ def register(name: str, *, family: str, description: str, requires=(), tolerance
         if name in REGISTRY or name in GROUPS:
             raise ValueError(f"variant {name!r} is already registered")
         REGISTRY[name] = Variant(name=name, family=family, description=description, apply=fn,
-                                 requires=frozenset(requires), tolerance=tolerance, gpu_only=gpu_only)
+                                 requires=frozenset(requires), tolerance=tolerance, gpu_only=gpu_only,
+                                 frames_judged=frames_judged)
         return fn
 
     return deco

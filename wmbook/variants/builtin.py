@@ -231,6 +231,15 @@ def _static_caches(pipe, ctx: VariantContext):
     ctx.notes["static-caches"] = ctx.workload.static_caches(pipe)
 
 
+@register("ring-kv-cache", family="graphs", requires=("kv_cache",),
+          description="self-attention and action KV caches as rings of the window's size, written through a device "
+                      "index tensor: no eviction copy, and every block once the ring is full has the same shapes and "
+                      "addresses whatever its write position (one graph for all of them)")
+def _ring_kv_cache(pipe, ctx: VariantContext):
+    swaps.swap_class(pipe, swaps.RingCachePipeline)
+    ctx.notes["ring-kv-cache"] = "KV caches as rings of the attention window"
+
+
 @register("cuda-graphs", family="graphs", gpu_only=True,
           description="the denoiser forward captured in CUDA graphs (static input/output buffers, one memory pool, "
                       "warm-up before capture) and replayed: one launch instead of thousands per forward")
@@ -250,3 +259,111 @@ def _cuda_graphs(pipe, ctx: VariantContext):
 def graphed_callables(pipe) -> list:
     """The GraphedCallables the cuda-graphs variant put into a pipeline (their table() says what was captured)."""
     return list(getattr(pipe, "graphed", []))
+
+
+# --- the streaming decoder (the other half of every block) -----------------------------------------------------------
+
+
+def _buffered(decoder):
+    """The streaming decoder with its causal caches kept in place (swapped in once)."""
+    from .vae_stream import BufferedStreamingDecoder
+
+    if not isinstance(decoder, BufferedStreamingDecoder):
+        swaps.swap_class(decoder, BufferedStreamingDecoder).use_buffers()
+    return decoder
+
+
+@register("vae-stream-buffers", family="decoder", requires=("streaming_decoder",),
+          description="the streaming Wan decoder's causal caches kept in place: one preallocated, zero-bordered input "
+                      "window per causal convolution (input written once, convolved without padding, past frames moved "
+                      "to the front) instead of a clone, two concatenations and an F.pad copy per convolution and frame")
+def _vae_stream_buffers(pipe, ctx: VariantContext):
+    _buffered(ctx.workload.streaming_decoder(pipe))
+    ctx.notes["vae-stream-buffers"] = "decoder causal caches in preallocated input windows"
+
+
+@register("vae-channels-last", family="decoder", requires=("streaming_decoder",),
+          description="the streaming decoder in channels_last_3d (NDHWC): its 3-D convolution weights, its input and, "
+                      "with vae-stream-buffers, every causal convolution's input window")
+def _vae_channels_last(pipe, ctx: VariantContext):
+    dec = ctx.workload.streaming_decoder(pipe)
+    n = swaps.to_memory_format(dec.vae.decoder, torch.channels_last_3d)
+    n += swaps.to_memory_format(dec.vae.decoder, torch.channels_last)  # the resamplers' 2-D convolutions
+    swaps.swap_class(dec, swaps.FramesInMemoryFormat)
+    dec.memory_format = torch.channels_last_3d
+    if hasattr(dec, "windows"):
+        dec.use_buffers(torch.channels_last_3d)
+    ctx.notes["vae-channels-last"] = f"{n} decoder convolution weights in channels-last"
+
+
+def _vae_compile(mode: str):
+    def apply(pipe, ctx: VariantContext):
+        dec = ctx.workload.streaming_decoder(pipe)
+        dec.stage_labels = False  # the compiled step is one region: no record_function inside it (a graph break)
+        eager = dec.decode_frame
+        compiled = torch.compile(eager, mode=None if mode == "default" else mode, backend=ctx.compile_backend,
+                                 dynamic=False)
+
+        def decode_frame(x, phase, staged=False):
+            # the steady frames compiled (one graph); a stream's first two frames, which allocate or change the caches,
+            # stay eager: compiling them would compile each again once the caches exist
+            return (compiled if phase == 2 else eager)(x, phase, staged)
+
+        dec.decode_frame = decode_frame
+        ctx.notes[f"vae-compile:{mode}"] = f"decoder step compiled ({mode}, {ctx.compile_backend}), steady frames"
+
+    return apply
+
+
+for _mode, _suffix in (("default", ""), ("max-autotune-no-cudagraphs", "-max-autotune")):
+    register(f"vae-compile{_suffix}", family="decoder", requires=("streaming_decoder",),
+             description=f"torch.compile of the streaming decoder's per-frame step (mode={_mode}); the first decode "
+                         f"pays the compilation")(_vae_compile(_mode))
+
+
+@register("vae-cuda-graphs", family="decoder", requires=("streaming_decoder",), gpu_only=True,
+          description="the streaming decoder's per-frame step captured in CUDA graphs (its input windows are the static "
+                      "buffers, so vae-stream-buffers comes with it): the stream's first frame, its second and the "
+                      "steady frames each get a graph, in a memory pool of their own (decode may overlap the DiT)")
+def _vae_cuda_graphs(pipe, ctx: VariantContext):
+    from ..graphs import GraphedCallable
+
+    dec = _buffered(ctx.workload.streaming_decoder(pipe))
+    g = GraphedCallable(dec.decode_frame, name="decoder step", device=ctx.device, pool=torch.cuda.graph_pool_handle())
+    # one graph per phase (the stream's first frame, its second, every later one): an argument of the step
+    dec.decode_frame = g
+    pipe.graphed = [*getattr(pipe, "graphed", []), g]
+    ctx.notes["vae-cuda-graphs"] = "decoder step graphed (frame 0, frame 1, steady)"
+
+
+@register("vae-tiny", family="decoder", requires=("streaming_decoder",), frames_judged=False,
+          description="a tiny streaming decoder (TAEHV, ~10 M parameters, no 3-D convolutions) in place of the Wan VAE "
+                      "decoder; random weights unless WMBOOK_TAEHV_WEIGHTS names a taew2_1.pth-style file, so its "
+                      "frames' quality needs real weights")
+def _vae_tiny(pipe, ctx: VariantContext):
+    import os
+
+    from ..models.taehv import StreamingTAEHVDecoder, build_taehv, load_taehv_decoder
+
+    path = os.environ.get("WMBOOK_TAEHV_WEIGHTS", "")
+    tiny = build_taehv(ctx.workload.decoder_size(pipe), dtype=pipe.vae_dtype, device=ctx.device)
+    if path:
+        load_taehv_decoder(tiny, path)
+    ctx.workload.set_streaming_decoder(pipe, StreamingTAEHVDecoder(tiny))
+    ctx.notes["vae-tiny"] = f"TAEHV decoder, {'weights ' + path if path else 'random weights (quality not judged)'}"
+
+
+@register("decode-overlap", family="graphs", requires=("streaming_decoder",), gpu_only=True,
+          description="block k decoded on a second CUDA stream while the DiT denoises block k+1 (events order the "
+                      "streams; the next block needs block k's caches, not its pixels)")
+def _decode_overlap(pipe, ctx: VariantContext):
+    swaps.swap_class(pipe, swaps.DecodeOverlap)
+    ctx.notes["decode-overlap"] = "decode on a second stream"
+
+
+@register("skip-unused-decode", family="graphs", requires=("ddim",),
+          description="the decision pass's video is not decoded (only its action chunk is used; the world-model pass "
+                      "decodes the iteration's frames)")
+def _skip_unused_decode(pipe, ctx: VariantContext):
+    swaps.swap_class(pipe, swaps.SkipUnusedDecode)
+    ctx.notes["skip-unused-decode"] = "decision pass not decoded"

@@ -164,6 +164,106 @@ class StaticGenerationCache:
         return cache
 
 
+class RingKVCache:
+    """KVCache as a ring of `window` tokens: absolute token t lives in slot t % window, written with index_copy_
+    through a device index tensor that begin() fills (eagerly, from the host's ints: no device read). Nothing is
+    evicted or moved: the oldest tokens are overwritten in place. Once the ring is full every forward reads the whole
+    ring, so every later block has the same shapes and the same addresses whatever its write position (one CUDA
+    graph for all of them). Keys carry their RoPE rotation, so attending over the ring's slot order instead of time
+    order changes only the order of the softmax sums (fp32 rounding)."""
+
+    def ring_init(self) -> None:
+        """Size the buffers to the window (the attention span: what the reference keeps after evicting)."""
+        if getattr(self, "_ring", False):
+            return
+        if self.window < self.capacity:
+            self.k = self.k.new_zeros(self.k.shape[0], self.window, *self.k.shape[2:])
+            self.v = torch.zeros_like(self.k)
+            self.capacity = self.window
+        self._ring, self._arange, self.write_idx = True, None, None
+        self.reset()
+
+    def begin(self, start: int, n: int) -> None:
+        if n > self.capacity:
+            raise ValueError(f"cannot write {n} tokens into a ring KV cache of {self.capacity} tokens")
+        if start + n <= self.global_end - self.capacity:
+            raise ValueError(f"tokens {start}..{start + n} left the ring (it holds {self.global_end - self.capacity}.."
+                             f"{self.global_end})")
+        if self.write_idx is None or self.write_idx.numel() != n:
+            self._arange = torch.arange(n, device=self.k.device)
+            self.write_idx = torch.empty_like(self._arange)  # allocated once per block size: a graph reads it here
+        torch.remainder(self._arange + start, self.capacity, out=self.write_idx)
+        self.global_end = max(self.global_end, start + n)
+        self.slot = ("ring", min(self.global_end, self.capacity))  # what the attention reads: the filled prefix
+
+    def _write(self, k: torch.Tensor, v: torch.Tensor):
+        if k.shape[1] != self.write_idx.numel():
+            raise ValueError(f"begin() prepared a write of {self.write_idx.numel()} tokens, got {k.shape[1]}")
+        self.k.index_copy_(1, self.write_idx, k)
+        self.v.index_copy_(1, self.write_idx, v)
+        n = self.slot[1]
+        return self.k[:, :n], self.v[:, :n]
+
+
+def ring_caches(cache) -> int:
+    """Turn every self-attention and action KV cache of a GenerationCache into a RingKVCache; returns the count."""
+    n = 0
+    caches = list(cache.kv) + [c for a in cache.action if a is not None for c in (a.mouse, a.keyboard) if c is not None]
+    for c in caches:
+        swap_class(c, RingKVCache).ring_init()
+        n += 1
+    return n
+
+
+class RingCachePipeline:
+    """CausalStreamingPipeline whose generations use ring KV caches (RingKVCache)."""
+
+    def init_cache(self, inputs):
+        cache = super().init_cache(inputs)
+        ring_caches(cache)
+        return cache
+
+
+class DecodeOverlap:
+    """CausalStreamingPipeline that decodes each block on a second CUDA stream, so that the DiT denoises block k+1
+    while block k decodes: block k+1 needs block k's refreshed caches, not its pixels. Events order the streams: the
+    decode of a block waits for everything queued before it on the main stream (its latents); the main stream
+    waits for the last decode before the frames are used. The block's end mark is recorded on the decode stream."""
+
+    def decode_block(self, x0, timer, done):
+        main = torch.cuda.current_stream(self.device)
+        side = getattr(self, "_decode_stream", None)
+        if side is None:
+            side = self._decode_stream = torch.cuda.Stream(self.device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            frames = self.decoder.decode_block(x0.to(self.vae_dtype))
+            timer.mark(done)
+        return frames  # x0 and the frames stay referenced by the generation until it ends: no early reuse
+
+    def decode_done(self):
+        side = getattr(self, "_decode_stream", None)
+        if side is not None:
+            torch.cuda.current_stream(self.device).wait_stream(side)
+
+
+class FramesInMemoryFormat:
+    """StreamingWanDecoder whose per-frame step gets its input in the decoder's `memory_format` (channels_last_3d:
+    the layout then carries through the convolutions that follow)."""
+
+    def decode_frame(self, x, phase, staged=False):
+        return super().decode_frame(x.contiguous(memory_format=self.memory_format), phase, staged)
+
+
+class SkipUnusedDecode:
+    """WMAInteractionPipeline that does not decode the decision pass's video: upstream uses only its action chunk
+    (the world-model pass's frames are the iteration's video), so its per-frame VAE decode is work nobody reads."""
+
+    def run_iteration(self, inputs, **kw):
+        kw.setdefault("decode_decision", False)
+        return super().run_iteration(inputs, **kw)
+
+
 # --- the action modules' tiny attentions --------------------------------------------------------------------------
 
 

@@ -154,6 +154,18 @@ class Workload:
         """What the cuda-graphs variant captures (after making what it needs static)."""
         raise NotImplementedError
 
+    def streaming_decoder(self, pipe):
+        """The object that decodes a stream block by block (decode_block, reset), for workloads with the
+        `streaming_decoder` feature."""
+        raise NotImplementedError(f"workload {self.name!r} has no streaming decoder")
+
+    def set_streaming_decoder(self, pipe, decoder) -> None:
+        raise NotImplementedError(f"workload {self.name!r} has no streaming decoder")
+
+    def decoder_size(self, pipe) -> str:
+        """'real' or 'tiny': the decoder size a stand-in decoder should match."""
+        return "tiny" if getattr(pipe.preset, "name", "").startswith("tiny") else "real"
+
     def set_vae(self, pipe, vae) -> None:
         """Replace the pipeline's VAE (and what wraps it)."""
         pipe.vae = vae

@@ -117,10 +117,18 @@ class Mg2Workload(Workload):
         return [GraphTarget(model, "_forward", "DiT forward", key_fn=_cache_slots)]
 
     def set_vae(self, pipe, vae) -> None:
-        from ..models.vae import StreamingWanDecoder
-
         super().set_vae(pipe, vae)
-        pipe.decoder = StreamingWanDecoder(vae)
+        pipe.decoder.vae = vae  # the same streaming decoder (and what variants swapped into it), a new VAE
+        pipe.decoder.reset()
+
+    def streaming_decoder(self, pipe):
+        return pipe.decoder
+
+    def set_streaming_decoder(self, pipe, decoder) -> None:
+        pipe.decoder = decoder
+
+    def decoder_size(self, pipe) -> str:
+        return pipe.preset.vae
 
     # --- measuring -------------------------------------------------------------------------------------
     def forward_flops(self, preset) -> dict[str, float]:

@@ -1,0 +1,177 @@
+"""The streaming decoder's variants (vae-stream-buffers, vae-channels-last, vae-compile, vae-cuda-graphs, vae-tiny,
+decode-overlap), the ring KV cache, the decoder study and its FLOP floor.
+
+On a CPU: every decoder variant against the fp32 reference decoder on seeded tiny latents, streaming equal to a one-shot
+decode, the decoder table. On a GPU: graph replay of the decoder step equals eager, the ring cache under CUDA graphs
+equals eager, decode on a second stream equals decode inline.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import _decode_blocks
+from wmbook import variants, workloads
+from wmbook.models.vae import StreamingWanDecoder, build_wan_vae, unnormalize_latents, wan_vae_config
+from wmbook.variants.ladder import apply_stack
+
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and streams need a CUDA device")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread(one_thread):
+    """Every test of this module on one thread (tests/conftest.py)."""
+
+
+def _stream(dec, z, split):
+    dec.reset()
+    return torch.cat(_decode_blocks(dec, z, split), 2)
+
+
+def _bench(stack, device="cpu", backend="aot_eager"):
+    from wmbook.studies.decoder import decoder_bench
+
+    wl = workloads.get("mg2")
+    ref = wl.reference_pipeline(wl.presets["tiny"], torch.device(device))
+    bench = decoder_bench(ref, wl)
+    ctx = variants.VariantContext(workload=wl, device=torch.device(device), compile_backend=backend)
+    for v in variants.resolve(stack, wl, device):
+        v.apply(bench, ctx)
+    return bench.decoder
+
+
+@pytest.mark.parametrize("stack", [["vae-stream-buffers"], ["vae-channels-last"],
+                                   ["vae-stream-buffers", "vae-channels-last"],
+                                   ["vae-stream-buffers", "vae-channels-last", "vae-compile"]])
+def test_decoder_variants_equal_the_reference_decoder(stack):
+    """Seeded tiny latents through each stack, over more blocks than the caches reach back, twice (the second stream
+    reuses the buffers after reset), split unevenly: the frames equal the reference decoder's."""
+    z = torch.randn(1, 16, 8, 8, 8, generator=torch.Generator().manual_seed(1))
+    ref = _stream(_bench([]), z, [3, 3, 2])
+    dec = _bench(stack)
+    for split in ([3, 3, 2], [1, 4, 3]):
+        torch.testing.assert_close(_stream(dec, z, split), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_streaming_decode_equals_one_shot_decode():
+    vae = build_wan_vae(wan_vae_config("tiny"))
+    z = torch.randn(1, 16, 6, 8, 8, generator=torch.Generator().manual_seed(2))
+    one_shot = vae.decode(unnormalize_latents(vae, z)).sample.clamp(-1, 1)
+    for dec in (StreamingWanDecoder(vae), _bench(["vae-stream-buffers"])):
+        dec.vae = vae
+        dec.reset()
+        torch.testing.assert_close(_stream(dec, z, [3, 3]), one_shot, rtol=1e-5, atol=1e-5)
+
+
+def test_stream_buffers_keep_their_addresses_once_steady():
+    dec = _bench(["vae-stream-buffers"])
+    z = torch.randn(1, 16, 6, 8, 8)
+    _stream(dec, z, [3, 3])
+    before = {k: w.data_ptr() for k, w in dec.windows.items()}
+    _stream(dec, z, [3, 3])
+    assert {k: w.data_ptr() for k, w in dec.windows.items()} == before and dec.window_bytes() > 0
+
+
+def test_compiled_step_has_no_graph_break_and_recompiles_per_phase_only():
+    from wmbook.variants.compile_monitor import CompileMonitor
+
+    dec = _bench(["vae-stream-buffers", "vae-compile"])
+    z = torch.randn(1, 16, 9, 8, 8)
+    with CompileMonitor() as first:
+        _stream(dec, z, [3, 3, 3])
+    with CompileMonitor() as steady:
+        _stream(dec, z, [3, 3, 3])
+    assert first.summary()["graph_breaks"] == 0 and first.summary()["recompiles"] == 0, first.summary()
+    assert steady.summary()["frame_attempts"] == 0, steady.summary()
+
+
+def test_tiny_decoder_variant_and_its_frame_count():
+    dec = _bench(["vae-tiny"])
+    z = torch.randn(1, 16, 6, 8, 8)
+    out = _stream(dec, z, [3, 3])
+    assert out.shape == (1, 3, 21, 64, 64) and out.abs().max() <= 1
+    assert not variants.get("vae-tiny").frames_judged
+
+
+def test_decoder_variants_registered_for_the_streaming_workload_only():
+    names = {"vae-stream-buffers", "vae-channels-last", "vae-compile", "vae-cuda-graphs", "vae-tiny", "decode-overlap",
+             "ring-kv-cache"}
+    assert names <= set(variants.known("mg2"))
+    assert not names & set(variants.known("wma"))
+    with pytest.raises(ValueError, match="'vae-cuda-graphs' needs a CUDA device"):
+        variants.resolve(["vae-cuda-graphs"], "mg2", "cpu")
+
+
+def test_decoder_table_on_the_tiny_preset():
+    """Every CPU decoder row decodes the same latents; full-decoder rows pass the PSNR gate, the random tiny decoder
+    says it needs real weights; the FLOP floor comes from a meta-tensor count."""
+    from wmbook.models.flops import wan_decoder_flops
+    from wmbook.studies import decoder as study
+
+    wl = workloads.get("mg2")
+    dev = torch.device("cpu")
+    ref = wl.reference_pipeline(wl.presets["tiny"], dev)
+    lat = torch.randn(1, 16, 6, 8, 8, generator=torch.Generator().manual_seed(3))
+    stacks = {k: v for k, v in study.decoder_stacks(wl, dev).items() if "vae-compile" not in v}
+    rows = study.run_decoder_table(ref, wl, lat, stacks, warmup=0, repeats=1)
+    t = study.decoder_table(rows, wan_decoder_flops(ref.preset), {"gemm_tflops": 1.0})
+    assert list(t.index)[0] == "fp32 (reference)" and t["gate"].iloc[0] == "reference"
+    full = t[t["stack"].str.contains("vae-stream-buffers")]
+    assert len(full) >= 2 and (full["gate"] == "pass").all() and (full["PSNR dB vs fp32"] > 100).all()
+    assert t.loc["tiny decoder (TAEHV)", "gate"] == "needs real weights"
+    assert (t["ms / block"] > 0).all() and t.attrs["floor_ms"] > 0
+    assert "tiny decoder" in study.interpret(t)
+    f = wan_decoder_flops(wl.presets["mg2-universal"])
+    assert 20e12 < f["steady_block"] < 26e12 and 15e12 < f["first_block"] < 20e12  # ANCHORS.md: ~23 and ~17.7 TFLOP
+
+
+def test_ring_cache_keys_one_graph_for_every_full_block():
+    """With ring caches, every block after the ring filled has the same cache signature (one CUDA graph), whatever its
+    write position; the reference's slots differ between block 0 and the rest only because it evicts."""
+    from wmbook.workloads.mg2 import _cache_slots
+
+    wl = workloads.get("mg2")
+    ref = wl.reference_pipeline(wl.presets["tiny"], torch.device("cpu"))
+    pipe, _ = apply_stack(ref, wl, ["hygiene", "ring-kv-cache"], torch.device("cpu"))
+    inp = pipe.prepare(5, seed=0)
+    cache = pipe.init_cache(inp)
+    k = pipe.preset.num_frame_per_block
+    keys, idx = [], []
+    for b in range(5):
+        cache.begin(b * k, pipe.preset.frame_seqlen, k)
+        keys.append(_cache_slots((), {"cache": cache}))
+        idx.append(cache.kv[0].write_idx.clone())
+    assert len(set(keys[1:])) == 1 and keys[0] != keys[1]
+    assert not torch.equal(idx[1], idx[2]) and torch.equal(idx[1], idx[3])  # the write position moves on the device
+
+
+@GPU
+def test_decoder_graphs_replay_equals_eager():
+    z = torch.randn(1, 16, 12, 8, 8, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    eager = _bench(["vae-stream-buffers"], "cuda")
+    graphed = _bench(["vae-stream-buffers", "vae-cuda-graphs"], "cuda")
+    ref = _stream(eager, z, [3, 3, 3, 3])
+    for _ in range(3):  # the third stream replays graphs of all three phases
+        torch.testing.assert_close(_stream(graphed, z, [3, 3, 3, 3]), ref, rtol=0, atol=0)
+    g = graphed.decode_frame
+    assert g.captured == 3 and not g.failures, g.table()
+
+
+@GPU
+def test_ring_caches_with_graphs_and_decode_overlap_equal_eager():
+    wl = workloads.get("mg2")
+    dev = torch.device("cuda")
+    ref = wl.reference_pipeline(wl.presets["tiny"], dev)
+    eager, _ = apply_stack(ref, wl, ["bf16", "hygiene", "ring-kv-cache"], dev)
+    fast, _ = apply_stack(ref, wl, ["bf16", "hygiene", "static-caches", "ring-kv-cache", "cuda-graphs",
+                                    "vae-stream-buffers", "vae-cuda-graphs", "decode-overlap"], dev)
+    size = workloads.E2ESize(blocks=4)
+    for _ in range(3):
+        a = wl.end_to_end(eager, 0, size)
+        b = wl.end_to_end(fast, 0, size)
+        torch.testing.assert_close(b.latents, a.latents, rtol=0, atol=0)
+        torch.testing.assert_close(b.frames, a.frames, rtol=0, atol=0)
+    from wmbook.variants.builtin import graphed_callables
+
+    assert all(g.captured >= 1 and not g.failures for g in graphed_callables(fast))

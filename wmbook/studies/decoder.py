@@ -1,0 +1,249 @@
+"""The streaming decoder as an optimization target: the same latents decoded by each decoder stack, ms per steady
+block against the decoder's own FLOP floor, PSNR of the frames against the fp32 decoder, the first pass (compile and
+capture included), the decoder's memory.
+
+Decoder variants change nothing upstream of the decoder, so they are measured on the decoder alone: the fp32
+reference pipeline generates the latents once, and every row decodes exactly those latents, block by block, as the
+streaming loop does. A row passes its gate when its frames are within DECODER_PSNR_DB of the fp32 decoder's; a
+stand-in decoder with random weights (vae-tiny without a weights file) cannot be judged and says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from .. import check
+from ..bench import DeviceTimer, Samples
+
+DECODER_PSNR_DB = 40.0  # dB against the fp32 decoder on the same latents: the gate of a full-decoder variant
+
+
+def decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -> dict[str, list[str]]:
+    """The decoder rows, each a stack of variant names (cumulative for the full decoder, then the tiny decoder)."""
+    from .. import variants
+
+    known = variants.known(workload)
+    if "vae-stream-buffers" not in known:
+        return {}
+    gpu = device.type == "cuda"
+    low = ["vae-bf16"] if gpu else []
+    rows = {"fp32 (reference)": []}
+    if gpu:
+        rows["bf16"] = ["vae-bf16"]
+        rows["bf16 + cudnn-benchmark"] = low + ["cudnn-benchmark"]
+        low = low + ["cudnn-benchmark"]
+    buffers = low + ["vae-stream-buffers"]
+    rows["+ vae-stream-buffers"] = buffers
+    rows["+ vae-channels-last"] = buffers + ["vae-channels-last"]
+    for mode in compile_modes:
+        name = "vae-compile" + ("" if mode == "default" else "-max-autotune")
+        # inductor chooses convolution layouts itself: compiled with and without channels-last input windows
+        rows[f"+ {name}"] = buffers + ["vae-channels-last", name]
+        rows[f"{name} on contiguous buffers"] = buffers + [name]
+    if gpu:
+        rows["+ vae-cuda-graphs (channels-last, eager step)"] = buffers + ["vae-channels-last", "vae-cuda-graphs"]
+        rows["+ vae-cuda-graphs (compiled step)"] = buffers + ["vae-compile", "vae-cuda-graphs"]
+    rows["tiny decoder (TAEHV)"] = ["vae-bf16", "vae-tiny"] if gpu else ["vae-tiny"]
+    return {k: v for k, v in rows.items() if all(n in known for n in v)}
+
+
+@dataclass
+class DecoderRow:
+    label: str
+    stack: list[str]
+    block_ms: Samples  # steady blocks (all blocks but the first) of the timed passes
+    first_block_ms: float
+    first_pass_s: float  # the first decode of the whole stream: compilation and capture included
+    psnr_db: float
+    gate: str
+    pixel_frames_per_block: int
+    peak_memory_gib: float = math.nan
+    note: str = ""
+    frames: torch.Tensor | None = field(default=None, repr=False)
+
+
+def decoder_bench(ref, workload):
+    """A decoder-only copy of the reference pipeline: its VAE (deep-copied) and a fresh streaming decoder, with the
+    attributes decoder variants touch (vae, decoder, vae_dtype, preset, device)."""
+    from types import SimpleNamespace
+
+    vae = copy.deepcopy(ref.vae)
+    dec = type(workload.streaming_decoder(ref))(vae)
+    return SimpleNamespace(vae=vae, decoder=dec, vae_dtype=ref.vae_dtype, preset=ref.preset, device=ref.device,
+                           dtype=ref.dtype)
+
+
+def decode_stream(decoder, latents: torch.Tensor, block: int, timer: DeviceTimer | None = None) -> torch.Tensor:
+    """Decode latents [B, 16, F, h, w] block by block from a reset stream; marks `b{i}` after each block."""
+    decoder.reset()
+    out = []
+    for i in range(0, latents.shape[2], block):
+        out.append(decoder.decode_block(latents[:, :, i:i + block]))
+        if timer is not None:
+            timer.mark(f"b{i // block}")
+    return torch.cat(out, dim=2)
+
+
+def run_decoder_table(ref, workload, latents: torch.Tensor, stacks: dict[str, list[str]], *, warmup: int = 1,
+                      repeats: int = 5, compile_backend: str = "inductor", keep_frames: bool = False) -> list[DecoderRow]:
+    """Every stack decodes `latents` (warm-up passes, then `repeats` timed passes, device events per block); its frames
+    are compared with the first stack's (the fp32 reference)."""
+    from .. import variants
+    from ..variants import GlobalFlags, VariantContext
+    from ..variants.compile import reset_compile_state
+
+    dev = ref.device
+    block = ref.preset.num_frame_per_block
+    flags = GlobalFlags()
+    resolved = {k: variants.resolve(v, workload, dev) for k, v in stacks.items()}  # every name checked first
+    weights = bool(os.environ.get("WMBOOK_TAEHV_WEIGHTS"))
+    rows, ref_frames = [], None
+    try:
+        for label, vs in tqdm(resolved.items(), desc="decoder rows", leave=False):
+            flags.restore()
+            if any(v.family == "decoder" and v.name.startswith("vae-compile") for v in vs):
+                reset_compile_state()
+            bench = decoder_bench(ref, workload)
+            ctx = VariantContext(workload=workload, device=dev, compile_backend=compile_backend)
+            for v in vs:
+                v.apply(bench, ctx)
+            dec = workload.streaming_decoder(bench)
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+                torch.cuda.reset_peak_memory_stats(dev)
+            m0 = torch.cuda.memory_allocated(dev) if dev.type == "cuda" else 0
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                decode_stream(dec, latents, block)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
+                first_pass_s = time.perf_counter() - t0
+                for _ in range(warmup):
+                    decode_stream(dec, latents, block)
+                steady, first, frames = [], [], None
+                for _ in range(repeats):
+                    timer = DeviceTimer(dev)
+                    timer.mark("start")
+                    frames = decode_stream(dec, latents, block, timer)
+                    n = latents.shape[2] // block
+                    first.append(timer.elapsed_ms("start", "b0"))
+                    steady += [timer.elapsed_ms(f"b{i - 1}", f"b{i}") for i in range(1, n)]
+            peak = (torch.cuda.max_memory_allocated(dev) - m0) / 2**30 if dev.type == "cuda" else math.nan
+            check.require_finite({"frames": frames}, f"decoder row {label!r}")
+            judged = all(v.frames_judged for v in vs) or weights
+            if ref_frames is None:
+                ref_frames, psnr, gate = frames.float(), math.inf, "reference"
+            elif not judged:
+                psnr, gate = math.nan, "needs real weights"
+            else:
+                psnr = check.compare(frames.float(), ref_frames, dtype="fp32", frames=True).psnr
+                gate = "pass" if psnr >= DECODER_PSNR_DB else "FAIL"
+            note = "; ".join(str(x) for x in ctx.notes.values())
+            rows.append(DecoderRow(label=label, stack=[v.name for v in vs], block_ms=Samples(steady, "ms"),
+                                   first_block_ms=float(np.median(first)), first_pass_s=first_pass_s, psnr_db=psnr,
+                                   gate=gate, pixel_frames_per_block=4 * block, peak_memory_gib=peak, note=note,
+                                   frames=frames if keep_frames else None))
+            del bench, dec, frames
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+    finally:
+        flags.restore()
+    return rows
+
+
+def decoder_table(rows: list[DecoderRow], flops: dict | None = None, ceilings: dict | None = None) -> pd.DataFrame:
+    """One line per decoder row: ms per steady block (median, p20-p80), x its FLOP floor, pixel-frame rate of the
+    decoder alone, PSNR against fp32 and the gate, first pass, memory."""
+    from ..device import floor_ms
+
+    fl = floor_ms(flops["steady_block"], ceilings) if flops and ceilings and ceilings.get("gemm_tflops") else math.nan
+    base = rows[0].block_ms.median if rows else math.nan
+    out = []
+    for r in rows:
+        ms = r.block_ms.median
+        out.append({"decoder": r.label, "gate": r.gate, "ms / block": ms, "p20": r.block_ms.p20, "p80": r.block_ms.p80,
+                    "x floor": ms / fl if fl == fl else math.nan,
+                    "speedup": base / ms if r.gate in ("pass", "reference", "needs real weights") else math.nan,
+                    "decoder-only FPS": r.pixel_frames_per_block / ms * 1e3, "PSNR dB vs fp32": r.psnr_db,
+                    "first block ms": r.first_block_ms, "first pass s": r.first_pass_s,
+                    "peak GiB": r.peak_memory_gib, "stack": " + ".join(r.stack) or "-"})
+    t = pd.DataFrame(out).set_index("decoder")
+    t.attrs["floor_ms"] = fl
+    return t
+
+
+def plot_decoder(table: pd.DataFrame, ax=None):
+    """ms per steady block per decoder row (grey: gate failed) with the full decoder's FLOP floor."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.42 * len(table) + 1.2))
+    ok = table["gate"].isin(["pass", "reference", "needs real weights"])
+    y = np.arange(len(table))[::-1]
+    ax.barh(y, table["ms / block"], xerr=[table["ms / block"] - table["p20"], table["p80"] - table["ms / block"]],
+            color=["#4477aa" if o else "#cccccc" for o in ok], capsize=2)
+    ax.set_yticks(y, table.index)
+    for yi, (ms, psnr, g) in zip(y, zip(table["ms / block"], table["PSNR dB vs fp32"], table["gate"])):
+        q = "ref" if g == "reference" else ("no weights" if g == "needs real weights" else f"{psnr:.1f} dB")
+        ax.text(ms, yi, f" {ms:.3g} ms, {q}" + ("" if g != "FAIL" else " (gate failed)"), va="center", fontsize=8)
+    fl = table.attrs.get("floor_ms", math.nan)
+    if fl == fl:
+        ax.axvline(fl, color="k", ls="--", lw=1, label=f"full decoder's FLOP floor {fl:.3g} ms")
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_xlabel("ms per steady block (median, p20-p80 whiskers)")
+    ax.set_title("Streaming decode of one block: the same latents through each decoder")
+    return ax
+
+
+def result_rows(cfg, rows: list[DecoderRow]) -> list[dict]:
+    """Each decoder row's ms per block (with spread), PSNR and first pass as results rows."""
+    from .. import results as results_store
+
+    common = dict(notebook=cfg.notebook, workload=cfg.workload.name, preset=cfg.preset.name, params=cfg.params(),
+                  warmup=cfg.warmup, repeats=cfg.repeats)
+    out = []
+    for r in rows:
+        v = "decoder: " + (" + ".join(r.stack) or "fp32")
+        out.append(results_store.make_row(metric="decoder_ms_per_block", value=r.block_ms.median, unit="ms",
+                                          variant=v, timing=r.block_ms, gate=r.gate, **common))
+        for metric, value, unit in (("decoder_psnr_db", r.psnr_db, "dB"), ("decoder_first_pass_s", r.first_pass_s, "s")):
+            if np.isfinite(value):
+                out.append(results_store.make_row(metric=metric, value=float(value), unit=unit, variant=v, **common))
+    return out
+
+
+def interpret(table: pd.DataFrame, block_ms_e2e: float | None = None) -> str:
+    """Sentences computed from the decoder table."""
+    if table.empty:
+        return "This workload has no streaming decoder to study."
+    ref = table.iloc[0]
+    ok = table[table["gate"] == "pass"]
+    lines = [f"The fp32 decoder takes {ref['ms / block']:.3g} ms per steady block"
+             + (f", {ref['x floor']:.1f}x its FLOP floor of {table.attrs['floor_ms']:.3g} ms"
+                if table.attrs.get("floor_ms", math.nan) == table.attrs.get("floor_ms", math.nan) else "") + "."]
+    if len(ok):
+        best = ok["ms / block"].idxmin()
+        b = ok.loc[best]
+        lines.append(f"The fastest full decoder within {DECODER_PSNR_DB:.0f} dB of it is `{best}`: {b['ms / block']:.3g} ms "
+                     f"({b['speedup']:.1f}x, {b['PSNR dB vs fp32']:.1f} dB"
+                     + (f", {b['x floor']:.1f}x the floor" if b["x floor"] == b["x floor"] else "")
+                     + f"; its first pass took {b['first pass s']:.3g} s).")
+    failed = table[table["gate"] == "FAIL"]
+    if len(failed):
+        lines.append("Rows below the PSNR budget (their time does not count): "
+                     + ", ".join(f"`{i}` ({r['PSNR dB vs fp32']:.1f} dB)" for i, r in failed.iterrows()) + ".")
+    tiny = table[table["gate"] == "needs real weights"]
+    if len(tiny):
+        t = tiny["ms / block"].min()
+        lines.append(f"The tiny decoder takes {t:.3g} ms per block; with random weights its frames cannot be judged "
+                     f"(set WMBOOK_TAEHV_WEIGHTS to a taew2_1.pth to get its PSNR against the full decoder).")
+    return " ".join(lines)

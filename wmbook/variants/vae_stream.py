@@ -1,0 +1,141 @@
+"""The Wan VAE's streaming decode with its causal caches kept in place (the `vae-stream-buffers` variant).
+
+diffusers' decoder (the reference, wmbook.models.vae.StreamingWanDecoder) carries each causal convolution's past
+frames as a list of tensors: for every convolution and every latent frame it clones the input's last frames, concatenates
+the old cache in front of the input, zero-pads the result in space (F.pad) and convolves, about nine frame-sized copies
+per convolution, with new tensors every frame. Here each causal convolution owns one preallocated input window
+
+    [B, C, past + T, H + 2*ph, W + 2*pw]     past = temporal kernel - 1 (2), T = frames in this call, zero border
+
+the step writes its input into the interior once, convolves the whole window without padding, and moves the last `past`
+frames to the front for the next call. Same arithmetic on the same values (equal to the reference up to the
+convolution algorithm), a fraction of the copies, and once the stream is steady (from its third latent frame) every
+buffer keeps its shape and address: the per-frame step can be captured in a CUDA graph (vae-cuda-graphs) and compiled
+without recompiling. The buffers take the layout `memory_format` says (channels_last_3d: NDHWC convolutions).
+
+It walks the diffusers modules (Wan2.1 layout: conv_in, mid_block, up_blocks of residual blocks and resamplers,
+norm_out, conv_out) and uses their weights; nothing is copied from them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from diffusers.models.autoencoders import autoencoder_kl_wan as _wan
+
+from ..profiling.labels import label
+
+
+def _no_label(name: str):
+    return contextlib.nullcontext()
+
+
+def supports(vae) -> tuple[bool, str]:
+    """Whether the buffered step can run this VAE's decoder (the Wan2.1 decoder layout), and why not."""
+    dec = vae.decoder
+    if getattr(vae.config, "patch_size", None) is not None or getattr(vae.config, "is_residual", False):
+        return False, "the Wan2.2 decoder (patchified, residual up blocks) is not supported"
+    for name in ("conv_in", "mid_block", "up_blocks", "norm_out", "conv_out"):
+        if not hasattr(dec, name):
+            return False, f"the decoder has no {name}"
+    if not all(isinstance(b, _wan.WanUpBlock) for b in dec.up_blocks):
+        return False, "up blocks other than WanUpBlock"
+    return True, ""
+
+
+class BufferedStreamingDecoder:
+    """StreamingWanDecoder whose per-frame step keeps every causal convolution's past frames in a preallocated,
+    spatially padded input window (see the module docstring). Swap it in with swap_class, then call
+    `use_buffers(memory_format)`."""
+
+    def use_buffers(self, memory_format: torch.memory_format | None = None) -> None:
+        ok, why = supports(self.vae)
+        if not ok:
+            raise ValueError(f"vae-stream-buffers cannot run this VAE: {why}")
+        if memory_format is not None or not hasattr(self, "memory_format"):
+            self.memory_format = memory_format or torch.contiguous_format
+        self.windows: dict[tuple[int, int], torch.Tensor] = {}  # (id(conv), frames per call) -> input window
+        self.reset()
+
+    def reset(self) -> None:
+        super().reset()
+        for w in getattr(self, "windows", {}).values():
+            w.zero_()  # the stream's first frames see zero past frames (causal padding); addresses kept
+
+    # -- one causal convolution ---------------------------------------------------------------------------------
+    def _window(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
+        """conv's input window for x [B, C, T, H, W]. One window per number of frames per call, each allocated once
+        (after the first temporal upsampling the stream's first frame comes alone, the next ones two or four at a
+        time): a steady window never moves, which is what a captured graph needs. The stream's second frame (phase 1)
+        carries the past frames over from the first frame's window."""
+        past = conv._padding[4]  # WanCausalConv3d: (w, w, h, h, 2 * temporal padding, 0), its own padding zeroed
+        ph, pw = conv._padding[2], conv._padding[0]
+        b, c, t, h, w = x.shape
+        key = (id(conv), t)
+        win = self.windows.get(key)
+        shape = (b, c, past + t, h + 2 * ph, w + 2 * pw)
+        if win is None or tuple(win.shape) != shape or win.dtype != x.dtype or win.device != x.device:
+            win = torch.zeros(shape, dtype=x.dtype, device=x.device).contiguous(memory_format=self.memory_format)
+            self.windows[key] = win
+        first = self.windows.get((id(conv), 1))  # absent for a temporal upsampler: it skips the first frame
+        if phase == 1 and t != 1 and past and first is not None:
+            win[:, :, :past].copy_(first[:, :, :past])
+        return win
+
+    def _causal_conv(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
+        """x [B, C, T, H, W] through the causal convolution `conv` with its past frames, which it then updates."""
+        win = self._window(conv, x, phase)
+        past = win.shape[2] - x.shape[2]
+        ph, pw = conv._padding[2], conv._padding[0]
+        h, w = x.shape[3], x.shape[4]
+        win[:, :, past:, ph:ph + h, pw:pw + w].copy_(x)
+        y = F.conv3d(win, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
+        t = x.shape[2]
+        win[:, :, :past].copy_(win[:, :, t:t + past].clone())  # the last `past` frames to the front
+        return y
+
+    def _residual(self, block, x: torch.Tensor, phase: int) -> torch.Tensor:
+        sc = block.conv_shortcut
+        h = x if isinstance(sc, torch.nn.Identity) else F.conv3d(x, sc.weight, sc.bias)  # 1x1x1: no past
+        x = self._causal_conv(block.conv1, block.nonlinearity(block.norm1(x)), phase)
+        x = self._causal_conv(block.conv2, block.dropout(block.nonlinearity(block.norm2(x))), phase)
+        return x + h
+
+    def _resample(self, rs, x: torch.Tensor, phase: int) -> torch.Tensor:
+        b, c, t, h, w = x.shape
+        if rs.mode == "upsample3d" and phase > 0:  # the first chunk is not doubled in time ('Rep' in diffusers)
+            x = self._causal_conv(rs.time_conv, x, phase)  # [B, 2C, T, H, W]
+            x = x.reshape(b, 2, c, t, h, w)
+            x = torch.stack((x[:, 0], x[:, 1]), 3).reshape(b, c, t * 2, h, w)
+        t = x.shape[2]
+        x = rs.resample(x.permute(0, 2, 1, 3, 4).reshape(b * t, c, h, w))
+        return x.view(b, t, x.size(1), x.size(2), x.size(3)).permute(0, 2, 1, 3, 4)
+
+    def decode_frame(self, x: torch.Tensor, phase: int, staged: bool = False) -> torch.Tensor:
+        dec = self.vae.decoder
+        stage = label if staged else _no_label  # stage labels only where the caller wants them (not when compiled)
+        if x.dim() == 5:
+            x = x.contiguous(memory_format=self.memory_format)
+        with stage("VAE_Dec_Conv1"):
+            x = self._causal_conv(dec.conv_in, x, phase)
+        with stage("VAE_Dec_Middle_Blocks"):
+            mid = dec.mid_block
+            x = self._residual(mid.resnets[0], x, phase)
+            for attn, res in zip(mid.attentions, mid.resnets[1:]):
+                x = self._residual(res, attn(x) if attn is not None else x, phase)
+        with stage("VAE_Dec_Upsample_Blocks"):
+            for ub in dec.up_blocks:
+                for res in ub.resnets:
+                    x = self._residual(res, x, phase)
+                if ub.upsamplers is not None:
+                    x = self._resample(ub.upsamplers[0], x, phase)
+        with stage("VAE_Dec_Head"):
+            return self._causal_conv(dec.conv_out, dec.nonlinearity(dec.norm_out(x)), phase)
+
+    def window_bytes(self) -> int:
+        return sum(w.numel() * w.element_size() for w in self.windows.values())
+
+
+__all__ = ["BufferedStreamingDecoder", "supports"]
