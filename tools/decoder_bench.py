@@ -27,6 +27,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--modes", default="default", help="vae-compile modes: default,max-autotune-no-cudagraphs")
     ap.add_argument("--stacks", default="", help="only rows whose label contains one of these (comma-separated)")
+    ap.add_argument("--kernels", default="", help="print the top kernels of rows whose label contains these")
     ap.add_argument("--csv", default=None)
     a = ap.parse_args(argv)
     if a.blocks < 2 or a.repeats < 1 or a.warmup < 0:
@@ -55,6 +56,15 @@ def main(argv=None) -> int:
         print(f"{ceilings.get('device_name', dev)} | {preset.name} | floor {t.attrs['floor_ms']:.3g} ms per block")
         print(t.drop(columns=["stack"]).to_string())
     print(study.interpret(t))
+    cats = study.categories(rows)
+    if len(cats):
+        with pd.option_context("display.width", 250, "display.max_columns", 30, "display.precision", 2):
+            print("GPU kernel ms of one steady block by category:")
+            print(cats.to_string())
+            for r in rows:
+                if a.kernels and any(x in r.label for x in a.kernels.split(",")) and r.kernels is not None:
+                    print(f"top kernels: {r.label}")
+                    print(r.kernels[["name", "ms", "count", "category"]].to_string())
     return 0
 
 

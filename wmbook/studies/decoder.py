@@ -51,7 +51,7 @@ def decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -
         rows[f"{name} on contiguous buffers"] = buffers + [name]
     if gpu:
         rows["+ vae-cuda-graphs (channels-last, eager step)"] = buffers + ["vae-channels-last", "vae-cuda-graphs"]
-        rows["+ vae-cuda-graphs (compiled step)"] = buffers + ["vae-compile", "vae-cuda-graphs"]
+        rows["+ vae-cuda-graphs (compiled step)"] = buffers + ["vae-channels-last", "vae-compile", "vae-cuda-graphs"]
     rows["tiny decoder (TAEHV)"] = ["vae-bf16", "vae-tiny"] if gpu else ["vae-tiny"]
     return {k: v for k, v in rows.items() if all(n in known for n in v)}
 
@@ -68,6 +68,9 @@ class DecoderRow:
     pixel_frames_per_block: int
     peak_memory_gib: float = math.nan
     note: str = ""
+    gpu_busy_ms: float = math.nan  # one profiled steady block: the union of its kernels
+    categories: dict = field(default_factory=dict)  # GPU kernel ms of that block by category
+    kernels: object = field(default=None, repr=False)  # its top kernels (a DataFrame)
     frames: torch.Tensor | None = field(default=None, repr=False)
 
 
@@ -138,6 +141,7 @@ def run_decoder_table(ref, workload, latents: torch.Tensor, stacks: dict[str, li
                     first.append(timer.elapsed_ms("start", "b0"))
                     steady += [timer.elapsed_ms(f"b{i - 1}", f"b{i}") for i in range(1, n)]
             peak = (torch.cuda.max_memory_allocated(dev) - m0) / 2**30 if dev.type == "cuda" else math.nan
+            busy, cats, top = _profile_block(dec, latents[:, :, :block], dev)  # the stream continues: a steady block
             check.require_finite({"frames": frames}, f"decoder row {label!r}")
             judged = all(v.frames_judged for v in vs) or weights
             if ref_frames is None:
@@ -151,6 +155,7 @@ def run_decoder_table(ref, workload, latents: torch.Tensor, stacks: dict[str, li
             rows.append(DecoderRow(label=label, stack=[v.name for v in vs], block_ms=Samples(steady, "ms"),
                                    first_block_ms=float(np.median(first)), first_pass_s=first_pass_s, psnr_db=psnr,
                                    gate=gate, pixel_frames_per_block=4 * block, peak_memory_gib=peak, note=note,
+                                   gpu_busy_ms=busy, categories=cats, kernels=top,
                                    frames=frames if keep_frames else None))
             del bench, dec, frames
             if dev.type == "cuda":
@@ -158,6 +163,27 @@ def run_decoder_table(ref, workload, latents: torch.Tensor, stacks: dict[str, li
     finally:
         flags.restore()
     return rows
+
+
+def _profile_block(decoder, block_latents: torch.Tensor, device) -> tuple[float, dict, object]:
+    """GPU busy ms, kernel ms by category and the top kernels of one more (steady) block of the stream (NaN and empty
+    off CUDA)."""
+    from ..profiling.analysis.kernels import kernel_summary
+    from ..profiling.collect import profile_calls
+
+    with torch.no_grad():
+        tr = profile_calls(lambda: decoder.decode_block(block_latents), device)
+    if tr is None:
+        return math.nan, {}, None
+    ks = kernel_summary(tr, top=12)
+    cats = ks["categories"]
+    return float(cats.attrs["busy_ms"]), dict(zip(cats["category"], cats["ms"])), ks["kernels"]
+
+
+def categories(rows: list[DecoderRow]) -> pd.DataFrame:
+    """GPU kernel ms of one steady block by category (rows: decoder rows; empty off CUDA)."""
+    d = pd.DataFrame([r.categories for r in rows], index=[r.label for r in rows]).fillna(0.0)
+    return d[d.sum().sort_values(ascending=False).index] if len(d.columns) else pd.DataFrame()
 
 
 def decoder_table(rows: list[DecoderRow], flops: dict | None = None, ceilings: dict | None = None) -> pd.DataFrame:
@@ -171,7 +197,7 @@ def decoder_table(rows: list[DecoderRow], flops: dict | None = None, ceilings: d
     for r in rows:
         ms = r.block_ms.median
         out.append({"decoder": r.label, "gate": r.gate, "ms / block": ms, "p20": r.block_ms.p20, "p80": r.block_ms.p80,
-                    "x floor": ms / fl if fl == fl else math.nan,
+                    "x floor": ms / fl if fl == fl else math.nan, "GPU busy ms": r.gpu_busy_ms,
                     "speedup": base / ms if r.gate in ("pass", "reference", "needs real weights") else math.nan,
                     "decoder-only FPS": r.pixel_frames_per_block / ms * 1e3, "PSNR dB vs fp32": r.psnr_db,
                     "first block ms": r.first_block_ms, "first pass s": r.first_pass_s,

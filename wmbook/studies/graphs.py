@@ -198,10 +198,7 @@ def e2e_table(lad) -> pd.DataFrame:
 def capture_table(lad) -> pd.DataFrame:
     """What the CUDA-graph rows captured: per graphed callable and input signature, whether a graph exists (or why
     not), eager calls, replays and the graph pool's memory."""
-    from ..variants.builtin import graphed_callables
-
-    frames = [g.table().assign(row=r.variant) for r in lad.rows if r.pipeline is not None
-              for g in graphed_callables(r.pipeline)]
+    frames = [t.assign(row=r.variant) for r in lad.rows for t in r.captures]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

@@ -19,6 +19,7 @@ for PSNR). Each row then deep-copies the reference pipeline, applies its variant
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import time
 from dataclasses import dataclass, field, fields
@@ -46,7 +47,9 @@ class LadderSettings:
     e2e_repeats: int = 2
     compile_backend: str = "inductor"
     ceilings: dict | None = None  # measured device ceilings: the FLOP floor the x_floor columns divide by
-    keep: bool = False  # keep each row's pipeline and its forward's trace (LadderRow.pipeline, .trace)
+    # keep each row's forward trace and what its CUDA graphs captured (LadderRow.trace, .captures), and the pipelines
+    # of the first measured row and the last ladder row (LadderRow.pipeline; the others are freed: device memory)
+    keep: bool = False
 
     def __post_init__(self):
         for name, v, lo in (("warmup", self.warmup, 0), ("repeats", self.repeats, 1),
@@ -100,6 +103,7 @@ class LadderRow:
     x_floor: float = math.nan
     busy_x_floor: float = math.nan
     pipeline: object = field(default=None, repr=False)  # with LadderSettings.keep
+    captures: list = field(default_factory=list, repr=False)  # with keep: GraphedCallable.table() of each graph
     trace: object = field(default=None, repr=False)  # the profiled forward's chrome trace, with LadderSettings.keep
 
     @property
@@ -237,14 +241,19 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             if floor == floor:
                 lad.floor_ms = floor
             row.finish(floor, base_ms, base_e2e, wl.metric)
+            for r in lad.rows:  # keep the first measured row's and the latest row's pipelines only
+                if r.row != from_row:
+                    r.pipeline = None
             lad.rows.append(row)
             del out
             if device.type == "cuda":
+                gc.collect()  # graphed callables hold their pipelines in reference cycles
                 torch.cuda.empty_cache()
         for label, stack in extra.items():
             flags.restore()
             row, out, _ = measure(ref, wl, stack, device, settings, gate_ref)
             row.row, row.variant = len(lad.rows), label
+            row.pipeline = None
             row.finish(lad.floor_ms, base_ms, base_e2e, wl.metric)
             lad.rows.append(row)
             del out
@@ -334,6 +343,10 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
         for m in (steady, mon):
             if m is not None:
                 m.__exit__(None, None, None)
+    if settings.keep:  # after the end-to-end runs: what every graph captured and replayed
+        from .builtin import graphed_callables
+
+        row.captures = [g.table() for g in graphed_callables(pipe)]
     frames = None
     if runs:
         vals = sorted(r.value for r in runs)
