@@ -86,6 +86,17 @@ def test_compiled_step_has_no_graph_break_and_recompiles_per_phase_only():
     assert steady.summary()["frame_attempts"] == 0, steady.summary()
 
 
+def test_decode_overlap_refuses_a_compiled_decoder_step():
+    """Measured on the H100: an inductor-compiled step on a second stream changed the frames (tools/overlap_check.py)."""
+    from types import SimpleNamespace
+
+    wl = workloads.get("mg2")
+    ctx = variants.VariantContext(workload=wl, device=torch.device("cpu"))
+    pipe = SimpleNamespace(decoder=_bench(["vae-stream-buffers", "vae-compile"]))
+    with pytest.raises(ValueError, match="decode-overlap cannot follow vae-compile"):
+        variants.get("decode-overlap").apply(pipe, ctx)
+
+
 def test_tiny_decoder_variant_and_its_frame_count():
     dec = _bench(["vae-tiny"])
     z = torch.randn(1, 16, 6, 8, 8)
