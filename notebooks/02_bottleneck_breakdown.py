@@ -97,6 +97,14 @@ print("categories add up to", f"{bd.categories['ms'].sum():.3f} ms; busy time of
 display(bd.unclassified.head(20) if len(bd.unclassified) else Markdown("_Every kernel was classified._"))
 
 # %% [markdown]
+# ### The same categories split between the denoiser and the decoder
+# The denoiser's forwards and the VAE decode are optimized by different variants (notebooks 04-06): each category's
+# time by the part it was launched in (ms; the columns add up to the table above).
+
+# %%
+display(bd.part_categories.round(3))
+
+# %% [markdown]
 # ## GPU time by label (self and total), following the label hierarchy
 
 # %%

@@ -49,6 +49,10 @@ def _frame(rows) -> pd.DataFrame:
                               [c for c in ("gate", "rel_l2_vs_fp32") if c in pd.DataFrame(rows)]]
 
 
+# metrics added after the redesign on purpose (each with its reason); every other row must stay as it was
+ADDED_SINCE = {"01_baseline_profiling": {"vae_floor_ms", "vae_decode_over_floor"}}  # the decoder's own FLOP floor
+
+
 @pytest.mark.parametrize("workload", ["mg2", "wma"])
 def test_notebook_01_rows(before, workload, tmp_path):
     cfg = baseline.validate(workload=workload, device="cpu", warmup=0, repeats=1, output_dir=str(tmp_path),
@@ -58,6 +62,8 @@ def test_notebook_01_rows(before, workload, tmp_path):
     stages, _, _ = baseline.profile_stages(pipe, inputs, cfg)
     after = _frame(baseline.result_rows(cfg, res, stages))
     old = before[(before["notebook"] == "01_baseline_profiling") & (before["workload"] == workload)]
+    added = set(after["metric"]) & ADDED_SINCE.get("01_baseline_profiling", set())
+    after = after[~after["metric"].isin(added)]
     assert sorted(after["metric"]) == sorted(old["metric"])
     assert dict(zip(after["metric"], after["unit"])) == dict(zip(old["metric"], old["unit"]))
     a, b = after.set_index("metric")["value"], old.set_index("metric")["value"]

@@ -138,10 +138,21 @@ def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:
                          (e2e_metrics.get(e2e["metric"].iloc[0]) if len(e2e) else "end to end"):
                              _num(e2e["value"].iloc[0], "{:.3g}") if len(e2e) else "-",
                          "first frame ms": _val(r, "first_frame_ms", "{:.0f}", v),
-                         "run s": _val(r, "run_s", "{:.2f}", v)})
+                         "run s": _val(r, "run_s", "{:.2f}", v),
+                         "frames PSNR dB": _val(r, "psnr_db", "{:.1f}", v)})
         parts.append(f"\n**06 · static caches and CUDA graphs, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** "
                      f"({_device(r)}; base: {r[r['metric'] == 'forward_ms']['variant'].iloc[0]})\n")
         parts.append(_table(rows))
+        dec = r[r["metric"] == "decoder_ms_per_block"]
+        if len(dec):
+            drows = [{"decoder": d["variant"].removeprefix("decoder: "), "gate": d.get("gate", ""),
+                      "ms / block": _spread(d, "{:.1f}"),
+                      "PSNR dB vs fp32": _val(r, "decoder_psnr_db", "{:.1f}", d["variant"]),
+                      "first pass s": _val(r, "decoder_first_pass_s", "{:.1f}", d["variant"])}
+                     for _, d in dec.iterrows()]
+            parts.append(f"\n**06 · the streaming decoder, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** (the "
+                         f"reference's latents decoded by each stack; ms per steady block of 12 pixel frames)\n")
+            parts.append(_table(drows))
     return parts
 
 

@@ -34,7 +34,7 @@ from .analysis import (
     CAST_OPS, CATEGORIES, DECODE_LABEL_RE, DIT_FINE_LABELS, FORWARD_LABEL, LABEL_DEVICE_TIME_DEFINITION,
     SHORT_KERNEL_US, aten_ops_per_forward, casts, category_times, classify, classify_cpu_op, cpu_hotspots,
     decode_ms, forward_categories, forward_split, generated_units, kernel_summary, label_tree, launch_numbers,
-    launch_stats, op_bytes, op_flops, roofline, select, suggest, sync_numbers, syncs, top_level_labels,
+    launch_stats, part_categories, op_bytes, op_flops, roofline, select, suggest, sync_numbers, syncs, top_level_labels,
     trace_busy_ms, unclassified,
 )
 from .analysis.suggestions import NOTEBOOKS  # noqa: F401
@@ -54,6 +54,7 @@ class Breakdown:
     label_tree: pd.DataFrame
     forward_split: pd.DataFrame
     forward_categories: pd.DataFrame
+    part_categories: pd.DataFrame  # category x (denoiser forwards, decoder, rest), ms
     launch_stats: pd.DataFrame
     syncs: pd.DataFrame
     cpu_hotspots: pd.DataFrame
@@ -71,7 +72,8 @@ class Breakdown:
     def tables(self) -> dict[str, pd.DataFrame]:
         return {
             "categories": self.categories, "label_tree": self.label_tree, "forward_split": self.forward_split,
-            "forward_categories": self.forward_categories, "launch_stats": self.launch_stats,
+            "forward_categories": self.forward_categories, "part_categories": self.part_categories,
+            "launch_stats": self.launch_stats,
             "syncs": self.syncs, "cpu_hotspots": self.cpu_hotspots, "casts": self.casts,
             "roofline": self.roofline, "suggestions": self.suggestions, "unclassified": self.unclassified,
         }  # fmt: skip
@@ -158,6 +160,7 @@ def analyze(
     bd = Breakdown(region=region, source=trace.source, categories=categories, unclassified=unclassified(trace, reg),
                    label_tree=label_tree(trace, reg), forward_split=split,
                    forward_categories=forward_categories(trace, reg, forward_label, fine_labels),
+                   part_categories=part_categories(trace, reg, forward_label, decode_label_re),
                    launch_stats=launch_stats(trace, reg, forward_label), syncs=syncs(trace, reg),
                    cpu_hotspots=cpu_hotspots(trace, reg, forward_label), casts=cast_table,
                    roofline=roofline(trace, reg, ceilings), suggestions=pd.DataFrame(), stats=stats,

@@ -5,7 +5,7 @@
     time_by_category  category_times, unclassified
     region          select (a region of a trace), work (the rows every time table sums), activities, ops
     labels          label_tree, label_table, stage_table, label_device_times, LABEL_DEVICE_TIME_DEFINITION
-    forward         forward_split, forward_categories, decode_ms, generated_units
+    forward         forward_split, forward_categories, part_categories, decode_ms, generated_units
     launches        launch_stats, trace_busy_ms, busy_ms, host_ms
     host            syncs, cpu_hotspots, casts
     roofline        roofline, op_flops, op_bytes
@@ -18,6 +18,7 @@
 from .categories import CATEGORIES, activity_categories, classify, classify_cpu_op, op_categories  # noqa: F401
 from .forward import (  # noqa: F401
     DECODE_LABEL_RE, DIT_FINE_LABELS, FORWARD_LABEL, decode_ms, forward_categories, forward_split, generated_units,
+    part_categories,
 )
 from .host import (  # noqa: F401
     CAST_OPS, SYNC_OPS, SYNC_RUNTIME, aten_ops_per_forward, casts, cpu_hotspots, sync_numbers, syncs,

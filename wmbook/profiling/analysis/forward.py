@@ -115,6 +115,30 @@ def decode_ms(trace, region: str | Region | None = None, decode_label_re: str | 
     return float(frame.loc[mask, "duration_us"].sum()) / 1e3
 
 
+def part_categories(trace, region: str | Region | None = None, forward_label: str = FORWARD_LABEL,
+                    decode_label_re: str | None = DECODE_LABEL_RE) -> pd.DataFrame:
+    """ms of the region's work by category (rows) and part (columns): the denoiser's forwards (under
+    `forward_label`), the decoder (under a label matching decode_label_re) and the rest; each column's total is its
+    share of the busy time's sum. The denoiser and the decoder are optimized separately: this says which one a
+    category's time belongs to."""
+    trace = Trace.load(trace)
+    reg = region if isinstance(region, Region) else select(trace, region)
+    frame = work(trace, reg)
+    if not len(frame):
+        return pd.DataFrame()
+    names, par = _names_parent(trace)
+    fwd = re.compile(rf"^{re.escape(forward_label)}$")
+    dec = re.compile(decode_label_re) if decode_label_re else None
+    labels = frame["label"].to_numpy(np.int64)
+    is_dec = np.array([dec is not None and _has_ancestor(par, names, i, dec) for i in labels], dtype=bool)
+    is_fwd = np.array([_has_ancestor(par, names, i, fwd) for i in labels], dtype=bool) & ~is_dec
+    part = np.where(is_dec, "decoder", np.where(is_fwd, "denoiser forwards", "rest"))
+    t = frame.assign(part=part).pivot_table(index="category", columns="part", values="duration_us", aggfunc="sum",
+                                            fill_value=0.0) / 1e3
+    t = t.reindex(columns=[c for c in ("denoiser forwards", "decoder", "rest") if c in t.columns])
+    return t.loc[t.sum(axis=1).sort_values(ascending=False).index]
+
+
 def generated_units(trace, region: str | Region | None = None) -> tuple[int, str]:
     """(count, unit) of what one generation is made of inside the region: blocks (labels ending `Block_<i>`, causal
     DiT) or else sampling passes (labels ending `Pass`, the DDIM two-pass loop)."""
