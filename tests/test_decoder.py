@@ -105,13 +105,37 @@ def test_tiny_decoder_variant_and_its_frame_count():
     assert not variants.get("vae-tiny").frames_judged
 
 
-def test_decoder_variants_registered_for_the_streaming_workload_only():
-    names = {"vae-stream-buffers", "vae-channels-last", "vae-compile", "vae-cuda-graphs", "vae-tiny", "decode-overlap",
-             "ring-kv-cache"}
-    assert names <= set(variants.known("mg2"))
-    assert not names & set(variants.known("wma"))
+def test_decoder_variants_registered_where_they_apply():
+    streaming = {"vae-stream-buffers", "vae-channels-last", "vae-tiny", "decode-overlap", "ring-kv-cache"}
+    per_frame = {"vae-compile", "vae-compile-max-autotune", "vae-cuda-graphs"}
+    assert streaming | per_frame <= set(variants.known("mg2"))
+    assert per_frame <= set(variants.known("wma")) and not streaming & set(variants.known("wma"))
+    assert "skip-unused-decode" in variants.known("wma") and "skip-unused-decode" not in variants.known("mg2")
     with pytest.raises(ValueError, match="'vae-cuda-graphs' needs a CUDA device"):
         variants.resolve(["vae-cuda-graphs"], "mg2", "cpu")
+
+
+def test_compile_after_the_buffers_only():
+    with pytest.raises(ValueError, match="must come before vae-compile"):
+        _bench(["vae-compile", "vae-stream-buffers"])
+
+
+def test_wma_decode_step_compiled_and_the_decision_decode_skipped():
+    """The UNet workload's per-frame SD VAE decode through vae-compile equals the reference's; skip-unused-decode
+    leaves the decision pass undecoded and the world-model pass as it was."""
+    wl = workloads.get("wma")
+    dev = torch.device("cpu")
+    ref = wl.reference_pipeline(wl.presets["tiny-wma"], dev)
+    # backend eager: dynamo traces the step (aot_eager fails on this CPU group_norm, torch 2.13; inductor is slow here)
+    pipe, _ = apply_stack(ref, wl, ["vae-compile", "skip-unused-decode"], dev, compile_backend="eager")
+    lat = torch.randn(1, 4, 2, *ref.preset.latent_shape[-2:], generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(pipe.decode(lat), ref.decode(lat), rtol=1e-5, atol=1e-5)
+    size = workloads.E2ESize(ddim_steps=2)
+    a = ref.run_iteration(ref.prepare(seed=0), ddim_steps=2, progress=False)
+    b = pipe.run_iteration(pipe.prepare(seed=0), ddim_steps=2, progress=False)
+    assert a.decision.frames is not None and b.decision.frames is None
+    torch.testing.assert_close(b.world.frames, a.world.frames, rtol=1e-5, atol=1e-5)
+    assert wl.end_to_end(pipe, 0, size).frames is not None
 
 
 def test_decoder_table_on_the_tiny_preset():
@@ -167,6 +191,22 @@ def test_decoder_graphs_replay_equals_eager():
         torch.testing.assert_close(_stream(graphed, z, [3, 3, 3, 3]), ref, rtol=0, atol=0)
     g = graphed.decode_frame
     assert g.captured == 3 and not g.failures, g.table()
+
+
+@GPU
+def test_wma_decoder_graphs_replay_equals_eager():
+    wl = workloads.get("wma")
+    dev = torch.device("cuda")
+    ref = wl.reference_pipeline(wl.presets["tiny-wma"], dev)
+    graphed, _ = apply_stack(ref, wl, ["vae-cuda-graphs"], dev)
+    lat = torch.randn(1, 4, 4, *ref.preset.latent_shape[-2:], device="cuda")
+    want = ref.decode(lat)
+    for _ in range(2):
+        torch.testing.assert_close(graphed.decode(lat), want, rtol=0, atol=0)
+    from wmbook.variants.builtin import graphed_callables
+
+    (g,) = graphed_callables(graphed)
+    assert g.captured == 1 and not g.failures
 
 
 @GPU

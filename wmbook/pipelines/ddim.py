@@ -363,8 +363,12 @@ class WMAInteractionPipeline:
         frames = []
         for k in range(latents.shape[2]):
             with label(f"VAE_Decode_Frame_{k}"):
-                frames.append(decode_frame(self.vae, latents[:, :, k], self.preset.scale_factor))
+                frames.append(self.decode_step(latents[:, :, k].contiguous()))  # one layout for every frame
         return torch.stack(frames, dim=2)
+
+    def decode_step(self, latent: torch.Tensor) -> torch.Tensor:
+        """One frame's latent [B, 4, h, w] -> [B, 3, H, W] (the step decoder variants compile or capture)."""
+        return decode_frame(self.vae, latent, self.preset.scale_factor)
 
     # --- the iteration ------------------------------------------------------------------------------
     @torch.no_grad()

@@ -75,24 +75,23 @@ def base_stack(cfg: RunConfig) -> list[str]:
     return [*cfg.workload.default_ladder(cfg.device, None), compile_variant(cfg.workload.compile_scope)]
 
 
-# what the graph rows add after the base stack, in order, where they apply: static state first, then the captured
-# denoiser, then the decoder (bf16, its caches in place, channels-last windows, the compiled and captured step); `gpu`
-# steps only on a CUDA device. decode-overlap (the decode on a second stream) is not among them: it cannot follow
-# vae-compile (see its error) and with the eager step it bought 1-3% (tools/overlap_check.py); pass `steps` to add it
-GRAPH_STEPS = (("static-caches", False), ("ring-kv-cache", False), ("skip-unused-decode", False),
-               ("cuda-graphs", True), ("vae-bf16", True), ("vae-stream-buffers", False), ("vae-channels-last", False),
-               ("vae-compile", True), ("vae-cuda-graphs", True))
+# what the graph rows add after the base stack, in order, where they apply (`gpu`: only on a CUDA device): static state
+# first, then the captured denoiser; the workload's decoder rows follow (Workload.decoder_ladder). decode-overlap (the
+# decode on a second stream) is not among them: it cannot follow vae-compile (see its error) and with the eager step it
+# bought 1-3% (tools/overlap_check.py); pass `steps` to add it
+GRAPH_STEPS = (("static-caches", False), ("ring-kv-cache", False), ("skip-unused-decode", False), ("cuda-graphs", True))
 
 
 def graph_steps(cfg: RunConfig) -> list[str]:
-    """What the graph rows add, in order (GRAPH_STEPS that apply to the workload and run on the device), or the
-    `steps` parameter when given."""
+    """What the graph rows add, in order (GRAPH_STEPS that apply to the workload and run on the device, then the
+    workload's decoder rows), or the `steps` parameter when given."""
     from .. import variants
 
     if cfg.options.steps is not None:
         return list(cfg.options.steps)
     known = variants.known(cfg.workload)
-    return [n for n, gpu in GRAPH_STEPS if n in known and (cfg.device.type == "cuda" or not gpu)]
+    steps = [n for n, gpu in GRAPH_STEPS if n in known and (cfg.device.type == "cuda" or not gpu)]
+    return steps + cfg.workload.decoder_ladder(cfg.device)
 
 
 CACHE_STACKS = (("static-caches",), ("ring-kv-cache",), ("static-caches", "ring-kv-cache"))

@@ -264,11 +264,14 @@ def graphed_callables(pipe) -> list:
 # --- the streaming decoder (the other half of every block) -----------------------------------------------------------
 
 
-def _buffered(decoder):
+def buffered_decoder(decoder):
     """The streaming decoder with its causal caches kept in place (swapped in once)."""
     from .vae_stream import BufferedStreamingDecoder
 
     if not isinstance(decoder, BufferedStreamingDecoder):
+        if getattr(decoder, "compiled_step", False):
+            raise ValueError("vae-stream-buffers (or vae-cuda-graphs, which brings it) must come before vae-compile: the "
+                             "compiled step was made from the decoder without buffers")
         swaps.swap_class(decoder, BufferedStreamingDecoder).use_buffers()
     return decoder
 
@@ -278,7 +281,7 @@ def _buffered(decoder):
                       "window per causal convolution (input written once, convolved without padding, past frames moved "
                       "to the front) instead of a clone, two concatenations and an F.pad copy per convolution and frame")
 def _vae_stream_buffers(pipe, ctx: VariantContext):
-    _buffered(ctx.workload.streaming_decoder(pipe))
+    buffered_decoder(ctx.workload.streaming_decoder(pipe))
     ctx.notes["vae-stream-buffers"] = "decoder causal caches in preallocated input windows"
 
 
@@ -298,43 +301,44 @@ def _vae_channels_last(pipe, ctx: VariantContext):
 
 def _vae_compile(mode: str):
     def apply(pipe, ctx: VariantContext):
-        dec = ctx.workload.streaming_decoder(pipe)
-        dec.stage_labels = False  # the compiled step is one region: no record_function inside it (a graph break)
-        eager = dec.decode_frame
+        step = ctx.workload.decoder_step(pipe)
+        eager = getattr(step.owner, step.attr)
         compiled = torch.compile(eager, mode=None if mode == "default" else mode, backend=ctx.compile_backend,
                                  dynamic=False)
+        if step.compiled is None:
+            setattr(step.owner, step.attr, compiled)
+        else:
+            def decode_step(*args, **kwargs):  # the calls the workload says to compile; the others stay eager
+                return (compiled if step.compiled(args) else eager)(*args, **kwargs)
 
-        def decode_frame(x, phase, staged=False):
-            # the steady frames compiled (one graph); a stream's first two frames, which allocate or change the caches,
-            # stay eager: compiling them would compile each again once the caches exist
-            return (compiled if phase == 2 else eager)(x, phase, staged)
-
-        dec.decode_frame = decode_frame
-        dec.compiled_step = True
-        ctx.notes[f"vae-compile:{mode}"] = f"decoder step compiled ({mode}, {ctx.compile_backend}), steady frames"
+            setattr(step.owner, step.attr, decode_step)
+        step.owner.compiled_step = True
+        ctx.notes[f"vae-compile:{mode}"] = f"decoder step compiled ({mode}, {ctx.compile_backend})"
 
     return apply
 
 
 for _mode, _suffix in (("default", ""), ("max-autotune-no-cudagraphs", "-max-autotune")):
-    register(f"vae-compile{_suffix}", family="decoder", requires=("streaming_decoder",),
-             description=f"torch.compile of the streaming decoder's per-frame step (mode={_mode}); the first decode "
-                         f"pays the compilation")(_vae_compile(_mode))
+    register(f"vae-compile{_suffix}", family="decoder", requires=("frame_decoder",),
+             description=f"torch.compile of the decoder's per-frame step (mode={_mode}; a streaming decoder's steady "
+                         f"frames); the first decode pays the compilation")(_vae_compile(_mode))
 
 
-@register("vae-cuda-graphs", family="decoder", requires=("streaming_decoder",), gpu_only=True,
-          description="the streaming decoder's per-frame step captured in CUDA graphs (its input windows are the static "
-                      "buffers, so vae-stream-buffers comes with it): the stream's first frame, its second and the "
-                      "steady frames each get a graph, in a memory pool of their own (decode may overlap the DiT)")
+@register("vae-cuda-graphs", family="decoder", requires=("frame_decoder",), gpu_only=True,
+          description="the decoder's per-frame step captured in CUDA graphs, in a memory pool of their own (decode may "
+                      "overlap the denoiser); a streaming decoder first gets its caches in fixed buffers "
+                      "(vae-stream-buffers) and one graph per phase (its first frame, its second, the steady ones)")
 def _vae_cuda_graphs(pipe, ctx: VariantContext):
     from ..graphs import GraphedCallable
 
-    dec = _buffered(ctx.workload.streaming_decoder(pipe))
-    g = GraphedCallable(dec.decode_frame, name="decoder step", device=ctx.device, pool=torch.cuda.graph_pool_handle())
-    # one graph per phase (the stream's first frame, its second, every later one): an argument of the step
-    dec.decode_frame = g
+    step = ctx.workload.decoder_step(pipe)
+    if step.make_static is not None:
+        step.make_static(pipe)
+    g = GraphedCallable(getattr(step.owner, step.attr), name="decoder step", device=ctx.device,
+                        pool=torch.cuda.graph_pool_handle())
+    setattr(step.owner, step.attr, g)
     pipe.graphed = [*getattr(pipe, "graphed", []), g]
-    ctx.notes["vae-cuda-graphs"] = "decoder step graphed (frame 0, frame 1, steady)"
+    ctx.notes["vae-cuda-graphs"] = "decoder step graphed"
 
 
 @register("vae-tiny", family="decoder", requires=("streaming_decoder",), frames_judged=False,

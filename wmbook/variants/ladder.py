@@ -95,6 +95,7 @@ class LadderRow:
     mean_rel_same_precision: float = math.nan
     recompiles: float = math.nan
     graph_breaks: float = math.nan
+    decoder: str = ""  # what decoded the row's end-to-end frames: the VAE's dtype and the decoder variants in effect
     note: str = ""
     row: int = 0
     variant: str = ""
@@ -132,7 +133,7 @@ LADDER_COLUMNS = [
     "max_rel_same_precision", "mean_rel_same_precision", "forward_ms", "forward_p20", "forward_p80",
     "speedup", "x_floor", "gpu_busy_ms", "busy_x_floor", "launches", "e2e_metric", "e2e_value", "e2e_speedup",
     "e2e_first_frame_ms", "e2e_run_s", "psnr_db",
-    "peak_memory_gib", "first_call_s", "recompiles", "graph_breaks", "note",
+    "peak_memory_gib", "first_call_s", "recompiles", "graph_breaks", "decoder", "note",
 ]  # fmt: skip
 
 
@@ -319,6 +320,7 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
             tm = time_fn(probe.forward, warmup=settings.warmup, repeats=settings.repeats, device=device)
         row = LadderRow(stack=list(stack), tolerance=tolerance_for(stack), forward=tm, flops=probe.flops,
                         first_call_s=first_call_s,
+                        decoder=decoder_setting(pipe, stack),
                         note="; ".join(str(n) for k, n in ctx.notes.items() if not k.startswith("compile:")))
         if device.type == "cuda":  # this row's weights, caches and activations
             row.peak_memory_gib = (torch.cuda.max_memory_allocated(device) - m0) / 2**30
@@ -372,6 +374,16 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
     else:
         row.psnr_db = math.inf
     return row, _detach(out), frames
+
+
+def decoder_setting(pipe, stack) -> str:
+    """The decoder a row's frames come from: the VAE's dtype, then the decoder variants in effect ('eager' when
+    none)."""
+    from ..presets import dtype_name
+
+    dt = getattr(pipe, "vae_dtype", None)
+    names = [v.name for v in stack if v.family == "decoder"]
+    return f"VAE {dtype_name(dt) if dt is not None else '?'}, " + (" + ".join(names) if names else "eager")
 
 
 def launch_count(trace) -> int:

@@ -180,7 +180,7 @@ class RingKVCache:
             self.k = self.k.new_zeros(self.k.shape[0], self.window, *self.k.shape[2:])
             self.v = torch.zeros_like(self.k)
             self.capacity = self.window
-        self._ring, self._arange, self.write_idx = True, None, None
+        self._ring, self.write_idx = True, None
         self.reset()
 
     def begin(self, start: int, n: int) -> None:
@@ -189,10 +189,17 @@ class RingKVCache:
         if start + n <= self.global_end - self.capacity:
             raise ValueError(f"tokens {start}..{start + n} left the ring (it holds {self.global_end - self.capacity}.."
                              f"{self.global_end})")
-        if self.write_idx is None or self.write_idx.numel() != n:
-            self._arange = torch.arange(n, device=self.k.device)
-            self.write_idx = torch.empty_like(self._arange)  # allocated once per block size: a graph reads it here
-        torch.remainder(self._arange + start, self.capacity, out=self.write_idx)
+        # one index tensor per (device, block size, ring size), shared by every cache of that size (the 30 layers'):
+        # allocated once (a graph reads it where it was captured) and refilled only when the position moves
+        key = (self.k.device, n, self.capacity)
+        shared = _RING_INDEX.get(key)
+        if shared is None:
+            ar = torch.arange(n, device=self.k.device)
+            shared = _RING_INDEX[key] = [ar, torch.empty_like(ar), None]
+        if shared[2] != start:
+            torch.add(shared[0], start, out=shared[1]).remainder_(self.capacity)
+            shared[2] = start
+        self.write_idx = shared[1]
         self.global_end = max(self.global_end, start + n)
         self.slot = ("ring", min(self.global_end, self.capacity))  # what the attention reads: the filled prefix
 
@@ -205,14 +212,15 @@ class RingKVCache:
         return self.k[:, :n], self.v[:, :n]
 
 
+_RING_INDEX: dict = {}  # (device, block tokens, ring tokens) -> [arange, write index, the start it holds]
+
+
 def ring_caches(cache) -> int:
     """Turn every self-attention and action KV cache of a GenerationCache into a RingKVCache; returns the count."""
-    n = 0
     caches = list(cache.kv) + [c for a in cache.action if a is not None for c in (a.mouse, a.keyboard) if c is not None]
     for c in caches:
         swap_class(c, RingKVCache).ring_init()
-        n += 1
-    return n
+    return len(caches)
 
 
 class RingCachePipeline:

@@ -17,7 +17,7 @@ and `wma` (wmbook.workloads.wma: UnifoLM-WMA video UNet, DDIM, SD VAE).
 
 from __future__ import annotations
 
-from .base import E2ESize, EndToEnd, GraphTarget, Labels, Layout, Metric, Probe, Workload
+from .base import DecoderStep, E2ESize, EndToEnd, GraphTarget, Labels, Layout, Metric, Probe, Workload
 
 _REGISTRY: dict[str, Workload] = {}
 
@@ -61,5 +61,5 @@ def for_preset(preset_name: str) -> Workload:
     raise ValueError(f"preset={preset_name!r} is not known; allowed values: {sorted(ALL_PRESETS)}")
 
 
-__all__ = ["E2ESize", "EndToEnd", "GraphTarget", "Labels", "Layout", "Metric", "Probe", "Workload", "all_workloads", "for_preset", "get",
+__all__ = ["DecoderStep", "E2ESize", "EndToEnd", "GraphTarget", "Labels", "Layout", "Metric", "Probe", "Workload", "all_workloads", "for_preset", "get",
            "names"]

@@ -71,6 +71,18 @@ class GraphTarget:
     key_fn: Callable | None = None
 
 
+@dataclass(frozen=True)
+class DecoderStep:
+    """The per-frame decode callable that decoder variants compile or capture: `getattr(owner, attr)`. compiled(args):
+    whether a call is one to compile (None: every call; a streaming decoder compiles its steady frames only).
+    make_static(pipe): what capture needs first (the streaming decoder's caches in fixed buffers), or None."""
+
+    owner: Any
+    attr: str
+    compiled: Callable | None = None
+    make_static: Callable | None = None
+
+
 @dataclass
 class EndToEnd:
     """A short real run: its decoded frames and latents (for PSNR) and the workload's metric value."""
@@ -153,6 +165,14 @@ class Workload:
     def graph_targets(self, pipe) -> list[GraphTarget]:
         """What the cuda-graphs variant captures (after making what it needs static)."""
         raise NotImplementedError
+
+    def decoder_ladder(self, device: torch.device) -> list[str]:
+        """The decoder rows notebook 06 adds after the captured denoiser (cumulative; GPU-only ones only on a GPU)."""
+        return []
+
+    def decoder_step(self, pipe) -> DecoderStep:
+        """The per-frame decode step (workloads with the `frame_decoder` feature)."""
+        raise NotImplementedError(f"workload {self.name!r} has no per-frame decode step")
 
     def streaming_decoder(self, pipe):
         """The object that decodes a stream block by block (decode_block, reset), for workloads with the

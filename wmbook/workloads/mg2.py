@@ -23,7 +23,7 @@ from ..models.flops import dit_forward_flops, wan_decoder_flops
 from ..params import Param, ParameterError, integer
 from ..pipelines.causal import CausalStreamingPipeline, StreamInputs, StreamOutput
 from ..presets import PRESETS, dtype_name
-from .base import E2ESize, EndToEnd, GraphTarget, Labels, Layout, Metric, Probe, Workload
+from .base import DecoderStep, E2ESize, EndToEnd, GraphTarget, Labels, Layout, Metric, Probe, Workload
 
 REAL_TIME_FPS = 25.0  # Matrix-Game-2's claimed real-time rate (ANCHORS.md)
 
@@ -48,7 +48,7 @@ class Mg2Workload(Workload):
     presets = {k: v for k, v in PRESETS.items()}
     real_preset = "mg2-universal"
     tiny_preset = "tiny"
-    features = frozenset({"kv_cache", "action_modules", "cross_attention_cache", "streaming_decoder",
+    features = frozenset({"kv_cache", "action_modules", "cross_attention_cache", "streaming_decoder", "frame_decoder",
                           "block_causal_attention"})
     # notebook 04's goals at the real shape (H100, bf16): forward within 1.5x its FLOP floor with compile,
     # regional cold compile under 60 s
@@ -124,6 +124,24 @@ class Mg2Workload(Workload):
 
     def streaming_decoder(self, pipe):
         return pipe.decoder
+
+    def decoder_ladder(self, device) -> list[str]:
+        """bf16, the caches in place, channels-last windows, then the compiled and captured step (GPU)."""
+        gpu = device.type == "cuda"
+        return (["vae-bf16"] if gpu else []) + ["vae-stream-buffers", "vae-channels-last"] + (
+            ["vae-compile", "vae-cuda-graphs"] if gpu else [])
+
+    def decoder_step(self, pipe) -> DecoderStep:
+        """The streaming decoder's per-latent-frame step: compiled for the steady frames (phase 2: a stream's first
+        two frames allocate or change its caches, and compiling them would compile each again once the caches exist);
+        captured after its caches are moved into fixed buffers (vae-stream-buffers). Asking for it prepares the decoder
+        for that: its stage labels go (a compiled or captured step is one region)."""
+        from ..variants.builtin import buffered_decoder
+
+        dec = pipe.decoder
+        dec.stage_labels = False  # record_function inside a compiled region is a graph break
+        return DecoderStep(dec, "decode_frame", compiled=lambda args: args[1] == 2,
+                           make_static=lambda p: buffered_decoder(p.decoder))
 
     def set_streaming_decoder(self, pipe, decoder) -> None:
         pipe.decoder = decoder

@@ -24,7 +24,7 @@ from ..models.wma.flops import unet_forward_flops
 from ..params import Param, integer, number
 from ..pipelines.ddim import ITERATION_LABEL, WMAInputs, WMAInteractionPipeline, WMAOutput, check_run_params
 from ..presets import WMA_PRESETS, dtype_name
-from .base import E2ESize, EndToEnd, GraphTarget, Labels, Layout, Metric, Probe, Workload
+from .base import DecoderStep, E2ESize, EndToEnd, GraphTarget, Labels, Layout, Metric, Probe, Workload
 
 # The seed's upstream profile (11 iterations, 22 samplings, DDIM 50, CFG 1.0, fp32 eager; GPU not named)
 SEED_PROFILE = {"iteration_s": 76.07, "step_s": 0.712, "sampling_share": 0.93, "decode_s_per_pass": 0.566,
@@ -43,7 +43,7 @@ class WMAWorkload(Workload):
     presets = {k: v for k, v in WMA_PRESETS.items()}
     real_preset = "wma"
     tiny_preset = "tiny-wma"
-    features = frozenset({"unet", "ddim"})
+    features = frozenset({"unet", "ddim", "frame_decoder"})
     goals = {"ddim_step_speedup": 2.0}  # notebook 04's goal: at least 2x per DDIM step over fp32 eager
     published_title = ("video UNet + DDIM (wma)** — 50 DDIM steps per pass, two passes per iteration, CFG 1.0, "
                        "VAE fp32")
@@ -100,6 +100,14 @@ class WMAWorkload(Workload):
         forwards of an iteration): one graph, replayed for every step; the DDIM update stays eager (host float64
         coefficients differ per step)."""
         return [GraphTarget(pipe.model, "forward", "UNet + action/state heads forward")]
+
+    def decoder_ladder(self, device) -> list[str]:
+        """The fp32 SD VAE (upstream's; a bf16 one cost a competitor 12 dB) compiled and captured per frame (GPU)."""
+        return ["vae-compile", "vae-cuda-graphs"] if device.type == "cuda" else []
+
+    def decoder_step(self, pipe) -> DecoderStep:
+        """The SD VAE decode of one frame (no state across frames: every call compiles and captures alike)."""
+        return DecoderStep(pipe, "decode_step")
 
     def conv_layouts(self, pipe) -> list[Layout]:
         unet = pipe.model.diffusion_model
