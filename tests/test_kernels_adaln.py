@@ -1,0 +1,40 @@
+"""adaLN modulate kernel against its reference (under the Triton interpreter on a CPU), and its custom op."""
+
+from __future__ import annotations
+
+import pytest
+
+triton = pytest.importorskip("triton")  # on a CPU, TRITON_INTERPRET=1 (conftest): kernels run in the interpreter
+
+import torch  # noqa: E402
+
+from wmbook.kernels import adaln  # noqa: E402
+
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("b,f,s,c", [(1, 3, 5, 96), (2, 2, 7, 100), (1, 1, 1, 33), (1, 3, 4, 1536)])
+def test_adaln_modulate_matches_reference(dtype, b, f, s, c):
+    g = torch.Generator().manual_seed(c + s)
+    x = (torch.randn(b, f * s, c, generator=g) * 3 + 1).to(dtype)
+    shift = torch.randn(b, f, 1, c, generator=g).to(dtype)
+    scale = torch.randn(b, f, 1, c, generator=g).to(dtype) * 0.1
+    out = torch.full_like(x, float("nan"))  # poisoned: every element must be written
+    out.copy_(adaln.adaln_modulate(x, shift, scale))
+    torch.testing.assert_close(out, adaln.adaln_modulate_ref(x, shift, scale), **TOL[dtype])
+    # the reference equals the model's unfused sequence (WanLayerNorm in fp32, then the per-frame modulate)
+    h = torch.nn.functional.layer_norm(x.float(), (c,), eps=1e-6)
+    want = (h.unflatten(1, (f, -1)) * (1 + scale.float()) + shift.float()).flatten(1, 2)
+    torch.testing.assert_close(adaln.adaln_modulate_ref(x, shift, scale).float(), want, **TOL[dtype])
+
+
+def test_adaln_modulate_custom_op_and_bad_input():
+    x = torch.randn(1, 6, 40)
+    shift, scale = torch.randn(1, 2, 1, 40), torch.randn(1, 2, 1, 40)
+    torch.library.opcheck(adaln.adaln_modulate_op, (x, shift, scale, 1e-6))
+    with pytest.raises(ValueError, match="shift must be"):
+        adaln.adaln_modulate(x, torch.randn(1, 4, 1, 40), scale)
+    with pytest.raises(ValueError, match="dtype"):
+        adaln.adaln_modulate(x.long(), shift, scale)
+    assert adaln.adaln_modulate_bytes(x, shift, scale) == 2 * 240 * 4 + 2 * 80 * 4  # x in and out, shift and scale

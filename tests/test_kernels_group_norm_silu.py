@@ -1,0 +1,86 @@
+"""GroupNorm + SiLU kernel against its reference (under the Triton interpreter on a CPU), and its custom op."""
+
+from __future__ import annotations
+
+import pytest
+
+triton = pytest.importorskip("triton")  # on a CPU, TRITON_INTERPRET=1 (conftest): kernels run in the interpreter
+
+import torch  # noqa: E402
+
+from wmbook.kernels import group_norm_silu as gns  # noqa: E402
+
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+FORMAT = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+def _inputs(shape, dtype, channels_last, with_add, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(shape, generator=g) * 3 + 1).to(dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=FORMAT[x.dim()])
+    c = shape[1]
+    weight, bias = torch.randn(c, generator=g), torch.randn(c, generator=g)
+    add = (torch.randn(shape[0], c, generator=g) * 2).to(dtype) if with_add else None
+    return x, weight, bias, add
+
+
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("shape,groups,with_add", [
+    ((2, 96, 5, 7), 32, True),  # 3 channels a group, 35 positions: a group fills no power of two
+    ((1, 40, 3, 5, 6), 8, False),  # 5-D video, 5 channels a group
+    ((1, 40, 3, 5, 6), 8, True),
+    ((1, 6, 1, 1), 1, True),  # a single group and a single position
+    ((1, 4, 4, 64, 64), 1, False),  # a long group: 65536 elements in 64 chunks, merged
+])
+def test_group_norm_silu_matches_reference(poisoned, dtype, channels_last, shape, groups, with_add):
+    x, weight, bias, add = _inputs(shape, dtype, channels_last, with_add, seed=shape[1] + len(shape))
+    out = gns.group_norm_silu(x, weight, bias, groups, 1e-5, add)
+    assert out.stride() == x.stride()  # the input's memory format kept
+    torch.testing.assert_close(out, gns.group_norm_silu_ref(x, weight, bias, groups, 1e-5, add), **TOL[dtype])
+    # the reference equals the model's unfused sequence: h + emb, GroupNorm32 (fp32, cast back), then SiLU
+    h = x + add.reshape(*add.shape, *([1] * (x.dim() - 2))) if with_add else x
+    norm = torch.nn.GroupNorm(groups, shape[1], eps=1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+        norm.bias.copy_(bias)
+        want = torch.nn.functional.silu(norm(h.float()).to(x.dtype))
+    torch.testing.assert_close(gns.group_norm_silu_ref(x, weight, bias, groups, 1e-5, add), want, **TOL[dtype])
+
+
+def test_group_norm_silu_one_chunk_loops_over_the_group(poisoned, monkeypatch):
+    """With one program per group, each program walks its whole group in blocks (Chan's merge inside a program)."""
+    monkeypatch.setattr(gns, "_TARGET_PROGRAMS", 1)
+    assert gns._split(2, 2 * 4 * 32 * 33) == (1024, 16, 1)  # 9 blocks a group, 16 iterations: 7 empty
+    for channels_last in (False, True):
+        x, weight, bias, add = _inputs((1, 4, 4, 32, 33), torch.float32, channels_last, True, seed=7)
+        x = x + 50  # a mean far from zero: a naive sum of squares would lose the variance
+        torch.testing.assert_close(gns.group_norm_silu(x, weight, bias, 2, 1e-5, add),
+                                   gns.group_norm_silu_ref(x, weight, bias, 2, 1e-5, add), rtol=1e-4, atol=1e-4)
+
+
+def test_group_norm_silu_custom_op_and_bad_input():
+    x, weight, bias, add = _inputs((2, 12, 3, 5), torch.float32, False, True, seed=0)
+    torch.library.opcheck(gns.group_norm_silu_op, (x, weight, bias, 4, 1e-5, add))
+    torch.library.opcheck(gns.group_norm_silu_op, (x, weight, bias, 3, 1e-6, None))
+    torch.testing.assert_close(gns.group_norm_silu_op(x, weight, bias, 4, 1e-5, add),
+                               gns.group_norm_silu_ref(x, weight, bias, 4, 1e-5, add), **TOL[torch.float32])
+    with pytest.raises(ValueError, match="num_groups must be"):
+        gns.group_norm_silu(x, weight, bias, 5)  # 12 channels in 5 groups
+    with pytest.raises(ValueError, match="weight must be"):
+        gns.group_norm_silu(x, weight[:6], bias, 4)
+    with pytest.raises(ValueError, match="bias must be"):
+        gns.group_norm_silu(x, weight, bias[None], 4)
+    with pytest.raises(ValueError, match="add must be"):
+        gns.group_norm_silu(x, weight, bias, 4, add=add[:1])
+    with pytest.raises(ValueError, match="add must have x's dtype"):
+        gns.group_norm_silu(x, weight, bias, 4, add=add.bfloat16())
+    with pytest.raises(ValueError, match="x has dtype"):
+        gns.group_norm_silu(x.long(), weight, bias, 4)
+    with pytest.raises(ValueError, match="x must be"):
+        gns.group_norm_silu(x[:, :, 0, 0], weight, bias, 4)
+    # x in and out, weight and bias, add
+    assert gns.group_norm_silu_bytes(x, weight, bias, add) == 2 * 360 * 4 + 2 * 12 * 4 + 24 * 4

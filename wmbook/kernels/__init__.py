@@ -1,0 +1,59 @@
+"""Fused Triton kernels for the glue that compile leaves on the table (notebook 05). Inference only: no backward.
+
+One idea per file, each file the same contract (the Triton tutorials' layout, STYLE.md):
+
+    _name_kernel   the @triton.jit kernel (pointer arguments commented inline)
+    name(...)      the launcher: checks shapes and dtypes, owns the grid and the block sizes, returns a new tensor
+    name_ref(...)  the same function in plain torch, fp32 statistics: what the kernel is tested against
+    name_bytes(...) the fewest bytes the op must move (each input read once, the output written once): GB/s
+    OP             the torch.library custom op `wmbook::name` (a fake implementation registered with it, so
+                   torch.compile traces it without a graph break; checked with torch.library.opcheck)
+
+Nothing runs at import. Where the kernels run: on a CUDA device; on a CPU only under the Triton interpreter
+(TRITON_INTERPRET=1, set before triton is imported: tests and the tiny notebooks do that), otherwise the custom
+op falls back to the reference (`runs_triton` says which). Triton is optional: without it every op is its reference.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def runs_triton(device: torch.device | str) -> bool:
+    """Whether a kernel launch on `device` runs the Triton kernel (CUDA, or the CPU under the interpreter)."""
+    dev = torch.device(device)
+    return triton_available() and (dev.type == "cuda" or (dev.type == "cpu" and interpreting()))
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def is_channels_last(x: torch.Tensor) -> bool:
+    """Whether x is channels-last (and not also channels-first: a tensor that is both is read as channels-first)."""
+    if x.is_contiguous() or x.dim() not in (4, 5):
+        return False
+    return x.is_contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+
+
+def check_dtype(name: str, t: torch.Tensor, allowed=(torch.float32, torch.bfloat16, torch.float16)) -> None:
+    if t.dtype not in allowed:
+        raise ValueError(f"{name} has dtype {t.dtype}; allowed: {[str(d) for d in allowed]}")
+
+
+__all__ = ["check_dtype", "interpreting", "is_channels_last", "next_pow2", "runs_triton", "triton_available"]

@@ -1,0 +1,105 @@
+"""adaLN modulate of the causal DiT: LayerNorm without affine, then per-frame (1 + scale) * x + shift, in one pass.
+
+Unfused (the reference model): an fp32 copy of x, layer_norm, a cast back, the multiply by (1 + scale) and the add of
+shift, each a pass over the [B, L, C] activation. Fused: x read once, the result written once, statistics in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import check_dtype, next_pow2, runs_triton
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the custom op falls back to the reference
+    triton = None
+
+
+if triton is not None:
+
+    @triton.jit
+    def _adaln_modulate_kernel(
+        x_ptr,  # [rows, C], rows = B * L, contiguous
+        shift_ptr,  # [B * F, C], contiguous: the modulation of each (batch, frame)
+        scale_ptr,  # [B * F, C]
+        out_ptr,  # [rows, C], x's dtype
+        C,  # channels
+        rows_per_frame,  # S: tokens of one latent frame
+        eps,
+        BLOCK_C: tl.constexpr,
+    ):
+        row = tl.program_id(0)
+        frame = row // rows_per_frame  # b * F + f: rows of one batch element are its frames in order
+        cols = tl.arange(0, BLOCK_C)
+        m = cols < C
+        x = tl.load(x_ptr + row * C + cols, mask=m, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=0) / C
+        d = tl.where(m, x - mean, 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / C + eps)
+        sc = tl.load(scale_ptr + frame * C + cols, mask=m, other=0.0).to(tl.float32)
+        sh = tl.load(shift_ptr + frame * C + cols, mask=m, other=0.0).to(tl.float32)
+        y = d * rstd * (1.0 + sc) + sh
+        tl.store(out_ptr + row * C + cols, y.to(out_ptr.dtype.element_ty), mask=m)
+
+
+def _check(x, shift, scale):
+    if x.dim() != 3:
+        raise ValueError(f"x must be [B, L, C], got {tuple(x.shape)}")
+    for name, t in (("x", x), ("shift", shift), ("scale", scale)):
+        check_dtype(name, t)
+    b, n, c = x.shape
+    for name, t in (("shift", shift), ("scale", scale)):
+        if t.shape[0] != b or t.shape[-1] != c or t.numel() // (b * c) < 1 or n % (t.numel() // (b * c)):
+            raise ValueError(f"{name} must be [B, F, (1,) C] with F dividing L; got {tuple(t.shape)} for x "
+                             f"{tuple(x.shape)}")
+
+
+def adaln_modulate_ref(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x [B, L, C], shift/scale [B, F, 1, C] (or [B, F, C]) -> LayerNorm(x) * (1 + scale) + shift per frame, in fp32,
+    cast to x's dtype."""
+    _check(x, shift, scale)
+    b, n, c = x.shape
+    f = shift.numel() // (b * c)
+    h = torch.nn.functional.layer_norm(x.float(), (c,), eps=eps).view(b, f, n // f, c)
+    y = h * (1 + scale.float().reshape(b, f, 1, c)) + shift.float().reshape(b, f, 1, c)
+    return y.view(b, n, c).to(x.dtype)
+
+
+def adaln_modulate_bytes(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> int:
+    """x read and the output written once, the modulation read once."""
+    return 2 * x.numel() * x.element_size() + (shift.numel() + scale.numel()) * shift.element_size()
+
+
+def adaln_modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """The Triton launcher (one program per token row; the row fits one block: C <= 16384)."""
+    _check(x, shift, scale)
+    b, n, c = x.shape
+    if c > 16384:
+        raise ValueError(f"adaln_modulate keeps a row in one block: C={c} > 16384")
+    f = shift.numel() // (b * c)
+    x2 = x.contiguous().view(b * n, c)
+    out = torch.empty_like(x2)
+    sh = shift.reshape(b * f, c).contiguous()
+    sc = scale.reshape(b * f, c).contiguous()
+    block = next_pow2(c)
+    _adaln_modulate_kernel[(b * n,)](x2, sh, sc, out, c, n // f, eps, BLOCK_C=block,
+                                     num_warps=4 if block <= 2048 else 8)
+    return out.view(b, n, c)
+
+
+@torch.library.custom_op("wmbook::adaln_modulate", mutates_args=())
+def adaln_modulate_op(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
+    """The custom op torch.compile sees: the Triton kernel where it runs, else the reference."""
+    if runs_triton(x.device) and triton is not None:
+        return adaln_modulate(x, shift, scale, eps)
+    return adaln_modulate_ref(x, shift, scale, eps)
+
+
+@adaln_modulate_op.register_fake
+def _(x, shift, scale, eps):
+    return torch.empty_like(x)
+
+
+__all__ = ["adaln_modulate", "adaln_modulate_bytes", "adaln_modulate_op", "adaln_modulate_ref"]

@@ -1,0 +1,134 @@
+"""Gated residual add of the causal DiT, then the next adaLN modulate of the new residual stream, in one pass.
+
+Unfused (the reference model): y * gate per frame, the add into x, then (the next block's norm1, or norm2) an fp32
+copy of the sum, layer_norm, a cast back, the multiply by (1 + scale) and the add of shift, each a pass over the
+[B, L, C] activation. Fused: x and y read once, the new residual stream and the modulated activation written once,
+statistics in fp32 over the residual as stored (in x's dtype, as the model normalizes it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import check_dtype, next_pow2, runs_triton
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the custom op falls back to the reference
+    triton = None
+
+
+if triton is not None:
+
+    @triton.jit
+    def _gated_residual_adaln_kernel(
+        x_ptr,  # [rows, C], rows = B * L, contiguous: the residual stream
+        y_ptr,  # [rows, C], contiguous: the branch output (attention or FFN) to gate in
+        gate_ptr,  # [B * F, C], contiguous: the gate of each (batch, frame)
+        shift_ptr,  # [B * F, C]: the next adaLN's shift
+        scale_ptr,  # [B * F, C]: the next adaLN's scale
+        x_out_ptr,  # [rows, C], x's dtype: x + gate * y
+        h_out_ptr,  # [rows, C], x's dtype: LayerNorm(x + gate * y) * (1 + scale) + shift
+        C,  # channels
+        rows_per_frame,  # S: tokens of one latent frame
+        eps,
+        BLOCK_C: tl.constexpr,
+    ):
+        row = tl.program_id(0)
+        frame = row // rows_per_frame  # b * F + f: rows of one batch element are its frames in order
+        cols = tl.arange(0, BLOCK_C)
+        m = cols < C
+        x = tl.load(x_ptr + row * C + cols, mask=m, other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + row * C + cols, mask=m, other=0.0).to(tl.float32)
+        g = tl.load(gate_ptr + frame * C + cols, mask=m, other=0.0).to(tl.float32)
+        xn = (x + g * y).to(x_out_ptr.dtype.element_ty)
+        tl.store(x_out_ptr + row * C + cols, xn, mask=m)
+        xn = xn.to(tl.float32)  # statistics of the residual as stored, like the model's norm of x
+        mean = tl.sum(xn, axis=0) / C
+        d = tl.where(m, xn - mean, 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / C + eps)
+        sc = tl.load(scale_ptr + frame * C + cols, mask=m, other=0.0).to(tl.float32)
+        sh = tl.load(shift_ptr + frame * C + cols, mask=m, other=0.0).to(tl.float32)
+        h = d * rstd * (1.0 + sc) + sh
+        tl.store(h_out_ptr + row * C + cols, h.to(h_out_ptr.dtype.element_ty), mask=m)
+
+
+def _check(x, y, gate, shift, scale):
+    """The number of frames F of the modulation, after checking every shape and dtype."""
+    if x.dim() != 3:
+        raise ValueError(f"x must be [B, L, C], got {tuple(x.shape)}")
+    for name, t in (("x", x), ("y", y), ("gate", gate), ("shift", shift), ("scale", scale)):
+        check_dtype(name, t)
+    if y.shape != x.shape:
+        raise ValueError(f"y must be [B, L, C] like x {tuple(x.shape)}, got {tuple(y.shape)}")
+    b, n, c = x.shape
+    f = gate.numel() // max(1, b * c)
+    for name, t in (("gate", gate), ("shift", shift), ("scale", scale)):
+        if (t.dim() not in (3, 4) or t.shape[0] != b or t.shape[-1] != c or t.numel() != b * f * c or f < 1
+                or n % f or (t.dim() == 4 and t.shape[2] != 1)):
+            raise ValueError(f"{name} must be [B, F, (1,) C] with F dividing L (F the same for gate, shift and "
+                             f"scale); got {tuple(t.shape)} for x {tuple(x.shape)}, gate {tuple(gate.shape)}")
+    return f
+
+
+def gated_residual_adaln_ref(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, shift: torch.Tensor,
+                             scale: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """x, y [B, L, C], gate/shift/scale [B, F, 1, C] (or [B, F, C]) -> (x + gate * y, LayerNorm(that) * (1 + scale)
+    + shift) per frame, in fp32, each cast to x's dtype."""
+    f = _check(x, y, gate, shift, scale)
+    b, n, c = x.shape
+
+    def per_frame(t):  # [B, F, 1, C] fp32
+        return t.float().reshape(b, f, 1, c)
+
+    x_new = (x.float().reshape(b, f, n // f, c) + per_frame(gate) * y.float().reshape(b, f, n // f, c))
+    x_new = x_new.reshape(b, n, c).to(x.dtype)  # the residual stream as stored; the norm reads it back
+    h = torch.nn.functional.layer_norm(x_new.float(), (c,), eps=eps).view(b, f, n // f, c)
+    h = h * (1 + per_frame(scale)) + per_frame(shift)
+    return x_new, h.view(b, n, c).to(x.dtype)
+
+
+def gated_residual_adaln_bytes(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, shift: torch.Tensor,
+                               scale: torch.Tensor) -> int:
+    """x and y read once, the new residual and the modulated activation written once, the modulation read once."""
+    act = 3 * x.numel() * x.element_size() + y.numel() * y.element_size()
+    return act + sum(t.numel() * t.element_size() for t in (gate, shift, scale))
+
+
+def gated_residual_adaln(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, shift: torch.Tensor,
+                         scale: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Triton launcher (one program per token row; the row fits one block: C <= 16384)."""
+    f = _check(x, y, gate, shift, scale)
+    b, n, c = x.shape
+    if c > 16384:
+        raise ValueError(f"gated_residual_adaln keeps a row in one block: C={c} > 16384")
+    x2 = x.contiguous().view(b * n, c)
+    y2 = y.contiguous().view(b * n, c)
+    x_out = torch.empty_like(x2)
+    h_out = torch.empty_like(x2)
+    g = gate.reshape(b * f, c).contiguous()
+    sh = shift.reshape(b * f, c).contiguous()
+    sc = scale.reshape(b * f, c).contiguous()
+    block = next_pow2(c)
+    _gated_residual_adaln_kernel[(b * n,)](x2, y2, g, sh, sc, x_out, h_out, c, n // f, eps, BLOCK_C=block,
+                                           num_warps=4 if block <= 2048 else 8)
+    return x_out.view(b, n, c), h_out.view(b, n, c)
+
+
+@torch.library.custom_op("wmbook::gated_residual_adaln", mutates_args=())
+def gated_residual_adaln_op(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, shift: torch.Tensor,
+                            scale: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The custom op torch.compile sees: the Triton kernel where it runs, else the reference."""
+    if runs_triton(x.device) and triton is not None:
+        return gated_residual_adaln(x, y, gate, shift, scale, eps)
+    return gated_residual_adaln_ref(x, y, gate, shift, scale, eps)
+
+
+@gated_residual_adaln_op.register_fake
+def _(x, y, gate, shift, scale, eps):
+    return x.new_empty(x.shape), x.new_empty(x.shape)  # contiguous, like the launcher's and the reference's
+
+
+__all__ = ["gated_residual_adaln", "gated_residual_adaln_bytes", "gated_residual_adaln_op",
+           "gated_residual_adaln_ref"]

@@ -1,0 +1,239 @@
+"""GroupNorm (affine, fp32 statistics) then SiLU of the UNet's ResBlocks, optionally after adding the time embedding.
+
+Unfused (the reference model, GroupNorm32 then nn.SiLU): the add of the time embedding `h + emb`, an fp32 copy of
+h, group_norm, a cast back and the SiLU, each a pass over the [B, C, *S] activation. Fused: two kernels. The first
+splits every (batch, group) into chunks and writes the (mean, M2) of each chunk; the second merges its group's
+chunks (Chan's parallel variance, all in fp32) and normalizes, scales, shifts and applies SiLU to its chunk. x is
+read twice (the second read mostly from L2 on a GPU), the result written once; the add, the fp32 copy and the
+intermediate casts never reach memory. Any group size works (a chunk is looped over in blocks), and the groups are
+split so that a batch of one with 32 groups still fills the GPU.
+
+Both memory formats: channels-first (contiguous) and channels-last (torch.channels_last for 4-D,
+torch.channels_last_3d for 5-D); the result keeps the input's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import check_dtype, is_channels_last, next_pow2, runs_triton
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the custom op falls back to the reference
+    triton = None
+
+
+_BLOCK = 1024  # elements of a group loaded at once
+_TARGET_PROGRAMS = 1024  # programs per launch the launcher splits the groups into chunks to reach
+_MAX_CHUNKS = 256  # chunks per group at most: the normalizing kernel merges them in one block
+
+
+if triton is not None:
+
+    @triton.jit
+    def _group_load(
+        x_ptr,  # [B, C, *S], dense in its memory format
+        add_ptr,  # [B, C] contiguous (HAS_ADD), else unused
+        b,  # batch element (int64)
+        g,  # group
+        i,  # [BLOCK] element indices within the group, 0 <= i < Cg * S where m
+        m,  # [BLOCK] mask
+        C,  # channels
+        S,  # spatial positions (the product of the dims after C)
+        Cg,  # channels per group
+        HAS_ADD: tl.constexpr,
+        CHANNELS_LAST: tl.constexpr,
+    ):
+        """x (+ add, rounded to x's dtype like the model's `h + emb`) of group elements i in fp32, 0 where masked;
+        also each element's channel and offset."""
+        if CHANNELS_LAST:  # a position's Cg channels are contiguous, positions C apart
+            c = g * Cg + i % Cg
+            off = b * C * S + (i // Cg) * C + c
+        else:  # the group is one contiguous run of Cg * S elements
+            c = g * Cg + i // S
+            off = b * C * S + g * Cg * S + i
+        x = tl.load(x_ptr + off, mask=m, other=0.0)
+        if HAS_ADD:
+            a = tl.load(add_ptr + b * C + c, mask=m, other=0.0)
+            x = (x.to(tl.float32) + a.to(tl.float32)).to(x_ptr.dtype.element_ty)
+        return tl.where(m, x.to(tl.float32), 0.0), c, off
+
+    @triton.jit
+    def _group_norm_silu_stats_kernel(
+        x_ptr,  # [B, C, *S], dense in its memory format
+        add_ptr,  # [B, C] contiguous (HAS_ADD), else unused
+        part_ptr,  # [B * G, chunks, 2] fp32: (mean, M2) of each chunk of each group
+        C,  # channels
+        S,  # spatial positions
+        G,  # groups
+        Cg,  # channels per group
+        chunks,  # chunks per group
+        HAS_ADD: tl.constexpr,
+        CHANNELS_LAST: tl.constexpr,
+        BLOCK: tl.constexpr,
+        ITERS: tl.constexpr,  # blocks per chunk (a constant: loop bounds stay compile-time)
+    ):
+        bg = tl.program_id(0)
+        chunk = tl.program_id(1)
+        b = (bg // G).to(tl.int64)
+        g = bg % G
+        start = chunk * (ITERS * BLOCK)
+        n = Cg * S
+        count = 0.0
+        mean = 0.0
+        m2 = 0.0
+        for k in range(ITERS):  # Chan's merge of each block's exact (mean, M2)
+            i = start + k * BLOCK + tl.arange(0, BLOCK)
+            m = i < n  # the last chunk's blocks past the group's end are empty and change nothing
+            x, c, _ = _group_load(x_ptr, add_ptr, b, g, i, m, C, S, Cg, HAS_ADD, CHANNELS_LAST)
+            n_blk = tl.sum(m.to(tl.float32), axis=0)
+            mean_blk = tl.sum(x, axis=0) / tl.maximum(n_blk, 1.0)
+            d = tl.where(m, x - mean_blk, 0.0)
+            m2_blk = tl.sum(d * d, axis=0)
+            total = count + n_blk
+            delta = mean_blk - mean
+            mean = mean + delta * (n_blk / total)
+            m2 = m2 + m2_blk + delta * delta * (count * n_blk / total)
+            count = total
+        tl.store(part_ptr + (bg * chunks + chunk) * 2, mean)
+        tl.store(part_ptr + (bg * chunks + chunk) * 2 + 1, m2)
+
+    @triton.jit
+    def _group_norm_silu_kernel(
+        x_ptr,  # [B, C, *S], dense in its memory format
+        add_ptr,  # [B, C] contiguous (HAS_ADD), else unused
+        w_ptr,  # [C]: GroupNorm weight
+        bias_ptr,  # [C]: GroupNorm bias
+        part_ptr,  # [B * G, chunks, 2] fp32: the stats kernel's (mean, M2) of each chunk
+        out_ptr,  # like x (same strides), x's dtype
+        C,  # channels
+        S,  # spatial positions
+        G,  # groups
+        Cg,  # channels per group
+        chunks,  # chunks per group, <= BLOCK_P
+        eps,
+        HAS_ADD: tl.constexpr,
+        CHANNELS_LAST: tl.constexpr,
+        BLOCK: tl.constexpr,
+        ITERS: tl.constexpr,  # blocks per chunk
+        BLOCK_P: tl.constexpr,  # next_pow2(chunks)
+    ):
+        bg = tl.program_id(0)
+        chunk = tl.program_id(1)
+        b = (bg // G).to(tl.int64)
+        g = bg % G
+        n = Cg * S
+        p = tl.arange(0, BLOCK_P)
+        pm = p < chunks
+        p_mean = tl.load(part_ptr + (bg * chunks + p) * 2, mask=pm, other=0.0)
+        p_m2 = tl.load(part_ptr + (bg * chunks + p) * 2 + 1, mask=pm, other=0.0)
+        p_n = tl.where(pm, tl.minimum(ITERS * BLOCK, n - p * (ITERS * BLOCK)), 0).to(tl.float32)
+        mean = tl.sum(p_n * p_mean, axis=0) / n
+        dm = p_mean - mean
+        var = tl.sum(p_m2 + p_n * dm * dm, axis=0) / n  # biased, like group_norm
+        rstd = 1.0 / tl.sqrt(var + eps)
+        start = chunk * (ITERS * BLOCK)
+        for k in range(ITERS):
+            i = start + k * BLOCK + tl.arange(0, BLOCK)
+            m = i < n
+            x, c, off = _group_load(x_ptr, add_ptr, b, g, i, m, C, S, Cg, HAS_ADD, CHANNELS_LAST)
+            w = tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
+            bb = tl.load(bias_ptr + c, mask=m, other=0.0).to(tl.float32)
+            y = (x - mean) * rstd * w + bb
+            y = y * tl.sigmoid(y)
+            tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
+
+
+def _check(x, weight, bias, num_groups, add):
+    if x.dim() < 3:
+        raise ValueError(f"x must be [B, C, *spatial] (4-D images, 5-D videos), got {tuple(x.shape)}")
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)) + ((("add", add),) if add is not None else ()):
+        check_dtype(name, t)
+    b, c = x.shape[:2]
+    if not isinstance(num_groups, int) or num_groups < 1 or c % num_groups:
+        raise ValueError(f"num_groups must be a positive int dividing the channels C={c}; got {num_groups!r}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if tuple(t.shape) != (c,):
+            raise ValueError(f"{name} must be [C] = [{c}], got {tuple(t.shape)}")
+    if add is not None:
+        if (add.dim() < 2 or add.dim() > x.dim() or tuple(add.shape[:2]) != (b, c)
+                or any(d != 1 for d in add.shape[2:])):
+            raise ValueError(f"add must be [B, C] = [{b}, {c}] (or [B, C, 1, ...]), got {tuple(add.shape)}")
+        if add.dtype != x.dtype:
+            raise ValueError(f"add must have x's dtype {x.dtype} (the model adds in it), got {add.dtype}")
+
+
+def group_norm_silu_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, num_groups: int,
+                        eps: float = 1e-5, add: torch.Tensor | None = None) -> torch.Tensor:
+    """x [B, C, *S], weight/bias [C], add [B, C] or None -> SiLU(GroupNorm(x + add)) in fp32, cast to x's dtype."""
+    _check(x, weight, bias, num_groups, add)
+    if add is not None:
+        x = x + add.reshape(*x.shape[:2], *([1] * (x.dim() - 2)))
+    h = torch.nn.functional.group_norm(x.float(), num_groups, weight.float(), bias.float(), eps)
+    return torch.nn.functional.silu(h).to(x.dtype)
+
+
+def group_norm_silu_bytes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                          add: torch.Tensor | None = None) -> int:
+    """x read and the output written once, weight, bias and add read once."""
+    params = sum(t.numel() * t.element_size() for t in (weight, bias) + ((add,) if add is not None else ()))
+    return 2 * x.numel() * x.element_size() + params
+
+
+def _split(groups: int, n: int) -> tuple[int, int, int]:
+    """(BLOCK, ITERS, chunks): each of `groups` groups of n elements split into chunks of ITERS blocks of BLOCK
+    (both powers of two: few compiled variants), so that about _TARGET_PROGRAMS programs run, at most _MAX_CHUNKS
+    per group."""
+    block = max(16, min(_BLOCK, next_pow2(n)))
+    blocks = -(-n // block)
+    want = max(1, min(blocks, _MAX_CHUNKS, -(-_TARGET_PROGRAMS // groups)))
+    iters = next_pow2(-(-blocks // want))
+    return block, iters, -(-blocks // iters)
+
+
+def group_norm_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, num_groups: int,
+                    eps: float = 1e-5, add: torch.Tensor | None = None) -> torch.Tensor:
+    """The Triton launcher (a stats kernel and a normalizing kernel, each one program per chunk of a group)."""
+    _check(x, weight, bias, num_groups, add)
+    cl = is_channels_last(x)
+    if not cl:
+        x = x.contiguous()
+    b, c = x.shape[:2]
+    s = x.numel() // max(1, b * c)
+    cg = c // num_groups
+    out = torch.empty_like(x)  # x's strides: channels-last stays channels-last
+    if x.numel() == 0:
+        return out
+    block, iters, chunks = _split(b * num_groups, cg * s)
+    part = torch.empty(b * num_groups, chunks, 2, device=x.device, dtype=torch.float32)
+    a = add.reshape(b, c).contiguous() if add is not None else x  # x: a pointer never read
+    grid = (b * num_groups, chunks)
+    _group_norm_silu_stats_kernel[grid](x, a, part, c, s, num_groups, cg, chunks, HAS_ADD=add is not None,
+                                        CHANNELS_LAST=cl, BLOCK=block, ITERS=iters, num_warps=4)
+    _group_norm_silu_kernel[grid](x, a, weight.contiguous(), bias.contiguous(), part, out, c, s, num_groups, cg,
+                                  chunks, eps, HAS_ADD=add is not None, CHANNELS_LAST=cl, BLOCK=block, ITERS=iters,
+                                  BLOCK_P=next_pow2(chunks), num_warps=4)
+    return out
+
+
+@torch.library.custom_op("wmbook::group_norm_silu", mutates_args=())
+def group_norm_silu_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, num_groups: int, eps: float,
+                       add: torch.Tensor | None) -> torch.Tensor:
+    """The custom op torch.compile sees: the Triton kernel where it runs, else the reference (in x's layout)."""
+    if runs_triton(x.device) and triton is not None:
+        return group_norm_silu(x, weight, bias, num_groups, eps, add)
+    fmt = (torch.channels_last if x.dim() == 4 else torch.channels_last_3d) if is_channels_last(x) else None
+    out = group_norm_silu_ref(x, weight, bias, num_groups, eps, add)
+    return out.contiguous(memory_format=fmt) if fmt is not None else out.contiguous()
+
+
+@group_norm_silu_op.register_fake
+def _(x, weight, bias, num_groups, eps, add):
+    if is_channels_last(x):
+        return torch.empty_like(x)  # the launcher's and the fallback's layout
+    return x.new_empty(x.shape)  # contiguous
+
+
+__all__ = ["group_norm_silu", "group_norm_silu_bytes", "group_norm_silu_op", "group_norm_silu_ref"]
