@@ -51,9 +51,28 @@ def is_channels_last(x: torch.Tensor) -> bool:
     return x.is_contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
 
 
+def modulation_frames(x: torch.Tensor, **modulation: torch.Tensor) -> int:
+    """The number of frames F of a DiT's per-frame modulation, after checking x [B, L, C] and every modulation
+    tensor [B, F, (1,) C] (one F for all of them, F dividing L) and their dtypes; ValueErrors name the tensor."""
+    if x.dim() != 3:
+        raise ValueError(f"x must be [B, L, C], got {tuple(x.shape)}")
+    check_dtype("x", x)
+    b, n, c = x.shape
+    first = next(iter(modulation.values()))
+    f = first.numel() // max(1, b * c)
+    names = ", ".join(modulation)
+    for name, t in modulation.items():
+        check_dtype(name, t)
+        if (t.dim() not in (3, 4) or t.shape[0] != b or t.shape[-1] != c or t.numel() != b * f * c or f < 1
+                or n % f or (t.dim() == 4 and t.shape[2] != 1)):
+            raise ValueError(f"{name} must be [B, F, (1,) C] with F dividing L (one F for {names}); got "
+                             f"{tuple(t.shape)} for x {tuple(x.shape)}")
+    return f
+
+
 def check_dtype(name: str, t: torch.Tensor, allowed=(torch.float32, torch.bfloat16, torch.float16)) -> None:
     if t.dtype not in allowed:
         raise ValueError(f"{name} has dtype {t.dtype}; allowed: {[str(d) for d in allowed]}")
 
 
-__all__ = ["check_dtype", "interpreting", "is_channels_last", "next_pow2", "runs_triton", "triton_available"]
+__all__ = ["check_dtype", "interpreting", "is_channels_last", "modulation_frames", "next_pow2", "runs_triton", "triton_available"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_dtype, next_pow2, runs_triton
+from . import modulation_frames, next_pow2, runs_triton
 
 try:
     import triton
@@ -44,24 +44,11 @@ if triton is not None:
         tl.store(out_ptr + row * C + cols, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
-def _check(x, shift, scale):
-    if x.dim() != 3:
-        raise ValueError(f"x must be [B, L, C], got {tuple(x.shape)}")
-    for name, t in (("x", x), ("shift", shift), ("scale", scale)):
-        check_dtype(name, t)
-    b, n, c = x.shape
-    for name, t in (("shift", shift), ("scale", scale)):
-        if t.shape[0] != b or t.shape[-1] != c or t.numel() // (b * c) < 1 or n % (t.numel() // (b * c)):
-            raise ValueError(f"{name} must be [B, F, (1,) C] with F dividing L; got {tuple(t.shape)} for x "
-                             f"{tuple(x.shape)}")
-
-
 def adaln_modulate_ref(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x [B, L, C], shift/scale [B, F, 1, C] (or [B, F, C]) -> LayerNorm(x) * (1 + scale) + shift per frame, in fp32,
     cast to x's dtype."""
-    _check(x, shift, scale)
+    f = modulation_frames(x, shift=shift, scale=scale)
     b, n, c = x.shape
-    f = shift.numel() // (b * c)
     h = torch.nn.functional.layer_norm(x.float(), (c,), eps=eps).view(b, f, n // f, c)
     y = h * (1 + scale.float().reshape(b, f, 1, c)) + shift.float().reshape(b, f, 1, c)
     return y.view(b, n, c).to(x.dtype)
@@ -74,11 +61,10 @@ def adaln_modulate_bytes(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tens
 
 def adaln_modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """The Triton launcher (one program per token row; the row fits one block: C <= 16384)."""
-    _check(x, shift, scale)
+    f = modulation_frames(x, shift=shift, scale=scale)
     b, n, c = x.shape
     if c > 16384:
         raise ValueError(f"adaln_modulate keeps a row in one block: C={c} > 16384")
-    f = shift.numel() // (b * c)
     x2 = x.contiguous().view(b * n, c)
     out = torch.empty_like(x2)
     sh = shift.reshape(b * f, c).contiguous()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_dtype, next_pow2, runs_triton
+from . import check_dtype, modulation_frames, next_pow2, runs_triton
 
 try:
     import triton
@@ -56,19 +56,10 @@ if triton is not None:
 
 def _check(x, y, gate, shift, scale):
     """The number of frames F of the modulation, after checking every shape and dtype."""
-    if x.dim() != 3:
-        raise ValueError(f"x must be [B, L, C], got {tuple(x.shape)}")
-    for name, t in (("x", x), ("y", y), ("gate", gate), ("shift", shift), ("scale", scale)):
-        check_dtype(name, t)
+    f = modulation_frames(x, gate=gate, shift=shift, scale=scale)
+    check_dtype("y", y)
     if y.shape != x.shape:
         raise ValueError(f"y must be [B, L, C] like x {tuple(x.shape)}, got {tuple(y.shape)}")
-    b, n, c = x.shape
-    f = gate.numel() // max(1, b * c)
-    for name, t in (("gate", gate), ("shift", shift), ("scale", scale)):
-        if (t.dim() not in (3, 4) or t.shape[0] != b or t.shape[-1] != c or t.numel() != b * f * c or f < 1
-                or n % f or (t.dim() == 4 and t.shape[2] != 1)):
-            raise ValueError(f"{name} must be [B, F, (1,) C] with F dividing L (F the same for gate, shift and "
-                             f"scale); got {tuple(t.shape)} for x {tuple(x.shape)}, gate {tuple(gate.shape)}")
     return f
 
 

@@ -81,8 +81,7 @@ def decoder_bench(ref, workload):
 
     vae = copy.deepcopy(ref.vae)
     dec = type(workload.streaming_decoder(ref))(vae)
-    return SimpleNamespace(vae=vae, decoder=dec, vae_dtype=ref.vae_dtype, preset=ref.preset, device=ref.device,
-                           dtype=ref.dtype)
+    return SimpleNamespace(vae=vae, decoder=dec, vae_dtype=ref.vae_dtype, preset=ref.preset, device=ref.device)
 
 
 def decode_stream(decoder, latents: torch.Tensor, block: int, timer: DeviceTimer | None = None) -> torch.Tensor:

@@ -93,7 +93,8 @@ class BufferedStreamingDecoder:
         win[:, :, past:, ph:ph + h, pw:pw + w].copy_(x)
         y = F.conv3d(win, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
         t = x.shape[2]
-        win[:, :, :past].copy_(win[:, :, t:t + past].clone())  # the last `past` frames to the front
+        for i in range(past):  # the last `past` frames to the front, in order: no frame is read after it is written
+            win[:, :, i].copy_(win[:, :, t + i])
         return y
 
     def _residual(self, block, x: torch.Tensor, phase: int) -> torch.Tensor:
