@@ -28,6 +28,8 @@ for spec in "$@"; do
   cp "$work/$nb-$tag/"[0-9][0-9]_*.html "$out/reports/$nb-$tag.html" 2>/dev/null
   # the executed notebook too, so a run cut short still shows how far it got
   cp "$work/$nb-$tag/executed/"*.ipynb "$art/" 2>/dev/null
+  # a run killed by the timeout leaves papermill's partial notebook (saved after every cell): keep it
+  cp "$work/$nb-$tag/executed/".*.partial.ipynb "$art/" 2>/dev/null
   # traces stay on the device (tens of MB at real shapes); their breakdowns are in the session reports
   find "$art" -name '*.json.gz' -delete
   find "$art" -path '*/iteration/*' -delete 2>/dev/null
