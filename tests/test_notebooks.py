@@ -183,3 +183,22 @@ def test_notebook_06_tiny_mg2_and_wma(tmp_path):
     dec = mg2[mg2["metric"] == "decoder_ms_per_block"]
     assert set(dec["gate"]) == {"reference", "pass", "needs real weights"}, dec[["variant", "gate"]]
     assert {"forward_ms", "ddim_step_ms", "run_s"} <= set(df[df["workload"] == "wma"]["metric"])
+
+
+def test_notebook_07_tiny_motion(tmp_path):
+    """Notebook 07 on a CPU: the profiler recipe and the stage breakdown, the ladder gated against float64 (the
+    Triton kernel in the interpreter, CUDA graphs skipped and said so), the scaling points, the rows."""
+    results = tmp_path / "results.csv"
+    runs = run_notebooks(["07_motion_data_loading"], out=tmp_path / "r", progress=False, workloads=["mg2", "motion"],
+                         parameters={"repeats": 5, "warmup": 1, "profile_warmup": 1, "profile_active": 2,
+                                     "scaling_envs": "64,256", "results_path": str(results),
+                                     "output_dir": str(tmp_path / "art")})
+    assert [(r.name, r.status) for r in runs] == [("07_motion_data_loading-motion", "ok")], [r.error for r in runs]
+    assert (tmp_path / "art" / "07_motion_fetch_trace.json.gz").stat().st_size > 0
+    df = pd.read_csv(results)
+    assert (df["workload"] == "motion").all() and (df["preset"] == "tiny-motion").all()
+    fetch = df[df["metric"] == "fetch_ms"]
+    assert fetch["variant"].tolist()[0] == "eager" and fetch["variant"].str.endswith("triton").any()
+    assert set(fetch["gate"]) == {"reference", "pass"} and (fetch["p20"] <= fetch["p80"]).all()
+    assert {"stage_share:interpolation", "bytes_floor_ms", "copy_gbps", "speedup"} <= set(df["metric"])
+    assert sorted(set(df.loc[df["metric"] == "scaling_fetch_ms", "num_envs"])) == [64, 256]

@@ -253,4 +253,4 @@ def test_workloads_expand_notebooks_that_have_the_parameter():
         notebook_parameters(nbs, {"workload": "wma"}, ["mg2"])
     with pytest.raises(ParameterError, match=r"01_baseline_profiling \(wma\): num_blocks=2 applies to workload"):
         notebook_parameters(nbs, {"num_blocks": 2}, ["mg2", "wma"])
-    assert cli._workload_list("all") == ["mg2", "wma"] and cli._workload_list(" wma, mg2") == ["wma", "mg2"]
+    assert cli._workload_list("all") == ["mg2", "wma", "motion"] and cli._workload_list(" wma, mg2") == ["wma", "mg2"]

@@ -94,7 +94,7 @@ def markdown(path=None) -> str:
     df = results.read(path or results.default_path())
     parts = []
     runs = _latest_runs(df, "01_baseline_profiling")
-    for i, wl in enumerate(workloads.all_workloads()):
+    for i, wl in enumerate([w for w in workloads.all_workloads() if w.published_columns]):  # those with notebook 01
         parts.append(("\n" if i else "") + f"**01 · baseline, {wl.published_title}\n")
         parts.append(_table([_baseline_row(r, wl.published_columns) for r in runs
                              if r["workload"].iloc[0] == wl.name]))
@@ -117,7 +117,38 @@ def markdown(path=None) -> str:
     parts.append(_table(rows))
     parts += _compile_autocast(df, {wl.metric.name for wl in workloads.all_workloads()})
     parts += _cuda_graphs(df, {wl.metric.name: wl.metric.label for wl in workloads.all_workloads()})
+    parts += _motion_loading(df)
     return "".join(parts)
+
+
+def _motion_loading(df: pd.DataFrame) -> list[str]:
+    """Notebook 07: per preset its latest run, the ladder and the scaling points (us per step)."""
+    def us(row, fmt="{:.1f}", spread=False):
+        if row is None:
+            return "-"
+        row = row.copy()
+        for c in ("value", "p20", "p80"):
+            row[c] = float(row[c]) * 1e3 if c in row and row[c] == row[c] else row.get(c)
+        return _spread(row, fmt) if spread else _num(row["value"], fmt)
+
+    parts = []
+    for r in _latest_runs(df, "07_motion_data_loading"):
+        rows = [{"ladder row": v, "gate": f.get("gate", ""), "fetch us": us(f, spread=True),
+                 "speedup": _val(r, "speedup", "{:.1f}x", v), "x bytes floor": _val(r, "x_bytes_floor", "{:.1f}", v),
+                 "GPU busy us": us(_v(r, "gpu_busy_ms", v)),
+                 "launches / step": _val(r, "launches_per_fetch", "{:.0f}", v)}
+                for v, f in ((f["variant"], f) for _, f in r[r["metric"] == "fetch_ms"].iterrows())]
+        parts.append(f"\n**07 · motion-data loading, {r['preset'].iloc[0]}** ({_device(r)}; bytes floor "
+                     f"{us(_v(r, 'bytes_floor_ms'))} us for {_val(r, 'bytes_per_step', '{:.3g}')} bytes per step at "
+                     f"the measured {_val(r, 'copy_gbps', '{:.0f}')} GB/s)\n")
+        parts.append(_table(rows))
+        sc = r[r["metric"] == "scaling_fetch_ms"].assign(n=lambda d: d["num_envs"].astype(float).astype(int))
+        if len(sc):
+            srows = [{"stack": v, **{f"{n} robots, us": us(g[g["n"] == n].iloc[0]) if (g["n"] == n).any() else "-"
+                                     for n in sorted(set(sc["n"]))}} for v, g in sc.groupby("variant", sort=False)]
+            parts.append("\n**07 · scaling** (us per step, by robots)\n")
+            parts.append(_table(srows))
+    return parts
 
 
 def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:

@@ -40,18 +40,30 @@ _FIRST = ("workload", "device", "preset", "dtype", "vae_dtype")
 
 @dataclass(frozen=True)
 class NotebookSpec:
-    """A notebook's name, its parameters (defaults = its parameters cell) and an optional cross check."""
+    """A notebook's name, its parameters (defaults = its parameters cell), the workload features it needs and an
+    optional cross check."""
 
     name: str
     params: tuple[Param, ...]
     workload_params: bool = True  # the workload's own parameters (num_blocks, ddim_steps, ...) apply
     cross_check: Callable[["RunConfig"], None] | None = None
+    # the workloads this notebook runs for: those with these features (the world-model notebooks need a denoiser)
+    requires: frozenset[str] = frozenset({"denoiser"})
+
+    def supports(self, workload) -> bool:
+        """Whether this notebook runs for `workload` (a Workload)."""
+        return self.requires <= workload.features
+
+    def workloads(self) -> list:
+        """The workloads this notebook runs for."""
+        return [wl for wl in workloads.all_workloads() if self.supports(wl)]
 
     def all_params(self, workload=None) -> dict[str, Param]:
-        """Name -> Param, the workloads' own parameters included (all workloads' when `workload` is None)."""
+        """Name -> Param, the workloads' own parameters included (those of every workload the notebook runs for when
+        `workload` is None)."""
         out = {p.name: p for p in self.params}
         if self.workload_params:
-            for wl in ([workload] if workload is not None else workloads.all_workloads()):
+            for wl in ([workload] if workload is not None else self.workloads()):
                 for p in wl.params:
                     out.setdefault(p.name, p)
         return out
@@ -144,6 +156,9 @@ def validate(spec: NotebookSpec, **values) -> RunConfig:
     for name in [n for n in _FIRST if n in known]:
         ctx["_name"] = name
         ctx[name] = _checked(known[name], given[name], ctx)
+        if name == "workload" and not spec.supports(ctx[name]):
+            raise ParameterError(f"workload={ctx[name].name!r} is not allowed for notebook {spec.name}; allowed "
+                                 f"values: {[w.name for w in spec.workloads()]}")
     wl = ctx["workload"]
     own = {q.name for q in spec.params} | {q.name for q in wl.params}
     for name, p in known.items():
@@ -204,10 +219,13 @@ def notebook_parameters(paths, params: dict, workloads=None) -> list[tuple[Path,
 
     Names: every name in `params` must be declared by the parameters cell (papermill.inspect_notebook) of at least
     one of the notebooks; each notebook gets the names it declares. `workloads` (names, or None): a notebook that
-    declares `workload` runs once per workload. Values: a notebook with a NotebookSpec (wmbook.studies) validates
-    each run's parameters with the validator the notebook itself calls, so a bad value is refused here, in seconds,
-    instead of in a kernel. Returns [(path, workload or None, parameters)] in notebook order; raises ParameterError
-    naming the notebook, the parameter and the allowed names or values.
+    declares `workload` runs once per workload it supports (NotebookSpec.requires); one that supports none of them is
+    left out, and so is one that would run with its own default workload when `preset` names a preset of a workload it
+    does not run for (`wmbook run --preset tiny` runs the mg2 notebooks, not notebook 07); an error only when nothing
+    is left to run. Values: a notebook with a NotebookSpec (wmbook.studies)
+    validates each run's parameters with the validator the notebook itself calls, so a bad value is refused here, in
+    seconds, instead of in a kernel. Returns [(path, workload or None, parameters)] in notebook order; raises
+    ParameterError naming the notebook, the parameter and the allowed names or values.
     """
     from . import studies
 
@@ -222,20 +240,41 @@ def notebook_parameters(paths, params: dict, workloads=None) -> list[tuple[Path,
             raise ParameterError("workload is given twice (a parameter and the list of workloads to run): give one")
         for w in workloads:
             _workload(w, {"_name": "workload"})
+    by_preset = _preset_workload(params.get("preset")) if "workload" not in params else None
     runs = []
     for path, names in declared.items():
         mine = {k: v for k, v in params.items() if k in names}
+        spec = studies.spec_for(path.stem)
         each = workloads if workloads is not None and "workload" in names else [None]
+        if spec is not None and each != [None]:
+            each = [w for w in each if spec.supports(_workload(w, {"_name": "workload"}))]
+        elif spec is not None and "workload" in names and by_preset is not None and not spec.supports(by_preset):
+            continue
         for w in each:
             p = mine if w is None else mine | {"workload": w}
-            spec = studies.spec_for(path.stem)
             if spec is not None:
                 try:
                     validate(spec, **p)
                 except ParameterError as e:
                     raise ParameterError(f"{path.stem}{'' if w is None else f' ({w})'}: {e}") from None
             runs.append((path, w, p))
+    if not runs and declared:
+        specs = {p.stem: studies.spec_for(p.stem) for p in declared}
+        allowed = {n: [w.name for w in s.workloads()] for n, s in specs.items() if s is not None}
+        asked = (f"workload(s) {list(workloads)}" if workloads is not None else
+                 f"preset {params.get('preset')!r} (workload {by_preset.name!r})")
+        raise ParameterError(f"none of notebook(s) {', '.join(specs)} runs for {asked}; they run for {allowed}")
     return runs
+
+
+def _preset_workload(preset):
+    """The workload a preset name belongs to (None for 'auto', no preset, or a name no workload knows)."""
+    if not isinstance(preset, str) or preset == "auto":
+        return None
+    try:
+        return workloads.for_preset(preset)
+    except ValueError:
+        return None
 
 
 def _declared_parameters(path) -> dict:

@@ -7,6 +7,7 @@ these functions, one per cell.
     02_bottleneck_breakdown  wmbook.studies.breakdown
     04_compile_autocast      wmbook.studies.compile
     06_cuda_graphs           wmbook.studies.graphs
+    07_motion_data_loading   wmbook.studies.motion (the `motion` workload)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ MODULES = {
     "02_bottleneck_breakdown": "wmbook.studies.breakdown",
     "04_compile_autocast": "wmbook.studies.compile",
     "06_cuda_graphs": "wmbook.studies.graphs",
+    "07_motion_data_loading": "wmbook.studies.motion",
 }
 
 

@@ -11,8 +11,10 @@ the units. Code outside this package never branches on a workload's name; it ask
     probe = wl.forward_probe(pipe)       # one steady denoiser forward on seeded inputs
     e2e = wl.end_to_end(pipe, seed=0, size=E2ESize(blocks=2, ddim_steps=3))
 
-Workloads: `mg2` (wmbook.workloads.mg2: Matrix-Game-2 / Self-Forcing causal DiT, KV caches, streaming Wan VAE)
-and `wma` (wmbook.workloads.wma: UnifoLM-WMA video UNet, DDIM, SD VAE).
+Workloads: `mg2` (wmbook.workloads.mg2: Matrix-Game-2 / Self-Forcing causal DiT, KV caches, streaming Wan VAE),
+`wma` (wmbook.workloads.wma: UnifoLM-WMA video UNet, DDIM, SD VAE) and `motion` (wmbook.workloads.motion: the per-step
+reference-motion fetch of thousands of simulated robots). Which notebooks a workload runs follows from its features:
+a notebook's NotebookSpec requires some (the world-model notebooks a `denoiser`, notebook 07 `motion`).
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ _REGISTRY: dict[str, Workload] = {}
 def _load() -> None:
     if not _REGISTRY:
         from .mg2 import Mg2Workload
+        from .motion import MotionWorkload
         from .wma import WMAWorkload
 
-        for wl in (Mg2Workload(), WMAWorkload()):
+        for wl in (Mg2Workload(), WMAWorkload(), MotionWorkload()):
             _REGISTRY[wl.name] = wl
 
 
@@ -56,9 +59,8 @@ def for_preset(preset_name: str) -> Workload:
     for wl in all_workloads():
         if preset_name in wl.presets:
             return wl
-    from ..presets import ALL_PRESETS
-
-    raise ValueError(f"preset={preset_name!r} is not known; allowed values: {sorted(ALL_PRESETS)}")
+    raise ValueError(f"preset={preset_name!r} is not known; allowed values: "
+                     f"{sorted(p for wl in all_workloads() for p in wl.presets)}")
 
 
 __all__ = ["DecoderStep", "E2ESize", "EndToEnd", "GraphTarget", "Labels", "Layout", "Metric", "Probe", "Workload", "all_workloads", "for_preset", "get",
