@@ -202,3 +202,19 @@ def test_notebook_07_tiny_motion(tmp_path):
     assert set(fetch["gate"]) == {"reference", "pass"} and (fetch["p20"] <= fetch["p80"]).all()
     assert {"stage_share:interpolation", "bytes_floor_ms", "copy_gbps", "speedup"} <= set(df["metric"])
     assert sorted(set(df.loc[df["metric"] == "scaling_fetch_ms", "num_envs"])) == [64, 256]
+
+
+def test_notebook_05_tiny_mg2_and_wma(tmp_path):
+    """On a CPU notebook 05 checks every kernel at the workload's (tiny) call sites in Triton's interpreter against the
+    fp32 reference and the model's own op sequence; no timings, no ladder (said so); both workloads."""
+    runs = run_notebooks(["05_triton_kernels"], out=tmp_path / "r", progress=False, workloads=["mg2", "wma"],
+                         parameters={"results_path": str(tmp_path / "results.csv"), "output_dir": str(tmp_path / "a")})
+    assert [r.status for r in runs] == ["ok", "ok"], [r.error for r in runs]
+    import nbformat
+
+    for r in runs:
+        text = "\n".join(str(o.get("text", o.get("data", {}).get("text/plain", "")))
+                         for c in nbformat.read(r.executed_path, as_version=4).cells if c.cell_type == "code"
+                         for o in c.get("outputs", []))
+        assert "pass" in text and "FAIL" not in text and "ladder rows left out" in text
+    assert "rms_norm_silu" in text or "group_norm_silu" in text

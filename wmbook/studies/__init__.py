@@ -6,6 +6,7 @@ these functions, one per cell.
     01_baseline_profiling    wmbook.studies.baseline
     02_bottleneck_breakdown  wmbook.studies.breakdown
     04_compile_autocast      wmbook.studies.compile
+    05_triton_kernels        wmbook.studies.kernels
     06_cuda_graphs           wmbook.studies.graphs
     07_motion_data_loading   wmbook.studies.motion (the `motion` workload)
 """
@@ -18,6 +19,7 @@ MODULES = {
     "01_baseline_profiling": "wmbook.studies.baseline",
     "02_bottleneck_breakdown": "wmbook.studies.breakdown",
     "04_compile_autocast": "wmbook.studies.compile",
+    "05_triton_kernels": "wmbook.studies.kernels",
     "06_cuda_graphs": "wmbook.studies.graphs",
     "07_motion_data_loading": "wmbook.studies.motion",
 }

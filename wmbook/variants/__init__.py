@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 import torch
 
-FAMILIES = ("precision", "hygiene", "attention", "layout", "compile", "graphs", "decoder")
-_TOL_ORDER = ("fp32", "tf32", "bf16", "fp16")  # looser to the right
+FAMILIES = ("precision", "hygiene", "attention", "layout", "kernels", "compile", "graphs", "decoder")
+_TOL_ORDER = ("fp32", "tf32", "bf16", "fp16", "fp8")  # looser to the right
 
 
 class UnknownVariantError(ValueError):

@@ -202,6 +202,10 @@ class Workload:
         """Latents of an end-to-end run -> frames, the way the pipeline decodes them."""
         raise NotImplementedError
 
+    def kernel_cases(self, preset) -> list:
+        """Where notebook 05's fused kernels run in this workload, at `preset`'s shapes (wmbook.kernels.cases)."""
+        return []
+
     def forward_flops(self, preset) -> dict[str, float]:
         """FLOPs of one steady denoiser forward by part ('total' included)."""
         raise NotImplementedError

@@ -150,6 +150,18 @@ class Mg2Workload(Workload):
         return pipe.preset.vae
 
     # --- measuring -------------------------------------------------------------------------------------
+    def kernel_cases(self, preset) -> list:
+        """The DiT block's adaLN, gated residual + adaLN and q/k norm + RoPE at one block's tokens; the Wan VAE
+        decoder's RMS norm + SiLU."""
+        from ..kernels.cases import dit_cases, wan_decoder_cases
+        from ..models.vae import wan_vae_config
+
+        lh, lw = preset.latent_hw
+        pt, ph, pw = preset.patch_size
+        tokens = preset.num_frame_per_block // pt * (lh // ph) * (lw // pw)
+        return (dit_cases(preset.dim, preset.num_heads, tokens, preset.num_frame_per_block // pt, preset.eps)
+                + wan_decoder_cases(preset.latent_hw, wan_vae_config(preset.vae)["base_dim"]))
+
     def forward_flops(self, preset) -> dict[str, float]:
         return dit_forward_flops(preset, block_idx=1)
 

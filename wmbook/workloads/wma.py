@@ -116,6 +116,14 @@ class WMAWorkload(Workload):
                 Layout(pipe.vae, torch.channels_last)]
 
     # --- measuring -------------------------------------------------------------------------------------
+    def kernel_cases(self, preset) -> list:
+        """The video UNet's GroupNorm + SiLU (+ time embedding) at its top level; the SD VAE decoder's."""
+        from ..kernels.cases import sd_decoder_cases, unet_cases
+
+        return (unet_cases(preset.model_channels, preset.latent_hw, preset.frames, preset.norm_groups)
+                + sd_decoder_cases(preset.height, preset.width, preset.vae_block_out_channels[0],
+                                   preset.vae_norm_groups))
+
     def forward_flops(self, preset) -> dict[str, float]:
         return unet_forward_flops(preset)
 

@@ -1,0 +1,129 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 05 · Fused Triton kernels and fp8 GEMMs: the glue and the GEMMs that compile leaves on the table
+#
+# **Question.** After notebook 04's best stack, normalization, copies and elementwise ops still take a large share of
+# the GPU time (notebook 02's category table: about 29% of the DiT forward, and the UNet's GroupNorm + SiLU). Can one
+# fused kernel per pattern move only the bytes the op must move, faster than what `torch.compile` generates for the
+# same op sequence, and how much do fp8 GEMMs take off the rest?
+#
+# **How.** Each kernel in `wmbook/kernels/` is a Triton kernel with its launcher, an fp32 reference and a
+# `torch.library` custom op (`wmbook::<name>`, with a fake implementation, so torch.compile traces it and a CUDA graph
+# captures it). Inference only. First each kernel at the workload's real call sites (`Workload.kernel_cases`): the
+# model's own unfused op sequence (eager), `torch.compile` of that sequence, and the kernel, each timed with
+# `triton.testing.do_bench` (the L2 cache flushed before every call; median, p20-p80), in GB/s of the fewest bytes the
+# op must move, against the measured copy bandwidth. Then ladder rows on top of notebook 04's best stack, each gated
+# against the fp32 reference before its time counts. On a CPU the kernels run in Triton's interpreter on the tiny
+# shapes: correctness only.
+
+# %% tags=["parameters"]
+workload = "mg2"       # mg2 (causal DiT + KV cache) | wma (video UNet + DDIM)
+preset = "auto"        # auto: tiny/tiny-wma on CPU, mg2-universal/wma on GPU
+device = "auto"        # auto | cpu | cuda
+kernel_table = True    # each kernel at the workload's call sites: eager vs torch.compile vs Triton
+rep_ms = 200           # milliseconds of repeated calls per kernel timing
+ladder = "auto"        # the ladder rows on top of notebook 04's best stack; auto: on a GPU only
+base = "auto"          # auto: notebook 04's best stack (its ladder + compile); or comma-separated variant names
+steps = "auto"         # rows added to the base; auto: triton-fused, vae-triton-fused, fp8 (where the device has FP8)
+compile_backend = "auto"  # auto: inductor on GPU, aot_eager on CPU | inductor | aot_eager | eager
+warmup = 3             # untimed forwards before timing
+repeats = 10           # timed forwards per row
+e2e_blocks = 0         # mg2 blocks per end-to-end run; 0 means 4 on a GPU, 3 on a CPU
+e2e_ddim_steps = 0     # wma DDIM steps per pass in the end-to-end run; 0: the preset's default
+e2e_repeats = 2        # timed end-to-end runs per row
+output_dir = "auto"
+results_path = "auto"  # auto: data/results/results.csv for real presets, reports/results/results-tiny.csv for tiny ones
+seed = 0
+
+# %%
+import os
+
+if device == "cpu" or (device == "auto" and not __import__("torch").cuda.is_available()):
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: the kernels run on the CPU
+
+import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
+
+from wmbook import device as wdev
+from wmbook import results
+from wmbook.studies import compile as study04
+from wmbook.studies import kernels as study
+
+cfg = study.validate(workload=workload, preset=preset, device=device, kernel_table=kernel_table, rep_ms=rep_ms,
+                     ladder=ladder, base=base, steps=steps, compile_backend=compile_backend, warmup=warmup,
+                     repeats=repeats, e2e_blocks=e2e_blocks, e2e_ddim_steps=e2e_ddim_steps, e2e_repeats=e2e_repeats,
+                     output_dir=output_dir, results_path=results_path, seed=seed)
+print("base stack:", " -> ".join(study.base_stack(cfg)), "| kernel rows:", " -> ".join(study.kernel_steps(cfg)))
+print(study.fp8_note(cfg))
+cfg.table()
+
+# %% [markdown]
+# ## Each kernel at its call sites: eager, torch.compile, Triton
+# `MB` is what the op must move at least (each input read once, each output written once); GB/s divides it by the
+# time, so 100% of copy would be a kernel that only streams its bytes. `rel_l2` is the error against the fp32
+# reference: the kernel passes when it is no further from fp32 than the eager op sequence (or within the dtype's
+# tolerance).
+
+# %%
+ceilings = wdev.measure_ceilings(cfg.device, quick=cfg.tiny)
+tab = study.kernel_table(cfg, ceilings) if cfg.options.kernel_table else None
+display(study.kernel_summary(tab)) if tab is not None else print("kernel_table=False")
+
+# %%
+fig = study.plot_kernels(tab, f"{cfg.workload.name} / {cfg.preset.name}") if tab is not None else None
+if fig is not None:
+    plt.show()
+else:
+    print("no timings on a CPU: the Triton interpreter checks correctness only")
+
+# %% [markdown]
+# ## Ladder: notebook 04's best stack, then the kernels, then fp8
+# Each row adds one variant and is gated against the fp32 reference; a row that fails the gate is shown but its time
+# does not count. `GPU busy ms` is the kernels' time per forward: what the fused kernels and fp8 act on. Wall time
+# includes the host's launches (notebook 06 removes those with CUDA graphs).
+
+# %%
+if cfg.options.ladder:
+    ref = study04.reference(cfg)
+    lad = study.run_ladder(ref, cfg, ceilings)
+    display(lad.table())
+else:
+    lad = None
+    print("ladder rows left out: on a CPU the kernels run in Triton's interpreter (seconds per forward); the tests "
+          "check the triton-fused variants against the fp32 reference on the tiny presets; ladder=True runs them here")
+
+# %% [markdown]
+# ### GPU time per forward by operator category
+
+# %%
+cats = study.category_table(lad) if lad is not None else None
+cats if cats is not None and len(cats) else print("no device trace categories on this device")
+
+# %% [markdown]
+# ## Results rows
+
+# %%
+from wmbook.studies import graphs as study06
+
+rows = (study.kernel_rows(cfg, tab) if tab is not None else []) + (study06.result_rows(cfg, lad) if lad else [])
+path = results.append(rows, cfg.results_path) if rows else None
+print(f"appended {len(rows)} rows to {path}")
+
+# %% [markdown]
+# ## Interpretation
+
+# %%
+Markdown(study.interpret(cfg, tab, lad))

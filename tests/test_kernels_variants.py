@@ -1,0 +1,94 @@
+"""Notebook 05's integration: the triton-fused and vae-triton-fused variants equal the reference models (the kernels
+run in Triton's interpreter on the CPU), the kernel cases of both workloads pass their gate, the fp8 variant says why
+it cannot run here."""
+
+import pytest
+import torch
+
+from wmbook import workloads
+from wmbook.studies import kernels as study
+from wmbook.variants.ladder import apply_stack
+from wmbook.workloads import E2ESize
+
+CPU = torch.device("cpu")
+
+
+def _flat(out):
+    ts = out if isinstance(out, (list, tuple)) else [out]
+    return torch.cat([t.flatten().float() for t in ts if isinstance(t, torch.Tensor)])
+
+
+@pytest.fixture(scope="module", params=["mg2", "wma"])
+def ref(request):
+    wl = workloads.get(request.param)
+    return wl, wl.reference_pipeline(wl.presets[wl.tiny_preset], CPU)
+
+
+def test_triton_fused_equals_reference(ref):
+    wl, pipe = ref
+    base, _ = apply_stack(pipe, wl, ["norm-input-dtype"], CPU)
+    fused, ctx = apply_stack(pipe, wl, ["norm-input-dtype", "triton-fused"], CPU)
+    a, b = _flat(wl.forward_probe(base).forward()), _flat(wl.forward_probe(fused).forward())
+    assert ((a - b).norm() / a.norm()).item() < 1e-5, ctx.notes
+    note = ctx.notes["triton-fused"]
+    assert ("DiT blocks" in note) if wl.name == "mg2" else ("ResBlocks with the time-embedding add fused" in note)
+    # the swaps really call the kernels' ops: a model without them differs from one with a poisoned op
+    from wmbook.variants import fused as fmod
+
+    assert any(isinstance(m, fmod.FusedGroupNormSiLU) for m in wl.denoiser(fused).modules()) or \
+        any(type(m).__name__.startswith("FusedDiTBlock") for m in wl.denoiser(fused).modules())
+
+
+def test_vae_triton_fused_frames_equal_reference(ref):
+    wl, pipe = ref
+    dec, ctx = apply_stack(pipe, wl, ["vae-triton-fused"], CPU)
+    size = E2ESize(blocks=2, ddim_steps=2)
+    a, b = wl.end_to_end(pipe, 0, size).frames.float(), wl.end_to_end(dec, 0, size).frames.float()
+    assert ((a - b).norm() / a.norm()).item() < 1e-5
+    assert int(ctx.notes["vae-triton-fused"].split()[0]) > 0
+
+
+def test_fused_kernel_really_runs(ref, monkeypatch):
+    """Poison the kernel launchers: the fused model's output must change (the swap is not a silent no-op)."""
+    wl, pipe = ref
+    fused, _ = apply_stack(pipe, wl, ["triton-fused"], CPU)
+    from wmbook.kernels import adaln, group_norm_silu
+
+    target = (adaln, "adaln_modulate") if wl.name == "mg2" else (group_norm_silu, "group_norm_silu")
+    monkeypatch.setattr(*target, lambda *a, **k: (_ for _ in ()).throw(RuntimeError("kernel called")))
+    with pytest.raises(RuntimeError, match="kernel called"):
+        wl.forward_probe(fused).forward()
+
+
+def test_kernel_cases_pass_their_gate_at_tiny_shapes(ref):
+    wl, _ = ref
+    cfg = study.validate(workload=wl.name, preset=wl.tiny_preset, device="cpu")
+    tab = study.kernel_table(cfg, None)
+    assert len(tab) >= 3 and set(tab["gate"]) == {"pass"}, tab
+    assert (tab["rel_l2 fused"] < 1e-2).all() and "fused GB/s" not in tab.columns  # no timings on a CPU
+
+
+def test_fp8_says_why_not_on_cpu():
+    from wmbook.variants.builtin import fp8_unavailable
+
+    assert "CUDA" in fp8_unavailable(CPU)
+    cfg = study.validate(workload="mg2", preset="tiny", device="cpu")
+    assert "fp8" not in study.kernel_steps(cfg) and "left out" in study.fp8_note(cfg)
+    assert cfg.options.ladder is False  # auto: GPU only
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp8 GEMMs need a CUDA GPU with FP8 tensor cores")
+def test_fp8_variant_within_budget_on_gpu():
+    from wmbook.variants.builtin import fp8_unavailable
+
+    dev = torch.device("cuda")
+    if fp8_unavailable(dev):
+        pytest.skip(fp8_unavailable(dev))
+    wl = workloads.get("mg2")
+    preset = wl.presets[wl.real_preset].with_(name="mg2-2-layers", num_layers=2)  # real widths: fp8 GEMM shapes
+    pipe = wl.reference_pipeline(preset, dev)
+    bf, _ = apply_stack(pipe, wl, ["bf16"], dev)
+    f8, ctx = apply_stack(pipe, wl, ["bf16", "fp8"], dev)
+    ref_out = _flat(wl.forward_probe(pipe).forward())
+    err = ((_flat(wl.forward_probe(f8).forward()) - ref_out).norm() / ref_out.norm()).item()
+    assert err < 0.1, (err, ctx.notes)

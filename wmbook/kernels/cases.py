@@ -1,0 +1,192 @@
+"""Where each kernel runs in a workload, at that workload's shapes: the unfused op sequence the model runs today (its
+own modules), the fused kernel, the fp32 reference and the bytes, on seeded inputs (notebook 05's kernel table).
+
+A workload lists its cases (`Workload.kernel_cases(preset)`); the builders here know the models' code paths:
+
+    dit_cases(...)       the causal DiT block: adaLN modulate, gated residual + adaLN, q/k RMSNorm + RoPE
+    unet_cases(...)      the video UNet's ResBlocks: GroupNorm + SiLU (+ the time embedding), spatial and temporal
+    wan_decoder_cases()  the Wan VAE decoder's residual blocks: RMS norm + SiLU
+    sd_decoder_cases()   the SD VAE decoder's residual blocks: GroupNorm + SiLU
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class KernelCase:
+    """One call site of a fused kernel. make(device, dtype, seed) -> inputs (a dict); eager(**inputs): the model's own
+    unfused op sequence; fused(**inputs): the kernel's launcher; ref(**inputs): fp32 reference; nbytes(**inputs): the
+    fewest bytes the op must move. Outputs are a tensor or a tuple of tensors."""
+
+    kernel: str
+    site: str
+    shape: tuple
+    make: Callable[[torch.device, torch.dtype, int], dict]
+    eager: Callable
+    fused: Callable
+    ref: Callable
+    nbytes: Callable
+    dtype: torch.dtype = torch.bfloat16
+    note: str = ""
+    layout: str = "contiguous"
+    extra: dict = field(default_factory=dict)
+
+
+def _gen(device, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return lambda *shape, dtype=torch.float32, scale=1.0: (torch.randn(*shape, generator=g) * scale).to(device, dtype)
+
+
+# --- the causal DiT block ----------------------------------------------------------------------------------------
+def dit_cases(dim: int, num_heads: int, tokens: int, frames: int, eps: float = 1e-6, batch: int = 1,
+              where: str = "causal DiT block") -> list[KernelCase]:
+    """adaLN modulate (norm1/norm2), gated residual + the next adaLN (self-attention residual then norm3), q/k RMSNorm +
+    3-D RoPE, at [batch, tokens, dim] with `frames` latent frames of modulation (fp32 modulation, as upstream Wan)."""
+    from ..models.causal_wan import WanLayerNorm, WanRMSNorm, apply_rope
+    from . import adaln, gated_residual_adaln as gra, qk_norm_rope as qkr
+
+    b, n, c, f = batch, tokens, dim, frames
+    d = c // num_heads
+
+    def mod(h, shift, scale):  # the block's per-frame modulate (CausalWanAttentionBlock.forward)
+        return (h.unflatten(1, (f, -1)) * (1 + scale) + shift).flatten(1, 2)
+
+    def make_adaln(device, dtype, seed):
+        r = _gen(device, seed)
+        return dict(x=r(b, n, c, dtype=dtype), shift=r(b, f, 1, c, scale=0.1), scale=r(b, f, 1, c, scale=0.1))
+
+    norm = WanLayerNorm(c, eps)
+
+    def eager_adaln(x, shift, scale):
+        return mod(norm(x), shift, scale)
+
+    def make_gra(device, dtype, seed):
+        r = _gen(device, seed)
+        return dict(x=r(b, n, c, dtype=dtype), y=r(b, n, c, dtype=dtype), gate=r(b, f, 1, c, scale=0.1),
+                    shift=r(b, f, 1, c, scale=0.1), scale=r(b, f, 1, c, scale=0.1))
+
+    def eager_gra(x, y, gate, shift, scale):
+        x = x + (y.unflatten(1, (f, -1)) * gate).flatten(1, 2)
+        return x, mod(norm(x), shift, scale)
+
+    rms = WanRMSNorm(c, eps)
+
+    def make_qkr(device, dtype, seed):
+        from ..models.causal_wan import rope_cos_sin, rope_inv_freqs
+
+        r = _gen(device, seed)
+        hw = n // f
+        h = max(1, int(round((hw / 1.8) ** 0.5)))  # any grid with f * h * w = tokens will do for the tables
+        while hw % h:
+            h -= 1
+        cos, sin = rope_cos_sin(rope_inv_freqs(d), f, h, hw // h, 0, device)
+        return dict(x=r(b, n, c, dtype=dtype), weight=(1 + r(c, scale=0.1)).to(dtype), cos=cos, sin=sin)
+
+    def eager_qkr(x, weight, cos, sin):
+        rms.weight.data = weight
+        return apply_rope(rms(x).view(b, n, num_heads, d), cos, sin)
+
+    shape = (b, n, c)
+    return [
+        KernelCase("adaln_modulate", f"{where}: norm1 / norm2 + per-frame modulate", shape, make_adaln, eager_adaln,
+                   lambda **k: adaln.adaln_modulate(**k, eps=eps), lambda **k: adaln.adaln_modulate_ref(**k, eps=eps),
+                   adaln.adaln_modulate_bytes),
+        KernelCase("gated_residual_adaln", f"{where}: x + gate * attn(x), then the next norm + modulate", shape,
+                   make_gra, eager_gra, lambda **k: gra.gated_residual_adaln(**k, eps=eps),
+                   lambda **k: gra.gated_residual_adaln_ref(**k, eps=eps), gra.gated_residual_adaln_bytes),
+        KernelCase("qk_norm_rope", f"{where}: q / k RMSNorm + 3-D RoPE ({num_heads} heads of {d})", shape, make_qkr,
+                   eager_qkr, lambda **k: qkr.qk_norm_rope(**k, num_heads=num_heads, eps=eps),
+                   lambda **k: qkr.qk_norm_rope_ref(**k, num_heads=num_heads, eps=eps), qkr.qk_norm_rope_bytes),
+    ]
+
+
+# --- GroupNorm + SiLU: the video UNet and the SD VAE ------------------------------------------------------------
+def _gn_case(site: str, shape: tuple, groups: int, eps: float, add: bool, channels_last: bool, fp32_stats: bool,
+             dtype: torch.dtype = torch.bfloat16, note: str = "") -> KernelCase:
+    from ..models.wma.layers import GroupNorm32
+    from . import group_norm_silu as gns
+
+    c = shape[1]
+    gn = GroupNorm32(groups, c, eps=eps) if fp32_stats else torch.nn.GroupNorm(groups, c, eps=eps)
+    fmt = (torch.channels_last if len(shape) == 4 else torch.channels_last_3d) if channels_last else None
+
+    def make(device, dt, seed):
+        r = _gen(device, seed)
+        x = r(*shape, dtype=dt)
+        if fmt is not None:
+            x = x.contiguous(memory_format=fmt)
+        return dict(x=x, weight=(1 + r(c, scale=0.1)).to(dt), bias=r(c, scale=0.1).to(dt),
+                    add=r(shape[0], c, dtype=dt) if add else None)
+
+    def eager(x, weight, bias, add):  # ResBlock: h + emb[:, :, None, None], then out_layers' GroupNorm32 and SiLU
+        gn.weight.data, gn.bias.data = weight, bias
+        if add is not None:
+            x = x + add.reshape(*add.shape, *([1] * (x.dim() - 2)))
+        return F.silu(gn(x))
+
+    return KernelCase("group_norm_silu", site, shape, make, eager,
+                      lambda x, weight, bias, add: gns.group_norm_silu(x, weight, bias, groups, eps, add),
+                      lambda x, weight, bias, add: gns.group_norm_silu_ref(x, weight, bias, groups, eps, add),
+                      lambda x, weight, bias, add: gns.group_norm_silu_bytes(x, weight, bias, add),
+                      dtype=dtype, note=note, layout="channels-last" if channels_last else "contiguous")
+
+
+def unet_cases(model_channels: int, latent_hw: tuple[int, int], frames: int, groups: int, batch: int = 1,
+               channels_last: bool = True) -> list[KernelCase]:
+    """The UNet's ResBlocks at the top level (the largest activations): out_layers' GroupNorm + SiLU with the time
+    embedding added first (frames folded into the batch, channels-last as notebook 04's stack runs them), and the
+    temporal conv block's GroupNorm + SiLU over [B, C, T, h, w]."""
+    h, w = latent_hw
+    bt = batch * frames
+    return [
+        _gn_case("video UNet ResBlock: h + emb, GroupNorm + SiLU", (bt, model_channels, h, w), groups, 1e-5, True,
+                 channels_last, True),
+        _gn_case("video UNet ResBlock: in_layers GroupNorm + SiLU", (bt, model_channels, h, w), groups, 1e-5, False,
+                 channels_last, True),
+        _gn_case("video UNet temporal conv block: GroupNorm + SiLU", (batch, model_channels, frames, h, w), groups,
+                 1e-5, False, False, False),
+    ]
+
+
+def sd_decoder_cases(height: int, width: int, channels: int = 128, groups: int = 32) -> list[KernelCase]:
+    """The SD VAE decoder's last up-block (the largest activation): GroupNorm + SiLU at full resolution, one frame,
+    fp32 (the workload keeps its VAE in fp32)."""
+    return [_gn_case("SD VAE decoder ResnetBlock: GroupNorm + SiLU (fp32)", (1, channels, height, width), groups,
+                     1e-6, False, False, True, dtype=torch.float32)]
+
+
+# --- the Wan VAE decoder: RMS norm + SiLU ---------------------------------------------------------------------------
+def wan_decoder_cases(latent_hw: tuple[int, int], base_dim: int = 96) -> list[KernelCase]:
+    """diffusers' WanRMS_norm followed by SiLU (WanResidualBlock) in the streaming decode of one latent frame: the
+    middle block at latent resolution (4 x base_dim channels, 1 frame) and the last up-block at full resolution
+    (base_dim channels, 4 frames)."""
+    from . import rms_norm_silu as rns
+
+    h, w = latent_hw
+    shapes = [("Wan VAE decoder middle block: RMS norm + SiLU", (1, 4 * base_dim, 1, h, w)),
+              ("Wan VAE decoder last up-block: RMS norm + SiLU", (1, base_dim, 4, 8 * h, 8 * w))]
+    out = []
+    for site, shape in shapes:
+        c = shape[1]
+
+        def make(device, dt, seed, shape=shape, c=c):
+            r = _gen(device, seed)
+            return dict(x=r(*shape, dtype=dt), gamma=(1 + r(c, 1, 1, 1, scale=0.1)).to(dt), bias=None)
+
+        def eager(x, gamma, bias):  # diffusers WanRMS_norm (channel_first, no bias) + SiLU
+            return F.silu(F.normalize(x, dim=1) * (x.shape[1] ** 0.5) * gamma)
+
+        out.append(KernelCase("rms_norm_silu", site, shape, make, eager,
+                              lambda x, gamma, bias: rns.rms_norm_silu(x, gamma, bias),
+                              lambda x, gamma, bias: rns.rms_norm_silu_ref(x, gamma, bias),
+                              lambda x, gamma, bias: rns.rms_norm_silu_bytes(x, gamma, bias)))
+    return out
+
+
+__all__ = ["KernelCase", "dit_cases", "sd_decoder_cases", "unet_cases", "wan_decoder_cases"]

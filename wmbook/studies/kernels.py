@@ -1,0 +1,292 @@
+"""Notebook 05 (fused Triton kernels and fp8 GEMMs): each kernel at the workload's real call sites against the
+model's own unfused op sequence (eager) and what torch.compile generates for that sequence, in GB/s of the bytes
+the op must move, as a share of the measured copy bandwidth; then ladder rows on top of notebook 04's best stack:
++ triton-fused (the kernels swapped into the denoiser), + vae-triton-fused (the decoder's norm + SiLU pairs),
++ fp8 (torchao's float8 GEMMs), each gated against the fp32 reference.
+
+Timing on a GPU: `triton.testing.do_bench` (L2 flushed before every call, CUDA events, median and p20-p80). On a CPU
+the kernels run in Triton's interpreter on the tiny shapes: correctness only, no speed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .. import results as results_store
+from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WARMUP, Param, boolean, integer
+from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
+from ..runconfig import validate as _validate
+from .compile import _compile_backend, _e2e_blocks
+from .graphs import _base, e2e_size
+
+NOTEBOOK = "05_triton_kernels"
+
+
+def _rep_ms(v, ctx):
+    from ..params import ParameterError
+
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 1 <= v <= 10000:
+        raise ParameterError(f"rep_ms={v!r} is not allowed; allowed values: a number of milliseconds in [1, 10000]")
+    return float(v)
+
+
+def _ladder(v, ctx):
+    return ctx["device"].type == "cuda" if v == "auto" else boolean(v, ctx)
+
+
+SPEC = NotebookSpec(NOTEBOOK, (
+    WORKLOAD, PRESET, DEVICE,
+    Param("kernel_table", True, boolean, "time every kernel at the workload's call sites (GPU) / check it (CPU)"),
+    Param("rep_ms", 200, _rep_ms, "milliseconds of repeated calls per kernel timing (triton.testing.do_bench)"),
+    Param("ladder", "auto", _ladder, "the ladder rows on top of notebook 04's best stack; auto: on a GPU only (on a "
+          "CPU the interpreted kernels take seconds per forward)"),
+    Param("base", "auto", _base, "the stack the rows build on; auto: notebook 04's best (its ladder + compile)"),
+    Param("steps", "auto", _base, "rows added to the base, in order; auto: triton-fused, vae-triton-fused, fp8 "
+          "(where the device has FP8)"),
+    Param("compile_backend", "auto", _compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
+    WARMUP.with_default(3), REPEATS.with_default(10),
+    Param("e2e_blocks", 0, _e2e_blocks, "blocks per end-to-end run (causal DiT); 0: 4 on a GPU, 3 on a CPU"),
+    Param("e2e_ddim_steps", 0, integer(0), "DDIM steps per pass in the end-to-end run (UNet); 0: the preset's "
+          "default"),
+    Param("e2e_repeats", 2, integer(1), "timed end-to-end runs per row"),
+    OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False)
+
+
+def validate(**params) -> RunConfig:
+    """Check every notebook-05 parameter before any heavy work; errors name the parameter and allowed values."""
+    return _validate(SPEC, **params)
+
+
+# --- the kernel table --------------------------------------------------------------------------------------------
+
+GATE_REL_L2 = {torch.float32: 1e-5, torch.bfloat16: 8e-3, torch.float16: 2e-3}  # a fused op vs its fp32 reference
+
+
+def _tensors(out) -> list[torch.Tensor]:
+    return [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, torch.Tensor)]
+
+
+def _rel_l2(out, ref) -> float:
+    errs = [((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+            for a, b in zip(_tensors(out), _tensors(ref))]
+    return max(errs) if errs else math.nan
+
+
+def _bench(fn, rep_ms: float, device: torch.device) -> tuple[float, float, float]:
+    """(median, p20, p80) ms of fn on a CUDA device: triton.testing.do_bench (L2 flushed before each call)."""
+    from triton.testing import do_bench
+
+    with torch.cuda.device(device):
+        med, p20, p80 = do_bench(fn, warmup=25, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+    return float(med), float(p20), float(p80)
+
+
+def kernel_table(cfg: RunConfig, ceilings: dict | None) -> pd.DataFrame:
+    """One row per call site of the workload (Workload.kernel_cases): bytes, the error of eager and of the fused kernel
+    against the fp32 reference (the gate), and on a GPU the time and GB/s of eager, torch.compile (inductor, default
+    mode) and the kernel, the kernel's share of the copy bandwidth and its speedup over compile."""
+    from tqdm.auto import tqdm
+
+    from ..kernels import runs_triton
+
+    dev = cfg.device
+    if not runs_triton(dev):
+        raise RuntimeError("the fused kernels need Triton on a CUDA device, or TRITON_INTERPRET=1 on a CPU (set it "
+                           "before triton is imported)")
+    gpu = dev.type == "cuda"
+    copy = (ceilings or {}).get("copy_gbps", math.nan)
+    rows = []
+    for case in tqdm(cfg.workload.kernel_cases(cfg.preset), desc="kernels", leave=False):
+        inputs = case.make(dev, case.dtype, cfg.seed)
+        with torch.inference_mode():
+            ref = case.ref(**inputs)
+            fused = case.fused(**inputs)
+            eager = case.eager(**inputs)
+        nbytes = case.nbytes(**inputs)
+        err_fused, err_eager = _rel_l2(fused, ref), _rel_l2(eager, ref)
+        tol = GATE_REL_L2.get(case.dtype, 1e-2)
+        row = {"kernel": case.kernel, "site": case.site, "shape": "x".join(map(str, case.shape)),
+               "dtype": str(case.dtype).replace("torch.", ""), "layout": case.layout, "MB": nbytes / 1e6,
+               "rel_l2 eager": err_eager, "rel_l2 fused": err_fused,
+               "gate": "pass" if err_fused <= max(2 * err_eager, tol) else "FAIL"}
+        if gpu:
+            compiled = torch.compile(case.eager, backend=cfg.options.compile_backend, dynamic=False)
+            with torch.inference_mode():
+                err_compile = _rel_l2(compiled(**inputs), ref)
+                for impl, fn in (("eager", case.eager), ("compile", compiled), ("fused", case.fused)):
+                    med, p20, p80 = _bench(lambda fn=fn: fn(**inputs), cfg.options.rep_ms, dev)
+                    row.update({f"{impl} us": med * 1e3, f"{impl} us p20": p20 * 1e3, f"{impl} us p80": p80 * 1e3,
+                                f"{impl} GB/s": nbytes / (med * 1e-3) / 1e9})
+            row["rel_l2 compile"] = err_compile
+            row["fused % of copy"] = 100 * row["fused GB/s"] / copy if copy == copy else math.nan
+            row["fused vs compile"] = row["compile us"] / row["fused us"]
+            row["fused vs eager"] = row["eager us"] / row["fused us"]
+            torch._dynamo.reset()  # one compiled op sequence at a time
+        rows.append(row)
+        del inputs, ref, fused, eager
+    df = pd.DataFrame(rows)
+    df.attrs["copy_gbps"] = copy
+    return df
+
+
+def kernel_summary(tab: pd.DataFrame) -> pd.DataFrame:
+    """The kernel table's headline columns: GB/s of eager, compile and the kernel, share of copy bandwidth."""
+    cols = ["kernel", "site", "shape", "dtype", "MB", "gate", "eager GB/s", "compile GB/s", "fused GB/s",
+            "fused % of copy", "fused vs compile", "fused vs eager", "rel_l2 eager", "rel_l2 fused"]
+    return tab[[c for c in cols if c in tab.columns]]
+
+
+def plot_kernels(tab: pd.DataFrame, title: str = ""):
+    """One panel per call site (the Triton tutorials' benchmark style): GB/s of eager, torch.compile and the fused
+    kernel, with the measured copy bandwidth as the roof."""
+    import matplotlib.pyplot as plt
+
+    if "fused GB/s" not in tab.columns:
+        return None
+    n = len(tab)
+    cols = min(n, 4)
+    fig, axes = plt.subplots(math.ceil(n / cols), cols, figsize=(3.3 * cols, 3.2 * math.ceil(n / cols)),
+                             squeeze=False)
+    copy = tab.attrs.get("copy_gbps", math.nan)
+    impls = (("eager", "#999999"), ("compile", "#4c72b0"), ("fused", "#dd8452"))
+    for ax, (_, r) in zip(axes.flat, tab.iterrows()):
+        vals = [r[f"{i} GB/s"] for i, _ in impls]
+        ax.bar(range(3), vals, color=[c for _, c in impls])
+        for x, v in enumerate(vals):
+            ax.annotate(f"{v:,.0f}", (x, v), ha="center", va="bottom", fontsize=8)
+        if copy == copy:
+            ax.axhline(copy, color="k", ls="--", lw=1)
+            ax.annotate(f"copy {copy:,.0f} GB/s", (2.45, copy), ha="right", va="bottom", fontsize=7)
+            ax.set_ylim(0, max(copy, max(vals)) * 1.15)
+        ax.set_xticks(range(3), [i for i, _ in impls])
+        ax.set_title(f"{r['kernel']}\n{r['shape']} {r['dtype']}", fontsize=8)
+        ax.set_ylabel("GB/s (bytes the op must move)", fontsize=8)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+class _Quantiles:
+    """do_bench's quantiles in the shape results.make_row reads from a timing (summary())."""
+
+    def __init__(self, median: float, p20: float, p80: float):
+        self._s = {"median": float(median), "p20": float(p20), "p80": float(p80), "p95": math.nan, "n": math.nan}
+
+    def summary(self) -> dict:
+        return self._s
+
+
+def kernel_rows(cfg: RunConfig, tab: pd.DataFrame) -> list[dict]:
+    """Per call site and implementation: time (median, p20, p80) and GB/s, as results rows."""
+    common = dict(notebook=cfg.notebook, workload=cfg.workload.name, preset=cfg.preset.name, params=cfg.params())
+    out = []
+    if "fused us" not in tab.columns:
+        return out
+    for _, r in tab.iterrows():
+        variant = f"kernel:{r['kernel']} {r['shape']} {r['dtype']}"
+        for impl in ("eager", "compile", "fused"):
+            timing = _Quantiles(r[f"{impl} us"], r[f"{impl} us p20"], r[f"{impl} us p80"])
+            out.append(results_store.make_row(metric=f"{impl}_us", value=float(r[f"{impl} us"]), unit="us",
+                                              variant=variant, gate=r["gate"], timing=timing, **common))
+            out.append(results_store.make_row(metric=f"{impl}_gbps", value=float(r[f"{impl} GB/s"]), unit="GB/s",
+                                              variant=variant, gate=r["gate"], **common))
+    return out
+
+
+# --- the ladder ------------------------------------------------------------------------------------------------------
+
+
+def base_stack(cfg: RunConfig) -> list[str]:
+    from .graphs import base_stack as _b
+
+    return _b(cfg)
+
+
+def kernel_steps(cfg: RunConfig) -> list[str]:
+    """The rows added to the base: `steps`, or triton-fused, vae-triton-fused and fp8 (where it can run)."""
+    from .. import variants
+    from ..variants.builtin import fp8_unavailable
+
+    if cfg.options.steps is not None:
+        return list(cfg.options.steps)
+    known = variants.known(cfg.workload)
+    steps = [s for s in ("triton-fused", "vae-triton-fused") if s in known]
+    if "fp8" in known and fp8_unavailable(cfg.device) is None:
+        steps.append("fp8")
+    return steps
+
+
+def fp8_note(cfg: RunConfig) -> str:
+    from ..variants.builtin import fp8_unavailable
+
+    why = fp8_unavailable(cfg.device)
+    return f"fp8 row left out: {why}" if why else "fp8 row included"
+
+
+def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
+    """The base stack (one row), then each kernel step, gated against fp32 (the ladder of wmbook.variants)."""
+    from .. import variants
+    from ..variants.ladder import LadderSettings
+    from ..variants.ladder import run_ladder as _run
+
+    base = base_stack(cfg)
+    o = cfg.options
+    st = LadderSettings(seed=cfg.seed, warmup=cfg.warmup, repeats=cfg.repeats, e2e=e2e_size(cfg),
+                        e2e_repeats=o.e2e_repeats, compile_backend=o.compile_backend, ceilings=ceilings, keep=False)
+    n_base = len(variants.resolve(base, cfg.workload, cfg.device))
+    return _run(cfg.workload, cfg.preset, base + kernel_steps(cfg), device=cfg.device, settings=st, reference=ref,
+                from_row=n_base)
+
+
+def category_table(lad) -> pd.DataFrame:
+    """GPU ms per forward by operator category for each measured row (normalization, GEMM, ...), and each
+    category's share of the busy time."""
+    rows = {}
+    for r in lad.rows[1:]:
+        if r.categories:
+            rows[r.variant] = r.categories
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows).T.fillna(0.0)
+    df["busy ms"] = df.sum(axis=1)
+    return df
+
+
+def interpret(cfg: RunConfig, tab: pd.DataFrame | None, lad=None) -> str:
+    """What the numbers say, from the numbers."""
+    lines = []
+    if tab is not None and len(tab):
+        fails = tab[tab["gate"] != "pass"]
+        lines.append(f"- **Correctness**: {len(tab) - len(fails)} of {len(tab)} call sites match the fp32 reference "
+                     f"at least as closely as the eager op sequence" + (f"; failing: {', '.join(fails['kernel'])}"
+                                                                       if len(fails) else "") + ".")
+        if "fused GB/s" in tab.columns:
+            for _, r in tab.iterrows():
+                lines.append(f"- `{r['kernel']}` at {r['shape']} ({r['site']}): {r['fused GB/s']:,.0f} GB/s "
+                             f"({r['fused % of copy']:.0f}% of copy), {r['fused vs compile']:.2f}x torch.compile, "
+                             f"{r['fused vs eager']:.2f}x eager.")
+        else:
+            lines.append("- On a CPU the kernels ran in Triton's interpreter: correctness only, no speed.")
+    if lad is not None and len(lad.rows) > 1:
+        first = lad.rows[1]
+        for r in lad.rows[2:]:
+            if r.gate != "pass":
+                lines.append(f"- `{r.variant}` failed the gate ({r.gate}); its time does not count.")
+                continue
+            busy = (f"GPU busy {first.gpu_busy_ms:.1f} -> {r.gpu_busy_ms:.1f} ms per forward"
+                    if r.gpu_busy_ms == r.gpu_busy_ms and first.gpu_busy_ms == first.gpu_busy_ms else "")
+            lines.append(f"- `{r.variant}`: forward {first.forward.median:.1f} -> {r.forward.median:.1f} ms"
+                         + (f", {busy}" if busy else "") + f", {cfg.workload.metric.label} "
+                         f"{first.e2e_value:.3g} -> {r.e2e_value:.3g}.")
+    return "\n".join(lines)
+
+
+__all__ = ["NOTEBOOK", "SPEC", "base_stack", "category_table", "fp8_note", "interpret", "kernel_rows",
+           "kernel_steps", "kernel_summary", "kernel_table", "plot_kernels", "run_ladder", "validate"]

@@ -1,0 +1,214 @@
+"""Notebook 05's fused Triton kernels swapped into the reference models from outside (the `triton-fused` and
+`vae-triton-fused` variants). Each swap calls the kernel's torch.library custom op (`torch.ops.wmbook.*`), so
+torch.compile traces through it without a graph break and a CUDA graph captures its launch; where Triton does not
+run (a CPU without the interpreter) the op computes its fp32 reference. Inference only.
+
+- causal DiT block (FusedDiTBlock): norm1 / norm2 + per-frame modulate -> `adaln_modulate`; the self-attention's
+  gated residual + norm3 (an affine LayerNorm is an adaLN with scale = weight - 1, shift = bias) ->
+  `gated_residual_adaln`; the self-attention's q / k RMSNorm + RoPE -> `qk_norm_rope` (FusedQKNormRoPE).
+- video UNet: every GroupNorm followed by SiLU -> `group_norm_silu` (FusedGroupNormSiLU, the SiLU becomes an
+  Identity); the ResBlock's time-embedding add folded into the out_layers' norm (FusedResBlock).
+- decoders: each residual block's norm + SiLU pair (Wan: RMS norm -> `rms_norm_silu`; SD: GroupNorm ->
+  `group_norm_silu`) and the decoder head's.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ..profiling.labels import detail_label as dl
+from .swaps import swap_class
+
+
+def _ops():
+    from ..kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu  # noqa: F401
+
+    return torch.ops.wmbook
+
+
+# --- the causal DiT --------------------------------------------------------------------------------------------------
+
+
+class FusedQKNormRoPE:
+    """CausalWanSelfAttention whose q and k go through one RMSNorm + RoPE kernel each."""
+
+    def forward(self, x, cos, sin, kv_cache, start_token=None, mask=None):
+        from ..models.attention import attention
+
+        ops = _ops()
+        b, s = x.shape[:2]
+        n, d = self.num_heads, self.head_dim
+        with dl("DiT_SelfAttn_QKV_RoPE"):
+            q = ops.qk_norm_rope(self.q(x), self.norm_q.weight, cos, sin, n, self.norm_q.eps)
+            k = ops.qk_norm_rope(self.k(x), self.norm_k.weight, cos, sin, n, self.norm_k.eps)
+            v = self.v(x).view(b, s, n, d)
+        if kv_cache is not None:
+            with dl("DiT_KV_Cache_Update"):
+                k, v = kv_cache.update(k, v, start_token)
+        with dl("DiT_Attention"):
+            return self.o(attention(q, k, v, mask=mask).flatten(2))
+
+
+class FusedDiTBlock:
+    """CausalWanAttentionBlock with its norms + modulation and the self-attention residual fused (see the module
+    docstring); the rest is the reference's forward, call for call."""
+
+    def forward(self, x, e, grid, context, cos, sin, *, attn_start=None, action_start=None, kv_cache=None,
+                cross_cache=None, actions=None, action_cache=None, mask=None, action_inputs=None):
+        ops = _ops()
+        b, f = e.shape[:2]
+        shift_msa, scale_msa, gate_msa, shift_ffn, scale_ffn, gate_ffn = (self.modulation.unsqueeze(1) + e).chunk(6, dim=2)
+        s = x.shape[1] // f
+        with dl("DiT_Norm_Modulation"):
+            h = ops.adaln_modulate(x, shift_msa, scale_msa, self.norm1.eps)
+        y = self.self_attn(h, cos, sin, kv_cache, None if attn_start is None else attn_start * s, mask)
+        with dl("DiT_Norm_Modulation"):
+            if isinstance(self.norm3, nn.LayerNorm) and self.norm3.weight is not None:
+                c = x.shape[-1]
+                w3 = (self.norm3.weight.float() - 1).view(1, 1, 1, c).expand(b, f, 1, c)
+                b3 = self.norm3.bias.float().view(1, 1, 1, c).expand(b, f, 1, c)
+                x, hn = ops.gated_residual_adaln(x, y, gate_msa, b3, w3, self.norm3.eps)
+            else:
+                x = x + (y.unflatten(1, (f, -1)) * gate_msa).flatten(1, 2)
+                hn = self.norm3(x)
+        with dl("DiT_CrossAttn"):
+            x = x + self.cross_attn(hn, context, cross_cache)
+        if self.action_model is not None:
+            with dl("DiT_Action"):
+                x = self.action_model(x, grid, actions, start_frame=action_start, cache=action_cache,
+                                      inputs=action_inputs)
+        with dl("DiT_Norm_Modulation"):
+            h = ops.adaln_modulate(x, shift_ffn, scale_ffn, self.norm2.eps)
+        with dl("DiT_FFN"):
+            y = self.ffn(h)
+        with dl("DiT_Norm_Modulation"):
+            return x + (y.unflatten(1, (f, -1)) * gate_ffn).flatten(1, 2)
+
+
+def fuse_dit(model: nn.Module) -> dict[str, int]:
+    """Swap the DiT blocks and their self-attentions (q/k norm only where it is an RMSNorm); returns the counts."""
+    from ..models.causal_wan import CausalWanAttentionBlock, WanLayerNorm, WanRMSNorm
+
+    blocks = attn = 0
+    for m in model.modules():
+        if isinstance(m, CausalWanAttentionBlock):
+            if not (isinstance(m.norm1, WanLayerNorm) and isinstance(m.norm2, WanLayerNorm)):
+                continue
+            swap_class(m, FusedDiTBlock)
+            blocks += 1
+            if isinstance(m.self_attn.norm_q, WanRMSNorm) and isinstance(m.self_attn.norm_k, WanRMSNorm):
+                swap_class(m.self_attn, FusedQKNormRoPE)
+                attn += 1
+    return {"DiT blocks (adaLN, gated residual + adaLN)": blocks, "self-attentions (q/k norm + RoPE)": attn}
+
+
+# --- GroupNorm + SiLU (video UNet, SD VAE) ------------------------------------------------------------------------
+
+
+class FusedGroupNormSiLU(nn.Module):
+    """SiLU(GroupNorm(x [+ add])) in one kernel pair (stats, normalize); shares the GroupNorm's parameters."""
+
+    def __init__(self, gn: nn.GroupNorm):
+        super().__init__()
+        self.num_groups, self.eps = gn.num_groups, gn.eps
+        self.weight, self.bias = gn.weight, gn.bias
+
+    def forward(self, x, add=None):
+        return _ops().group_norm_silu(x, self.weight, self.bias, self.num_groups, self.eps, add)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.weight.shape[0]}, eps={self.eps} (+ SiLU, Triton)"
+
+
+class FusedRMSNormSiLU(nn.Module):
+    """SiLU(WanRMS_norm(x)) in one kernel (channels-first RMS norm of diffusers' Wan VAE); shares its parameters."""
+
+    def __init__(self, norm):
+        super().__init__()
+        self.gamma = norm.gamma
+        self.bias = norm.bias if isinstance(norm.bias, torch.Tensor) else None
+        self.eps = 1e-12  # F.normalize's, which WanRMS_norm uses
+
+    def forward(self, x):
+        return _ops().rms_norm_silu(x, self.gamma, self.bias, self.eps)
+
+
+def _is_silu(m) -> bool:
+    return isinstance(m, nn.SiLU)
+
+
+def fuse_sequential_gn_silu(model: nn.Module) -> int:
+    """Every nn.Sequential holding a GroupNorm directly followed by a SiLU: the pair becomes (fused, Identity)."""
+    n = 0
+    for seq in [m for m in model.modules() if isinstance(m, nn.Sequential)]:
+        for i in range(len(seq) - 1):
+            if isinstance(seq[i], nn.GroupNorm) and _is_silu(seq[i + 1]):
+                seq[i], seq[i + 1] = FusedGroupNormSiLU(seq[i]), nn.Identity()
+                n += 1
+    return n
+
+
+class FusedResBlock:
+    """The video UNet's ResBlock with the time-embedding add folded into the out_layers' GroupNorm + SiLU kernel."""
+
+    def forward(self, x, emb, batch):
+        with dl("UNet_ResBlock"):
+            with dl("UNet_Norm"):
+                h = self.in_layers[1](self.in_layers[0](x))
+            h = self.in_layers[2](h)
+            add = self.emb_layers(emb).type(h.dtype)
+            with dl("UNet_Norm"):
+                h = self.out_layers[0](h, add=add)  # FusedGroupNormSiLU; out_layers[1] is an Identity
+            h = self.out_layers[3](self.out_layers[2](h))
+            h = self.skip_connection(x) + h
+            if self.temporal_conv is not None:
+                h5 = h.unflatten(0, (batch, -1)).transpose(1, 2).contiguous()
+                h = self.temporal_conv(h5).transpose(1, 2).flatten(0, 1)
+            return h
+
+
+def fuse_unet(model: nn.Module) -> dict[str, int]:
+    from ..models.wma.unet import ResBlock
+
+    pairs = fuse_sequential_gn_silu(model)
+    res = 0
+    for m in model.modules():
+        if isinstance(m, ResBlock) and isinstance(m.out_layers[0], FusedGroupNormSiLU):
+            swap_class(m, FusedResBlock)
+            res += 1
+    return {"GroupNorm + SiLU pairs": pairs, "ResBlocks with the time-embedding add fused": res}
+
+
+# --- decoders ------------------------------------------------------------------------------------------------------
+
+
+def fuse_decoder(decoder: nn.Module) -> int:
+    """Each module with norm1/norm2 (or norm_out) followed by its `nonlinearity` SiLU (diffusers' Wan residual
+    blocks and SD ResnetBlock2D, the decoder head): norm -> fused norm + SiLU, nonlinearity -> Identity. A module
+    whose nonlinearity is used elsewhere too (an SD block with a time embedding) is left as it is."""
+    from diffusers.models.autoencoders.autoencoder_kl_wan import WanRMS_norm
+
+    def fused(norm):
+        if isinstance(norm, WanRMS_norm) and norm.channel_first:
+            return FusedRMSNormSiLU(norm)
+        if isinstance(norm, nn.GroupNorm):
+            return FusedGroupNormSiLU(norm)
+        return None
+
+    n = 0
+    for m in decoder.modules():
+        if not _is_silu(getattr(m, "nonlinearity", None)) or getattr(m, "time_emb_proj", None) is not None:
+            continue
+        names = [a for a in ("norm1", "norm2", "norm_out") if isinstance(getattr(m, a, None), nn.Module)]
+        swaps = {a: fused(getattr(m, a)) for a in names}
+        if names and all(v is not None for v in swaps.values()):
+            for a, v in swaps.items():
+                setattr(m, a, v)
+            m.nonlinearity = nn.Identity()
+            n += len(names)
+    return n
+
+
+__all__ = ["FusedDiTBlock", "FusedGroupNormSiLU", "FusedQKNormRoPE", "FusedRMSNormSiLU", "FusedResBlock",
+           "fuse_decoder", "fuse_dit", "fuse_sequential_gn_silu", "fuse_unet"]
