@@ -33,6 +33,8 @@ def test_adaln_modulate_custom_op_and_bad_input():
     x = torch.randn(1, 6, 40)
     shift, scale = torch.randn(1, 2, 1, 40), torch.randn(1, 2, 1, 40)
     torch.library.opcheck(adaln.adaln_modulate_op, (x, shift, scale, 1e-6))
+    # a strided x (a transposed view): the fake must give the real op's contiguous output
+    torch.library.opcheck(adaln.adaln_modulate_op, (torch.randn(1, 40, 6).transpose(1, 2), shift, scale, 1e-6))
     with pytest.raises(ValueError, match="shift must be"):
         adaln.adaln_modulate(x, torch.randn(1, 4, 1, 40), scale)
     with pytest.raises(ValueError, match="dtype"):

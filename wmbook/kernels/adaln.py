@@ -85,7 +85,9 @@ def adaln_modulate_op(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor,
 
 @adaln_modulate_op.register_fake
 def _(x, shift, scale, eps):
-    return torch.empty_like(x)
+    # contiguous, like the launcher's and the reference's output (empty_like would keep a strided x's strides: the H100
+    # run of notebook 05 met such an x inside the compiled DiT block, and the stride check failed)
+    return x.new_empty(x.shape)
 
 
 __all__ = ["adaln_modulate", "adaln_modulate_bytes", "adaln_modulate_op", "adaln_modulate_ref"]

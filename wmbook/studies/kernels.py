@@ -190,7 +190,7 @@ def kernel_rows(cfg: RunConfig, tab: pd.DataFrame) -> list[dict]:
     if "fused us" not in tab.columns:
         return out
     for _, r in tab.iterrows():
-        variant = f"kernel:{r['kernel']} {r['shape']} {r['dtype']}"
+        variant = f"kernel:{r['kernel']} {r['shape']} {r['dtype']} ({r['site']})"
         for impl in ("eager", "compile", "fused"):
             timing = _Quantiles(r[f"{impl} us"], r[f"{impl} us p20"], r[f"{impl} us p80"])
             out.append(results_store.make_row(metric=f"{impl}_us", value=float(r[f"{impl} us"]), unit="us",
