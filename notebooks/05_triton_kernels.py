@@ -102,8 +102,9 @@ if cfg.options.ladder:
     display(lad.table())
 else:
     lad = None
-    print("ladder rows left out: on a CPU the kernels run in Triton's interpreter (seconds per forward); the tests "
-          "check the triton-fused variants against the fp32 reference on the tiny presets; ladder=True runs them here")
+    print("ladder rows left out (ladder=False; its default on a CPU, where the kernels run in Triton's interpreter at "
+          "seconds per forward: the tests check the triton-fused variants against the fp32 reference on the tiny "
+          "presets there)")
 
 # %% [markdown]
 # ### GPU time per forward by operator category

@@ -117,8 +117,27 @@ def markdown(path=None) -> str:
     parts.append(_table(rows))
     parts += _compile_autocast(df, {wl.metric.name for wl in workloads.all_workloads()})
     parts += _cuda_graphs(df, {wl.metric.name: wl.metric.label for wl in workloads.all_workloads()})
+    parts += _triton_kernels(df)
     parts += _motion_loading(df)
     return "".join(parts)
+
+
+def _triton_kernels(df: pd.DataFrame) -> list[str]:
+    """Notebook 05: per workload and preset its latest run's kernel table (GB/s of eager, torch.compile and the fused
+    kernel at each call site; the kernel's time with its spread)."""
+    parts = []
+    for r in _latest_runs(df, "05_triton_kernels"):
+        fused = r[r["metric"] == "fused_us"]
+        if not len(fused):
+            continue
+        rows = [{"call site": f["variant"].removeprefix("kernel:"), "gate": f.get("gate", ""),
+                 "fused us": _spread(f, "{:.1f}"),
+                 **{f"{i} GB/s": _val(r, f"{i}_gbps", "{:,.0f}", f["variant"]) for i in ("eager", "compile", "fused")}}
+                for _, f in fused.iterrows()]
+        parts.append(f"\n**05 · fused Triton kernels, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** ({_device(r)}; "
+                     f"do_bench with the L2 flushed, median (p20-p80); GB/s of the bytes the op must move)\n")
+        parts.append(_table(rows))
+    return parts
 
 
 def _motion_loading(df: pd.DataFrame) -> list[str]:
