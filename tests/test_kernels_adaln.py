@@ -1,4 +1,4 @@
-"""adaLN modulate kernel against its reference (under the Triton interpreter on a CPU), and its custom op."""
+"""adaLN modulate kernel against its reference (on a GPU, or the Triton interpreter on a CPU), and its custom op."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch  # noqa: E402
 
 from wmbook.kernels import adaln  # noqa: E402
 
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # a GPU where there is one, else the interpreter
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 
 
@@ -17,9 +18,9 @@ TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2
 @pytest.mark.parametrize("b,f,s,c", [(1, 3, 5, 96), (2, 2, 7, 100), (1, 1, 1, 33), (1, 3, 4, 1536)])
 def test_adaln_modulate_matches_reference(dtype, b, f, s, c):
     g = torch.Generator().manual_seed(c + s)
-    x = (torch.randn(b, f * s, c, generator=g) * 3 + 1).to(dtype)
-    shift = torch.randn(b, f, 1, c, generator=g).to(dtype)
-    scale = torch.randn(b, f, 1, c, generator=g).to(dtype) * 0.1
+    x = (torch.randn(b, f * s, c, generator=g) * 3 + 1).to(DEV, dtype)
+    shift = torch.randn(b, f, 1, c, generator=g).to(DEV, dtype)
+    scale = torch.randn(b, f, 1, c, generator=g).to(DEV, dtype) * 0.1
     out = torch.full_like(x, float("nan"))  # poisoned: every element must be written
     out.copy_(adaln.adaln_modulate(x, shift, scale))
     torch.testing.assert_close(out, adaln.adaln_modulate_ref(x, shift, scale), **TOL[dtype])
@@ -30,13 +31,15 @@ def test_adaln_modulate_matches_reference(dtype, b, f, s, c):
 
 
 def test_adaln_modulate_custom_op_and_bad_input():
-    x = torch.randn(1, 6, 40)
-    shift, scale = torch.randn(1, 2, 1, 40), torch.randn(1, 2, 1, 40)
+    x = torch.randn(1, 6, 40, device=DEV)
+    shift = torch.randn(1, 2, 1, 40, device=DEV)
+    scale = torch.randn(1, 2, 1, 40, device=DEV)
     torch.library.opcheck(adaln.adaln_modulate_op, (x, shift, scale, 1e-6))
     # a strided x (a transposed view): the fake must give the real op's contiguous output
-    torch.library.opcheck(adaln.adaln_modulate_op, (torch.randn(1, 40, 6).transpose(1, 2), shift, scale, 1e-6))
+    x_t = torch.randn(1, 40, 6, device=DEV).transpose(1, 2)
+    torch.library.opcheck(adaln.adaln_modulate_op, (x_t, shift, scale, 1e-6))
     with pytest.raises(ValueError, match="shift must be"):
-        adaln.adaln_modulate(x, torch.randn(1, 4, 1, 40), scale)
+        adaln.adaln_modulate(x, torch.randn(1, 4, 1, 40, device=DEV), scale)
     with pytest.raises(ValueError, match="dtype"):
         adaln.adaln_modulate(x.long(), shift, scale)
     assert adaln.adaln_modulate_bytes(x, shift, scale) == 2 * 240 * 4 + 2 * 80 * 4  # x in and out, shift and scale

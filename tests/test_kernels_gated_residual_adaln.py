@@ -1,4 +1,5 @@
-"""Gated residual + adaLN kernel against its reference (under the Triton interpreter on a CPU), and its custom op."""
+"""Gated residual + adaLN kernel against its reference (on a GPU, or the Triton interpreter on a CPU), and its
+custom op."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch  # noqa: E402
 from wmbook.kernels import gated_residual_adaln as gra  # noqa: E402
 from wmbook.models.causal_wan import WanLayerNorm  # noqa: E402
 
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # a GPU where there is one, else the interpreter
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 
 
@@ -19,11 +21,11 @@ TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2
 def _inputs(b, f, s, c, dtype, mod_dtype=None):
     g = torch.Generator().manual_seed(c + s + f)
     mod_dtype = mod_dtype or dtype
-    x = (torch.randn(b, f * s, c, generator=g) * 3 + 1).to(dtype)
-    y = torch.randn(b, f * s, c, generator=g).to(dtype)
-    gate = torch.randn(b, f, 1, c, generator=g).to(mod_dtype)
-    shift = torch.randn(b, f, 1, c, generator=g).to(mod_dtype)
-    scale = (torch.randn(b, f, 1, c, generator=g) * 0.1).to(mod_dtype)
+    x = (torch.randn(b, f * s, c, generator=g) * 3 + 1).to(DEV, dtype)
+    y = torch.randn(b, f * s, c, generator=g).to(DEV, dtype)
+    gate = torch.randn(b, f, 1, c, generator=g).to(DEV, mod_dtype)
+    shift = torch.randn(b, f, 1, c, generator=g).to(DEV, mod_dtype)
+    scale = (torch.randn(b, f, 1, c, generator=g) * 0.1).to(DEV, mod_dtype)
     return x, y, gate, shift, scale
 
 
@@ -38,7 +40,7 @@ def test_gated_residual_adaln_matches_reference(poisoned, dtype, b, f, s, c):
     torch.testing.assert_close(h, h_ref, **TOL[dtype])
     # the reference equals the model's unfused sequence: x + gated(y, gate), then modulate(norm(x), shift, scale)
     x_model = x + (y.unflatten(1, (f, -1)) * gate).flatten(1, 2)
-    h_model = (WanLayerNorm(c, 1e-6)(x_model).unflatten(1, (f, -1)) * (1 + scale) + shift).flatten(1, 2)
+    h_model = (WanLayerNorm(c, 1e-6).to(DEV)(x_model).unflatten(1, (f, -1)) * (1 + scale) + shift).flatten(1, 2)
     torch.testing.assert_close(x_ref, x_model, **TOL[dtype])
     torch.testing.assert_close(h_ref, h_model, **TOL[dtype])
 
@@ -65,15 +67,15 @@ def test_gated_residual_adaln_custom_op_and_bad_input():
     with pytest.raises(ValueError, match="y must be"):
         gra.gated_residual_adaln(x, y[:, :4], gate, shift, scale)
     with pytest.raises(ValueError, match="gate must be"):
-        gra.gated_residual_adaln(x, y, torch.randn(1, 4, 1, 40), shift, scale)
+        gra.gated_residual_adaln(x, y, torch.randn(1, 4, 1, 40, device=DEV), shift, scale)
     with pytest.raises(ValueError, match="shift must be"):
-        gra.gated_residual_adaln(x, y, gate, torch.randn(1, 3, 1, 40), scale)
+        gra.gated_residual_adaln(x, y, gate, torch.randn(1, 3, 1, 40, device=DEV), scale)
     with pytest.raises(ValueError, match="scale must be"):
-        gra.gated_residual_adaln(x, y, gate, shift, torch.randn(1, 2, 1, 41))
+        gra.gated_residual_adaln(x, y, gate, shift, torch.randn(1, 2, 1, 41, device=DEV))
     with pytest.raises(ValueError, match="y has dtype"):
         gra.gated_residual_adaln(x, y.long(), gate, shift, scale)
     with pytest.raises(ValueError, match="16384"):
-        big = torch.zeros(1, 1, 16385)
+        big = torch.zeros(1, 1, 16385, device=DEV)
         gra.gated_residual_adaln(big, big, big[:, :, None], big[:, :, None], big[:, :, None])
     # x and y in, the new residual and h out, gate, shift and scale once
     assert gra.gated_residual_adaln_bytes(x, y, gate, shift, scale) == 4 * 240 * 4 + 3 * 80 * 4

@@ -1,4 +1,4 @@
-"""GroupNorm + SiLU kernel against its reference (under the Triton interpreter on a CPU), and its custom op."""
+"""GroupNorm + SiLU kernel against its reference (on a GPU, or the Triton interpreter on a CPU), and its custom op."""
 
 from __future__ import annotations
 
@@ -10,18 +10,19 @@ import torch  # noqa: E402
 
 from wmbook.kernels import group_norm_silu as gns  # noqa: E402
 
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # a GPU where there is one, else the interpreter
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 FORMAT = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
 def _inputs(shape, dtype, channels_last, with_add, seed):
     g = torch.Generator().manual_seed(seed)
-    x = (torch.randn(shape, generator=g) * 3 + 1).to(dtype)
+    x = (torch.randn(shape, generator=g) * 3 + 1).to(DEV, dtype)
     if channels_last:
         x = x.contiguous(memory_format=FORMAT[x.dim()])
     c = shape[1]
-    weight, bias = torch.randn(c, generator=g), torch.randn(c, generator=g)
-    add = (torch.randn(shape[0], c, generator=g) * 2).to(dtype) if with_add else None
+    weight, bias = torch.randn(c, generator=g).to(DEV), torch.randn(c, generator=g).to(DEV)
+    add = (torch.randn(shape[0], c, generator=g) * 2).to(DEV, dtype) if with_add else None
     return x, weight, bias, add
 
 
@@ -43,7 +44,7 @@ def test_group_norm_silu_matches_reference(poisoned, dtype, channels_last, shape
     torch.testing.assert_close(out, gns.group_norm_silu_ref(x, weight, bias, groups, 1e-5, add), **TOL[dtype])
     # the reference equals the model's unfused sequence: h + emb, GroupNorm32 (fp32, cast back), then SiLU
     h = x + add.reshape(*add.shape, *([1] * (x.dim() - 2))) if with_add else x
-    norm = torch.nn.GroupNorm(groups, shape[1], eps=1e-5)
+    norm = torch.nn.GroupNorm(groups, shape[1], eps=1e-5).to(DEV)
     with torch.no_grad():
         norm.weight.copy_(weight)
         norm.bias.copy_(bias)

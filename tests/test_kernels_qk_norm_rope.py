@@ -1,4 +1,4 @@
-"""q/k RMSNorm + RoPE kernel against its reference (under the Triton interpreter on a CPU), and its custom op."""
+"""q/k RMSNorm + RoPE kernel against its reference (on a GPU, or the Triton interpreter on a CPU), and its custom op."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch  # noqa: E402
 from wmbook.kernels import qk_norm_rope as qkr  # noqa: E402
 from wmbook.models.causal_wan import WanRMSNorm, apply_rope, rope_cos_sin, rope_inv_freqs  # noqa: E402
 
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # a GPU where there is one, else the interpreter
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 
 
@@ -21,10 +22,10 @@ def _inputs(b, grid, heads, d, dtype, start_frame=2):
     f, hh, ww = grid
     n, c = f * hh * ww, heads * d
     g = torch.Generator().manual_seed(n + c)
-    x = (torch.randn(b, n, c, generator=g) * 2 + 0.5).to(dtype)
-    weight = (1 + 0.3 * torch.randn(c, generator=g)).to(dtype)
+    x = (torch.randn(b, n, c, generator=g) * 2 + 0.5).to(DEV, dtype)
+    weight = (1 + 0.3 * torch.randn(c, generator=g)).to(DEV, dtype)
     cos, sin = rope_cos_sin(rope_inv_freqs(d), f, hh, ww, start_frame, "cpu")  # [L, 1, D/2] fp32
-    return x, weight, cos, sin
+    return x, weight, cos.to(DEV), sin.to(DEV)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -43,7 +44,7 @@ def test_qk_norm_rope_matches_reference(poisoned, dtype, b, grid, heads, d):
     ref = qkr.qk_norm_rope_ref(x, weight, cos, sin, heads)
     torch.testing.assert_close(out, ref, **TOL[dtype])
     # the reference equals the model's own modules: WanRMSNorm (eps 1e-6 like the presets), then apply_rope
-    norm = WanRMSNorm(heads * d, eps=1e-6).to(dtype)
+    norm = WanRMSNorm(heads * d, eps=1e-6).to(DEV, dtype)
     with torch.no_grad():
         norm.weight.copy_(weight)
         model = apply_rope(norm(x).view(b, n, heads, d), cos, sin)

@@ -1,5 +1,5 @@
-"""Wan VAE RMS norm + SiLU kernel against diffusers' WanRMS_norm (under the Triton interpreter on a CPU), and its
-custom op."""
+"""Wan VAE RMS norm + SiLU kernel against diffusers' WanRMS_norm (on a GPU, or the Triton interpreter on a
+CPU), and its custom op."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from wmbook.kernels import rms_norm_silu as rns  # noqa: E402
 
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # a GPU where there is one, else the interpreter
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 FORMAT = {4: torch.channels_last, 5: torch.channels_last_3d}
 
@@ -25,12 +26,12 @@ def _norm(c, images, bias, dtype, seed):
         norm.gamma.copy_(torch.randn(norm.gamma.shape, generator=g))
         if bias:
             norm.bias.copy_(torch.randn(norm.bias.shape, generator=g))
-    return norm.to(dtype)
+    return norm.to(DEV, dtype)
 
 
 def _x(shape, dtype, channels_last, seed):
     g = torch.Generator().manual_seed(seed)
-    x = (torch.randn(shape, generator=g) * 3 + 1).to(dtype)
+    x = (torch.randn(shape, generator=g) * 3 + 1).to(DEV, dtype)
     return x.contiguous(memory_format=FORMAT[x.dim()]) if channels_last else x
 
 
@@ -65,9 +66,9 @@ def test_rms_norm_silu_custom_op_and_bad_input():
         torch.testing.assert_close(rns.rms_norm_silu_op(x, norm.gamma, norm.bias, 1e-12), F.silu(norm(x)),
                                    **TOL[torch.float32])
     with pytest.raises(ValueError, match="gamma must be"):
-        rns.rms_norm_silu(x, torch.ones(10, 1, 1, 1))
+        rns.rms_norm_silu(x, torch.ones(10, 1, 1, 1, device=DEV))
     with pytest.raises(ValueError, match="bias must be"):
-        rns.rms_norm_silu(x, norm.gamma, torch.zeros(21))
+        rns.rms_norm_silu(x, norm.gamma, torch.zeros(21, device=DEV))
     with pytest.raises(ValueError, match="bias must be"):
         rns.rms_norm_silu(x, norm.gamma, 0.5)
     with pytest.raises(ValueError, match="x has dtype"):

@@ -155,6 +155,9 @@ def validate(spec: NotebookSpec, **values) -> RunConfig:
     given = {k: values.get(k, p.default) for k, p in known.items()}
     for name in [n for n in _FIRST if n in known]:
         ctx["_name"] = name
+        allowed = [w.name for w in spec.workloads()]
+        if name == "workload" and isinstance(given[name], str) and given[name] not in workloads.names():
+            raise ParameterError(f"workload={given[name]!r} is not allowed; allowed values: {allowed}")
         ctx[name] = _checked(known[name], given[name], ctx)
         if name == "workload" and not spec.supports(ctx[name]):
             raise ParameterError(f"workload={ctx[name].name!r} is not allowed for notebook {spec.name}; allowed "
