@@ -110,8 +110,12 @@ else:
 # ### GPU time per forward by operator category
 
 # %%
-cats = study.category_table(lad) if lad is not None else None
-cats if cats is not None and len(cats) else print("no device trace categories on this device")
+if lad is not None and len(lad.categories()):
+    display(lad.categories())
+    lad.plot_categories()
+    plt.show()
+else:
+    print("no GPU kernel times by category (no ladder, or a CPU run)")
 
 # %% [markdown]
 # ## Results rows

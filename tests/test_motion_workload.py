@@ -103,3 +103,10 @@ def test_the_workload_object():
                                                        "triton"]
     with pytest.raises(ValueError, match="runs in fp32"):
         wl.pipeline(wl.presets["tiny-motion"], "cpu", torch.bfloat16, torch.bfloat16)
+
+
+def test_world_model_variants_do_not_apply_to_the_motion_workload():
+    """The variant registry acts on world-model pipelines: the motion workload (no denoiser) gets none of it."""
+    from wmbook import variants
+
+    assert variants.known("motion") == [] and "tf32" in variants.known("mg2") and "triton-fused" in variants.known("wma")

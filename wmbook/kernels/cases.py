@@ -44,14 +44,15 @@ def _gen(device, seed):
 
 
 # --- the causal DiT block ----------------------------------------------------------------------------------------
-def dit_cases(dim: int, num_heads: int, tokens: int, frames: int, eps: float = 1e-6, batch: int = 1,
+def dit_cases(dim: int, num_heads: int, grid: tuple[int, int, int], eps: float = 1e-6, batch: int = 1,
               where: str = "causal DiT block") -> list[KernelCase]:
     """adaLN modulate (norm1/norm2), gated residual + the next adaLN (self-attention residual then norm3), q/k RMSNorm +
-    3-D RoPE, at [batch, tokens, dim] with `frames` latent frames of modulation (fp32 modulation, as upstream Wan)."""
+    3-D RoPE, at [batch, f * h * w, dim] for one block's token grid (f, h, w) (fp32 modulation, as upstream Wan)."""
     from ..models.causal_wan import WanLayerNorm, WanRMSNorm, apply_rope
     from . import adaln, gated_residual_adaln as gra, qk_norm_rope as qkr
 
-    b, n, c, f = batch, tokens, dim, frames
+    f, gh, gw = grid
+    b, n, c = batch, f * gh * gw, dim
     d = c // num_heads
 
     def mod(h, shift, scale):  # the block's per-frame modulate (CausalWanAttentionBlock.forward)
@@ -81,15 +82,12 @@ def dit_cases(dim: int, num_heads: int, tokens: int, frames: int, eps: float = 1
         from ..models.causal_wan import rope_cos_sin, rope_inv_freqs
 
         r = _gen(device, seed)
-        hw = n // f
-        h = max(1, int(round((hw / 1.8) ** 0.5)))  # any grid with f * h * w = tokens will do for the tables
-        while hw % h:
-            h -= 1
-        cos, sin = rope_cos_sin(rope_inv_freqs(d), f, h, hw // h, 0, device)
-        return dict(x=r(b, n, c, dtype=dtype), weight=(1 + r(c, scale=0.1)).to(dtype), cos=cos, sin=sin)
+        cos, sin = rope_cos_sin(rope_inv_freqs(d), f, gh, gw, 0, device)
+        inputs = dict(x=r(b, n, c, dtype=dtype), weight=(1 + r(c, scale=0.1)).to(dtype), cos=cos, sin=sin)
+        rms.weight.data = inputs["weight"]  # the module's own weight: the eager sequence is the model's call
+        return inputs
 
     def eager_qkr(x, weight, cos, sin):
-        rms.weight.data = weight
         return apply_rope(rms(x).view(b, n, num_heads, d), cos, sin)
 
     shape = (b, n, c)
@@ -121,11 +119,12 @@ def _gn_case(site: str, shape: tuple, groups: int, eps: float, add: bool, channe
         x = r(*shape, dtype=dt)
         if fmt is not None:
             x = x.contiguous(memory_format=fmt)
-        return dict(x=x, weight=(1 + r(c, scale=0.1)).to(dt), bias=r(c, scale=0.1).to(dt),
-                    add=r(shape[0], c, dtype=dt) if add else None)
+        inputs = dict(x=x, weight=(1 + r(c, scale=0.1)).to(dt), bias=r(c, scale=0.1).to(dt),
+                      add=r(shape[0], c, dtype=dt) if add else None)
+        gn.weight.data, gn.bias.data = inputs["weight"], inputs["bias"]  # the module's own parameters
+        return inputs
 
     def eager(x, weight, bias, add):  # ResBlock: h + emb[:, :, None, None], then out_layers' GroupNorm32 and SiLU
-        gn.weight.data, gn.bias.data = weight, bias
         if add is not None:
             x = x + add.reshape(*add.shape, *([1] * (x.dim() - 2)))
         return F.silu(gn(x))
@@ -166,6 +165,8 @@ def wan_decoder_cases(latent_hw: tuple[int, int], base_dim: int = 96) -> list[Ke
     """diffusers' WanRMS_norm followed by SiLU (WanResidualBlock) in the streaming decode of one latent frame: the
     middle block at latent resolution (4 x base_dim channels, 1 frame) and the last up-block at full resolution
     (base_dim channels, 4 frames)."""
+    from diffusers.models.autoencoders.autoencoder_kl_wan import WanRMS_norm
+
     from . import rms_norm_silu as rns
 
     h, w = latent_hw
@@ -174,13 +175,16 @@ def wan_decoder_cases(latent_hw: tuple[int, int], base_dim: int = 96) -> list[Ke
     out = []
     for site, shape in shapes:
         c = shape[1]
+        norm = WanRMS_norm(c, images=False)
 
         def make(device, dt, seed, shape=shape, c=c):
             r = _gen(device, seed)
-            return dict(x=r(*shape, dtype=dt), gamma=(1 + r(c, 1, 1, 1, scale=0.1)).to(dt), bias=None)
+            inputs = dict(x=r(*shape, dtype=dt), gamma=(1 + r(c, 1, 1, 1, scale=0.1)).to(dt), bias=None)
+            norm.gamma.data = inputs["gamma"]  # set here, not in the timed call (a .data write breaks compile's graph)
+            return inputs
 
-        def eager(x, gamma, bias):  # diffusers WanRMS_norm (channel_first, no bias) + SiLU
-            return F.silu(F.normalize(x, dim=1) * (x.shape[1] ** 0.5) * gamma)
+        def eager(x, gamma, bias, norm=norm):  # diffusers' WanRMS_norm (channel-first, no bias), then SiLU
+            return F.silu(norm(x))
 
         out.append(KernelCase("rms_norm_silu", site, shape, make, eager,
                               lambda x, gamma, bias: rns.rms_norm_silu(x, gamma, bias),

@@ -39,6 +39,14 @@ def _cross_check(cfg: RunConfig) -> None:
     cfg.workload.check_e2e(cfg.preset, "e2e_blocks", e2e_size(cfg))
 
 
+# the end-to-end run of every ladder row (notebooks 05 and 06); checked against the preset by _cross_check
+E2E_PARAMS = (
+    Param("e2e_blocks", 0, _e2e_blocks, "blocks per end-to-end run (causal DiT); 0: 4 on a GPU, 3 on a CPU"),
+    Param("e2e_ddim_steps", 0, integer(0), "DDIM steps per pass in the end-to-end run (UNet); 0: the preset's "
+          "default (50 at the real shape: seconds per interaction iteration)"),
+    Param("e2e_repeats", 2, integer(1), "timed end-to-end runs per row"),
+)
+
 SPEC = NotebookSpec(NOTEBOOK, (
     WORKLOAD, PRESET, DEVICE,
     Param("base", "auto", _base, "the stack the graph rows build on; auto: notebook 04's best (its ladder + compile)"),
@@ -47,11 +55,7 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("reduce_overhead", True, boolean, "also measure the base with torch.compile mode reduce-overhead (GPU)"),
     Param("decoder_table", True, boolean, "the decoder rows (the same latents through each decoder stack)"),
     Param("compile_backend", "auto", _compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
-    WARMUP.with_default(3), REPEATS.with_default(10),
-    Param("e2e_blocks", 0, _e2e_blocks, "blocks per end-to-end run (causal DiT); 0: 4 on a GPU, 3 on a CPU"),
-    Param("e2e_ddim_steps", 0, integer(0), "DDIM steps per pass in the end-to-end run (UNet); 0: the preset's "
-          "default (50 at the real shape: seconds per interaction iteration)"),
-    Param("e2e_repeats", 2, integer(1), "timed end-to-end runs per row"),
+    WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS,
     OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=_cross_check)
 
 

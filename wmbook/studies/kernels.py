@@ -12,26 +12,17 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 import torch
 
 from .. import results as results_store
-from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WARMUP, Param, boolean, integer
+from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WARMUP, Param, boolean, number
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
-from .compile import _compile_backend, _e2e_blocks
-from .graphs import _base, e2e_size
+from .compile import _compile_backend
+from .graphs import E2E_PARAMS, _base, _cross_check, base_stack, e2e_size
 
 NOTEBOOK = "05_triton_kernels"
-
-
-def _rep_ms(v, ctx):
-    from ..params import ParameterError
-
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 1 <= v <= 10000:
-        raise ParameterError(f"rep_ms={v!r} is not allowed; allowed values: a number of milliseconds in [1, 10000]")
-    return float(v)
 
 
 def _ladder(v, ctx):
@@ -41,19 +32,15 @@ def _ladder(v, ctx):
 SPEC = NotebookSpec(NOTEBOOK, (
     WORKLOAD, PRESET, DEVICE,
     Param("kernel_table", True, boolean, "time every kernel at the workload's call sites (GPU) / check it (CPU)"),
-    Param("rep_ms", 200, _rep_ms, "milliseconds of repeated calls per kernel timing (triton.testing.do_bench)"),
+    Param("rep_ms", 200, number(1, 10000), "milliseconds of repeated calls per kernel timing (triton.testing.do_bench)"),
     Param("ladder", "auto", _ladder, "the ladder rows on top of notebook 04's best stack; auto: on a GPU only (on a "
           "CPU the interpreted kernels take seconds per forward)"),
     Param("base", "auto", _base, "the stack the rows build on; auto: notebook 04's best (its ladder + compile)"),
     Param("steps", "auto", _base, "rows added to the base, in order; auto: triton-fused, vae-triton-fused, fp8 "
           "(where the device has FP8)"),
     Param("compile_backend", "auto", _compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
-    WARMUP.with_default(3), REPEATS.with_default(10),
-    Param("e2e_blocks", 0, _e2e_blocks, "blocks per end-to-end run (causal DiT); 0: 4 on a GPU, 3 on a CPU"),
-    Param("e2e_ddim_steps", 0, integer(0), "DDIM steps per pass in the end-to-end run (UNet); 0: the preset's "
-          "default"),
-    Param("e2e_repeats", 2, integer(1), "timed end-to-end runs per row"),
-    OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False)
+    WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS,
+    OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=_cross_check)
 
 
 def validate(**params) -> RunConfig:
@@ -66,14 +53,12 @@ def validate(**params) -> RunConfig:
 GATE_REL_L2 = {torch.float32: 1e-5, torch.bfloat16: 8e-3, torch.float16: 2e-3}  # a fused op vs its fp32 reference
 
 
-def _tensors(out) -> list[torch.Tensor]:
-    return [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, torch.Tensor)]
-
-
 def _rel_l2(out, ref) -> float:
-    errs = [((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
-            for a, b in zip(_tensors(out), _tensors(ref))]
-    return max(errs) if errs else math.nan
+    """Relative L2 error of an op's output(s) against its reference (wmbook.check.compare); inf with any NaN/inf."""
+    from ..check import compare
+
+    r = compare(out, ref)
+    return r.rel_l2 if r.nan_count == 0 else math.inf
 
 
 def _bench(fn, rep_ms: float, device: torch.device) -> tuple[float, float, float]:
@@ -134,9 +119,11 @@ def kernel_table(cfg: RunConfig, ceilings: dict | None) -> pd.DataFrame:
 
 
 def kernel_summary(tab: pd.DataFrame) -> pd.DataFrame:
-    """The kernel table's headline columns: GB/s of eager, compile and the kernel, share of copy bandwidth."""
-    cols = ["kernel", "site", "shape", "dtype", "MB", "gate", "eager GB/s", "compile GB/s", "fused GB/s",
-            "fused % of copy", "fused vs compile", "fused vs eager", "rel_l2 eager", "rel_l2 fused"]
+    """The kernel table's headline columns: time (the kernel's with its spread) and GB/s of eager, compile and the
+    kernel, share of copy bandwidth."""
+    cols = ["kernel", "site", "shape", "dtype", "MB", "gate", "eager us", "compile us", "fused us", "fused us p20",
+            "fused us p80", "eager GB/s", "compile GB/s", "fused GB/s", "fused % of copy", "fused vs compile",
+            "fused vs eager", "rel_l2 eager", "rel_l2 fused"]
     return tab[[c for c in cols if c in tab.columns]]
 
 
@@ -203,12 +190,6 @@ def kernel_rows(cfg: RunConfig, tab: pd.DataFrame) -> list[dict]:
 # --- the ladder ------------------------------------------------------------------------------------------------------
 
 
-def base_stack(cfg: RunConfig) -> list[str]:
-    from .graphs import base_stack as _b
-
-    return _b(cfg)
-
-
 def kernel_steps(cfg: RunConfig) -> list[str]:
     """The rows added to the base: `steps`, or triton-fused, vae-triton-fused and fp8 (where it can run)."""
     from .. import variants
@@ -245,20 +226,6 @@ def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
                 from_row=n_base)
 
 
-def category_table(lad) -> pd.DataFrame:
-    """GPU ms per forward by operator category for each measured row (normalization, GEMM, ...), and each
-    category's share of the busy time."""
-    rows = {}
-    for r in lad.rows[1:]:
-        if r.categories:
-            rows[r.variant] = r.categories
-    if not rows:
-        return pd.DataFrame()
-    df = pd.DataFrame(rows).T.fillna(0.0)
-    df["busy ms"] = df.sum(axis=1)
-    return df
-
-
 def interpret(cfg: RunConfig, tab: pd.DataFrame | None, lad=None) -> str:
     """What the numbers say, from the numbers."""
     lines = []
@@ -288,5 +255,5 @@ def interpret(cfg: RunConfig, tab: pd.DataFrame | None, lad=None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["NOTEBOOK", "SPEC", "base_stack", "category_table", "fp8_note", "interpret", "kernel_rows",
+__all__ = ["NOTEBOOK", "SPEC", "base_stack", "fp8_note", "interpret", "kernel_rows",
            "kernel_steps", "kernel_summary", "kernel_table", "plot_kernels", "run_ladder", "validate"]

@@ -64,6 +64,9 @@ class Variant:
 
 
 REGISTRY: dict[str, Variant] = {}
+# every variant here acts on a world-model pipeline: workloads without a denoiser (the motion workload has its own
+# variants, wmbook.motion.variants) get none of them
+WORLD_MODEL = frozenset({"denoiser"})
 GROUPS: dict[str, tuple[str, ...]] = {}  # a name that stands for several variants, in order
 
 
@@ -79,7 +82,7 @@ def register(name: str, *, family: str, description: str, requires=(), tolerance
         if name in REGISTRY or name in GROUPS:
             raise ValueError(f"variant {name!r} is already registered")
         REGISTRY[name] = Variant(name=name, family=family, description=description, apply=fn,
-                                 requires=frozenset(requires), tolerance=tolerance, gpu_only=gpu_only,
+                                 requires=frozenset(requires) | WORLD_MODEL, tolerance=tolerance, gpu_only=gpu_only,
                                  frames_judged=frames_judged)
         return fn
 

@@ -160,7 +160,7 @@ def _channels_last(pipe, ctx: VariantContext):
 # --- fused Triton kernels and fp8 GEMMs (notebook 05) ----------------------------------------------------------
 
 
-@register("triton-fused", family="kernels", requires=("denoiser",),
+@register("triton-fused", family="kernels",
           description="notebook 05's fused Triton kernels swapped into the denoiser (torch.library ops: compile traces "
                       "them, graphs capture them): the DiT's adaLN modulate, gated residual + adaLN, q/k RMSNorm + "
                       "RoPE; the UNet's GroupNorm + SiLU (+ the time-embedding add)")
@@ -201,7 +201,7 @@ def fp8_unavailable(device: torch.device) -> str | None:
     return None
 
 
-@register("fp8", family="precision", tolerance="fp8", gpu_only=True, requires=("denoiser",),
+@register("fp8", family="precision", tolerance="fp8", gpu_only=True,
           description="the denoiser's large linears as fp8 GEMMs through torchao's float8 inference path (dynamic "
                       "row-wise scales for activations and weights, e4m3); needs bf16 weights and FP8 tensor cores")
 def _fp8(pipe, ctx: VariantContext):

@@ -21,10 +21,11 @@ from ..profiling.labels import detail_label as dl
 from .swaps import swap_class
 
 
-def _ops():
-    from ..kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu  # noqa: F401
+# importing the kernel modules registers their custom ops (torch.ops.wmbook.*); this module is imported only when a
+# fused variant is applied
+from ..kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu  # noqa: E402,F401
 
-    return torch.ops.wmbook
+ops = torch.ops.wmbook
 
 
 # --- the causal DiT --------------------------------------------------------------------------------------------------
@@ -36,7 +37,6 @@ class FusedQKNormRoPE:
     def forward(self, x, cos, sin, kv_cache, start_token=None, mask=None):
         from ..models.attention import attention
 
-        ops = _ops()
         b, s = x.shape[:2]
         n, d = self.num_heads, self.head_dim
         with dl("DiT_SelfAttn_QKV_RoPE"):
@@ -56,7 +56,6 @@ class FusedDiTBlock:
 
     def forward(self, x, e, grid, context, cos, sin, *, attn_start=None, action_start=None, kv_cache=None,
                 cross_cache=None, actions=None, action_cache=None, mask=None, action_inputs=None):
-        ops = _ops()
         b, f = e.shape[:2]
         shift_msa, scale_msa, gate_msa, shift_ffn, scale_ffn, gate_ffn = (self.modulation.unsqueeze(1) + e).chunk(6, dim=2)
         s = x.shape[1] // f
@@ -64,11 +63,10 @@ class FusedDiTBlock:
             h = ops.adaln_modulate(x, shift_msa, scale_msa, self.norm1.eps)
         y = self.self_attn(h, cos, sin, kv_cache, None if attn_start is None else attn_start * s, mask)
         with dl("DiT_Norm_Modulation"):
-            if isinstance(self.norm3, nn.LayerNorm) and self.norm3.weight is not None:
+            if self.norm3_scale is not None:  # norm3 as an adaLN, made once by fuse_dit
                 c = x.shape[-1]
-                w3 = (self.norm3.weight.float() - 1).view(1, 1, 1, c).expand(b, f, 1, c)
-                b3 = self.norm3.bias.float().view(1, 1, 1, c).expand(b, f, 1, c)
-                x, hn = ops.gated_residual_adaln(x, y, gate_msa, b3, w3, self.norm3.eps)
+                x, hn = ops.gated_residual_adaln(x, y, gate_msa, self.norm3_shift.expand(b, f, 1, c),
+                                                 self.norm3_scale.expand(b, f, 1, c), self.norm3.eps)
             else:
                 x = x + (y.unflatten(1, (f, -1)) * gate_msa).flatten(1, 2)
                 hn = self.norm3(x)
@@ -96,6 +94,13 @@ def fuse_dit(model: nn.Module) -> dict[str, int]:
             if not (isinstance(m.norm1, WanLayerNorm) and isinstance(m.norm2, WanLayerNorm)):
                 continue
             swap_class(m, FusedDiTBlock)
+            # an affine LayerNorm is an adaLN with shift = bias, scale = weight - 1: made once (fp32, [1, 1, 1, C]),
+            # as non-persistent buffers (they follow the module's .to(); the state dict is unchanged)
+            n3 = m.norm3
+            affine = isinstance(n3, nn.LayerNorm) and n3.weight is not None and n3.bias is not None
+            m.register_buffer("norm3_shift", n3.bias.detach().float().view(1, 1, 1, -1) if affine else None, False)
+            m.register_buffer("norm3_scale", (n3.weight.detach().float() - 1).view(1, 1, 1, -1) if affine else None,
+                              False)
             blocks += 1
             if isinstance(m.self_attn.norm_q, WanRMSNorm) and isinstance(m.self_attn.norm_k, WanRMSNorm):
                 swap_class(m.self_attn, FusedQKNormRoPE)
@@ -115,7 +120,7 @@ class FusedGroupNormSiLU(nn.Module):
         self.weight, self.bias = gn.weight, gn.bias
 
     def forward(self, x, add=None):
-        return _ops().group_norm_silu(x, self.weight, self.bias, self.num_groups, self.eps, add)
+        return ops.group_norm_silu(x, self.weight, self.bias, self.num_groups, self.eps, add)
 
     def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.weight.shape[0]}, eps={self.eps} (+ SiLU, Triton)"
@@ -131,7 +136,7 @@ class FusedRMSNormSiLU(nn.Module):
         self.eps = 1e-12  # F.normalize's, which WanRMS_norm uses
 
     def forward(self, x):
-        return _ops().rms_norm_silu(x, self.gamma, self.bias, self.eps)
+        return ops.rms_norm_silu(x, self.gamma, self.bias, self.eps)
 
 
 def _is_silu(m) -> bool:

@@ -156,10 +156,9 @@ class Mg2Workload(Workload):
         from ..kernels.cases import dit_cases, wan_decoder_cases
         from ..models.vae import wan_vae_config
 
-        lh, lw = preset.latent_hw
-        pt, ph, pw = preset.patch_size
-        tokens = preset.num_frame_per_block // pt * (lh // ph) * (lw // pw)
-        return (dit_cases(preset.dim, preset.num_heads, tokens, preset.num_frame_per_block // pt, preset.eps)
+        (lh, lw), (pt, ph, pw) = preset.latent_hw, preset.patch_size
+        grid = (preset.num_frame_per_block // pt, lh // ph, lw // pw)  # one block's token grid
+        return (dit_cases(preset.dim, preset.num_heads, grid, preset.eps)
                 + wan_decoder_cases(preset.latent_hw, wan_vae_config(preset.vae)["base_dim"]))
 
     def forward_flops(self, preset) -> dict[str, float]:
