@@ -59,8 +59,33 @@ def test_group_norm_silu_one_chunk_loops_over_the_group(poisoned, monkeypatch):
     for channels_last in (False, True):
         x, weight, bias, add = _inputs((1, 4, 4, 32, 33), torch.float32, channels_last, True, seed=7)
         x = x + 50  # a mean far from zero: a naive sum of squares would lose the variance
-        torch.testing.assert_close(gns.group_norm_silu(x, weight, bias, 2, 1e-5, add),
-                                   gns.group_norm_silu_ref(x, weight, bias, 2, 1e-5, add), rtol=1e-4, atol=1e-4)
+        # against float64: torch's own fp32 group_norm on a channels-last CPU tensor is off by ~4e-4 here
+        h = (x + add[..., None, None, None]).double()
+        want = torch.nn.functional.silu(torch.nn.functional.group_norm(h, 2, weight.double(), bias.double(), 1e-5))
+        torch.testing.assert_close(gns.group_norm_silu(x, weight, bias, 2, 1e-5, add).double(), want,
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_group_norm_silu_channels_last_many_tiles(poisoned, monkeypatch):
+    """Channels-last with small tiles: many position tiles, channel blocks that do not divide C, a finalize
+    kernel that merges its group's partial statistics over several loop iterations."""
+    monkeypatch.setattr(gns, "_CL_TILE", 32)
+    monkeypatch.setattr(gns, "_CL_MERGE", 16)
+    assert gns._cl_blocks(24, 3 * 7 * 9) == (1, 32)  # no block of 64/32/16 divides 24: one masked block of 32
+    assert gns._cl_blocks(320, 10) == (1, 64)  # the UNet's widths: whole 64-channel blocks
+    for dtype in (torch.float32, torch.bfloat16):
+        x, weight, bias, add = _inputs((2, 24, 3, 7, 9), dtype, True, True, seed=3)
+        # fp32: a mean far from zero. Not in bf16: Triton's CPU interpreter rounds fp32 -> bf16 toward zero (the GPU
+        # to nearest), which at 20 (1 ulp = 0.125) biases the rounded x + add by far more than the tolerance
+        x = x + 20 if dtype == torch.float32 else x
+        h = (x + add[..., None, None, None]).double()  # x + add in x's dtype (bf16 rounds it), as the model
+        want = torch.nn.functional.silu(torch.nn.functional.group_norm(h, 4, weight.double(), bias.double(), 1e-5))
+        got = gns.group_norm_silu(x, weight, bias, 4, 1e-5, add)
+        assert got.is_contiguous(memory_format=torch.channels_last_3d)
+        if dtype == torch.float32:
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+        else:  # the bf16 output's rounding (1 ulp = 0.125 at 16) is the difference: compare like the other tests
+            torch.testing.assert_close(got, gns.group_norm_silu_ref(x, weight, bias, 4, 1e-5, add), **TOL[dtype])
 
 
 def test_group_norm_silu_custom_op_and_bad_input():
