@@ -71,8 +71,10 @@ def test_group_norm_silu_channels_last_many_tiles(poisoned, monkeypatch):
     kernel that merges its group's partial statistics over several loop iterations."""
     monkeypatch.setattr(gns, "_CL_TILE", 32)
     monkeypatch.setattr(gns, "_CL_MERGE", 16)
-    assert gns._cl_blocks(24, 3 * 7 * 9) == (1, 32)  # no block of 64/32/16 divides 24: one masked block of 32
-    assert gns._cl_blocks(320, 10) == (1, 64)  # the UNet's widths: whole 64-channel blocks
+    monkeypatch.setattr(gns, "_CL_PROGRAMS", 40)
+    # no block of 64/32/16 divides 24: one masked block of 32; 2 x 189 tiles over 40 programs: 16 tiles a program
+    assert gns._cl_blocks(24, 3 * 7 * 9, 2) == (1, 32, 16)
+    assert gns._cl_blocks(320, 10) == (1, 64, 2)  # the UNet's widths: whole 64-channel blocks; 50 tiles, 2 a program
     for dtype in (torch.float32, torch.bfloat16):
         x, weight, bias, add = _inputs((2, 24, 3, 7, 9), dtype, True, True, seed=3)
         # fp32: a mean far from zero. Not in bf16: Triton's CPU interpreter rounds fp32 -> bf16 toward zero (the GPU

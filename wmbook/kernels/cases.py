@@ -18,6 +18,17 @@ import torch
 import torch.nn.functional as F
 
 
+
+def _set_params(module: torch.nn.Module, **values: torch.Tensor) -> None:
+    """Move `module` to the values' device and dtype and copy them into its parameters of those names (the eager
+    sequence is the module's own call on the case's inputs)."""
+    first = next(iter(values.values()))
+    module.to(device=first.device, dtype=first.dtype)
+    with torch.no_grad():
+        for name, v in values.items():
+            getattr(module, name).copy_(v)
+
+
 @dataclass
 class KernelCase:
     """One call site of a fused kernel. make(device, dtype, seed) -> inputs (a dict); eager(**inputs): the model's own
@@ -84,7 +95,7 @@ def dit_cases(dim: int, num_heads: int, grid: tuple[int, int, int], eps: float =
         r = _gen(device, seed)
         cos, sin = rope_cos_sin(rope_inv_freqs(d), f, gh, gw, 0, device)
         inputs = dict(x=r(b, n, c, dtype=dtype), weight=(1 + r(c, scale=0.1)).to(dtype), cos=cos, sin=sin)
-        rms.weight.data = inputs["weight"]  # the module's own weight: the eager sequence is the model's call
+        _set_params(rms, weight=inputs["weight"])  # the module's own weight: the eager sequence is the model's call
         return inputs
 
     def eager_qkr(x, weight, cos, sin):
@@ -121,7 +132,7 @@ def _gn_case(site: str, shape: tuple, groups: int, eps: float, add: bool, channe
             x = x.contiguous(memory_format=fmt)
         inputs = dict(x=x, weight=(1 + r(c, scale=0.1)).to(dt), bias=r(c, scale=0.1).to(dt),
                       add=r(shape[0], c, dtype=dt) if add else None)
-        gn.weight.data, gn.bias.data = inputs["weight"], inputs["bias"]  # the module's own parameters
+        _set_params(gn, weight=inputs["weight"], bias=inputs["bias"])  # the module's own parameters
         return inputs
 
     def eager(x, weight, bias, add):  # ResBlock: h + emb[:, :, None, None], then out_layers' GroupNorm32 and SiLU
@@ -177,10 +188,10 @@ def wan_decoder_cases(latent_hw: tuple[int, int], base_dim: int = 96) -> list[Ke
         c = shape[1]
         norm = WanRMS_norm(c, images=False)
 
-        def make(device, dt, seed, shape=shape, c=c):
+        def make(device, dt, seed, shape=shape, c=c, norm=norm):
             r = _gen(device, seed)
             inputs = dict(x=r(*shape, dtype=dt), gamma=(1 + r(c, 1, 1, 1, scale=0.1)).to(dt), bias=None)
-            norm.gamma.data = inputs["gamma"]  # set here, not in the timed call (a .data write breaks compile's graph)
+            _set_params(norm, gamma=inputs["gamma"])  # set here, not in the timed call (breaks compile's graph)
             return inputs
 
         def eager(x, gamma, bias, norm=norm):  # diffusers' WanRMS_norm (channel-first, no bias), then SiLU

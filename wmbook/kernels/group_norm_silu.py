@@ -12,10 +12,11 @@ Both memory formats: channels-first (contiguous) and channels-last (torch.channe
 torch.channels_last_3d for 5-D); the result keeps the input's. Channels-last gets its own three kernels, because a
 group is not contiguous there: a position's Cg channels are (e.g. 10 bf16 values, 20 bytes), the next position's
 C channels later. Walking a group element by element reads partial sectors and divides by Cg per element (the first
-version ran at 0.4x of what inductor makes of the op sequence on the H100). Instead every program reads a dense
-[positions, channels] tile whose rows are contiguous runs of whole 128-byte lines: (1) per-channel (mean, M2) of each
-tile; (2) one program per (batch, group) merges its channels' tiles into the group's mean and rstd and writes
-per-channel mean and scale = w * rstd; (3) y = SiLU((x - mean) * scale + b) over the same tiles.
+version ran at 0.4x of what inductor makes of the op sequence on the H100). Instead every program loops over dense
+[positions, channels] tiles of one span of positions, rows being contiguous runs of whole 128-byte lines: (1)
+per-channel (mean, M2) of the span (each tile's exact, merged with Chan's formula); (2) one program per (batch,
+group) merges its channels' spans into the group's mean and rstd and writes per-channel mean and scale = w * rstd;
+(3) y = SiLU((x - mean) * scale + b) over the same tiles.
 """
 
 from __future__ import annotations
@@ -153,55 +154,59 @@ if triton is not None:
 
 
     @triton.jit
-    def _cl_tile(x_ptr, add_ptr, C, S, tiles, HAS_ADD: tl.constexpr, BLOCK_S: tl.constexpr,
-                 BLOCK_C: tl.constexpr):
-        """This program's [BLOCK_S, BLOCK_C] channels-last tile (grid: batch x position tiles, channel blocks): x
-        (+ add rounded to x's dtype) in fp32 (0 where masked), its mask, offsets, channel indices, batch element and
-        the tile's position count."""
+    def _cl_tile(x_ptr, add_ptr, C, S, spans, k, HAS_ADD: tl.constexpr, BLOCK_S: tl.constexpr,
+                 BLOCK_C: tl.constexpr, ITERS: tl.constexpr):
+        """Tile k (of ITERS) of this program's span of positions (grid: batch x spans, channel blocks): the
+        [BLOCK_S, BLOCK_C] channels-last block of x (+ add rounded to x's dtype) in fp32 (0 where masked), its mask,
+        offsets, channel indices, batch element and position count (0 past the end)."""
         pid = tl.program_id(0)
-        b = (pid // tiles).to(tl.int64)
-        s0 = (pid % tiles) * BLOCK_S
-        c0 = tl.program_id(1) * BLOCK_C
+        b = (pid // spans).to(tl.int64)
+        s0 = ((pid % spans) * ITERS + k) * BLOCK_S
+        c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         s = s0 + tl.arange(0, BLOCK_S)
-        c = c0 + tl.arange(0, BLOCK_C)
         m = (s[:, None] < S) & (c[None, :] < C)
         off = b * C * S + s[:, None].to(tl.int64) * C + c[None, :]
         x = tl.load(x_ptr + off, mask=m, other=0.0)
         if HAS_ADD:
             a = tl.load(add_ptr + b * C + c, mask=c < C, other=0.0)
             x = (x.to(tl.float32) + a[None, :].to(tl.float32)).to(x_ptr.dtype.element_ty)
-        return tl.where(m, x.to(tl.float32), 0.0), m, off, c, b, tl.minimum(BLOCK_S, S - s0)
+        return tl.where(m, x.to(tl.float32), 0.0), m, off, c, b, tl.maximum(tl.minimum(BLOCK_S, S - s0), 0)
 
     @triton.jit
     def _gn_cl_stats_kernel(
         x_ptr,  # [B, C, *S] channels-last: position-major, C contiguous channels per position
         add_ptr,  # [B, C] contiguous (HAS_ADD), else unused
-        part_ptr,  # [B, tiles, 2, C] fp32: per-channel (mean, M2) over each tile's positions
+        part_ptr,  # [B, spans, 2, C] fp32: per-channel (mean, M2) over each span's positions
         C,
         S,
-        tiles,  # position tiles per batch element
+        spans,  # spans of ITERS * BLOCK_S positions per batch element
         HAS_ADD: tl.constexpr,
         BLOCK_S: tl.constexpr,
         BLOCK_C: tl.constexpr,
+        ITERS: tl.constexpr,
     ):
-        x, m, _, c, b, n_pos = _cl_tile(x_ptr, add_ptr, C, S, tiles, HAS_ADD, BLOCK_S, BLOCK_C)
-        n = n_pos.to(tl.float32)
-        # sums of x - pivot (the tile's middle row; any row in the tile is close to its mean compared with a
-        # large offset): a channel whose mean is far from zero keeps its variance in fp32
-        row = tl.arange(0, BLOCK_S)[:, None] == n_pos // 2
-        pivot = tl.sum(tl.where(row & m, x, 0.0), axis=0)
-        xs = tl.where(m, x - pivot[None, :], 0.0)
-        mean_s = tl.sum(xs, axis=0) / n
-        d = tl.where(m, xs - mean_s[None, :], 0.0)
-        m2 = tl.sum(d * d, axis=0)
-        mean = pivot + mean_s
-        base = part_ptr + ((b * tiles + tl.program_id(0) % tiles) * 2) * C
+        count = tl.zeros([BLOCK_C], dtype=tl.float32)
+        mean = tl.zeros([BLOCK_C], dtype=tl.float32)
+        m2 = tl.zeros([BLOCK_C], dtype=tl.float32)
+        for k in range(ITERS):  # each tile's exact (mean, M2) per channel, merged into the span's (Chan)
+            x, m, _, c, b, n_pos = _cl_tile(x_ptr, add_ptr, C, S, spans, k, HAS_ADD, BLOCK_S, BLOCK_C, ITERS)
+            n_blk = n_pos.to(tl.float32)
+            mean_blk = tl.sum(x, axis=0) / tl.maximum(n_blk, 1.0)
+            d = tl.where(m, x - mean_blk[None, :], 0.0)
+            m2_blk = tl.sum(d * d, axis=0)
+            total = count + n_blk
+            w = n_blk / tl.maximum(total, 1.0)
+            delta = mean_blk - mean
+            mean = mean + delta * w
+            m2 = m2 + m2_blk + delta * delta * count * w
+            count = total
+        base = part_ptr + ((b * spans + tl.program_id(0) % spans) * 2) * C
         tl.store(base + c, mean, mask=c < C)
         tl.store(base + C + c, m2, mask=c < C)
 
     @triton.jit
     def _gn_cl_finalize_kernel(
-        part_ptr,  # [B, tiles, 2, C] fp32 from the stats kernel
+        part_ptr,  # [B, spans, 2, C] fp32 from the stats kernel
         w_ptr,  # [C]
         scale_ptr,  # [B, C] fp32 out: w * rstd of the channel's group
         mean_ptr,  # [B, C] fp32 out: the channel's group mean
@@ -209,11 +214,11 @@ if triton is not None:
         S,
         G,
         Cg,
-        tiles,
+        spans,
         eps,
-        BLOCK_S: tl.constexpr,  # the stats kernel's tile height (the count of every tile but the last)
-        BLOCK_T: tl.constexpr,  # tiles merged at once
-        T_ITERS: tl.constexpr,  # cdiv(tiles, BLOCK_T) (a constant: loop bounds stay compile-time)
+        BLOCK_S: tl.constexpr,  # positions per span (the count of every span but the last)
+        BLOCK_T: tl.constexpr,  # spans merged at once
+        T_ITERS: tl.constexpr,  # cdiv(spans, BLOCK_T) (a constant: loop bounds stay compile-time)
         BLOCK_CG: tl.constexpr,  # next_pow2(Cg)
     ):
         bg = tl.program_id(0)
@@ -226,19 +231,19 @@ if triton is not None:
         acc = tl.zeros([BLOCK_T, BLOCK_CG], dtype=tl.float32)
         for k in range(T_ITERS):  # pass 1: the group's mean (tile counts as weights)
             t = k * BLOCK_T + tl.arange(0, BLOCK_T)
-            tm = t < tiles
+            tm = t < spans
             nt = tl.where(tm, tl.minimum(BLOCK_S, S - t * BLOCK_S), 0).to(tl.float32)
             mk = tm[:, None] & cm[None, :]
-            mu = tl.load(part_ptr + ((b * tiles + t[:, None]) * 2) * C + c[None, :], mask=mk, other=0.0)
+            mu = tl.load(part_ptr + ((b * spans + t[:, None]) * 2) * C + c[None, :], mask=mk, other=0.0)
             acc += nt[:, None] * mu
         mean = tl.sum(tl.sum(acc, axis=1), axis=0) / n_total
         acc = tl.zeros([BLOCK_T, BLOCK_CG], dtype=tl.float32)
         for k in range(T_ITERS):  # pass 2: M2 = sum(M2_i + n_i (mean_i - mean)^2) (Chan)
             t = k * BLOCK_T + tl.arange(0, BLOCK_T)
-            tm = t < tiles
+            tm = t < spans
             nt = tl.where(tm, tl.minimum(BLOCK_S, S - t * BLOCK_S), 0).to(tl.float32)
             mk = tm[:, None] & cm[None, :]
-            base = part_ptr + ((b * tiles + t[:, None]) * 2) * C + c[None, :]
+            base = part_ptr + ((b * spans + t[:, None]) * 2) * C + c[None, :]
             mu = tl.load(base, mask=mk, other=0.0)
             m2 = tl.load(base + C, mask=mk, other=0.0)
             d = tl.where(mk, mu - mean, 0.0)
@@ -259,18 +264,22 @@ if triton is not None:
         out_ptr,  # like x
         C,
         S,
-        tiles,
+        spans,
         HAS_ADD: tl.constexpr,
         BLOCK_S: tl.constexpr,
         BLOCK_C: tl.constexpr,
+        ITERS: tl.constexpr,
     ):
-        x, m, off, c, b, _ = _cl_tile(x_ptr, add_ptr, C, S, tiles, HAS_ADD, BLOCK_S, BLOCK_C)
+        b = (tl.program_id(0) // spans).to(tl.int64)
+        c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         sc = tl.load(scale_ptr + b * C + c, mask=c < C, other=0.0)
         mu = tl.load(mean_ptr + b * C + c, mask=c < C, other=0.0)
         bb = tl.load(bias_ptr + c, mask=c < C, other=0.0).to(tl.float32)
-        y = (x - mu[None, :]) * sc[None, :] + bb[None, :]  # x - mean first: no cancellation when |mean| >> std
-        y = y * tl.sigmoid(y)
-        tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
+        for k in range(ITERS):
+            x, m, off, _, _, _ = _cl_tile(x_ptr, add_ptr, C, S, spans, k, HAS_ADD, BLOCK_S, BLOCK_C, ITERS)
+            y = (x - mu[None, :]) * sc[None, :] + bb[None, :]  # x - mean first: no cancellation when |mean| >> std
+            y = y * tl.sigmoid(y)
+            tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
 def _check(x, weight, bias, num_groups, add):
@@ -347,41 +356,42 @@ def group_norm_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, n
     return out
 
 
-_CL_TILE = 4096  # elements of a channels-last tile (positions x channels)
-_CL_MERGE = 4096  # (tile, channel) partial statistics the finalize kernel merges at once
+_CL_TILE = 2048  # elements of a channels-last tile (positions x channels) loaded at once
+_CL_PROGRAMS = 1024  # programs per launch the channels-last launcher aims at (each loops over ITERS tiles)
+_CL_MERGE = 4096  # (span, channel) partial statistics the finalize kernel merges at once
 
 
-def _cl_blocks(c: int, s: int) -> tuple[int, int]:
-    """(BLOCK_S, BLOCK_C) of the channels-last tiles: channel blocks of up to 64 (128 bytes of bf16, whole lines)
-    that divide C where they can, positions filling the rest of _CL_TILE elements."""
+def _cl_blocks(c: int, s: int, b: int = 1) -> tuple[int, int, int]:
+    """(BLOCK_S, BLOCK_C, ITERS) of the channels-last kernels: channel blocks of up to 64 (128 bytes of bf16, whole
+    lines) that divide C where they can, positions filling the rest of _CL_TILE elements, and ITERS tiles per program
+    (a power of two) so that about _CL_PROGRAMS programs run."""
     block_c = next((bc for bc in (64, 32, 16) if c % bc == 0), min(64, next_pow2(c)))
     block_s = max(1, min(_CL_TILE // block_c, next_pow2(s)))
-    return block_s, block_c
+    tiles = b * -(-s // block_s) * -(-c // block_c)
+    iters = min(next_pow2(-(-tiles // _CL_PROGRAMS)), next_pow2(-(-s // block_s)))
+    return block_s, block_c, iters
 
 
 def _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out):
-    """The channels-last launcher: per-channel tile statistics, a per-group merge into scale/shift, the apply."""
+    """The channels-last launcher: per-channel span statistics, a per-group merge into mean and scale, the apply."""
     b, c = x.shape[:2]
     s = x.numel() // (b * c)
     cg = c // num_groups
-    block_s, block_c = _cl_blocks(c, s)
-    tiles = -(-s // block_s)
-    part = torch.empty(b, tiles, 2, c, device=x.device, dtype=torch.float32)
+    block_s, block_c, iters = _cl_blocks(c, s, b)
+    spans = -(-s // (block_s * iters))
+    part = torch.empty(b, spans, 2, c, device=x.device, dtype=torch.float32)
     scale = torch.empty(b, c, device=x.device, dtype=torch.float32)
     mean = torch.empty_like(scale)
     a = add.reshape(b, c).contiguous() if add is not None else x  # x: a pointer never read
-    block_t = max(1, min(next_pow2(tiles), _CL_MERGE // next_pow2(cg)))
-    grid = (b * tiles, -(-c // block_c))
-    _gn_cl_stats_kernel[grid](x, a, part, c, s, tiles, HAS_ADD=add is not None, BLOCK_S=block_s, BLOCK_C=block_c,
-                              num_warps=4)
-    _gn_cl_finalize_kernel[(b * num_groups,)](part, weight.contiguous(), scale, mean, c, s,
-                                              num_groups, cg, tiles, eps, BLOCK_S=block_s,
-                                              BLOCK_T=block_t, T_ITERS=-(-tiles // block_t),
-                                              BLOCK_CG=next_pow2(cg), num_warps=4)
-    _gn_cl_apply_kernel[grid](x, a, scale, mean, bias.contiguous(), out, c, s, tiles, HAS_ADD=add is not None, BLOCK_S=block_s,
-                              BLOCK_C=block_c, num_warps=4)
+    block_t = max(1, min(next_pow2(spans), _CL_MERGE // next_pow2(cg)))
+    grid = (b * spans, -(-c // block_c))
+    kw = dict(HAS_ADD=add is not None, BLOCK_S=block_s, BLOCK_C=block_c, ITERS=iters, num_warps=4)
+    _gn_cl_stats_kernel[grid](x, a, part, c, s, spans, **kw)
+    _gn_cl_finalize_kernel[(b * num_groups,)](part, weight.contiguous(), scale, mean, c, s, num_groups, cg, spans,
+                                              eps, BLOCK_S=block_s * iters, BLOCK_T=block_t,
+                                              T_ITERS=-(-spans // block_t), BLOCK_CG=next_pow2(cg), num_warps=4)
+    _gn_cl_apply_kernel[grid](x, a, scale, mean, bias.contiguous(), out, c, s, spans, **kw)
     return out
-
 
 @torch.library.custom_op("wmbook::group_norm_silu", mutates_args=())
 def group_norm_silu_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, num_groups: int, eps: float,
