@@ -185,11 +185,13 @@ if triton is not None:
         BLOCK_C: tl.constexpr,
         ITERS: tl.constexpr,
     ):
+        b = (tl.program_id(0) // spans).to(tl.int64)
+        c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         count = tl.zeros([BLOCK_C], dtype=tl.float32)
         mean = tl.zeros([BLOCK_C], dtype=tl.float32)
         m2 = tl.zeros([BLOCK_C], dtype=tl.float32)
         for k in range(ITERS):  # each tile's exact (mean, M2) per channel, merged into the span's (Chan)
-            x, m, _, c, b, n_pos = _cl_tile(x_ptr, add_ptr, C, S, spans, k, HAS_ADD, BLOCK_S, BLOCK_C, ITERS)
+            x, m, _, _, _, n_pos = _cl_tile(x_ptr, add_ptr, C, S, spans, k, HAS_ADD, BLOCK_S, BLOCK_C, ITERS)
             n_blk = n_pos.to(tl.float32)
             mean_blk = tl.sum(x, axis=0) / tl.maximum(n_blk, 1.0)
             d = tl.where(m, x - mean_blk[None, :], 0.0)
