@@ -236,6 +236,63 @@ WMA_PRESETS: dict[str, WMAPreset] = {
     "wma": WMAPreset(name="wma"),
 }
 
+# --- the world presets: small models trained on the synthetic game world (wmbook.world, wmbook.train) ----------------
+
+
+@dataclass(frozen=True)
+class WorldCausalPreset(CausalWanPreset):
+    """A causal DiT preset trained on wmbook.world: the same model code; latents from the lossless space-to-depth
+    codec `vae = 's2d<N>'` (wmbook.world.codec: 4 pixel frames x 3 colours x N^2 pixels per latent position, so
+    out_dim = 48 N^2 and the latent grid is H/N x W/N); weights shipped under data/weights/ (`weights`)."""
+
+    codec_spatial: int = 4
+    weights: str = ""  # file name under data/weights/
+    encoder_seed: int = 0  # the frozen random CLIP's seed (its weights ship with the model's too)
+
+    @property
+    def latent_hw(self) -> tuple[int, int]:
+        return self.height // self.codec_spatial, self.width // self.codec_spatial
+
+
+@dataclass(frozen=True)
+class WorldWMAPreset(WMAPreset):
+    """A WMA preset trained on wmbook.world: the same UNet and heads; per-frame latents from the lossless
+    space-to-depth codec `vae = 's2d<N>'` (3 N^2 channels at H/N x W/N, times scale_factor); weights shipped under
+    data/weights/ (`weights`)."""
+
+    vae: str = "s2d4"
+    codec_spatial: int = 4
+    weights: str = ""
+    encoder_seed: int = 0  # the frozen random CLIP and text towers' seed (their used weights ship with the model's)
+
+    @property
+    def latent_hw(self) -> tuple[int, int]:
+        return self.height // self.codec_spatial, self.width // self.codec_spatial
+
+
+# 64x64 frames, 4x space-to-depth: 16x16 latents of 192 channels, 2x2 patches -> 64 tokens per latent frame
+PRESETS["world-mg2"] = WorldCausalPreset(
+    name="world-mg2", model_type="i2v", height=64, width=64, num_frame_per_block=3, local_attn_size=6,
+    max_latent_frames=12, denoising_steps=(1000, 750, 500, 250), default_blocks=4,
+    dim=256, ffn_dim=768, num_heads=4, num_layers=6, freq_dim=256, in_dim=4 + 2 * 192, out_dim=192,
+    text_len=8, text_dim=32, clip_dim=32, clip_tokens=5,
+    action=ActionConfig(blocks=(0, 1, 2, 3), hidden_size=32, img_hidden_size=256, keyboard_hidden_dim=128,
+                        mouse_hidden_dim=128, heads_num=4, rope_dim_list=(8, 12, 12)),
+    vae="s2d4", clip="tiny", codec_spatial=4, weights="world-mg2.pt",
+)
+# 64x64 frames, 4x space-to-depth: 16x16 latents of 48 channels (x 2.0), 8 frames per sample
+WMA_PRESETS["world-wma"] = WorldWMAPreset(
+    name="world-wma", height=64, width=64, frames=8, in_channels=96, out_channels=48, latent_channels=48,
+    scale_factor=2.0, model_channels=40, channel_mult=(1, 2, 2, 2), num_res_blocks=1, attention_resolutions=(4, 2, 1),
+    num_head_channels=20, norm_groups=8, context_dim=64, init_attn_heads=2, num_stem_token=2,
+    output_action_context_len=16, stem_heads=2, stem_dim_head=32, agent_state_dim=6, agent_action_dim=6,
+    text_len=8, text_width=64, text_layers=1, text_heads=2, clip="tiny", resampler_dim=64, resampler_depth=1,
+    resampler_heads=2, resampler_dim_head=32, resampler_queries=4, head_down_dims=(16, 32, 64, 64),
+    head_kernel_size=3, head_step_embed_dim=32, head_act_proj_dim=8, obs_widths=(16, 16, 32, 32), obs_spatial_kp=16,
+    vae_block_out_channels=(32, 32, 32, 32), vae_layers_per_block=1, vae_norm_groups=8,
+    vae="s2d4", codec_spatial=4, weights="world-wma.pt",
+)
+
 ALL_PRESETS: dict = {**PRESETS, **WMA_PRESETS}
 
 

@@ -77,7 +77,11 @@ def wan_vae_config(preset: str) -> dict:
         return dict(base_dim=96, num_res_blocks=2, **common)
     if preset == "tiny":
         return dict(base_dim=8, num_res_blocks=1, **common)
-    raise ValueError(f"unknown VAE preset {preset!r} (expected 'real' or 'tiny')")
+    if str(preset).startswith("s2d"):  # the world presets' lossless space-to-depth codec (wmbook.world.codec)
+        from wmbook.world.codec import video_codec_config
+
+        return video_codec_config(preset)
+    raise ValueError(f"unknown VAE preset {preset!r} (expected 'real', 'tiny' or 's2d<N>')")
 
 
 def build_wan_vae(config: dict, dtype: torch.dtype = torch.float32, device="cpu", seed: int = 0) -> AutoencoderKLWan:
@@ -88,6 +92,10 @@ def build_wan_vae(config: dict, dtype: torch.dtype = torch.float32, device="cpu"
     eval mode with requires_grad False. To use real weights, load a state dict into it
     (`vae.load_state_dict(...)`) or use `AutoencoderKLWan.from_pretrained(...)` directly.
     """
+    if config.get("codec") == "space_to_depth":  # no weights: wmbook.world.codec
+        from wmbook.world.codec import build_video_codec
+
+        return build_video_codec(config, dtype=dtype, device=device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         vae = AutoencoderKLWan(**config)

@@ -127,7 +127,7 @@ class CausalStreamingPipeline:
                 with label("1.4_Text_Context"):  # stand-in for the umT5 encoder output
                     context = torch.randn(batch, p.text_len, p.text_dim, generator=gen).to(dev, dt)
             with label("1.5_Noise_Sampling"):
-                noise = torch.randn(batch, 16, f, h, w, generator=gen).to(dev, dt)
+                noise = torch.randn(batch, p.out_dim, f, h, w, generator=gen).to(dev, dt)  # 16 but for the world codec
             actions = None
             if p.action is not None:
                 with label("1.6_Action_Conditions_Setup"):
@@ -154,13 +154,32 @@ class CausalStreamingPipeline:
             x0 = (x.float() - (t / 1000.0) * flow.float()).to(x.dtype)  # flow = noise - x0, x_t = x0 + sigma*flow
         return x0
 
+    def sampling_timesteps(self, denoising_steps=None, shift=None) -> list[float]:
+        """The warped timesteps of one block: the preset's (`self.timesteps`) unless a step list or shift is given
+        (checked: ValueError naming the parameter)."""
+        if denoising_steps is None and shift is None:
+            return self.timesteps
+        from .solvers import check_shift, check_step_list
+
+        p = self.preset
+        steps = check_step_list(p.denoising_steps if denoising_steps is None else denoising_steps)
+        return warped_timesteps(steps, p.shift if shift is None else check_shift(shift))
+
     @torch.no_grad()
-    def generate(self, inputs: StreamInputs, *, decode: bool = True, progress: bool = True) -> StreamOutput:
-        """Run all blocks; timings come from device events (no host sync inside the loop)."""
+    def generate(self, inputs: StreamInputs, *, decode: bool = True, progress: bool = True, denoising_steps=None,
+                 shift: float | None = None, solver: str = "renoise") -> StreamOutput:
+        """Run all blocks; timings come from device events (no host sync inside the loop).
+
+        Sampling (notebook 03; defaults: the preset's): `denoising_steps` nominal steps per block (e.g. [1000, 500]),
+        `shift` of the flow-matching warp, `solver` 'renoise' (the reference), 'euler' or 'unipc' (wmbook.pipelines.
+        solvers explains what each does and what is comparable)."""
+        from .solvers import FLOW_SOLVERS, FlowStepper, check_solver
+
         p = self.preset
         dev = self.device
         k = p.num_frame_per_block
-        ts = self.timesteps
+        ts = self.sampling_timesteps(denoising_steps, shift)
+        stepper = None if check_solver(solver, FLOW_SOLVERS) == "renoise" else FlowStepper(solver, ts)
         gen = torch.Generator(dev).manual_seed(inputs.seed + 1)
         timer = DeviceTimer(dev)
         if dev.type == "cuda":
@@ -176,6 +195,8 @@ class CausalStreamingPipeline:
                 with label(f"2.3_Block_{bi}"):
                     timer.mark(f"b{bi}_start")
                     noisy = inputs.noise[:, :, start:start + k].contiguous()  # one stride for every forward input
+                    if stepper is not None:
+                        stepper.reset()
                     for j, t in enumerate(ts):
                         last = j == len(ts) - 1
                         with label(f"2.3.{bi}_Denoising_Step_{j}_t{int(round(t))}"):
@@ -184,9 +205,12 @@ class CausalStreamingPipeline:
                             timer.mark(f"b{bi}_f{j}")
                             if not last:
                                 with label("Scheduler_AddNoise"):
-                                    sigma = ts[j + 1] / 1000.0
-                                    eps = torch.randn(x0.shape, generator=gen, device=dev, dtype=torch.float32)
-                                    noisy = ((1 - sigma) * x0.float() + sigma * eps).to(x0.dtype)
+                                    if stepper is not None:  # euler / unipc (notebook 03)
+                                        noisy = stepper.next(j, noisy, x0)
+                                    else:  # re-noise to the next sigma (the reference)
+                                        sigma = ts[j + 1] / 1000.0
+                                        eps = torch.randn(x0.shape, generator=gen, device=dev, dtype=torch.float32)
+                                        noisy = ((1 - sigma) * x0.float() + sigma * eps).to(x0.dtype)
                     with label(f"2.3.{bi}_Update_KV_Cache"):
                         self.denoise(x0, 0.0, inputs, cache, start)  # cache refresh on the clean prediction
                     timer.mark(f"b{bi}_f{len(ts)}")

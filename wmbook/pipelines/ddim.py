@@ -24,6 +24,7 @@ Timings come from device events (`DeviceTimer`): no host sync inside the loop.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,6 +84,8 @@ class PassOutput:
     sampling_ms: float = float("nan")
     decode_ms: float = 0.0
     pass_ms: float = float("nan")
+    solver: str = "ddim"
+    timesteps: list[int] = field(default_factory=list)  # the video timesteps stepped, in order
 
 
 @dataclass
@@ -99,10 +102,15 @@ class WMAOutput:
     iteration_ms: float = float("nan")
     peak_memory_bytes: int | None = None
     paths: dict = field(default_factory=dict)
+    solver: str = "ddim"
+    decision_steps: int | None = None  # None: ddim_steps
+    world_steps: int | None = None  # None: ddim_steps
 
     @property
     def unet_forwards(self) -> int:
-        return 2 * self.ddim_steps * self.forwards_per_step
+        d = self.ddim_steps if self.decision_steps is None else self.decision_steps
+        w = self.ddim_steps if self.world_steps is None else self.world_steps
+        return (d + w) * self.forwards_per_step
 
     def reference(self) -> dict[str, torch.Tensor]:
         """The tensors a faster variant must reproduce (fp32 reference gate)."""
@@ -228,6 +236,17 @@ def check_run_params(p: WMAPreset, ddim_steps=None, guidance_scale=None, guidanc
     return tuple(out)
 
 
+def check_world_actions(p: WMAPreset, world_actions, batch: int) -> None:
+    """`run_iteration(world_actions=...)`: None (the world-model pass uses the decision pass's actions, as upstream)
+    or a tensor [B, horizon, agent_action_dim] of given actions (a held-out episode's true actions)."""
+    if world_actions is None:
+        return
+    want = (batch, p.horizon, p.agent_action_dim)
+    if not isinstance(world_actions, torch.Tensor) or tuple(world_actions.shape) != want:
+        got = tuple(world_actions.shape) if isinstance(world_actions, torch.Tensor) else type(world_actions).__name__
+        raise ValueError(f"world_actions={got} is not allowed; allowed values: None or a tensor of shape {want}")
+
+
 class WMAInteractionPipeline:
     """Reference UnifoLM-WMA pipeline at a preset's shapes: world model, CLIP, text tower, VAE (random weights)."""
 
@@ -308,8 +327,13 @@ class WMAInteractionPipeline:
 
     def sample_pass(self, tag: str, cond: Conditioning, context: torch.Tensor, uncond_context: torch.Tensor | None,
                     inputs: WMAInputs, *, steps: int, guidance_scale: float, guidance_rescale: float, eta: float,
-                    gen: torch.Generator, timer: DeviceTimer, decode: bool, progress: bool) -> PassOutput:
-        """DDIM sampling of video, actions and states from noise, then the per-frame decode."""
+                    gen: torch.Generator, timer: DeviceTimer, decode: bool, progress: bool,
+                    solver: str = "ddim") -> PassOutput:
+        """DDIM sampling of video, actions and states from noise, then the per-frame decode.
+
+        solver: 'ddim' (the reference), or 'dpmsolver++' / 'unipc' for the video latents (wmbook.pipelines.solvers:
+        diffusers' multistep schedulers configured like the reference; eta and the dynamic rescale do not apply);
+        the heads keep their DDIM at the same timesteps."""
         p, dev = self.preset, self.device
         b = context.shape[0]
         sched, asched, ssched = self.scheduler, self.action_scheduler, self.state_scheduler
@@ -317,6 +341,16 @@ class WMAInteractionPipeline:
             s.set_timesteps(steps)  # host-side tables: no device work, no sync
         table = ddim_table(p, sched, steps, eta)
         ts = table.timesteps
+        msched = None
+        if solver != "ddim":
+            from .solvers import video_solver
+
+            msched = video_solver(p, solver)
+            with warnings.catch_warnings():  # diffusers' np.array(tensor) on numpy 2: a DeprecationWarning per call
+                warnings.simplefilter("ignore", DeprecationWarning)
+                msched.set_timesteps(steps)  # host-side tables, the same trailing timesteps as the DDIM table
+            msched.set_begin_index(0)
+            ts = tuple(int(t) for t in msched.timesteps.tolist())
         guided = guidance_scale != 1.0
         obs_images = inputs.observation_images.to(self.dtype)
         obs_states = inputs.observation_states.to(self.dtype)
@@ -337,7 +371,10 @@ class WMAInteractionPipeline:
                         if guided:  # video, action and state outputs alike, as upstream
                             v, ea, es = (self._guide(c.float(), u.float(), guidance_scale, guidance_rescale)
                                          for c, u in ((v, vu), (ea, eau), (es, esu)))
-                        x, _ = ddim_update(table, j, x, v.float(), gen)
+                        if msched is None:
+                            x, _ = ddim_update(table, j, x, v.float(), gen)
+                        else:
+                            x = msched.step(v.float(), t, x).prev_sample
                         act = asched.step(ea.float(), t, act).prev_sample
                         st = ssched.step(es.float(), t, st).prev_sample
                     timer.mark(f"{tag}_s{j}")
@@ -346,7 +383,7 @@ class WMAInteractionPipeline:
             with label(f"{tag}.2_Decode_First_Stage"):
                 frames = self.decode(x)
         timer.mark(f"{tag}_decoded")
-        return PassOutput(latents=x, frames=frames, actions=act, states=st)
+        return PassOutput(latents=x, frames=frames, actions=act, states=st, solver=solver, timesteps=list(ts))
 
     @staticmethod
     def _guide(cond: torch.Tensor, uncond: torch.Tensor, scale: float, rescale: float) -> torch.Tensor:
@@ -374,20 +411,31 @@ class WMAInteractionPipeline:
     @torch.no_grad()
     def run_iteration(self, inputs: WMAInputs, *, ddim_steps: int | None = None, guidance_scale: float | None = None,
                       guidance_rescale: float | None = None, eta: float | None = None, decode_decision: bool = True,
-                      save_dir=None, progress: bool = True) -> WMAOutput:
-        """One interaction iteration (decision pass, then world-model pass); parameters checked first."""
+                      save_dir=None, progress: bool = True, solver: str = "ddim", decision_steps: int | None = None,
+                      world_steps: int | None = None, world_actions: torch.Tensor | None = None) -> WMAOutput:
+        """One interaction iteration (decision pass, then world-model pass); parameters checked first.
+
+        Sampling (notebook 03): `solver` 'ddim' (the reference), 'dpmsolver++' or 'unipc' for both passes;
+        `decision_steps` / `world_steps` the steps of each pass (None: `ddim_steps`, itself None: the preset's)."""
+        from .solvers import WMA_SOLVERS, check_solver, check_steps
+
         p = self.preset
         steps, gs, gr, eta = check_run_params(p, ddim_steps, guidance_scale, guidance_rescale, eta)
+        check_solver(solver, WMA_SOLVERS)
+        d_steps = steps if decision_steps is None else check_steps(decision_steps, p.num_train_timesteps,
+                                                                   "decision_steps")
+        w_steps = steps if world_steps is None else check_steps(world_steps, p.num_train_timesteps, "world_steps")
         if not isinstance(decode_decision, bool):
             raise ValueError(f"decode_decision={decode_decision!r} is not allowed; allowed values: [True, False]")
+        check_world_actions(p, world_actions, inputs.observation_images.shape[0])
         dev = self.device
         guided = gs != 1.0
         timer = DeviceTimer(dev)
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
         gen = torch.Generator(dev).manual_seed(inputs.seed + 1)
-        kw = dict(steps=steps, guidance_scale=gs, guidance_rescale=gr, eta=eta, gen=gen, timer=timer,
-                  progress=progress)
+        kw = dict(guidance_scale=gs, guidance_rescale=gr, eta=eta, gen=gen, timer=timer, progress=progress,
+                  solver=solver)
         timer.mark("start")
         with label(ITERATION_LABEL):
             with label("1_Conditioning_Prep"):
@@ -398,16 +446,17 @@ class WMAInteractionPipeline:
                 if guided:  # unconditional branch: empty prompt, image tokens of a blank frame
                     zero = cond.state.new_zeros(cond.state.shape[0], p.horizon, cond.state.shape[2])
                     unc = self.model.build_context(cond.state, zero, cond.empty_text, cond.uncond_image)
-                decision = self.sample_pass("2", cond, cond.decision_context, unc, inputs, decode=decode_decision, **kw)
+                decision = self.sample_pass("2", cond, cond.decision_context, unc, inputs, decode=decode_decision,
+                                            steps=d_steps, **kw)
             timer.mark("decided")
             with label("3_World_Model_Pass"):
                 with label("3.0_Action_Embedding"):
                     # the decision pass's action chunk becomes the action tokens; no text (empty prompt)
-                    actions = self.model.embed_action(decision.actions)
+                    actions = self.model.embed_action(decision.actions if world_actions is None else world_actions)
                     ctx = self.model.build_context(cond.state, actions, cond.empty_text, cond.image)
                     unc = self.model.build_context(cond.state, actions, cond.empty_text, cond.uncond_image) \
                         if guided else None
-                world = self.sample_pass("3", cond, ctx, unc, inputs, decode=True, **kw)
+                world = self.sample_pass("3", cond, ctx, unc, inputs, decode=True, steps=w_steps, **kw)
             timer.mark("simulated")
             paths = {}
             if save_dir is not None:
@@ -416,9 +465,10 @@ class WMAInteractionPipeline:
             timer.mark("end")
         timer.synchronize()
         out = WMAOutput(decision=decision, world=world, ddim_steps=steps, forwards_per_step=2 if guided else 1,
-                        timesteps=self.scheduler.timesteps.tolist(), paths=paths)
-        self._fill_pass_times(decision, timer, "2", steps, "conditioned", "decided")
-        self._fill_pass_times(world, timer, "3", steps, "decided", "simulated")
+                        timesteps=self.scheduler.timesteps.tolist(), paths=paths, solver=solver,
+                        decision_steps=d_steps, world_steps=w_steps)
+        self._fill_pass_times(decision, timer, "2", d_steps, "conditioned", "decided")
+        self._fill_pass_times(world, timer, "3", w_steps, "decided", "simulated")
         out.conditioning_ms = timer.elapsed_ms("start", "conditioned")
         out.save_ms = timer.elapsed_ms("simulated", "end")
         out.iteration_ms = timer.elapsed_ms("start", "end")
@@ -455,7 +505,8 @@ class WMAInteractionPipeline:
 
     # --- conveniences -----------------------------------------------------------------------------
     def run(self, *, seed: int = 0, save_dir=None, progress: bool = True, **kw) -> tuple[WMAInputs, WMAOutput]:
-        """prepare + one labelled iteration (kw: ddim_steps, guidance_scale, guidance_rescale, eta, decode_decision)."""
+        """prepare + one labelled iteration (kw: ddim_steps, guidance_scale, guidance_rescale, eta, decode_decision,
+        solver, decision_steps, world_steps)."""
         inputs = self.prepare(seed=seed)
         return inputs, self.run_iteration(inputs, save_dir=save_dir, progress=progress, **kw)
 

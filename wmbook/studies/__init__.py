@@ -5,6 +5,7 @@ these functions, one per cell.
 
     01_baseline_profiling    wmbook.studies.baseline
     02_bottleneck_breakdown  wmbook.studies.breakdown
+    03_step_reduction        wmbook.studies.steps
     04_compile_autocast      wmbook.studies.compile
     05_triton_kernels        wmbook.studies.kernels
     06_cuda_graphs           wmbook.studies.graphs
@@ -18,6 +19,7 @@ import importlib
 MODULES = {
     "01_baseline_profiling": "wmbook.studies.baseline",
     "02_bottleneck_breakdown": "wmbook.studies.breakdown",
+    "03_step_reduction": "wmbook.studies.steps",
     "04_compile_autocast": "wmbook.studies.compile",
     "05_triton_kernels": "wmbook.studies.kernels",
     "06_cuda_graphs": "wmbook.studies.graphs",

@@ -202,6 +202,10 @@ class Workload:
         """Latents of an end-to-end run -> frames, the way the pipeline decodes them."""
         raise NotImplementedError
 
+    def step_axis(self):
+        """What notebook 03 sweeps: the sampler's step counts and solvers (wmbook.pipelines.solvers)."""
+        raise NotImplementedError(f"workload {self.name!r} has no denoising steps to sweep")
+
     def kernel_cases(self, preset) -> list:
         """Where notebook 05's fused kernels run in this workload, at `preset`'s shapes (wmbook.kernels.cases)."""
         return []

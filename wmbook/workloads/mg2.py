@@ -74,6 +74,10 @@ class Mg2Workload(Workload):
 
     # --- building --------------------------------------------------------------------------------------
     def pipeline(self, preset, device, dtype, vae_dtype, seed: int = 0) -> CausalStreamingPipeline:
+        from ..world.weights import build_world_pipeline, is_world_preset
+
+        if is_world_preset(preset):  # a trained world model: its shipped weights, loaded strictly (seed: sampling only)
+            return build_world_pipeline("mg2", preset, device=device, dtype=dtype, vae_dtype=vae_dtype)
         return CausalStreamingPipeline(preset, device=device, dtype=dtype, vae_dtype=vae_dtype, seed=seed)
 
     def build(self, cfg) -> tuple[CausalStreamingPipeline, StreamInputs]:
@@ -150,6 +154,11 @@ class Mg2Workload(Workload):
         return pipe.preset.vae
 
     # --- measuring -------------------------------------------------------------------------------------
+    def step_axis(self):
+        from ..pipelines.solvers import FlowStepAxis
+
+        return FlowStepAxis()
+
     def kernel_cases(self, preset) -> list:
         """The DiT block's adaLN, gated residual + adaLN and q/k norm + RoPE at one block's tokens; the Wan VAE
         decoder's RMS norm + SiLU."""
@@ -386,6 +395,9 @@ class Mg2BaselineResult:
             ax.bar(bt.index, bt[col], bottom=bottom, label=col.replace("_ms", "").replace("_", " "), color=color)
             bottom += bt[col].to_numpy()
         ax.set_xlabel("block")
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # blocks are whole numbers
         ax.set_ylabel("ms")
         ax.set_title("Time per block (median over runs)")
         ax.legend(fontsize=8)

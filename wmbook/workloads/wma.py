@@ -70,6 +70,10 @@ class WMAWorkload(Workload):
 
     # --- building --------------------------------------------------------------------------------------
     def pipeline(self, preset, device, dtype, vae_dtype, seed: int = 0) -> WMAInteractionPipeline:
+        from ..world.weights import build_world_pipeline, is_world_preset
+
+        if is_world_preset(preset):  # a trained world model: its shipped weights, loaded strictly (seed: sampling only)
+            return build_world_pipeline("wma", preset, device=device, dtype=dtype, vae_dtype=vae_dtype)
         return WMAInteractionPipeline(preset, device=device, dtype=dtype, vae_dtype=vae_dtype, seed=seed)
 
     def build(self, cfg) -> tuple[WMAInteractionPipeline, WMAInputs]:
@@ -158,6 +162,11 @@ class WMAWorkload(Workload):
     @torch.no_grad()
     def decode(self, pipe, latents: torch.Tensor) -> torch.Tensor:
         return pipe.decode(latents)
+
+    def step_axis(self):
+        from ..pipelines.solvers import UNetStepAxis
+
+        return UNetStepAxis()
 
     def e2e_description(self, size: E2ESize) -> str:
         return f"iteration of {size.ddim_steps} DDIM steps per pass"
@@ -279,7 +288,7 @@ class WMAWorkload(Workload):
             f"{s['conditioning_share']:.0%} and saving {s['save_share']:.0%}.",
         ]
         seed = SEED_PROFILE
-        line = (f"The seed's upstream profile (fp32 eager, DDIM {seed['ddim_steps']}, GPU not named) reported "
+        line = (f"The original project's published profile of this model (fp32 eager, DDIM {seed['ddim_steps']}, GPU not named) reported "
                 f"{seed['iteration_s']:.0f} s per iteration, {seed['step_s']:.2f} s per step and "
                 f"{seed['sampling_share']:.0%} in sampling; we measure {it.median:.3g} s, "
                 f"{s['ddim_step_ms'].median / 1e3:.3g} s per step and {s['sampling_share']:.0%} in sampling")

@@ -24,7 +24,17 @@ def sd_vae_config(p: WMAPreset) -> dict:
 
 
 def build_sd_vae(p: WMAPreset, dtype: torch.dtype = torch.float32, device="cpu", seed: int = 0) -> AutoencoderKL:
-    """Seeded random-weight AutoencoderKL, initialised on `device`, eval, no grad; the CPU RNG is left untouched."""
+    """Seeded random-weight AutoencoderKL, initialised on `device`, eval, no grad; the CPU RNG is left untouched.
+    A preset with `vae = 's2d<N>'` (the world presets) gets the lossless space-to-depth codec (wmbook.world.codec)."""
+    codec = getattr(p, "vae", None)
+    if codec is not None and str(codec).startswith("s2d"):
+        from ...world.codec import build_frame_codec, parse_codec
+
+        s = parse_codec(codec)
+        if s is None or 3 * s * s != p.latent_channels:
+            raise ValueError(f"vae={codec!r} needs latent_channels = 3 * N^2; preset {p.name!r} has "
+                             f"{p.latent_channels}")
+        return build_frame_codec(s, p.scale_factor, dtype=dtype, device=device)
     with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(seed)
         vae = AutoencoderKL(**sd_vae_config(p))

@@ -1,0 +1,128 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · Step-count reduction: fewer denoiser forwards, at what quality?
+#
+# **Question.** Every denoising step is one denoiser forward (two with classifier-free guidance), so the step count is
+# the largest single speed lever: the UNet world model runs 100 UNet forwards per interaction iteration at 50 DDIM steps
+# per pass, the causal DiT 4 forwards per block (3 steps and the cache refresh). How few steps, and which solver, keep
+# the output within a stated quality budget, and how much faster is that?
+#
+# **How.** One pipeline, one set of seeded inputs, a sweep over the sampler (`wmbook.pipelines.solvers`):
+# - `wma`: the reference DDIM (v-prediction, zero-terminal-SNR betas, trailing timesteps, eta 1, DynamiCrafter's
+#   dynamic rescale) at 50/30/20/16/10/5 steps per pass, against diffusers' DPM-Solver++ (2M) and UniPC configured like
+#   it (same betas, prediction type, trailing timesteps; they are ODE solvers: no eta, no dynamic rescale), and each
+#   pass alone (the decision pass at fewer steps with the world-model pass at full steps, and the other way round).
+# - `mg2`: the nominal step lists of a block (8 evenly spaced steps, [1000,750,500,250] (Self-Forcing's),
+#   [1000,666,333] (Matrix-Game-2's), [1000,500], [1000]; the full-step run is the preset's own list) under the
+#   reference re-noising sampler (Self-Forcing), the deterministic flow-matching Euler ODE and UniPC's flow variant
+#   (diffusers), and other warps of the schedule (shift).
+#
+# Per point: the time (s per interaction iteration, or FPS; device events, warm-up excluded, median with p20-p80 over
+# round-robin repeats), how far its decoded frames (and the decision pass's actions) move from the model's own
+# full-step output (PSNR, rel-L2; `wmbook.check.compare`), and, for a trained world preset, its quality against ground
+# truth on held-out episodes (`wmbook.world.eval`: PSNR, SSIM, the agent's position error). The **knee** of a curve is
+# its point with the fewest forwards within the budget: a PSNR loss against the truth of at most `quality_budget_db`
+# with ground truth; without it (random weights), frames at least `deviation_budget_db` PSNR from the full-step run's.
+# With random weights, the deviation is **solver error, not image quality**.
+
+# %% tags=["parameters"]
+workload = "mg2"       # mg2 (causal DiT + KV cache) | wma (video UNet + DDIM)
+preset = "auto"        # auto: tiny/tiny-wma on CPU, mg2-universal/wma on GPU; a trained world preset adds ground truth
+device = "auto"        # auto | cpu | cuda
+dtype = "auto"         # auto: bf16 on GPU, fp32 on CPU (base none; a base stack sets its own)
+vae_dtype = "auto"     # auto: the workload's rule
+solvers = "auto"       # auto: every solver (wma: ddim,dpmsolver++,unipc; mg2: renoise,euler,unipc) | a subset
+sampling_steps = "auto"  # wma: counts per pass "50,30,20"; mg2: step lists "1000,500;1000"; auto: the workload's grid
+shifts = "auto"        # mg2: extra shifts for the reference solver (auto: 3,8 | none | "2,4"); wma: auto
+split_passes = True    # wma: also each pass alone (DDIM, the other pass at full steps)
+eta = "auto"           # wma: DDIM eta of the DDIM points (auto: the preset's, 1); mg2: auto
+blocks = 0             # mg2 blocks per generation; 0: the preset's default
+quality_budget_db = 0.2    # knee with ground truth: PSNR loss against the full-step run allowed
+agent_budget_px = 0.0  # knee with ground truth: also agent error at most this many px above the full-step run (0: off)
+deviation_budget_db = 30.0  # knee without ground truth: PSNR of frames vs the full-step run's frames, at least
+quality_cases = 2      # held-out episodes per point (trained world presets)
+base = "none"          # none: the eager pipeline at dtype; or a variant stack, e.g. notebook 06's best
+compile_backend = "auto"  # for a base stack with compile: auto (inductor on GPU, aot_eager on CPU) | inductor | ...
+warmup = 1             # untimed runs of the full-step reference before the sweep
+repeats = 3            # timed rounds over all points
+output_dir = "auto"
+results_path = "auto"  # auto: data/results/results.csv for real presets, reports/results/results-tiny.csv for tiny ones
+seed = 0
+
+# %%
+import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
+
+from wmbook import results
+from wmbook.studies import steps as study
+
+cfg = study.validate(workload=workload, preset=preset, device=device, dtype=dtype, vae_dtype=vae_dtype,
+                     solvers=solvers, sampling_steps=sampling_steps, shifts=shifts, split_passes=split_passes,
+                     eta=eta, blocks=blocks, quality_budget_db=quality_budget_db, agent_budget_px=agent_budget_px,
+                     deviation_budget_db=deviation_budget_db, quality_cases=quality_cases, base=base,
+                     compile_backend=compile_backend, warmup=warmup, repeats=repeats, output_dir=output_dir,
+                     results_path=results_path, seed=seed)
+cfg.table()
+
+# %% [markdown]
+# ## The points
+# The full-step run first (the reference sampler at the preset's settings); `sampling kwargs` are exactly what the
+# pipeline call takes for that point (`run_iteration` / `generate`), and what a later notebook passes to stack on it.
+
+# %%
+study.points_table(cfg)
+
+# %% [markdown]
+# ## The sweep: time and deviation from the full-step run
+# `speedup` is the full-step run's time over the point's (FPS: the point's over the full-step run's). `psnr vs full`
+# compares decoded frames with the full-step run's (inf: identical); `psnr vs curve's finest` with the same curve's
+# point of most forwards (for a deterministic solver: its own convergence).
+
+# %%
+pipe, inputs = study.build(cfg)
+sweep = study.run_sweep(cfg, pipe, inputs)
+print(study.quality(cfg, pipe, sweep))
+study.table(sweep)
+
+# %% [markdown]
+# ## The knee of each curve
+
+# %%
+study.knee_table(sweep)
+
+# %% [markdown]
+# ## The speed-quality frontier
+
+# %%
+study.plot_frontier(sweep)
+plt.show()
+
+# %% [markdown]
+# ## Results rows
+# One set per point (the time with its spread, speedup, forwards, deviation, quality) and one per knee (`knee:<curve>`);
+# each row's `params` hold the point's `sampling` keyword arguments and the `base` stack it ran on. To stack on a knee
+# elsewhere: `study.stored_knee(workload, preset)["sampling"]` is what `run_iteration` / `generate` take.
+
+# %%
+rows = study.result_rows(sweep)
+path = results.append(rows, cfg.results_path)
+print(f"appended {len(rows)} rows to {path}")
+
+# %% [markdown]
+# ## Interpretation
+
+# %%
+Markdown(study.interpret(sweep))

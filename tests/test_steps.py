@@ -1,0 +1,291 @@
+"""Step-count reduction (notebook 03): the solvers of both pipelines, their configuration against the reference
+sampler, the defaults' outputs unchanged, and the notebook's parameters (tiny presets, CPU, seconds)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from wmbook.params import ParameterError
+from wmbook.pipelines.causal import CausalStreamingPipeline, warped_timesteps
+from wmbook.pipelines.ddim import WMAInteractionPipeline, video_scheduler
+from wmbook.pipelines.solvers import FLOW_SOLVERS, WMA_SOLVERS, FlowStepper, video_solver
+from wmbook.presets import get_preset
+
+
+@pytest.fixture(scope="module")
+def wma():
+    pipe = WMAInteractionPipeline("tiny-wma", device="cpu", dtype="fp32")
+    return pipe, pipe.prepare(seed=3)
+
+
+@pytest.fixture(scope="module")
+def mg2():
+    pipe = CausalStreamingPipeline("tiny", device="cpu", dtype="fp32")
+    return pipe, pipe.prepare(2, seed=3)
+
+
+# --- the UNet world model ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # diffusers' np.array(tensor) under numpy 2
+@pytest.mark.parametrize("solver", WMA_SOLVERS[1:])
+@pytest.mark.parametrize("steps", [50, 30, 20, 16, 10, 5, 3, 1])
+def test_diffusers_solvers_take_the_reference_timesteps_and_betas(solver, steps):
+    """Configured like the reference DDIM: the same trailing timesteps at every count (so the heads step alike), the
+    same alpha_bar table except the zero-terminal-SNR end (2^-24 instead of 0), the reference's last alpha_bar[0]."""
+    p = get_preset("wma")
+    ref = video_scheduler(p)
+    ref.set_timesteps(steps)
+    s = video_solver(p, solver)
+    s.set_timesteps(steps)
+    assert s.timesteps.tolist() == ref.timesteps.tolist()
+    ac, rac = s.alphas_cumprod.double().numpy(), ref.alphas_cumprod.double().numpy()
+    np.testing.assert_array_equal(ac[:-1], rac[:-1])
+    assert rac[-1] == 0 and ac[-1] == 2.0**-24  # finite log-SNR at t=999: no NaN
+    assert s.config.prediction_type == "v_prediction" and s.config.solver_order == 2
+    # the last step ends at alpha_bar[0], as the reference's (set_alpha_to_one=False)
+    last = float(s.sigmas[-1])
+    assert last**2 == pytest.approx((1 - rac[0]) / rac[0], rel=1e-5)
+
+
+def test_wma_defaults_unchanged_by_the_new_keywords(wma):
+    """The explicit reference settings give the default's outputs bit for bit."""
+    pipe, inputs = wma
+    n = pipe.preset.default_steps
+    a = pipe.run_iteration(inputs, progress=False).reference()
+    b = pipe.run_iteration(inputs, progress=False, solver="ddim", decision_steps=n, world_steps=n,
+                           ddim_steps=n).reference()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("solver", WMA_SOLVERS)
+def test_every_wma_solver_runs_finite_with_separate_pass_steps(wma, solver):
+    pipe, inputs = wma
+    out = pipe.run_iteration(inputs, progress=False, solver=solver, decision_steps=2, world_steps=4)
+    ref = out.reference()
+    assert all(torch.isfinite(t).all() for t in ref.values())
+    assert len(out.decision.step_ms) == 2 and len(out.world.step_ms) == 4
+    assert out.unet_forwards == 6 and out.world.solver == solver
+    assert out.world.timesteps == [999, 749, 499, 249] and out.decision.timesteps == [999, 499]
+
+
+def test_wma_solvers_one_step_from_zero_terminal_snr(wma):
+    """One step from t=999 (alpha_bar 0 in the reference): the multistep solvers start from 2^-24, finite."""
+    pipe, inputs = wma
+    for s in WMA_SOLVERS:
+        out = pipe.run_iteration(inputs, progress=False, solver=s, ddim_steps=1, decode_decision=False)
+        assert torch.isfinite(out.world.latents).all() and torch.isfinite(out.decision.actions).all()
+
+
+def test_wma_heads_step_identically_under_every_solver(wma):
+    """The heads keep their own DDIM at the same timesteps: the decision pass's actions do not depend on the
+    video solver in a pass's first step (same noise, same forward)."""
+    pipe, inputs = wma
+    acts = [pipe.run_iteration(inputs, progress=False, solver=s, ddim_steps=1, decode_decision=False).decision.actions
+            for s in WMA_SOLVERS]
+    assert all(torch.equal(acts[0], a) for a in acts[1:])
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"solver": "euler"}, r"solver='euler' is not allowed; allowed values: \['ddim', 'dpmsolver\+\+', 'unipc'\]"),
+    ({"decision_steps": 0}, r"decision_steps=0 is not allowed; allowed values: an integer in \[1, 1000\]"),
+    ({"world_steps": 2.5}, r"world_steps=2.5 is not allowed"),
+    ({"world_steps": True}, r"world_steps=True is not allowed"),
+])
+def test_wma_bad_sampling_keywords_rejected_before_work(wma, monkeypatch, kw, match):
+    pipe, inputs = wma
+    monkeypatch.setattr(pipe, "condition", lambda *a, **k: pytest.fail("work started"))
+    with pytest.raises(ValueError, match=match):
+        pipe.run_iteration(inputs, progress=False, **kw)
+
+
+# --- the causal DiT ---------------------------------------------------------------------------------------------
+
+
+def test_mg2_defaults_unchanged_by_the_new_keywords(mg2):
+    pipe, inputs = mg2
+    p = pipe.preset
+    a = pipe.generate(inputs, progress=False)
+    b = pipe.generate(inputs, progress=False, denoising_steps=list(p.denoising_steps), shift=p.shift,
+                      solver="renoise")
+    assert torch.equal(a.frames, b.frames) and torch.equal(a.latents, b.latents)
+
+
+def test_renoise_is_diffusers_stochastic_flow_euler():
+    """The reference's re-noising step is what diffusers' FlowMatchEulerDiscreteScheduler computes with
+    stochastic_sampling=True (same sigmas, same noise)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    ts = warped_timesteps([1000, 666, 333], 5.0)
+    s = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=1.0, stochastic_sampling=True)
+    s.set_timesteps(sigmas=[t / 1000 for t in ts])
+    x = torch.randn(1, 16, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    x0 = torch.randn(x.shape, generator=torch.Generator().manual_seed(1))
+    flow = (x - x0) / s.sigmas[0]
+    got = s.step(flow, s.timesteps[0], x, generator=torch.Generator().manual_seed(2)).prev_sample
+    eps = torch.randn(x.shape, generator=torch.Generator().manual_seed(2))
+    sigma = ts[1] / 1000.0
+    torch.testing.assert_close(got, (1 - sigma) * x0 + sigma * eps, rtol=1e-5, atol=1e-5)
+
+
+def test_flow_steppers_on_the_warped_timesteps():
+    ts = warped_timesteps([1000, 750, 500, 250], 5.0)
+    for solver in FLOW_SOLVERS[1:]:
+        st = FlowStepper(solver, ts)
+        np.testing.assert_allclose(st.sched.sigmas[:-1].numpy(), np.array(ts) / 1000, atol=2e-6)
+        assert float(st.sched.sigmas[-1]) == 0.0
+    # Euler with the model's x0: x0 + s_next / s (x - x0)
+    st = FlowStepper("euler", ts)
+    x = torch.randn(1, 16, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    x0 = torch.randn(x.shape, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(st.next(0, x, x0), x0 + ts[1] / ts[0] * (x - x0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("solver", FLOW_SOLVERS)
+@pytest.mark.parametrize("steps, shift", [((1000, 750, 500, 250), None), ((1000, 500), 3.0), ((1000,), 8.0)])
+def test_every_flow_solver_runs_finite(mg2, solver, steps, shift):
+    pipe, inputs = mg2
+    out = pipe.generate(inputs, progress=False, solver=solver, denoising_steps=steps, shift=shift)
+    assert torch.isfinite(out.frames).all() and torch.isfinite(out.latents).all()
+    assert all(len(f) == len(steps) + 1 for f in out.forward_ms)
+
+
+def test_one_step_is_the_same_forward_for_every_flow_solver(mg2):
+    pipe, inputs = mg2
+    outs = [pipe.generate(inputs, progress=False, solver=s, denoising_steps=[1000], decode=False).latents
+            for s in FLOW_SOLVERS]
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"solver": "dpmsolver++"},
+     r"solver='dpmsolver\+\+' is not allowed; allowed values: \['renoise', 'euler', 'unipc'\]"),
+    ({"denoising_steps": [500, 1000]}, r"denoising_steps=\[500, 1000\] is not allowed; allowed values: a non-empty, "
+                                        r"strictly decreasing"),
+    ({"denoising_steps": []}, r"denoising_steps=\[\] is not allowed"),
+    ({"denoising_steps": "1000"}, r"denoising_steps='1000' is not allowed"),
+    ({"denoising_steps": [1001]}, r"denoising_steps=\[1001\] is not allowed"),
+    ({"shift": 0}, r"shift=0 is not allowed; allowed values: a finite number > 0"),
+])
+def test_mg2_bad_sampling_keywords_rejected_before_work(mg2, monkeypatch, kw, match):
+    pipe, inputs = mg2
+    monkeypatch.setattr(pipe, "init_cache", lambda *a, **k: pytest.fail("work started"))
+    with pytest.raises(ValueError, match=match):
+        pipe.generate(inputs, progress=False, **kw)
+
+
+# --- notebook 03's parameters and study --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"workload": "wma", "solvers": "ddim,euler"}, r"solvers='ddim,euler' is not allowed for workload 'wma'"),
+    ({"workload": "mg2", "solvers": "ddim"}, r"allowed values: 'auto' or a comma-separated subset of \['renoise'"),
+    ({"workload": "wma", "sampling_steps": "50,0"}, r"sampling_steps=0 is not allowed"),
+    ({"workload": "wma", "sampling_steps": "a,b"}, r"sampling_steps='a,b' is not allowed"),
+    ({"workload": "wma", "sampling_steps": 2.5}, r"sampling_steps=2.5 is not allowed"),
+    ({"workload": "mg2", "sampling_steps": 1000},
+     r"sampling_steps=1000 is not allowed; allowed values: 'auto' or step lists"),
+    ({"workload": "mg2", "sampling_steps": "1000,500;500,1000"}, r"sampling_steps=.* is not allowed"),
+    ({"workload": "wma", "shifts": "3"}, r"shifts='3' is not allowed for this workload"),
+    ({"workload": "mg2", "shifts": "-1"}, r"shifts=-1.0 is not allowed|shifts='-1' is not allowed"),
+    ({"workload": "mg2", "eta": 0.0}, r"eta=0.0 is not allowed for this workload"),
+    ({"workload": "wma", "eta": 2}, r"eta=2 is not allowed; allowed values: 'auto' or a number in \[0, 1\]"),
+    ({"workload": "wma", "blocks": 2}, r"blocks=2 applies to streaming workloads only"),
+    ({"workload": "mg2", "quality_budget_db": -1}, r"quality_budget_db=-1 is not allowed"),
+    ({"workload": "mg2", "base": "no-such-variant"}, r"no-such-variant"),
+    ({"workload": "mg2", "split": True}, r"unknown parameter\(s\) \['split'\]"),
+])
+def test_notebook_03_bad_parameters_rejected(kw, match):
+    from wmbook.studies import steps
+
+    with pytest.raises(ParameterError, match=match):
+        steps.validate(device="cpu", **kw)
+
+
+def test_notebook_03_points():
+    from wmbook.studies import steps
+
+    cfg = steps.validate(workload="wma", preset="tiny-wma", device="cpu")
+    pts = steps.points(cfg)
+    assert pts[0].label == "ddim 3+3" and len(pts) == len(set(pts))
+    assert {p.group for p in pts} == {"ddim", "dpmsolver++", "unipc", "ddim, decision pass only",
+                                      "ddim, world-model pass only"}
+    cfg = steps.validate(workload="mg2", preset="tiny", device="cpu", solvers="renoise,euler", shifts="none",
+                         sampling_steps="1000,500;1000")
+    assert [p.label for p in steps.points(cfg)] == [
+        "renoise [1000,666,333] shift 5", "renoise [1000,500] shift 5", "renoise [1000] shift 5",
+        "euler [1000,500] shift 5", "euler [1000] shift 5"]
+    ax = steps.axis(cfg)
+    assert ax.kwargs(steps.points(cfg)[1]) == {"solver": "renoise", "denoising_steps": (1000, 500), "shift": 5.0}
+    # scalars as the command line's YAML gives them (`-p steps 2`, `-p shifts 3`)
+    cfg = steps.validate(workload="wma", preset="tiny-wma", device="cpu", solvers="ddim", sampling_steps=2,
+                         split_passes=False)
+    assert [p.label for p in steps.points(cfg)] == ["ddim 3+3", "ddim 2+2"]
+    cfg = steps.validate(workload="mg2", preset="tiny", device="cpu", solvers="renoise", shifts=3,
+                         sampling_steps="1000,500")
+    assert [p.label for p in steps.points(cfg)] == ["renoise [1000,666,333] shift 5", "renoise [1000,500] shift 5",
+                                                    "renoise [1000,500] shift 3"]
+
+
+def test_notebook_03_study_without_ground_truth(tmp_path, monkeypatch):
+    """Tiny presets have random weights: the quality section skips with the reason (whether or not wmbook.world.eval
+    exists yet), the knee uses the deviation budget, rows carry the sampling keywords."""
+    import json
+
+    from wmbook import results
+    from wmbook.studies import steps
+
+    cfg = steps.validate(workload="wma", preset="tiny-wma", device="cpu", solvers="ddim,unipc", sampling_steps="3,1",
+                         split_passes=False, warmup=0, repeats=2, deviation_budget_db=0.0,
+                         results_path=str(tmp_path / "r.csv"))
+    pipe, inputs = steps.build(cfg)
+    sw = steps.run_sweep(cfg, pipe, inputs, progress=False)
+    note = steps.quality(cfg, pipe, sw, progress=False)
+    assert note.startswith("Quality against ground truth skipped:") and not sw.has_quality
+    tab = steps.table(sw)
+    assert tab.loc[0, "psnr vs full (dB)"] == np.inf and tab.loc[0, "speedup"] == 1.0
+    assert (tab["forwards"] == [6, 2, 6, 2]).all() and tab["actions rel-L2 vs full"].notna().all()
+    kt = steps.knee_table(sw).set_index("curve")
+    assert kt.loc["ddim", "knee"] == "ddim 1+1" and kt.loc["unipc", "knee"] == "unipc 1+1"  # budget 0 dB: any point
+    rows = steps.result_rows(sw)
+    results.append(rows, cfg.results_path)
+    df = results.read(cfg.results_path)
+    assert {"iteration_s", "speedup_vs_full", "psnr_vs_full", "action_rel_l2_vs_full", "knee_speedup"} <= set(df.metric)
+    it = df[(df.metric == "iteration_s") & (df.variant == "steps:unipc 1+1")].iloc[0]
+    assert it["n"] == 2 and it["p20"] <= it["value"] <= it["p80"]
+    assert json.loads(it["params"])["sampling"] == {"solver": "unipc", "decision_steps": 1, "world_steps": 1}
+    assert "solver error" in steps.interpret(sw)
+    knee = steps.stored_knee("wma", "tiny-wma", path=cfg.results_path)
+    assert knee["sampling"] == {"solver": "ddim", "decision_steps": 1, "world_steps": 1} and knee["speedup"] > 0
+    assert steps.stored_knee("wma", "tiny-wma", curve="nope", path=cfg.results_path) is None
+    steps.plot_frontier(sw)
+
+    # a world preset with ground truth: the interface of wmbook.world.eval, faked
+    import sys
+    import types
+
+    fake = types.ModuleType("wmbook.world.eval")
+    fake.is_world_preset = lambda name: True
+    fake.heldout_case = lambda wl, pipe, seed: types.SimpleNamespace(seed=seed)
+    fake.copy_last = lambda case: "copy"
+    fake.predict = lambda wl, pipe, case, **kw: kw["decision_steps"] + kw["world_steps"]
+    fake.score = lambda pred, case: {"psnr": 20.0 if pred == "copy" else 30.0 - 6 / pred, "ssim": 0.5,
+                                     "agent_err_px": 1.0}
+    monkeypatch.setitem(sys.modules, "wmbook.world.eval", fake)
+    import wmbook.world as world_pkg
+
+    monkeypatch.setattr(world_pkg, "eval", fake, raising=False)
+    cfg2 = cfg.replace(options=dict(cfg.options) | {"quality_budget_db": 2.5})
+    sw.cfg = cfg2
+    steps.quality(cfg2, pipe, sw, progress=False)
+    assert sw.has_quality and sw.copy_last["psnr"] == 20.0
+    kt = steps.knee_table(sw).set_index("curve")  # 6 forwards: 29 dB; 2 forwards: 27 dB (loss 2 dB <= 2.5)
+    assert kt.loc["ddim", "knee"] == "ddim 1+1" and kt.loc["ddim", "PSNR loss (dB)"] == pytest.approx(2.0)
+    assert "psnr_gt" in {r["metric"] for r in steps.result_rows(sw)}
+    sw.cfg = cfg2.replace(options=dict(cfg2.options) | {"agent_budget_px": 0.5})  # the agent error counts too
+    fake.score = lambda pred, case: {"psnr": 29.0, "ssim": 0.5, "agent_err_px": 1.0 if pred in ("copy", 6) else 2.0}
+    steps.quality(sw.cfg, pipe, sw, progress=False)
+    assert steps.knee_table(sw).set_index("curve").loc["ddim", "knee"] == "ddim 3+3"
+    steps.plot_frontier(sw)

@@ -1,0 +1,236 @@
+"""The synthetic game world: determinism, the agent detector, the space-to-depth codec, eval on random weights,
+weights files loaded strictly."""
+
+import numpy as np
+import pytest
+import torch
+
+
+from wmbook.presets import PRESETS, WMA_PRESETS, ActionConfig
+from wmbook.world import locate_agent, render_episode
+from wmbook.world import eval as weval
+from wmbook.world import weights as wweights
+
+
+def tiny_world_mg2():
+    return PRESETS["world-mg2"].with_(
+        name="world-mg2-test", dim=32, ffn_dim=64, num_heads=2, num_layers=2, freq_dim=32, default_blocks=2,
+        action=ActionConfig(blocks=(0,), hidden_size=8, img_hidden_size=32, keyboard_hidden_dim=16,
+                            mouse_hidden_dim=16, heads_num=2, rope_dim_list=(4, 2, 2)))
+
+
+def tiny_world_wma():
+    return WMA_PRESETS["world-wma"].with_(
+        name="world-wma-test", frames=4, model_channels=16, channel_mult=(1, 1, 1, 1), num_head_channels=8,
+        norm_groups=8, context_dim=32, text_width=32, output_action_context_len=8, resampler_dim=32,
+        resampler_dim_head=16, stem_dim_head=16, head_down_dims=(8, 8, 8, 8), obs_widths=(16, 16, 32, 32),
+        obs_spatial_kp=8, head_step_embed_dim=16, default_steps=2)
+
+
+@pytest.fixture(scope="module")
+def pipes(one_thread):
+    return {"mg2": wweights.build_world_pipeline("mg2", tiny_world_mg2(), device="cpu", dtype="fp32", weights=False),
+            "wma": wweights.build_world_pipeline("wma", tiny_world_wma(), device="cpu", dtype="fp32", weights=False)}
+
+
+# --- the world ------------------------------------------------------------------------------------------------
+
+
+def test_same_seed_same_bytes_different_seeds_differ():
+    a, b, c = render_episode(7, 20), render_episode(7, 20), render_episode(8, 20)
+    for f in ("frames", "keyboard", "mouse", "state", "action", "agent_xy", "agent_visible"):
+        assert getattr(a, f).tobytes() == getattr(b, f).tobytes(), f
+    assert a.frames.tobytes() != c.frames.tobytes()
+    assert a.frames.shape == (20, 64, 64, 3) and a.frames.dtype == np.uint8
+    assert a.keyboard.shape == (20, 4) and a.mouse.shape == (20, 2) and a.state.shape == (20, 6)
+    assert set(np.unique(a.keyboard)) <= {0.0, 1.0} and (a.keyboard.sum(1) <= 1).all()
+    assert np.abs(a.mouse).max() <= 1
+
+
+def test_actions_drive_the_agent_and_the_view():
+    e = render_episode(3, 120)
+    world = (e.state[:, :2] + 1) / 2 * 192  # agent position in arena pixels
+    cam = (e.state[:, 4:6] + 1) / 2 * (192 - 64)
+    held = e.keyboard[:-1].argmax(1)
+    moving = e.keyboard[:-1].sum(1) > 0
+    step = np.diff(world, axis=0)
+    # a held key accelerates along its direction: x for A/D (2, 3), y for W/S (0, 1)
+    dirs = np.array([[0, -1], [0, 1], [-1, 0], [1, 0]])
+    along = (step * dirs[held]).sum(1)
+    assert (along[moving] > -2.0).all() and along[moving].mean() > 0.3
+    pan = np.diff(cam, axis=0)
+    inside = (cam[:-1] > 1).all(1) & (cam[:-1] < 127).all(1) & (cam[1:] > 1).all(1) & (cam[1:] < 127).all(1)
+    np.testing.assert_allclose(pan[inside], 2.0 * e.mouse[:-1][inside], atol=1e-4)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "3", True])
+def test_bad_seed_is_refused(bad):
+    with pytest.raises(ValueError, match="seed="):
+        render_episode(bad, 4)
+    with pytest.raises(ValueError, match="num_frames="):
+        render_episode(0, 0)
+
+
+def test_detector_finds_the_agent():
+    errs = []
+    for s in range(6):
+        e = render_episode(s, 40)
+        det = locate_agent(e.frames)
+        vis = e.agent_visible > 0.99
+        assert vis.sum() > 10
+        errs.append(np.linalg.norm(det[vis] - e.agent_xy[vis], axis=1))
+    errs = np.concatenate(errs)
+    assert np.isfinite(errs).all() and errs.max() < 0.6
+    blank = np.zeros((2, 64, 64, 3), np.uint8)
+    assert np.isnan(locate_agent(blank)).all()
+    with pytest.raises(ValueError, match="frames must be"):
+        locate_agent(np.zeros((64, 64)))
+
+
+def test_render_speed():
+    import time
+
+    t = time.perf_counter()
+    render_episode(11, 200)
+    assert time.perf_counter() - t < 2.0  # thousands of frames a minute, with room to spare
+
+
+# --- the codec ------------------------------------------------------------------------------------------------
+
+
+def test_video_codec_round_trip_through_the_streaming_decoder(pipes):
+    from wmbook.models.vae import encode_first_frame, normalize_latents
+
+    pipe = pipes["mg2"]
+    e = render_episode(5, 1 + 4 * 5)
+    x = torch.from_numpy(e.frames).permute(3, 0, 1, 2)[None].float() / 127.5 - 1  # [1, 3, 21, 64, 64]
+    z = normalize_latents(pipe.vae, pipe.vae.encode(x).latent_dist.mode())
+    assert z.shape == (1, 192, 6, 16, 16)
+    pipe.decoder.reset()
+    y = torch.cat([pipe.decoder.decode_block(z[:, :, :3]), pipe.decoder.decode_block(z[:, :, 3:])], dim=2)
+    assert torch.equal(y, x)
+    first = encode_first_frame(pipe.vae, x[:, :, 0], 6)
+    assert torch.equal(first[:, :, 0], z[:, :, 0]) and not first[:, :, 1:].any()
+    with pytest.raises(ValueError, match="1 \\+ 4k"):
+        pipe.vae.encode(x[:, :, :3])
+
+
+def test_frame_codec_round_trip(pipes):
+    from wmbook.models.wma.vae import decode_frame, encode_frame
+
+    pipe = pipes["wma"]
+    x = torch.from_numpy(render_episode(6, 1).frames[0]).permute(2, 0, 1)[None].float() / 127.5 - 1
+    z = encode_frame(pipe.vae, x, pipe.preset.scale_factor)
+    assert z.shape == (1, 48, 16, 16)
+    assert torch.equal(decode_frame(pipe.vae, z, pipe.preset.scale_factor), x)
+
+
+# --- evaluation on random weights -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wl", ["mg2", "wma"])
+def test_eval_functions_on_random_weights(pipes, wl):
+    pipe = pipes[wl]
+    assert weval.is_world_preset("world-mg2") and weval.is_world_preset(pipe.preset)
+    assert not weval.is_world_preset("tiny") and not weval.is_world_preset("nope")
+    case = weval.heldout_case(wl, pipe, 3)
+    n = 4 * (2 * 3 - 1) if wl == "mg2" else pipe.preset.frames
+    assert case.target.shape == (n, 64, 64, 3) and case.target_xy.shape == (n, 2)
+    pred = weval.predict(wl, pipe, case)
+    assert pred.shape == case.target.shape and pred.dtype == np.uint8
+    s = weval.score(pred, case)
+    assert set(s) >= {"psnr", "ssim", "agent_err_px"} and all(np.isfinite(v) for v in s.values())
+    base = weval.score(weval.copy_last(case), case)
+    assert np.isfinite(base["psnr"]) and base["psnr"] > s["psnr"]  # random weights do not beat copying
+    perfect = weval.score(case.target, case)
+    assert perfect["psnr"] == 100.0 and perfect["ssim"] == pytest.approx(1.0) and perfect["agent_err_px"] < 0.6
+    again = weval.predict(wl, pipe, weval.heldout_case(wl, pipe, 3))
+    assert np.array_equal(again, pred)  # seeded
+
+
+def test_heldout_episodes_are_not_training_episodes():
+    from wmbook.train.data import train_seed
+
+    assert train_seed(999, 999_999) < weval.HELDOUT_BASE
+    with pytest.raises(ValueError, match="data_seed="):
+        train_seed(1000, 0)
+
+
+def test_ssim_matches_a_known_value():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (1, 32, 32, 3), dtype=np.uint8)
+    assert weval.ssim(a, a)[0] == pytest.approx(1.0)
+    b = np.clip(a.astype(int) + rng.integers(-40, 41, a.shape), 0, 255).astype(np.uint8)
+    c = np.clip(a.astype(int) + rng.integers(-120, 121, a.shape), 0, 255).astype(np.uint8)
+    assert 1.0 > weval.ssim(a, b)[0] > weval.ssim(a, c)[0] > 0.0
+    assert weval.ssim(a, 255 - a)[0] < 0  # anti-correlated structure
+    # flat frames: only the luminance term is left, (2 mx my + C1) / (mx^2 + my^2 + C1)
+    x, y, c1 = np.full((1, 16, 16, 3), 100, np.uint8), np.full((1, 16, 16, 3), 140, np.uint8), (0.01 * 255) ** 2
+    assert weval.ssim(x, y)[0] == pytest.approx((2 * 100 * 140 + c1) / (100**2 + 140**2 + c1))
+    assert weval.psnr(a, b)[0] == pytest.approx(10 * np.log10(255**2 / ((a.astype(float) - b) ** 2).mean()))
+
+
+def test_world_actions_are_checked(pipes):
+    pipe = pipes["wma"]
+    case = weval.heldout_case("wma", pipe, 0)
+    with pytest.raises(ValueError, match="world_actions="):
+        pipe.run_iteration(case.inputs, world_actions=torch.zeros(1, 3, 6), progress=False)
+
+
+# --- weights ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wl", ["mg2", "wma"])
+def test_weights_round_trip_strict(pipes, wl, tmp_path):
+    from wmbook.models.checkpoint import CheckpointMismatchError
+
+    pipe = pipes[wl]
+    path = wweights.save_weights(pipe, wl, tmp_path / "w.pt", meta={"x": 1})
+    assert (tmp_path / "w.pt.json").is_file()
+    fresh = wweights.build_world_pipeline(wl, pipe.preset, device="cpu", dtype="fp32", weights=path)
+    for (k, a), (_, b) in zip(pipe.model.state_dict().items(), fresh.model.state_dict().items()):
+        assert torch.equal(a.to(torch.bfloat16).float(), b), k
+    case = weval.heldout_case(wl, fresh, 1)
+    assert weval.predict(wl, fresh, case).shape == case.target.shape
+    state = torch.load(path, weights_only=True)
+    state["model"].pop(next(iter(state["model"])))
+    torch.save(state, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointMismatchError):
+        wweights.build_world_pipeline(wl, pipe.preset, device="cpu", dtype="fp32", weights=tmp_path / "bad.pt")
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        wweights.build_world_pipeline(wl, pipe.preset, device="cpu", dtype="fp32", weights=tmp_path / "missing.pt")
+
+
+def test_workload_pipeline_names_the_missing_weights(tmp_path, monkeypatch):
+    from wmbook import workloads
+
+    monkeypatch.setattr(wweights, "WEIGHTS_DIR", tmp_path)
+    with pytest.raises(FileNotFoundError, match="world-wma.pt"):
+        workloads.get("wma").pipeline("world-wma", torch.device("cpu"), torch.float32, torch.float32)
+
+
+def test_predict_forwards_sampling_options(pipes):
+    pipe = pipes["wma"]
+    case = weval.heldout_case("wma", pipe, 2)
+    one, out = weval.predict("wma", pipe, case, ddim_steps=1, return_output=True)
+    assert out.ddim_steps == 1 and one.shape == case.target.shape
+    assert not np.array_equal(one, weval.predict("wma", pipe, case, ddim_steps=2))
+    with pytest.raises(ValueError, match="ddim_steps="):
+        weval.predict("wma", pipe, case, ddim_steps=0)
+
+
+@pytest.mark.parametrize("wl, kw, name", [("mg2", {"start": -1}, "start="), ("mg2", {"num_blocks": 0}, "num_blocks="),
+                                          ("wma", {"start": 0}, "start="), ("wma", {"num_blocks": 2}, "num_blocks"),
+                                          ("mg2", {"seed": -3}, "seed="), ("motion", {}, "workload=")])
+def test_heldout_case_refuses_bad_input(pipes, wl, kw, name):
+    pipe = pipes.get(wl, pipes["mg2"])
+    kw = {"seed": 0, **kw}
+    with pytest.raises(ValueError, match=name):
+        weval.heldout_case(wl, pipe, **kw)
+
+
+def test_heldout_case_needs_a_world_sized_preset():
+    from wmbook.pipelines.causal import CausalStreamingPipeline
+
+    with pytest.raises(ValueError, match="world preset"):
+        weval.heldout_case("mg2", CausalStreamingPipeline("tiny-sf", device="cpu", dtype="fp32"), 0)

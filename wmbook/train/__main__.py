@@ -1,0 +1,56 @@
+"""`python -m wmbook.train`: train one world preset's model (see wmbook.train)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m wmbook.train", description=__doc__)
+    ap.add_argument("--workload", required=True, choices=["mg2", "wma"])
+    ap.add_argument("--preset", default=None, help="a world preset of the workload (default: world-<workload>)")
+    ap.add_argument("--out", type=Path, default=None, help="weights file, .pt (default: data/weights/<preset>.pt)")
+    ap.add_argument("--minutes", type=float, default=None, help="training-time budget (rendering excluded)")
+    ap.add_argument("--steps", type=int, default=None, help="step budget (the first budget reached ends training)")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--data-seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--episodes", type=int, default=2000, help="rendered training episodes")
+    ap.add_argument("--episode-frames", type=int, default=97)
+    ap.add_argument("--workers", type=int, default=0, help="rendering processes (0: half the CPUs, at most 8)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--ckpt-every", type=int, default=500)
+    ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--ema", type=float, default=0.999)
+    ap.add_argument("--eval-cases", type=int, default=8, help="held-out episodes scored at the end")
+    ap.add_argument("--ckpt", type=Path, default=None, help="checkpoint (default: reports/train/<out stem>.ckpt)")
+    ap.add_argument("--no-resume", action="store_true", help="start over even when a checkpoint exists")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    a = ap.parse_args(argv)
+    from ..paths import DATA_DIR
+    from .core import TrainConfig, train
+
+    preset = a.preset or f"world-{a.workload}"
+    out = a.out or DATA_DIR / "weights" / f"{preset}.pt"
+    cfg = TrainConfig(workload=a.workload, preset=preset, out=out, minutes=a.minutes, steps=a.steps, batch=a.batch,
+                      lr=a.lr, warmup=a.warmup, data_seed=a.data_seed, seed=a.seed, episodes=a.episodes,
+                      episode_frames=a.episode_frames, workers=a.workers, device=a.device, ckpt_every=a.ckpt_every,
+                      log_every=a.log_every, ema=a.ema, resume=not a.no_resume, eval_cases=a.eval_cases,
+                      ckpt=a.ckpt, progress=not a.quiet, command="python -m wmbook.train " + " ".join(
+                          argv if argv is not None else sys.argv[1:]))
+    try:
+        cfg.check()
+    except ValueError as e:
+        ap.error(str(e))
+    meta = train(cfg)
+    print(json.dumps(meta, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""The training loop shared by both world models: seeded, resumable, time- or step-budgeted, bf16 autocast on CUDA.
+
+`train(TrainConfig(...))` renders the episode bank, builds the preset's pipeline (frozen encoders from the preset's
+encoder seed, the model from it too), trains `pipe.model` with its objective (wmbook.train.objectives) under AdamW
+with warm-up and a cosine decay over the budget (the fraction of `steps`, or of `minutes` when only a time budget is
+given: then the step count, not the update rule, depends on the machine's speed), keeps an EMA of the weights, writes
+a checkpoint every `ckpt_every` steps (atomically: model, EMA, optimizer, generator state, loss history) and resumes
+from it, logs the loss curve (CSV beside the weights), then stores the EMA weights (wmbook.world.weights) with a JSON
+of provenance and a held-out evaluation against the copy-last-frame baseline.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ..atomic import atomic_open
+from ..paths import REPORTS_DIR, git_commit
+from ..presets import ALL_PRESETS, resolve_device
+
+WORKLOADS = ("mg2", "wma")
+
+
+@dataclass
+class TrainConfig:
+    workload: str
+    preset: str
+    out: Path
+    minutes: float | None = None  # training-time budget (rendering excluded)
+    steps: int | None = None  # step budget (whichever of the two ends first)
+    batch: int = 32
+    lr: float = 3e-4
+    warmup: int = 200
+    data_seed: int = 0
+    seed: int = 0
+    episodes: int = 2000
+    episode_frames: int = 97
+    workers: int = 0  # rendering processes (0: half the CPUs, at most 8)
+    device: str = "auto"
+    ckpt_every: int = 500
+    log_every: int = 25
+    ema: float = 0.999
+    resume: bool = True
+    eval_cases: int = 8  # held-out episodes scored at the end (0: none)
+    ckpt: Path | None = None  # default: reports/train/<out stem>.ckpt
+    progress: bool = True
+    command: str = field(default_factory=lambda: " ".join(sys.argv))
+
+    def check(self) -> "TrainConfig":
+        """Every value checked before anything expensive runs (ValueError naming the parameter)."""
+        from ..world.weights import is_world_preset, workload_of
+
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"workload={self.workload!r} is not allowed; allowed values: {list(WORKLOADS)}")
+        allowed = [k for k, v in ALL_PRESETS.items() if is_world_preset(v) and workload_of(v) == self.workload]
+        if not isinstance(self.preset, str):  # a preset object (tests: a smaller world preset)
+            if not is_world_preset(self.preset) or workload_of(self.preset) != self.workload:
+                raise ValueError(f"preset={getattr(self.preset, 'name', self.preset)!r} is not allowed for workload "
+                                 f"{self.workload!r}; allowed values: {allowed} or a world preset object")
+        elif self.preset not in allowed:
+            raise ValueError(f"preset={self.preset!r} is not allowed for workload {self.workload!r}; allowed values: "
+                             f"{allowed}")
+        if self.minutes is None and self.steps is None:
+            raise ValueError("minutes=None and steps=None: give a budget; allowed values: minutes > 0 and/or "
+                             "steps >= 1")
+        if self.minutes is not None and (isinstance(self.minutes, bool) or not isinstance(self.minutes, (int, float))
+                                         or not 0 < self.minutes < 10_000):
+            raise ValueError(f"minutes={self.minutes!r} is not allowed; allowed values: a number in (0, 10000)")
+        for name, lo in (("steps", 1), ("batch", 1), ("warmup", 0), ("data_seed", 0), ("seed", 0), ("episodes", 1),
+                         ("episode_frames", 2), ("workers", 0), ("ckpt_every", 1), ("log_every", 1),
+                         ("eval_cases", 0)):
+            v = getattr(self, name)
+            if name == "steps" and v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"{name}={v!r} is not allowed; allowed values: an integer >= {lo}")
+        if self.data_seed > 999:
+            raise ValueError(f"data_seed={self.data_seed!r} is not allowed; allowed values: an integer in [0, 999]")
+        for name, lo, hi in (("lr", 0.0, 1.0), ("ema", 0.0, 1.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < hi or (name == "lr" and v == 0):
+                raise ValueError(f"{name}={v!r} is not allowed; allowed values: a number in ({lo}, {hi})")
+        self.out = Path(self.out)
+        if self.out.suffix != ".pt":
+            raise ValueError(f"out={str(self.out)!r} is not allowed; allowed values: a path ending in .pt")
+        from .objectives import check_episode_frames, window_frames
+
+        check_episode_frames(self.episode_frames, window_frames(
+            ALL_PRESETS[self.preset] if isinstance(self.preset, str) else self.preset))
+        self.ckpt = Path(self.ckpt) if self.ckpt is not None else REPORTS_DIR / "train" / f"{self.out.stem}.ckpt"
+        resolve_device(self.device)
+        return self
+
+
+def _lr(cfg: TrainConfig, step: int, elapsed: float) -> float:
+    warm = min(1.0, (step + 1) / cfg.warmup) if cfg.warmup else 1.0
+    fracs = []
+    if cfg.steps is not None:
+        fracs.append(step / cfg.steps)
+    if cfg.minutes is not None:
+        fracs.append(elapsed / (60 * cfg.minutes))
+    frac = min(1.0, max(fracs))
+    return cfg.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def build_training(cfg: TrainConfig, device: torch.device, bank=None):
+    """(pipeline, objective) for cfg; the pipeline is fp32 with its model trainable."""
+    from .data import EpisodeBank
+    from .objectives import Mg2Objective, WMAObjective
+    from ..world.weights import build_world_pipeline
+
+    p = ALL_PRESETS[cfg.preset] if isinstance(cfg.preset, str) else cfg.preset
+    if bank is None:  # rendered first: the worker processes fork before CUDA is initialised
+        bank = EpisodeBank(cfg.data_seed, cfg.episodes, cfg.episode_frames, device=device,
+                           workers=cfg.workers or _default_workers(), progress=cfg.progress)
+    pipe = build_world_pipeline(cfg.workload, p, device=device, dtype=torch.float32, vae_dtype=torch.float32,
+                                weights=False)
+    pipe.model.train().requires_grad_(True)
+    obj = Mg2Objective(pipe, bank) if cfg.workload == "mg2" else WMAObjective(pipe, bank)
+    return pipe, obj
+
+
+def _default_workers() -> int:
+    from .data import default_workers
+
+    return default_workers()
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        return
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    with atomic_open(path, "w", encoding="utf-8", newline="") as f:
+        f.write(buf.getvalue())
+
+
+def train(cfg: TrainConfig, bank=None) -> dict:
+    """Train one world model; returns the JSON metadata written beside the weights."""
+    cfg.check()
+    dev = resolve_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    t0 = time.perf_counter()
+    pipe, obj = build_training(cfg, dev, bank)
+    render_s = time.perf_counter() - t0
+    model = pipe.model
+    params = [q for q in model.parameters() if q.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.01)
+    ema = [q.detach().clone() for q in params]
+    gen = torch.Generator(dev).manual_seed(cfg.seed + 1)
+    step, elapsed, rows = 0, 0.0, []
+    loss_csv = cfg.out.with_suffix(".loss.csv")
+    if cfg.resume and cfg.ckpt.is_file():
+        ck = torch.load(cfg.ckpt, map_location=dev, weights_only=True)
+        same = {k: ck["config"].get(k) for k in ("workload", "preset", "data_seed", "seed", "episodes",
+                                                  "episode_frames", "batch")}
+        want = {k: getattr(cfg, k) for k in same}
+        want["preset"] = pipe.preset.name
+        if same != want:
+            raise ValueError(f"checkpoint {str(cfg.ckpt)!r} was made with {same}, not {want}; pass resume=False "
+                             f"(--no-resume) to start over")
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        for e, s in zip(ema, ck["ema"]):
+            e.copy_(s)
+        gen.set_state(ck["gen"].cpu())
+        step, elapsed, rows = ck["step"], ck["elapsed"], ck["rows"]
+
+    def save_ckpt():
+        state = {"model": model.state_dict(), "opt": opt.state_dict(), "ema": ema, "gen": gen.get_state(),
+                 "step": step, "elapsed": elapsed, "rows": rows,
+                 "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()
+                               if k != "preset"}, "preset": pipe.preset.name}}
+        with atomic_open(cfg.ckpt, "wb") as f:
+            torch.save(state, f)
+        _write_csv(loss_csv, rows)
+
+    def done() -> bool:
+        return (cfg.steps is not None and step >= cfg.steps) or (cfg.minutes is not None
+                                                                 and elapsed >= 60 * cfg.minutes)
+
+    use_amp = dev.type == "cuda"
+    acc, acc_n = {}, 0
+    bar = tqdm(total=cfg.steps, initial=step, desc=f"train {pipe.preset.name}", disable=not cfg.progress)
+    last = time.perf_counter()
+    while not done():
+        lr = _lr(cfg, step, elapsed)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        batch = obj.sample_batch(gen, cfg.batch)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_amp):
+            loss, parts = obj.loss(batch, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        d = min(cfg.ema, (1 + step) / (10 + step))
+        with torch.no_grad():
+            torch._foreach_lerp_(ema, [q.detach() for q in params], 1 - d)
+        step += 1
+        acc["loss"] = acc.get("loss", 0.0) + loss.detach()
+        for k, v in parts.items():
+            acc[k] = acc.get(k, 0.0) + v
+        acc_n += 1
+        if step % cfg.log_every == 0 or done():
+            now = time.perf_counter()
+            row = {"step": step, **{k: float(v) / acc_n for k, v in acc.items()}, "lr": lr}
+            elapsed += now - last  # float() above synchronised the device
+            last = now
+            row["elapsed_s"] = round(elapsed, 2)
+            if not math.isfinite(row["loss"]):
+                raise FloatingPointError(f"training loss is {row['loss']} at step {step}; stopping")
+            rows.append(row)
+            acc, acc_n = {}, 0
+            bar.set_postfix(loss=f"{row['loss']:.4f}")
+        bar.update(1)
+        if step % cfg.ckpt_every == 0:
+            save_ckpt()
+            last = time.perf_counter()  # checkpoint writing is not training time
+    bar.close()
+    save_ckpt()
+
+    # the EMA weights are the shipped ones
+    with torch.no_grad():
+        for q, e in zip(params, ema):
+            q.copy_(e)
+    model.eval().requires_grad_(False)
+    from ..world.weights import save_weights
+
+    meta = {
+        "preset": pipe.preset.name, "workload": cfg.workload, "git_commit": git_commit(), "data_seed": cfg.data_seed,
+        "seed": cfg.seed, "episodes": cfg.episodes, "episode_frames": cfg.episode_frames, "batch": cfg.batch,
+        "lr": cfg.lr, "ema": cfg.ema, "steps": step, "train_minutes": round(elapsed / 60, 3),
+        "render_and_build_seconds": round(render_s, 1), "device": _device_name(dev), "torch": torch.__version__,
+        "final_loss": _final_loss(rows), "loss_csv": loss_csv.name, "command": cfg.command,
+        "parameters": sum(q.numel() for q in model.parameters()),
+    }
+    if cfg.eval_cases:
+        meta["eval"] = evaluate(cfg.workload, pipe, cfg.eval_cases, progress=cfg.progress)
+    save_weights(pipe, cfg.workload, cfg.out, meta)
+    return meta
+
+
+def _final_loss(rows: list[dict]) -> float | None:
+    tail = rows[-4:]
+    return round(sum(r["loss"] for r in tail) / len(tail), 6) if tail else None
+
+
+def _device_name(dev: torch.device) -> str:
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+
+
+def evaluate(workload: str, pipe, cases: int, seeds=None, progress: bool = False) -> dict:
+    """Mean scores of the model and of the copy-last-frame baseline over `cases` held-out episodes (0, 1, ...)."""
+    from ..world import eval as weval
+
+    seeds = list(range(cases)) if seeds is None else list(seeds)
+    model, base = [], []
+    for s in tqdm(seeds, desc="held-out evaluation", disable=not progress, leave=False):
+        case = weval.heldout_case(workload, pipe, s)
+        model.append(weval.score(weval.predict(workload, pipe, case), case))
+        base.append(weval.score(weval.copy_last(case), case))
+
+    def mean(rows, k):
+        vals = [r[k] for r in rows if r[k] == r[k]]
+        return round(sum(vals) / len(vals), 4) if vals else None
+
+    keys = ("psnr", "ssim", "agent_err_px")
+    return {"heldout_seeds": seeds, "model": {k: mean(model, k) for k in keys},
+            "copy_last": {k: mean(base, k) for k in keys}}

@@ -1,0 +1,194 @@
+"""The two training objectives, each on the pipeline's own modules and conventions.
+
+mg2 (flow matching, teacher forcing through the block-causal mask): a batch of clips of `blocks` blocks; one block
+index j per step (uniform). The model sees the clean latents of blocks 0 .. j-1 at t = 0 and block j noised,
+x_t = (1 - sigma) x0 + sigma * eps, in one full-sequence forward with the block-causal (windowed) mask; the loss is
+the MSE of the predicted flow against eps - x0 on block j only. This is exactly what inference computes: there the
+past blocks' keys and values come from the cache-refresh pass at t = 0 on the clean block, which attends to the
+earlier blocks through the same window, so the masked forward on the clean prefix reproduces the cache contents
+(teacher forcing: the clean prefix is ground truth, not the model's own earlier output). sigma is drawn like the
+shifted inference schedule: u ~ U(0, 1), sigma = shift u / (1 + (shift - 1) u). Conditioning as the pipeline builds
+it: first-frame latent + mask (cond_concat), the frozen CLIP tokens of the first frame, the true keyboard and mouse.
+
+wma (v-prediction on the reference schedule): windows of n_obs observed frames + T future frames. The video target
+is the codec latent of the T future frames (times scale_factor); t ~ U{0 .. 999}; as DynamiCrafter trains with
+use_dynamic_rescale, x0 is first scaled by scale_arr[t] (1 -> base_scale, what the sampler's pred-x0 rescale undoes);
+x_t and the v target use the alphas of `wmbook.pipelines.ddim.video_scheduler` (zero-terminal-SNR scaled-linear).
+Half the samples are world-model passes (the true actions as action tokens, empty prompt) and train the state head
+on the future states; half are decision passes (action tokens zeroed, the instruction) and train the action head on
+the true action chunk; the heads are epsilon predictions on `head_scheduler`'s alphas at the same t, weighted 0.1.
+The video loss applies to both kinds.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .data import EpisodeBank
+
+
+def window_frames(p) -> int:
+    """Frames one training sample spans at preset p: 1 + 4(F - 1) (causal DiT, F latent frames of default_blocks
+    blocks) or n_obs + frames (WMA)."""
+    from ..models.vae import pixel_frames_for
+    from ..presets import WMAPreset
+
+    if isinstance(p, WMAPreset):
+        return p.n_obs_steps + p.frames
+    return pixel_frames_for(p.default_blocks * p.num_frame_per_block, True)
+
+
+def check_episode_frames(episode_frames: int, window: int) -> None:
+    if episode_frames < window:
+        raise ValueError(f"episode_frames={episode_frames} is not allowed; allowed values: an integer >= {window} "
+                         f"(the frames one training sample spans)")
+
+
+class Mg2Objective:
+    """Flow-matching teacher forcing of the causal DiT (see the module docstring)."""
+
+    def __init__(self, pipe, bank: EpisodeBank, blocks: int | None = None):
+        from ..models.vae import pixel_frames_for
+
+        p = pipe.preset
+        self.pipe, self.bank, self.p = pipe, bank, p
+        self.k = p.num_frame_per_block
+        self.blocks = p.default_blocks if blocks is None else blocks
+        if isinstance(self.blocks, bool) or not isinstance(self.blocks, int) or self.blocks < 1:
+            raise ValueError(f"blocks={blocks!r} is not allowed; allowed values: a positive integer")
+        if p.local_attn_size == -1 and self.blocks * self.k > p.max_latent_frames:
+            raise ValueError(f"blocks={self.blocks} does not fit preset {p.name!r}'s KV cache")
+        self.latent_frames = self.blocks * self.k
+        self.pixel_frames = pixel_frames_for(self.latent_frames, True)
+        check_episode_frames(bank.length, self.pixel_frames)
+        self.model = pipe.model
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def sample_batch(self, gen: torch.Generator, batch: int) -> dict:
+        e, idx = self.bank.windows(gen, batch, self.pixel_frames)
+        return {"frames": self.bank.frames[e[:, None], idx], "keyboard": self.bank.keyboard[e[:, None], idx],
+                "mouse": self.bank.mouse[e[:, None], idx]}
+
+    @torch.no_grad()
+    def encode(self, frames_u8: torch.Tensor):
+        """(normalised latents [B, C, F, h, w], cond_concat [B, 4 + C, F, h, w], CLIP context) as the pipeline."""
+        from ..models.vae import encode_first_frame, normalize_latents
+
+        pipe = self.pipe
+        video = EpisodeBank.to_video(frames_u8)  # [B, 3, T, H, W]
+        z = normalize_latents(pipe.vae, pipe.vae.encode(video.to(pipe.vae.dtype)).latent_dist.mode()).float()
+        img = video[:, :, 0]
+        b, _, f, h, w = z.shape
+        lat = encode_first_frame(pipe.vae, img.to(pipe.vae.dtype), f).float()
+        mask = torch.zeros(b, 4, f, h, w, device=z.device)
+        mask[:, :, 0] = 1
+        ctx = pipe.clip(img) if pipe.clip is not None else None
+        return z, torch.cat([mask, lat], dim=1), ctx
+
+    def loss(self, batch: dict, gen: torch.Generator, j: int | None = None):
+        p, k = self.p, self.k
+        z, cond, ctx = self.encode(batch["frames"])
+        b = z.shape[0]
+        dev = z.device
+        if j is None:
+            j = int(torch.randint(0, self.blocks, (1,), generator=gen, device=dev))
+        n = (j + 1) * k
+        x0 = z[:, :, j * k:n]
+        eps = torch.randn(x0.shape, generator=gen, device=dev)
+        u = torch.rand(b, generator=gen, device=dev)
+        sigma = p.shift * u / (1 + (p.shift - 1) * u)
+        s = sigma.view(b, 1, 1, 1, 1)
+        x = torch.cat([z[:, :, :j * k], (1 - s) * x0 + s * eps], dim=2)
+        tt = torch.zeros(b, n, device=dev)
+        tt[:, j * k:] = 1000.0 * sigma[:, None]
+        actions = {"keyboard": batch["keyboard"], "mouse": batch["mouse"]}
+        flow = self.model(x, tt, ctx, cond_concat=cond[:, :, :n], actions=actions, cache=None, start_frame=0)
+        loss = F.mse_loss(flow[:, :, j * k:].float(), eps - x0)
+        return loss, {"flow_mse": loss.detach()}
+
+
+class WMAObjective:
+    """v-prediction of the video UNet (+ both heads) on the reference schedule (see the module docstring)."""
+
+    HEAD_WEIGHT = 0.1
+
+    def __init__(self, pipe, bank: EpisodeBank):
+        from ..pipelines.ddim import DEFAULT_INSTRUCTION, dynamic_rescale, head_scheduler, video_scheduler
+
+        p = pipe.preset
+        self.pipe, self.bank, self.p = pipe, bank, p
+        self.model = pipe.model
+        dev = pipe.device
+        self.ab = video_scheduler(p).alphas_cumprod.to(dev, torch.float32)
+        self.ab_head = head_scheduler(p).alphas_cumprod.to(dev, torch.float32)
+        self.rescale = torch.tensor([dynamic_rescale(p, t) if p.use_dynamic_rescale else 1.0
+                                     for t in range(p.num_train_timesteps)], device=dev, dtype=torch.float32)
+        with torch.no_grad():
+            self.text_empty = pipe.text([""]).float()
+            self.text_instr = pipe.text([DEFAULT_INSTRUCTION]).float()
+        self.window = p.n_obs_steps + p.frames
+        check_episode_frames(bank.length, self.window)
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def sample_batch(self, gen: torch.Generator, batch: int) -> dict:
+        bk = self.bank
+        e, idx = bk.windows(gen, batch, self.window)
+        return {"frames": bk.frames[e[:, None], idx], "state": bk.state[e[:, None], idx],
+                "action": bk.action[e[:, None], idx]}
+
+    def encode_frames(self, video: torch.Tensor) -> torch.Tensor:
+        """[B, 3, T, H, W] -> scaled codec latents [B, C, T, h, w] (per frame, as the pipeline encodes)."""
+        from ..models.wma.vae import encode_frame
+
+        b, _, t = video.shape[:3]
+        flat = video.transpose(1, 2).flatten(0, 1)
+        z = encode_frame(self.pipe.vae, flat, self.p.scale_factor).float()
+        return z.unflatten(0, (b, t)).transpose(1, 2)
+
+    def loss(self, batch: dict, gen: torch.Generator, decision: torch.Tensor | None = None):
+        p, m, pipe = self.p, self.model, self.pipe
+        n_obs, T = p.n_obs_steps, p.frames
+        video = EpisodeBank.to_video(batch["frames"])  # [B, 3, n_obs + T, H, W]
+        b, dev = video.shape[0], video.device
+        obs = video[:, :, :n_obs]
+        last = obs[:, :, -1]
+        with torch.no_grad():
+            x0 = self.encode_frames(video[:, :, n_obs:])
+            cond_latent = self.encode_frames(last[:, :, None]).expand(-1, -1, T, -1, -1)
+            clip = pipe.clip(last)
+        obs_states = batch["state"][:, :n_obs]
+        fut_states = batch["state"][:, n_obs:]
+        acts = batch["action"][:, n_obs - 1:n_obs - 1 + T]  # taken at the last observed frame and after it
+        if decision is None:
+            decision = torch.rand(b, generator=gen, device=dev) < 0.5
+        dm = decision.view(b, 1, 1).float()
+        state = m.embed_state(obs_states)
+        act_tok = m.embed_action(acts) * (1 - dm)  # decision pass: action tokens zeroed
+        text = self.text_instr.expand(b, -1, -1) * dm + self.text_empty.expand(b, -1, -1) * (1 - dm)
+        ctx = m.build_context(state, act_tok, text, m.embed_image(clip))
+
+        t = torch.randint(0, p.num_train_timesteps, (b,), generator=gen, device=dev)
+        ab = self.ab[t].view(b, 1, 1, 1, 1)
+        x0 = x0 * self.rescale[t].view(b, 1, 1, 1, 1)
+        eps = torch.randn(x0.shape, generator=gen, device=dev)
+        x_t = ab.sqrt() * x0 + (1 - ab).sqrt() * eps
+        v = ab.sqrt() * eps - (1 - ab).sqrt() * x0
+        abh = self.ab_head[t].view(b, 1, 1)
+        ea = torch.randn(acts.shape, generator=gen, device=dev)
+        es = torch.randn(fut_states.shape, generator=gen, device=dev)
+        a_t = abh.sqrt() * acts + (1 - abh).sqrt() * ea
+        s_t = abh.sqrt() * fut_states + (1 - abh).sqrt() * es
+        fs = torch.full((b,), p.default_fs, dtype=torch.long, device=dev)
+        v_hat, ea_hat, es_hat = m(x_t, cond_latent, a_t, s_t, t, ctx, obs, obs_states, fs)
+        v_loss = F.mse_loss(v_hat.float(), v)
+        d = decision.float()
+        a_loss = ((ea_hat.float() - ea) ** 2).mean(dim=(1, 2))
+        s_loss = ((es_hat.float() - es) ** 2).mean(dim=(1, 2))
+        head = (d * a_loss + (1 - d) * s_loss).mean()
+        loss = v_loss + self.HEAD_WEIGHT * head
+        return loss, {"v_mse": v_loss.detach(), "head_mse": head.detach()}

@@ -1,0 +1,163 @@
+"""Shipped weights of the world presets: one `.pt` per preset under data/weights/ with a JSON beside it.
+
+The file (torch.save of plain containers and tensors; read with weights_only=True) holds
+  format    "wmbook-world-weights/1"
+  workload  "mg2" | "wma";  preset  the preset name
+  model     the trained model's state dict (bf16: each file stays under 20 MB)
+  encoders  the frozen, randomly initialised encoders the model was trained against, so that a library whose random
+            init differs cannot silently change the model's inputs: "clip" (both workloads) and, for wma, "text"
+            (the text tower; of its 49408-row token table only the rows the byte-level tokenizer can produce are
+            stored, under "text_token_rows" / "text_token_ids": the other rows are never read).
+Loading is strict: every key and shape must match (wmbook.models.checkpoint.load_checked), before anything is copied.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ..atomic import atomic_open
+from ..models.checkpoint import load_checked
+from ..paths import DATA_DIR
+
+FORMAT = "wmbook-world-weights/1"
+WEIGHTS_DIR = DATA_DIR / "weights"
+
+
+def is_world_preset(preset) -> bool:
+    """True for a world preset (a name or a preset object): the small models trained on wmbook.world."""
+    from ..presets import ALL_PRESETS, WorldCausalPreset, WorldWMAPreset
+
+    if isinstance(preset, str):
+        preset = ALL_PRESETS.get(preset)
+    return isinstance(preset, (WorldCausalPreset, WorldWMAPreset))
+
+
+def workload_of(preset) -> str:
+    """'mg2' or 'wma' for a world preset (ValueError otherwise)."""
+    from ..presets import ALL_PRESETS, WorldCausalPreset, WorldWMAPreset
+
+    p = ALL_PRESETS.get(preset) if isinstance(preset, str) else preset
+    if isinstance(p, WorldCausalPreset):
+        return "mg2"
+    if isinstance(p, WorldWMAPreset):
+        return "wma"
+    names = [k for k, v in ALL_PRESETS.items() if isinstance(v, (WorldCausalPreset, WorldWMAPreset))]
+    raise ValueError(f"preset={getattr(p, 'name', preset)!r} is not a world preset; allowed values: {names}")
+
+
+def weights_path(preset) -> Path:
+    """data/weights/<preset.weights> of a world preset."""
+    workload_of(preset)
+    from ..presets import ALL_PRESETS
+
+    p = ALL_PRESETS[preset] if isinstance(preset, str) else preset
+    return WEIGHTS_DIR / (p.weights or f"{p.name}.pt")
+
+
+def _text_token_ids() -> torch.Tensor:
+    from ..models.wma.conditioning import EOT_TOKEN, SOT_TOKEN
+
+    return torch.tensor([0, *range(256, 512), SOT_TOKEN, EOT_TOKEN], dtype=torch.long)
+
+
+def _token_key(sd: dict) -> str:
+    keys = [k for k in sd if k.endswith("token_embedding.weight")]
+    if len(keys) != 1:
+        raise ValueError(f"expected one token_embedding.weight in the text tower's state dict, found {keys}")
+    return keys[0]
+
+
+def pipeline_state(pipe, workload: str, dtype=torch.bfloat16) -> dict:
+    """The weights file's content for a pipeline of a world preset (model in `dtype`, encoders as they are)."""
+    if workload not in ("mg2", "wma"):
+        raise ValueError(f"workload={workload!r} is not allowed; allowed values: ['mg2', 'wma']")
+    model = {k: (v.detach().to("cpu", dtype) if v.is_floating_point() else v.detach().cpu())
+             for k, v in pipe.model.state_dict().items()}
+    enc = {"clip": {k: v.detach().cpu() for k, v in pipe.clip.state_dict().items()}}
+    if workload == "wma":
+        text = {k: v.detach().cpu() for k, v in pipe.text.state_dict().items()}
+        key = _token_key(text)
+        ids = _text_token_ids()
+        enc["text_token_ids"] = ids
+        enc["text_token_rows"] = text.pop(key)[ids].clone()
+        enc["text"] = text
+    return {"format": FORMAT, "workload": workload, "preset": pipe.preset.name, "model": model, "encoders": enc}
+
+
+def save_weights(pipe, workload: str, path, meta: dict | None = None) -> Path:
+    """Write the weights file atomically (and `meta` as JSON beside it, `<path>.json`, when given)."""
+    path = Path(path)
+    state = pipeline_state(pipe, workload)
+    with atomic_open(path, "wb") as f:
+        torch.save(state, f)
+    if meta is not None:
+        with atomic_open(path.with_suffix(path.suffix + ".json"), "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=2, sort_keys=True)
+            f.write("\n")
+    return path
+
+
+def read_weights(path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"world-model weights {str(path)!r} not found; train them with "
+                                f"`python -m wmbook.train --workload mg2|wma --out {path}` (README: world models)")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ValueError(f"{str(path)!r} is not a wmbook world-weights file (format {FORMAT!r})")
+    return state
+
+
+def load_weights(pipe, workload: str, path=None) -> dict:
+    """Load a weights file into a pipeline of a world preset, strictly (keys, shapes, preset name); returns the
+    file's content. path=None: the preset's shipped file (FileNotFoundError naming it when missing)."""
+    path = weights_path(pipe.preset) if path is None else Path(path)
+    state = read_weights(path)
+    if state["workload"] != workload or state["preset"] != pipe.preset.name:
+        raise ValueError(f"{str(path)!r} holds weights of {state['workload']}/{state['preset']}; this pipeline is "
+                         f"{workload}/{pipe.preset.name}")
+    enc = state["encoders"]
+    load_checked(pipe.model, state["model"], strict=True, what=f"world weights {path.name} (model)")
+    load_checked(pipe.clip, enc["clip"], strict=True, what=f"world weights {path.name} (clip)")
+    if workload == "wma":
+        text = dict(enc["text"])
+        full = pipe.text.state_dict()
+        key = _token_key(full)
+        table = full[key].clone()
+        table[enc["text_token_ids"]] = enc["text_token_rows"].to(table.dtype)
+        text[key] = table
+        load_checked(pipe.text, text, strict=True, what=f"world weights {path.name} (text)")
+    return state
+
+
+def build_world_pipeline(workload: str, preset, device="auto", dtype="auto", vae_dtype="auto", weights=True):
+    """A pipeline of a world preset: frozen encoders from the preset's encoder seed, then (weights=True) the shipped
+    weights loaded strictly (checked to exist before anything is built); weights=False: random weights; a path:
+    that file."""
+    from ..presets import ALL_PRESETS
+
+    p = ALL_PRESETS[preset] if isinstance(preset, str) else preset
+    wl = workload_of(p)
+    if wl != workload:
+        raise ValueError(f"preset={p.name!r} belongs to workload {wl!r}, not {workload!r}")
+    path = None
+    if weights is True:
+        path = weights_path(p)
+    elif weights not in (False, None):
+        path = Path(weights)
+    if path is not None and not path.is_file():
+        read_weights(path)  # raises FileNotFoundError naming the file
+    if wl == "mg2":
+        from ..pipelines.causal import CausalStreamingPipeline
+
+        pipe = CausalStreamingPipeline(p, device=device, dtype=dtype, vae_dtype=vae_dtype, seed=p.encoder_seed)
+    else:
+        from ..pipelines.ddim import WMAInteractionPipeline
+
+        pipe = WMAInteractionPipeline(p, device=device, dtype=dtype, vae_dtype=vae_dtype, seed=p.encoder_seed)
+    if path is not None:
+        load_weights(pipe, wl, path)
+    return pipe
