@@ -40,7 +40,7 @@ LATEST ?=
 DEPS_SUM := $(firstword $(shell cat pyproject.toml $(CONSTRAINTS) | cksum))
 STAMP := $(VENV)/.installed-$(DEPS_SUM)$(if $(LATEST),-latest)
 
-.PHONY: report test test-latest lock lab strip strip-check venv clean-venv help
+.PHONY: report test test-latest lock lab strip strip-check venv clean-venv help chromium published-index
 
 help:
 	@sed -n '1,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -50,6 +50,17 @@ report: $(STAMP)
 
 test: $(STAMP)
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
+
+# headless Chromium for the report screenshot tests (tests/test_report_render.py skips them without it)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+# index.html of the published H100 reports: each notebook's question, headline numbers from data/results/results.csv,
+# conclusion and links
+published-index: $(STAMP)
+	$(VPY) -m wmbook.published --index data/reports/h100
 
 # a new release shows up here first, as a deliberate upgrade: if this passes, raise the caps in
 # pyproject.toml, `make lock VENV=.venv-latest` and commit both

@@ -47,52 +47,60 @@ seed = 0
 
 # %%
 import matplotlib.pyplot as plt
-import pandas as pd
-from IPython.display import Image, Markdown, display
+from IPython.display import Markdown, display
 
 from wmbook import device as wdev
+from wmbook import display as wd
 from wmbook import results
 from wmbook.studies import baseline as study
 
+wd.setup()
 cfg = study.validate(workload=workload, preset=preset, device=device, dtype=dtype, vae_dtype=vae_dtype,
                      num_blocks=num_blocks, ddim_steps=ddim_steps, guidance_scale=guidance_scale, warmup=warmup,
                      repeats=repeats, profile=profile, output_dir=output_dir, results_path=results_path, seed=seed)
-cfg.table()
+wd.table(cfg.table(), caption="Parameters of this run (validated)")
 
 # %% [markdown]
 # ## Device ceilings (measured here, cached per device)
+# What to look for: the bf16 GEMM TFLOP/s. Every "x floor" number below divides by it, so a low ceiling (a CPU, a
+# throttled GPU) makes every floor look closer than it is.
 
 # %%
 ceilings = wdev.measure_ceilings(cfg.device, quick=cfg.tiny)
-pd.Series(ceilings, name="value").to_frame()
+wd.series(ceilings, caption="Measured ceilings")
 
 # %% [markdown]
 # ## The reference pipeline at this preset
+# What to look for: the sizes that set the cost of a forward (tokens, layers, width) and how many forwards make one
+# block or one iteration.
 
 # %%
 pipe, inputs = study.build(cfg)
-study.model_table(pipe, inputs, cfg)
+wd.table(study.model_table(pipe, inputs, cfg), caption="Model and shapes")
 
 # %% [markdown]
 # ## Eager baseline: warm-up excluded, device-event timing, median and spread over repeats
+# What to look for: the headline metric (FPS, or seconds per iteration) with its p20-p80 spread; a wide spread
+# means the repeats disagree and one number should not be quoted alone.
 
 # %%
 res = study.run_benchmark(pipe, inputs, cfg, ceilings)
-study.summary_table(res)
+wd.table(study.summary_table(res), caption="Summary: median (p20-p80) over the timed runs")
 
 # %%
-res.run_table()
+wd.table(res.run_table(), caption="Each timed run")
 
 # %%
-for title, table in res.detail_tables().items():
-    display(Markdown(f"### {title}"))
-    display(table)
+for title, t in res.detail_tables().items():
+    display(wd.table(t, caption=title))
 
 # %% [markdown]
 # ### One forward against its FLOP floor (analytic FLOPs by part, floor at the measured GEMM ceiling)
+# What to look for: which part holds the FLOPs; the measured forward divided by the total floor is how far eager
+# PyTorch is from the hardware.
 
 # %%
-study.floor_table(cfg, ceilings)
+wd.table(study.floor_table(cfg, ceilings), caption="FLOPs and floor of one steady forward, by part")
 
 # %%
 study.plot_overview(cfg, res)
@@ -100,13 +108,18 @@ plt.show()
 
 # %% [markdown]
 # ## Profiled run: top-level stages and their shares
+# What to look for: the stage that holds most of the labelled time; notebook 02 breaks it down by operator and
+# label. While the profiled run goes, the GPU/CPU monitor is shown live (a snapshot in the HTML report).
 
 # %%
 stages = None
 if cfg.options.profile:
-    stages, trace_path, labels = study.profile_stages(pipe, inputs, cfg)
-    print("Chrome trace (open in https://ui.perfetto.dev or chrome://tracing):", trace_path)
-    display(stages)
+    from wmbook.profiling.monitor import ResourceMonitor
+
+    with ResourceMonitor(cfg.device, name="profiled run") as monitor, wd.monitor_view(monitor):
+        stages, trace_path, labels = study.profile_stages(pipe, inputs, cfg)
+    display(wd.link(trace_path, note="(Chrome trace: open it in https://ui.perfetto.dev or chrome://tracing)"))
+    display(wd.table(stages, caption="Top-level stages (profiled run)"))
     study.plot_stage_shares(stages)
     plt.show()
 else:
@@ -115,24 +128,35 @@ else:
 # %%
 if cfg.options.profile:
     sort_col = "cpu_total_ms" if "cpu_total_ms" in labels.columns else "total_ms"
-    display(labels.sort_values(sort_col, ascending=False).head(15))
+    display(wd.table(labels.sort_values(sort_col, ascending=False).head(15), caption="The 15 labels with the most time"))
+    wd.appendix(labels, "every label of the profiled run")
 
 # %%
 gifs = sorted(cfg.output_dir.rglob("*.gif"))
 if gifs:
-    display(Image(filename=str(gifs[0])))
+    display(wd.show_video(gifs[0], caption=f"The generated video ({gifs[0].name}, random weights: noise-like frames)"))
 
 # %% [markdown]
 # ## Results rows
+# Each summary metric becomes one row of the results table, with its spread and the environment that measured it.
 
 # %%
 rows = study.result_rows(cfg, res, stages)
 path = results.append(rows, cfg.results_path)
 print(f"appended {len(rows)} rows to {path}")
-results.read(cfg.results_path, run_id=rows[0]["run_id"])[["preset", "variant", "metric", "value", "unit", "p20", "p80"]]
+wd.rows(cfg.results_path, rows[0]["run_id"])
 
 # %% [markdown]
 # ## Interpretation
 
 # %%
 Markdown(study.interpret(cfg, res, stages))
+
+# %% [markdown]
+# **Next:** [02 · bottleneck breakdown](02_bottleneck_breakdown.ipynb) splits this time by operator category, by
+# label and inside one forward, and names the notebook that addresses each finding.
+#
+# ## Appendix: raw tables
+
+# %%
+wd.show_appendix()

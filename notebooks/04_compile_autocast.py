@@ -22,11 +22,16 @@
 # reference. **The gate:** a row's forward output is compared with the fp32 reference on the same seeded
 # inputs. It must be within the relative-L2 budget of the loosest precision in effect (tf32 5e-3, fp16 1e-2,
 # bf16 3e-2), and a row that does not change precision must be no less accurate than the eager model at that
-# precision (at most 1.1x its error against fp32). The seed's criterion against the eager output at the same
-# precision (bf16: max < 1e-2, mean < 1e-3 relative to the largest magnitude) is shown beside it: at 30 bf16
+# precision (at most 1.1x its error against fp32). The original project's criterion against the eager output at the
+# same precision (bf16: max < 1e-2, mean < 1e-3 relative to the largest magnitude) is shown beside it: at 30 bf16
 # layers two roundings of one computation already differ by about that much (see `wmbook.check.GateResult`).
 # A row that fails shows its numbers but its time does not count. **The ladder** is cumulative: each row is the
 # previous row plus one variant. Timing: warm-up excluded, CUDA events, median with p20-p80.
+#
+# **Targets** (the workbook's own, per workload in `Workload.goals`, checked in the interpretation): `mg2`: a DiT
+# forward within 1.5x its FLOP floor after compile, the regional compile under 60 s cold and no recompiles across a
+# steady run; `wma`: at least 2x per DDIM step over fp32 eager. [02 · bottleneck breakdown](02_bottleneck_breakdown.ipynb)
+# explains which of these variants matter for each workload.
 
 # %% tags=["parameters"]
 workload = "mg2"       # mg2 (causal DiT + KV cache) | wma (video UNet + DDIM)
@@ -49,19 +54,27 @@ seed = 0
 
 # %%
 import matplotlib.pyplot as plt
-import pandas as pd
 from IPython.display import Markdown, display
 
 from wmbook import device as wdev
+from wmbook import display as wd
 from wmbook import results
 from wmbook.studies import compile as study
+from wmbook.studies.compile_report import StackTrial
 
+wd.setup()
 cfg = study.validate(workload=workload, preset=preset, device=device, ladder=ladder, sections=sections,
                      compile_modes=compile_modes, compile_backend=compile_backend, compile_table=compile_table,
                      warmup=warmup, repeats=repeats, e2e_blocks=e2e_blocks, recompile_blocks=recompile_blocks,
                      e2e_ddim_steps=e2e_ddim_steps, e2e_repeats=e2e_repeats, output_dir=output_dir,
                      results_path=results_path, seed=seed)
-cfg.table()
+wd.table(cfg.table(), caption="Parameters of this run (validated)")
+# the key columns of the wide tables (every column: the appendix at the end)
+LADDER_KEY = ["variant", "gate", "rel_l2_vs_fp32", "allowed_rel_l2", "forward_ms", "speedup", "x_floor", "gpu_busy_ms",
+              "launches", "e2e_value", "e2e_speedup", "psnr_db", "peak_memory_gib", "recompiles", "graph_breaks"]
+ATTN_KEY = ["shape_id", "site", "backend", "status", "ms_median", "within_tol", "auto_kernel_name", "flop_share"]
+COMPILE_KEY = ["config", "cold_s", "warm_s", "steady_forward_ms", "x_floor", "gpu_busy_ms", "busy_x_floor", "graphs",
+               "graph_breaks", "warmup_run_recompiles", "steady_run_recompiles", "e2e_value"]
 
 # %% [markdown]
 # ## The variants this workload can use
@@ -70,56 +83,69 @@ cfg.table()
 
 # %%
 vt = study.variants_table(cfg)
-display(vt)
+display(wd.table(vt, caption="Variants"))
 print("groups:", vt.attrs["groups"])
 
 # %% [markdown]
 # ## Device ceilings and the fp32 eager reference
+# What to look for: the GEMM TFLOP/s at each precision; the FLOP floor below uses the bf16 one.
 
 # %%
 ceilings = wdev.measure_ceilings(cfg.device, quick=cfg.tiny, extended=True)
 ref = study.reference(cfg)
-pd.Series({k: ceilings.get(k) for k in ("device_name", "gemm_tflops", "gemm_tflops_tf32", "gemm_tflops_fp32",
-                                          "sdpa_tflops", "copy_gbps")}, name="value").to_frame()
+wd.series({k: ceilings.get(k) for k in ("device_name", "gemm_tflops", "gemm_tflops_tf32", "gemm_tflops_fp32",
+                                        "sdpa_tflops", "copy_gbps")}, caption="Measured ceilings")
 
 # %% [markdown]
 # ## Precision, one variant at a time (gated against fp32)
+# What to look for: the speedup each precision gives alone, and its relative-L2 error against the allowed budget.
 
 # %%
 prec = study.precision_table(ref, cfg, ceilings) if "precision" in cfg.options.sections else None
-prec
+if prec is not None:
+    display(wd.table(prec, columns=LADDER_KEY, strict=False, caption="Each precision alone"))
+    wd.appendix(prec, "precision table, every column")
 
 # %% [markdown]
 # ## The VAE decoder in fp32 / bf16 / fp16 (and channels-last on a GPU)
 # The reference's latents decoded in each precision, PSNR against the fp32 decode: a bf16 VAE once cost a
-# competition team 12 dB.
+# competition team 12 dB. What to look for: PSNR under about 40 dB is visible damage.
 
 # %%
 vae = study.vae_table(ref, cfg) if "vae" in cfg.options.sections else None
-vae
+wd.table(vae, caption="The decoder by precision") if vae is not None else None
 
 # %% [markdown]
 # ## Dtype and host-sync hygiene: casts, copies and host reads per forward, one variant at a time
 # Each row adds one hygiene variant to the bf16 eager model (cumulative), so the table shows what each removes.
+# What to look for: host reads (`aten::_local_scalar_dense`) going to zero; each one stalls the GPU stream.
 
 # %%
 hyg = study.hygiene_table(ref, cfg) if "hygiene" in cfg.options.sections else None
-hyg
+wd.table(hyg, caption="Casts, copies and host reads per forward") if hyg is not None else None
 
 # %% [markdown]
 # ## Attention backends on the shapes one forward runs
 # Each recorded call shape timed with each backend (error against the fp32 math reference), the kernel that
 # PyTorch's own choice (`auto`) runs, and for the DiT the block-causal full-sequence attention with a dense
-# mask versus FlexAttention's block mask.
+# mask versus FlexAttention's block mask. What to look for: whether `auto` already picks the fastest backend that is
+# within tolerance at the shapes holding most of the FLOPs.
 
 # %%
 best = None
 if "attention" in cfg.options.sections:
     shapes, attn_table, best, flex = study.attention_section(ref, cfg)
-    display(shapes)
-    display(attn_table)
+    display(wd.table(shapes, columns=["site", "mask_kind", "batch", "heads", "q_len", "kv_len", "head_dim", "calls",
+                                      "calls_per_forward", "gflop_per_call", "flop_share"], strict=False,
+                     caption="Attention call shapes of one forward"))
+    display(wd.table(attn_table, columns=ATTN_KEY, strict=False, caption="Backends on those shapes"))
+    wd.appendix(shapes, "attention call shapes, every column")
+    wd.appendix(attn_table, "attention backends, every column")
     if flex is not None:
-        display(flex)
+        display(wd.table(flex, columns=["method", "status", "ms_median", "dense_tflop_s", "useful_tflop_s",
+                                        "mask_density", "block_density", "mask_build_ms", "kernel"], strict=False,
+                         caption="Block-causal attention: dense mask vs FlexAttention"))
+        wd.appendix(flex, "block-causal attention, every column")
     print("best backend (FLOP-share weighted, within tolerance):", best)
 
 # %% [markdown]
@@ -128,6 +154,7 @@ if "attention" in cfg.options.sections:
 # attentions (3 query frames against at most 6 key frames, per spatial location and head) written as a
 # multiply-reduce that `torch.compile` fuses. The SDPA kernel it replaces pads each of the 880 x 16 small
 # problems to a full tile. It is written for the compiled row that follows it: eager, it materializes its products.
+# What to look for: the speedup column next to the gate; a row whose gate says FAIL is shown but does not count.
 
 # %%
 lad = None
@@ -135,7 +162,11 @@ if "ladder" in cfg.options.sections:
     steps = cfg.options.ladder or study.default_ladder(cfg, best)
     print("ladder:", " -> ".join(["fp32 eager", *steps]))
     lad = study.run_ladder(ref, cfg, steps, ceilings)
-    display(lad.table())
+    t = lad.table()
+    e2e_name = next((m for m in t["e2e_metric"] if isinstance(m, str) and m), "end to end")
+    display(wd.table(t, columns=LADDER_KEY, strict=False, caption="The ladder (cumulative)",
+                     rename={"e2e_value": f"{e2e_name} ({cfg.workload.metric.unit})"}))
+    wd.appendix(t, "the ladder, every column")
 
 # %%
 if lad is not None:
@@ -152,9 +183,27 @@ if lad is not None:
 
 # %%
 if lad is not None and not lad.categories().empty:
-    display(lad.categories().round(2))
+    cats = lad.categories()
+    display(wd.table(cats, caption="GPU kernel ms per forward by category", units={c: "ms" for c in cats.columns}))
     lad.plot_categories()
     plt.show()
+
+# %% [markdown]
+# ### Try a stack yourself
+# Pick any variants (applied in the ladder's order), press the button: the stack is applied to a copy of the
+# reference, gated against fp32, one forward is timed after one warm-up call and one end-to-end run decodes frames,
+# shown next to the reference's with their difference. A trial: it adds no results rows. In the HTML report (a
+# headless run) it shows the stack of the ladder's last row that passed its gate: run as a trial on a CPU, on a GPU
+# as the ladder's own row (not measured twice).
+
+# %%
+if lad is not None:
+    t = lad.table()
+    last_ok = int(t[t["gate"].isin(["pass", "reference"])].index.max())
+    trial = StackTrial(ref, cfg, ceilings)
+    wd.stack_picker(list(steps), trial, default=list(steps[:last_ok]), static=None if cfg.tiny else (
+        lambda: display(wd.table(t.loc[[last_ok]], columns=StackTrial.KEY, strict=False,
+                                 caption="The ladder's row of that stack"))))
 
 # %% [markdown]
 # ## torch.compile: regional vs whole, dynamic, cold vs warm, recompiles
@@ -165,19 +214,22 @@ if lad is not None and not lad.categories().empty:
 # prepared once per forward before the compiled region (`kv-slot-write`), window the action inputs once per
 # forward without a host read (`action-hoist`) and fill the cross-attention K/V before the first block
 # (`cross-kv-prefill`): the blocks then get no Python ints, trace without graph breaks and do not recompile per
-# block.
+# block. What to look for: graph breaks and steady-run recompiles at zero after the fix, and the cold compile time.
 
 # %%
 comp = breaks = reasons = None
 if "compile" in cfg.options.sections:
     comp, breaks, reasons = study.compile_section(ref, cfg, ceilings=ceilings)
-    display(comp)
+    e2e_name = next((m for m in comp.get("e2e_metric", []) if isinstance(m, str) and m), "end to end")
+    display(wd.table(comp, columns=COMPILE_KEY, strict=False, caption="Compile configurations",
+                     rename={"e2e_value": f"{e2e_name} ({cfg.workload.metric.unit})"}))
+    wd.appendix(comp, "compile table, every column")
     if breaks is not None and len(breaks):
         display(Markdown("### Graph breaks of the reference code"))
-        display(breaks)
+        display(wd.table(breaks, caption="Graph breaks (torch._dynamo explain)"))
     if reasons is not None and len(reasons):
         display(Markdown("### Why the reference code recompiled (the guard that failed)"))
-        display(reasons[["function", "guard"]].value_counts().rename("count").to_frame())
+        display(wd.table(reasons[["function", "guard"]].value_counts().rename("count").to_frame()))
     study.plot_compile_times(comp, cfg.workload.goals.get("regional_cold_s"))
     plt.show()
 
@@ -189,9 +241,20 @@ rows = study.result_rows(cfg, lad, comp, best)
 if rows:
     path = results.append(rows, cfg.results_path)
     print(f"appended {len(rows)} rows to {path}")
+    wd.rows(cfg.results_path, rows[0]["run_id"])
 
 # %% [markdown]
 # ## Interpretation
 
 # %%
 Markdown(study.interpret(cfg, lad, comp, vae, hyg))
+
+# %% [markdown]
+# **Next:** [05 · Triton kernels](05_triton_kernels.ipynb) fuses the glue that `torch.compile` leaves (norms,
+# modulation, RoPE) on top of this notebook's best stack; [06 · CUDA graphs](06_cuda_graphs.ipynb) removes the
+# launch overhead that the "GPU busy" column shows (wall time above busy time is the host launching kernels).
+#
+# ## Appendix: raw tables
+
+# %%
+wd.show_appendix()

@@ -58,29 +58,38 @@ import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
 from wmbook import device as wdev
+from wmbook import display as wd
 from wmbook import results
 from wmbook.studies import compile as study04
 from wmbook.studies import kernels as study
 
+wd.setup()
 cfg = study.validate(workload=workload, preset=preset, device=device, kernel_table=kernel_table, rep_ms=rep_ms,
                      ladder=ladder, base=base, steps=steps, compile_backend=compile_backend, warmup=warmup,
                      repeats=repeats, e2e_blocks=e2e_blocks, e2e_ddim_steps=e2e_ddim_steps, e2e_repeats=e2e_repeats,
                      output_dir=output_dir, results_path=results_path, seed=seed)
 print("base stack:", " -> ".join(study.base_stack(cfg)), "| kernel rows:", " -> ".join(study.kernel_steps(cfg)))
 print(study.fp8_note(cfg))
-cfg.table()
+LADDER_KEY = ["variant", "gate", "rel_l2_vs_fp32", "allowed_rel_l2", "forward_ms", "speedup", "x_floor", "gpu_busy_ms",
+              "launches", "e2e_value", "e2e_speedup", "e2e_first_frame_ms", "psnr_db", "peak_memory_gib"]
+wd.table(cfg.table(), caption="Parameters of this run (validated)")
 
 # %% [markdown]
 # ## Each kernel at its call sites: eager, torch.compile, Triton
 # `MB` is what the op must move at least (each input read once, each output written once); GB/s divides it by the
 # time, so 100% of copy would be a kernel that only streams its bytes. `rel_l2` is the error against the fp32
 # reference: the kernel passes when it is no further from fp32 than the eager op sequence (or within the dtype's
-# tolerance).
+# tolerance). What to look for: the fused kernel's GB/s against the copy bandwidth, and whether it beats
+# `torch.compile`'s own fusion of the same ops (if not, the kernel is not worth its maintenance).
 
 # %%
 ceilings = wdev.measure_ceilings(cfg.device, quick=cfg.tiny)
 tab = study.kernel_table(cfg, ceilings) if cfg.options.kernel_table else None
-display(study.kernel_summary(tab)) if tab is not None else print("kernel_table=False")
+if tab is not None:
+    display(wd.table(study.kernel_summary(tab), caption="Each kernel at its call sites"))
+    wd.appendix(tab, "the kernel measurements, every column")
+else:
+    print("kernel_table=False")
 
 # %%
 fig = study.plot_kernels(tab, f"{cfg.workload.name} / {cfg.preset.name}") if tab is not None else None
@@ -93,13 +102,17 @@ else:
 # ## Ladder: notebook 04's best stack, then the kernels, then fp8
 # Each row adds one variant and is gated against the fp32 reference; a row that fails the gate is shown but its time
 # does not count. `GPU busy ms` is the kernels' time per forward: what the fused kernels and fp8 act on. Wall time
-# includes the host's launches (notebook 06 removes those with CUDA graphs).
+# includes the host's launches (notebook 06 removes those with CUDA graphs). The base is the best stack of
+# [04 · compile and precision](04_compile_autocast.ipynb). What to look for: GPU busy time going down row by row.
 
 # %%
 if cfg.options.ladder:
     ref = study04.reference(cfg)
     lad = study.run_ladder(ref, cfg, ceilings)
-    display(lad.table())
+    t = lad.table()
+    display(wd.table(t, columns=LADDER_KEY, strict=False, caption="Ladder rows",
+                     rename={"e2e_value": f"end to end ({cfg.workload.metric.unit})"}))
+    wd.appendix(t, "the ladder, every column")
 else:
     lad = None
     print("ladder rows left out (ladder=False; its default on a CPU, where the kernels run in Triton's interpreter at "
@@ -108,10 +121,12 @@ else:
 
 # %% [markdown]
 # ### GPU time per forward by operator category
+# What to look for: the normalization and elementwise categories shrinking where the fused kernels replace them.
 
 # %%
 if lad is not None and len(lad.categories()):
-    display(lad.categories())
+    cats = lad.categories()
+    display(wd.table(cats, caption="GPU kernel ms per forward by category", units={c: "ms" for c in cats.columns}))
     lad.plot_categories()
     plt.show()
 else:
@@ -126,9 +141,20 @@ from wmbook.studies import graphs as study06
 rows = (study.kernel_rows(cfg, tab) if tab is not None else []) + (study06.result_rows(cfg, lad) if lad else [])
 path = results.append(rows, cfg.results_path) if rows else None
 print(f"appended {len(rows)} rows to {path}")
+if rows:
+    wd.rows(cfg.results_path, rows[0]["run_id"])
 
 # %% [markdown]
 # ## Interpretation
 
 # %%
 Markdown(study.interpret(cfg, tab, lad))
+
+# %% [markdown]
+# **Next:** [06 · CUDA graphs](06_cuda_graphs.ipynb) removes the host's launch overhead that the wall-time vs
+# GPU-busy columns show, and speeds up the decoder.
+#
+# ## Appendix: raw tables
+
+# %%
+wd.show_appendix()

@@ -33,6 +33,11 @@
 # graphs (`mode="reduce-overhead"`) are measured as a comparison row, with its pitfall handled (each forward starts a
 # new graph step and hands out copies of its outputs, which the next replay would overwrite). Timing: warm-up
 # excluded, CUDA events, median with p20-p80.
+#
+# **Target** (the workbook's own, for `mg2` at the real shape on an H100 in bf16, full Wan decoder counted): 60 FPS,
+# i.e. a steady block of 12 pixel frames in 200 ms; a replayed forward within 1.10x of its GPU busy time. Start from
+# [04 · compile and precision](04_compile_autocast.ipynb) (the base stack) and
+# [05 · Triton kernels](05_triton_kernels.ipynb) (fused kernels on top of it).
 
 # %% tags=["parameters"]
 workload = "mg2"       # mg2 (causal DiT + KV cache) | wma (video UNet + DDIM)
@@ -58,16 +63,20 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from wmbook import device as wdev
+from wmbook import display as wd
 from wmbook import results
 from wmbook.studies import compile as study04
 from wmbook.studies import graphs as study
 
+wd.setup()
 cfg = study.validate(workload=workload, preset=preset, device=device, base=base, steps=steps,
                      reduce_overhead=reduce_overhead, decoder_table=decoder_table, compile_backend=compile_backend, warmup=warmup, repeats=repeats, e2e_blocks=e2e_blocks,
                      e2e_ddim_steps=e2e_ddim_steps, e2e_repeats=e2e_repeats, output_dir=output_dir,
                      results_path=results_path, seed=seed)
 print("base stack:", " -> ".join(study.base_stack(cfg)), "| graph rows:", " -> ".join(study.graph_steps(cfg)) or "-")
-cfg.table()
+LADDER_KEY = ["variant", "gate", "rel_l2_vs_fp32", "allowed_rel_l2", "forward_ms", "speedup", "x_floor", "gpu_busy_ms",
+              "launches", "e2e_value", "e2e_speedup", "e2e_first_frame_ms", "psnr_db", "peak_memory_gib"]
+wd.table(cfg.table(), caption="Parameters of this run (validated)")
 
 # %% [markdown]
 # ## Static and ring caches equal fresh caches
@@ -79,23 +88,29 @@ cfg.table()
 
 # %%
 checks = study.static_cache_check(cfg)
-checks if len(checks) else print("this workload carries no state across forwards: nothing to make static")
+(wd.table(checks, caption="Static and ring caches against fresh caches") if len(checks)
+ else print("this workload carries no state across forwards: nothing to make static"))
 
 # %% [markdown]
 # ## The rows: base, static caches, CUDA graphs (and torch.compile's reduce-overhead)
+# What to look for: launches per forward dropping to a handful with `cuda-graphs`, and the forward's wall time
+# approaching its GPU busy time.
 
 # %%
 ceilings = wdev.measure_ceilings(cfg.device, quick=cfg.tiny)
 ref = study04.reference(cfg)
 lad = study.run_ladder(ref, cfg, ceilings)
-display(lad.table())
+t = lad.table()
+display(wd.table(t, columns=LADDER_KEY, strict=False, caption="The rows (each adds one variant to the row above)",
+                 rename={"e2e_value": f"end to end ({cfg.workload.metric.unit})"}))
+wd.appendix(t, "the rows, every column")
 
 # %% [markdown]
 # ### Per forward: wall time against the GPU busy time of its kernels
 # `wall / busy` near 1 means the GPU never waits for the host; the idle share is the rest of the forward.
 
 # %%
-study.forward_table(lad)
+wd.table(study.forward_table(lad), caption="Per forward: wall time vs GPU busy time")
 
 # %% [markdown]
 # ### End to end
@@ -103,7 +118,7 @@ study.forward_table(lad)
 # interaction iteration (two DDIM passes and their decodes).
 
 # %%
-study.e2e_table(lad)
+wd.table(study.e2e_table(lad), caption="End to end")
 
 # %% [markdown]
 # ### Whole generations before and after: GPU idle time and streams
@@ -114,7 +129,7 @@ study.e2e_table(lad)
 # %%
 if cfg.device.type == "cuda":
     gen = study.generation_traces(lad, cfg)
-    display(study.generation_idle(gen))
+    display(wd.table(study.generation_idle(gen), caption="GPU idle share of a whole generation"))
     study.plot_generation_timelines(gen)
     plt.show()
 else:
@@ -123,10 +138,12 @@ else:
 
 # %% [markdown]
 # ### What was captured, and what the graphs cost in memory
+# What to look for: one graph per signature and replays far outnumbering captures; a fallback names the op that
+# synchronized with the host.
 
 # %%
 cap = study.capture_table(lad)
-cap if len(cap) else print("no CUDA graphs on this device: capture needs a GPU")
+wd.table(cap, caption="Captured graphs") if len(cap) else print("no CUDA graphs on this device: capture needs a GPU")
 
 # %% [markdown]
 # ### One forward before and after, as a timeline
@@ -152,7 +169,8 @@ from wmbook.studies import decoder as dstudy
 
 dtab, drows = study.decoder_study(cfg, ref, ceilings)
 if len(dtab):
-    display(dtab)
+    display(wd.table(dtab, caption="The decoder by stack"))
+    wd.appendix(dtab, "the decoder table, every column")
     dstudy.plot_decoder(dtab)
     plt.show()
     display(Markdown(dstudy.interpret(dtab)))
@@ -166,9 +184,16 @@ else:
 rows = study.result_rows(cfg, lad) + dstudy.result_rows(cfg, drows)
 path = results.append(rows, cfg.results_path)
 print(f"appended {len(rows)} rows to {path}")
+wd.rows(cfg.results_path, rows[0]["run_id"]) if rows else None
 
 # %% [markdown]
 # ## Interpretation
 
 # %%
 Markdown(study.interpret(cfg, lad, checks, study.generation_idle(gen) if gen else None))
+
+# %% [markdown]
+# ## Appendix: raw tables
+
+# %%
+wd.show_appendix()

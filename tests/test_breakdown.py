@@ -346,7 +346,7 @@ def test_fixture_numbers_are_pinned(raw, bd):
                                                                "reduction", "GEMM/linear"]
     sg = bd.suggestions
     assert sg["notebook"].tolist() == ["06_cuda_graphs"] * 2 + ["04_compile_autocast"] * 3 + [
-        "05_fused_triton_kernels"] + ["04_compile_autocast"] * 2
+        "05_triton_kernels"] + ["04_compile_autocast"] * 2
     assert sg["estimated_saving_ms"].iloc[0] == pytest.approx(196.524312953125, rel=1e-9)
 
 

@@ -4,10 +4,17 @@ Each notebook is executed with papermill (parameters injected after the cell tag
 ``parameters``), saved as an executed ``.ipynb`` and rendered to standalone HTML with
 nbconvert. A report folder looks like::
 
-    <out>/index.html            table: notebook, status, duration, links
+    <out>/index.html            status table, then per notebook its question, headline numbers (from its
+                                results rows), its conclusion and links
     <out>/summary.json          the same, machine readable
-    <out>/<name>.html           rendered notebook (also for failed ones: shows the error)
+    <out>/<name>.html           rendered notebook, self-contained (also for failed ones: shows the error)
     <out>/executed/<name>.ipynb executed notebook with outputs
+    <out>/artifacts/<name>/     that run's traces, video and session report (its output_dir, unless -p output_dir
+                                is given; files linked from elsewhere are copied here), linked relatively
+
+Kernels started here are headless (wmbook.display.headless): widgets show their static form, tqdm bars are off,
+the profiler's USDT lines and the kernel's start-up warnings are silenced; the terminal's progress bar names the
+section that is running.
 
 A failing notebook does not stop the others; ``main`` exits 1 if any failed.
 
@@ -37,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from .render import STATUS_FAILED, STATUS_OK, STATUS_PENDING, render_html, write_index
+from .render import STATUS_FAILED, STATUS_OK, STATUS_PENDING, notebook_facts, render_html, write_index
 from .paths import git_commit
 
 __all__ = [
@@ -151,6 +158,7 @@ class NotebookRun:
     failed_source: str | None = None  # the line that raised (else the cell's first non-empty line)
     failed_line: int | None = None  # its line number in the cell (1-based), when the traceback names it
     parameters: dict | None = None  # what papermill injected (the names this notebook declares)
+    facts: dict | None = None  # question, conclusion, headline numbers (wmbook.render.notebook_facts)
 
     @property
     def ok(self) -> bool:
@@ -281,15 +289,18 @@ def _execute_one(
     interrupted = False
     t0 = time.perf_counter()
     try:
-        pm.execute_notebook(
-            str(src),
-            str(partial),
-            parameters=dict(parameters),
-            kernel_name=kernel_name,
-            progress_bar=progress,
-            cwd=str(cwd),
-            **kwargs,
-        )
+        with _headless_kernel_env(), _section_progress(run.name):
+            pm.execute_notebook(
+                str(src),
+                str(partial),
+                parameters=dict(parameters),
+                kernel_name=kernel_name,
+                progress_bar={"desc": run.name, "leave": False} if progress else False,
+                cwd=str(cwd),
+                # the kernel's own start-up warnings (e.g. "running over TCP without encryption") mean nothing here
+                extra_arguments=KERNEL_ARGUMENTS,
+                **kwargs,
+            )
         run.status = STATUS_OK
     except PapermillExecutionError as exc:
         run.status = STATUS_FAILED
@@ -316,13 +327,82 @@ def _execute_one(
         os.replace(partial, executed)
         run.executed_path = str(executed)
         try:
-            run.html_path = str(render_html(executed, html))
+            run.html_path = str(render_html(executed, html, artifacts=out / "artifacts" / run.name))
         except Exception as exc:
             if run.status == STATUS_OK:
                 run.status = STATUS_FAILED
                 run.error = f"HTML rendering failed: {type(exc).__name__}: {_one_line(str(exc))}"
             else:
                 run.error += f" (HTML rendering also failed: {type(exc).__name__})"
+        try:
+            run.facts = notebook_facts(executed)
+        except Exception as exc:  # noqa: BLE001  (the index shows less; the report stands)
+            run.facts = {"error": f"{type(exc).__name__}: {_one_line(str(exc))}"}
+
+
+# what the kernels wmbook.run starts see (unless the caller's environment sets it): no live widgets or tqdm bars
+# (they render as empty boxes in HTML; the runner's own progress names the section instead), no profiler USDT lines
+HEADLESS_KERNEL_ENV = {"WMBOOK_HEADLESS": "1", "TQDM_DISABLE": "1", "KINETO_LOG_LEVEL": "6"}
+# the kernel's own start-up warnings ("running over TCP without encryption") mean nothing to a report's reader;
+# tqdm.auto would pick its widget bars in a kernel (tqdm.notebook ignores TQDM_DISABLE): text tqdm, disabled
+KERNEL_ARGUMENTS = [
+    "--IPKernelApp.log_level=ERROR",
+    "--IPKernelApp.exec_lines=['import wmbook.display as _wmd; _wmd.headless_start(); del _wmd']",
+]
+
+
+@contextlib.contextmanager
+def _headless_kernel_env() -> Iterator[None]:
+    """Set HEADLESS_KERNEL_ENV (where unset) for the kernel started inside; restored afterwards."""
+    added = {k: v for k, v in HEADLESS_KERNEL_ENV.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+
+
+_HEADING = re.compile(r"^\s*#{1,3}\s+(.+?)\s*$", re.M)
+
+
+def _section_of(nb, cell) -> str | None:
+    """The heading of the markdown cell above `cell` (the section it belongs to), shortened."""
+    title = None
+    for c in nb.cells:
+        if c is cell:
+            break
+        if c.cell_type == "markdown":
+            m = _HEADING.search(c.source)
+            if m:
+                title = m.group(1).replace("`", "").replace("*", "")
+    if title and len(title) > 48:
+        title = title[:47] + "…"
+    return title
+
+
+@contextlib.contextmanager
+def _section_progress(name: str) -> Iterator[None]:
+    """While papermill executes, its progress bar names the notebook and the section running (the last heading
+    above the cell) instead of 'Executing'."""
+    from papermill.engines import NotebookExecutionManager
+
+    original = NotebookExecutionManager.get_cell_description
+
+    def describe(self, cell, escape_str="papermill_description="):
+        own = original(self, cell, escape_str)
+        if own is not None:
+            return own
+        section = _section_of(self.nb, cell)
+        if section and getattr(self, "pbar", None):
+            self.pbar.set_description(f"{name} · {section}"[:70], refresh=False)
+        return None
+
+    NotebookExecutionManager.get_cell_description = describe
+    try:
+        yield
+    finally:
+        NotebookExecutionManager.get_cell_description = original
 
 
 _PAPERMILL_TAGS = ("papermill-error-cell-tag", "injected-parameters")
@@ -435,13 +515,20 @@ def run_notebooks(
     out_dir = Path(out if out is not None else default_out_dir()).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
 
+    from .runconfig import _declared_parameters
+
     names: list[str] = []
     runs: list[NotebookRun] = []
+    declared: dict[Path, set] = {}
     for p, workload, run_params in jobs:
         name = p.stem if workload is None else f"{p.stem}-{workload}"
         if name in names:  # same stem from two folders: keep both reports
             name = f"{name}-{len(names)}"
         names.append(name)
+        if "output_dir" not in run_params and "output_dir" in declared.setdefault(p, set(_declared_parameters(p))):
+            # each run's artifacts (trace, video, session report) in its own folder of the report: no run overwrites
+            # another's, and the report links them relatively
+            run_params = run_params | {"output_dir": str(out_dir / "artifacts" / name)}
         runs.append(NotebookRun(name=name, source_path=str(p), parameters=run_params))
 
     meta: dict[str, Any] = {
@@ -478,6 +565,13 @@ def run_notebooks(
             meta["elapsed_s"] = round(time.perf_counter() - t_all, 2)
             write_index(out_dir, runs, meta)
     bar.close()
+    # once every report exists, links between notebooks point at the reports of this folder (01 -> 02 and so on)
+    for run in runs:
+        if run.executed_path and run.html_path:
+            try:
+                render_html(run.executed_path, run.html_path, artifacts=out_dir / "artifacts" / run.name)
+            except Exception:  # noqa: BLE001  (the first rendering stands)
+                pass
     meta["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     meta["elapsed_s"] = round(time.perf_counter() - t_all, 2)
     write_index(out_dir, runs, meta)

@@ -55,7 +55,7 @@ SECTIONS = [
                                   "gpu_memory_utilization_pct_mean", "gpu_temperature_c_max", "gpu_power_w_mean",
                                   "gpu_sm_clock_mhz_mean", "torch_peak_allocated_mib"]),
     ("CPU Metrics (Aggregated)", ["cpu_percent_mean", "system_memory_used_mib_max", "process_rss_mib_max"]),
-    ("Stream Metrics (pixel frames, steady state; DESIGN.md)", ["fps", "bps", "first_frame_ms"]),
+    ("Stream Metrics (pixel frames, steady state; README: definitions)", ["fps", "bps", "first_frame_ms"]),
     ("Session Time", ["session_ms", "session_host_ms"]),
 ]
 

@@ -22,12 +22,13 @@ def _ipython_kernel():
 class LiveView:
     """A refreshing ipywidgets Output showing a monitor's recent timelines or summary while a cell runs.
 
-    Without a notebook kernel (plain Python) or without ipywidgets, nothing refreshes; in every case
-    `stop()` leaves one static final snapshot (so papermill / nbconvert outputs keep it).
+    Without a notebook kernel (plain Python), without ipywidgets or with live=False (headless runs: a widget would
+    be an empty box in the HTML report), nothing refreshes; in every case `stop()` leaves one static final snapshot
+    (so papermill / nbconvert outputs keep it).
     """
 
     def __init__(self, monitor: ResourceMonitor, interval: float = 1.0, kind: str = "figure", window_s: float = 60.0,
-                 final: bool = True, figsize=(8, 3.5)):
+                 final: bool = True, figsize=(8, 3.5), live: bool = True):
         if not isinstance(monitor, ResourceMonitor):
             raise ValueError(f"monitor must be a ResourceMonitor, got {type(monitor).__name__}")
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval >= 0.1:
@@ -43,7 +44,9 @@ class LiveView:
         self._thread = None
         self._stop = threading.Event()
         self.reason = None  # why there is no live widget
-        if _ipython_kernel() is None:
+        if not live:
+            self.reason = "live=False (headless run)"
+        elif _ipython_kernel() is None:
             self.reason = "no notebook kernel"
         else:
             try:

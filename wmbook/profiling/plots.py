@@ -86,7 +86,7 @@ def plot_roofline(bd, ax=None):
     xs = np.logspace(-2, 4, 200)
     if ceil and bw:
         roof = np.minimum(ceil * 1e12, xs * bw * 1e9) / 1e12
-        ax.plot(xs, roof, "k-", lw=1, label=f"roof: {ceil:.0f} TFLOP/s, {bw:.0f} GB/s (measured)")
+        ax.plot(xs, roof, "k-", lw=1, label=f"roof: {_sig(ceil)} TFLOP/s, {_sig(bw)} GB/s (measured)")
     for _, r in rf.iterrows():
         if r["tflops"] == r["tflops"]:
             y = r["tflops"]
@@ -94,15 +94,22 @@ def plot_roofline(bd, ax=None):
             y = r["gbps"] * 1e9 * r["intensity_flop_per_byte"] / 1e12
         else:
             continue
-        ax.scatter([r["intensity_flop_per_byte"]], [y], s=30 + 4 * r["ms"] ** 0.5, zorder=3)
-        ax.annotate(r["category"], (r["intensity_flop_per_byte"], y), fontsize=8, xytext=(4, 4),
-                    textcoords="offset points")
+        # each category named in the legend: annotations beside the points overlap where points cluster
+        ax.scatter([r["intensity_flop_per_byte"]], [y], s=30 + 4 * r["ms"] ** 0.5, zorder=3,
+                   label=f"{r['category']} ({_sig(y)} TFLOP/s)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity, FLOP/byte (memory-bound categories placed at 0.25)")
     ax.set_ylabel("achieved TFLOP/s")
     ax.set_title("Roofline")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     return ax
+
+
+def _sig(x) -> str:
+    """3 significant digits, no scientific notation for everyday magnitudes (0.1 TFLOP/s is not '0')."""
+    from ..display import num
+
+    return num(x, 3)
 
 

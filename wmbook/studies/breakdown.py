@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from .. import display as _display
 from .. import results as results_store
 from ..bench import Samples
 from ..params import (DEVICE, DTYPE, OUTPUT_DIR, PRESET, RESULTS_PATH, SEED, VAE_DTYPE, WARMUP, Param,
@@ -94,23 +95,36 @@ def breakdown(trace, cfg: RunConfig, ceilings: dict | None):
                    fine_labels=labels.fine)
 
 
-def session_report(pipe, inputs, cfg: RunConfig, bd, ceilings: dict):
+def session_report(pipe, inputs, cfg: RunConfig, bd, ceilings: dict, show_monitor: bool = False):
     """Run the pipeline once inside a ProfilingSession (monitors on, tracing off), attach the breakdown and the
-    measured profiling overhead, write the JSON + HTML session report. Returns (session, paths, overhead)."""
+    measured profiling overhead, write the JSON + HTML session report. Returns (session, paths, overhead).
+
+    show_monitor: show the session's GPU/CPU monitor live in the notebook (wmbook.display.monitor_view; a static
+    snapshot in headless runs) in place of the monitor's console status lines (the config's real_time_display
+    still prints them, into a filter that drops them: what is measured is unchanged)."""
+    import contextlib
+
     from ..profiling import ProfilingSession, measure_overhead
 
     wl, opt = cfg.workload, cfg.options
     overhead = None
+    quiet = _display.drop_lines if show_monitor else contextlib.nullcontext
     if opt.measure_overhead:
         gen = wl.generate_callable(pipe, inputs, cfg)
-        overhead = measure_overhead(gen, config=opt.profiling_config, pairs=opt.overhead_pairs, warmup=1,
-                                    device=cfg.device, seed=cfg.seed)
+        with quiet():
+            overhead = measure_overhead(gen, config=opt.profiling_config, pairs=opt.overhead_pairs, warmup=1,
+                                        device=cfg.device, seed=cfg.seed)
     tags = {"notebook": NOTEBOOK, "workload": wl.name, "preset": cfg.preset.name}
     session = ProfilingSession(f"{NOTEBOOK}-{cfg.preset.name}", config=opt.profiling_config, device=cfg.device,
                                tags=tags, output_dir=cfg.output_dir / "session")
     session.config = session.config.replace(generate_final_report=False)  # written below, with the breakdown
-    with session:
-        wl.session_run(pipe, inputs, cfg, session)
+    with quiet(), session:
+        view = _display.monitor_view(session).start() if show_monitor and session.monitor is not None else None
+        try:
+            wl.session_run(pipe, inputs, cfg, session)
+        finally:
+            if view is not None:
+                view.stop()
     session.set_metrics(ceilings={k: ceilings.get(k) for k in ("gemm_tflops", "copy_gbps", "sdpa_tflops")})
     session.attach_breakdown(bd)
     if overhead is not None:

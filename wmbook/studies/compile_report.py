@@ -26,9 +26,15 @@ def plot_forward_vs_floor(ladder, ax=None):
     if ladder.floor_ms == ladder.floor_ms:
         ax.axvline(ladder.floor_ms, color="k", ls="--", lw=1, label=f"FLOP floor {ladder.floor_ms:.3g} ms")
         if goal:
-            ax.axvline(goal * ladder.floor_ms, color="#ee6677", ls=":", lw=1, label=f"goal: {goal}x the floor")
+            ax.axvline(goal * ladder.floor_ms, color="#ee6677", ls=":", lw=1, label=f"target: {goal}x the floor")
         ax.legend(fontsize=7)
     ax.set_xscale("log")
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    from ..display import num
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: num(v, 2)))
+    ax.xaxis.set_minor_formatter(NullFormatter())  # labelled minor ticks overlapped on a short log axis
     ax.set_xlabel("ms per forward (median, p20-p80 bars; log scale)")
     ax.set_title("Time per forward vs FLOP floor")
     return ax
@@ -46,7 +52,7 @@ def plot_compile_times(df: pd.DataFrame, goal_s: float | None = None, ax=None):
     ax.barh([i - 0.2 for i in y], d["warm_s"], height=0.4, label="warm (on-disk cache)", color="#66ccee")
     ax.set_yticks(list(y), d["config"])
     if goal_s:
-        ax.axvline(goal_s, color="k", ls=":", lw=1, label=f"goal: {goal_s:.0f} s cold")
+        ax.axvline(goal_s, color="k", ls=":", lw=1, label=f"target: {goal_s:.0f} s cold")
     ax.set_xlabel("compile time: first call, s")
     ax.set_title("Compile time")
     ax.legend(fontsize=7)
@@ -198,3 +204,58 @@ def interpret(cfg, ladder=None, compile_df=None, vae=None, hygiene=None) -> str:
         lines.append(f"Tiny-preset CPU numbers (compile backend {cfg.options.compile_backend}): they check the "
                      f"transforms and the gate, not the speed of the real model.")
     return " ".join(lines)
+
+
+# --- the variant-stack picker (display only: a trial measurement, never a results row) ----------------------------
+
+
+class StackTrial:
+    """Apply a chosen stack of variants to a copy of the reference, gate it against fp32, time one forward (after
+    one warm-up call) and one end-to-end run; show the row and its frames against the reference's (notebook 04's
+    picker). Nothing is appended to the results: ladder and compile rows are the measurements of record."""
+
+    KEY = ("variant", "gate", "rel_l2_vs_fp32", "allowed_rel_l2", "forward_ms", "speedup", "x_floor", "e2e_value",
+           "e2e_speedup", "psnr_db", "peak_memory_gib", "first_call_s")
+
+    def __init__(self, ref, cfg, ceilings: dict | None):
+        from dataclasses import replace
+
+        from ..variants.ladder import measure
+        from .compile import settings
+
+        self.ref, self.cfg, self.ceilings = ref, cfg, ceilings
+        self.settings = replace(settings(cfg, ceilings), warmup=1, repeats=1, e2e_repeats=1)
+        self._measure = measure
+        self.gate_ref = None  # the fp32 reference's outputs, measured at the first trial (not before: a report that
+        # never runs a trial spends nothing on it)
+
+    def _reference(self) -> None:
+        from ..variants.ladder import GateReference, flop_floor_ms
+
+        row, out, frames = self._measure(self.ref, self.cfg.workload, [], self.cfg.device, self.settings, None)
+        self.gate_ref = GateReference(forward=out, frames=frames)
+        self.frames = frames
+        self.base_ms, self.base_e2e = row.forward.median, row.e2e_value
+        self.floor = flop_floor_ms(row.flops, self.ceilings)
+
+    def __call__(self, stack: list[str]):
+        from IPython.display import display
+
+        from .. import display as wd
+        from ..variants import resolve
+
+        if self.gate_ref is None:
+            self._reference()
+        vs = resolve(list(stack), self.cfg.workload, self.cfg.device)
+        row, out, frames = self._measure(self.ref, self.cfg.workload, vs, self.cfg.device, self.settings,
+                                         self.gate_ref)
+        row.variant = " + ".join(stack) or "fp32 eager (reference)"
+        row.finish(self.floor, self.base_ms, self.base_e2e, self.cfg.workload.metric)
+        rec = pd.DataFrame([row.record()]).set_index("row")
+        display(wd.table(rec, columns=self.KEY, strict=False,
+                         rename={"e2e_value": f"{row.e2e_metric or 'end to end'} ({self.cfg.workload.metric.unit})"},
+                         caption="The picked stack: one timed forward after one warm-up call (a trial: not a results "
+                                 "row)"))
+        if frames is not None and self.frames is not None:
+            wd.frame_comparer(self.frames, frames, labels=("fp32 reference", row.variant))
+        return row

@@ -212,7 +212,7 @@ def plot_stages(stages: pd.DataFrame, ax=None):
         ax.barh(y - i * h, leaves[c] * 100, height=h, color=color, label=c.replace(" share", " time"))
     ax.set_yticks(y - h * (len(sides) - 1) / 2, leaves.index)
     ax.set_xlabel("% of the fetch")
-    ax.set_title("Eager reference: the seed's stages (profiled steps)")
+    ax.set_title("Eager reference: the labelled stages (profiled steps)")
     ax.legend(fontsize=8)
     return ax
 
@@ -547,7 +547,7 @@ def interpret(cfg: RunConfig, s: MotionSetup, lad: MotionLadder, scaling: pd.Dat
         for side in ("host", "device"):
             if leaves[f"{side} share"].notna().any():
                 top = leaves[f"{side} share"].idxmax()
-                lines.append(f"Of the seed's stages, `{top}` holds the most {side} time: "
+                lines.append(f"Of the labelled stages, `{top}` holds the most {side} time: "
                              f"{leaves.loc[top, f'{side} share']:.0%} of the profiled fetch's "
                              f"{stages[f'{side} ms / step'].iloc[0] * us:.0f} us per step (profiler overhead "
                              f"included).")

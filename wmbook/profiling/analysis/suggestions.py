@@ -20,7 +20,7 @@ FORWARD_SHARE_MIN = 0.50  # denoiser forwards' share of the region -> fewer step
 VAE_SHARE_MIN = 0.15
 
 NOTEBOOKS = {
-    "03": "03_step_reduction", "04": "04_compile_autocast", "05": "05_fused_triton_kernels",
+    "03": "03_step_reduction", "04": "04_compile_autocast", "05": "05_triton_kernels",
     "06": "06_cuda_graphs",
 }  # fmt: skip
 
@@ -81,7 +81,7 @@ def suggest(bd) -> pd.DataFrame:
         frac = rf.at["GEMM/linear", "frac_of_ceiling"]
         if frac == frac and frac < GEMM_FRAC_MIN and ms("GEMM/linear") > 0:
             add("GEMMs below the measured ceiling", f"{rf.at['GEMM/linear', 'tflops']:.3g} TFLOP/s = {frac:.0%} "
-                f"of {rf.at['GEMM/linear', 'ceiling_tflops']:.0f}", ms("GEMM/linear") * (1 - frac / GEMM_FRAC_MIN), "04",
+                f"of the measured {rf.at['GEMM/linear', 'ceiling_tflops']:.3g} TFLOP/s", ms("GEMM/linear") * (1 - frac / GEMM_FRAC_MIN), "04",
                 "bf16 weights/autocast, max-autotune compile, larger fused GEMMs")
     fs = s.get("forward_share")
     if fs is not None and fs == fs and fs >= FORWARD_SHARE_MIN:

@@ -1,0 +1,286 @@
+"""Rendered reports: self-contained HTML (GIFs embedded, artifacts copied and linked relatively, noise dropped), the
+report index with each notebook's finding, the index of a folder of published reports, and what headless Chromium
+shows of them (figures drawn, tables whole: no '...' columns).
+
+The Chromium tests need Debian's `chromium` package (`make chromium`, or `apt-get install -y chromium`); without it
+they are skipped with that reason. Everything else runs without a kernel.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+
+from wmbook import display as wd
+from wmbook import render, results
+from wmbook.run import NotebookRun
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's `chromium` is not installed: `make chromium` "
+                                                            "(apt-get install -y chromium) to run the screenshot tests")
+
+# a 2x2 two-frame animated GIF
+GIF = base64.b64decode("R0lGODlhAgACAPABAAAAAP///yH/C05FVFNDQVBFMi4wAwEAAAAh+QQAAAAAACwAAAAAAgACAAACAoRRACH5BAAAAAAALAAAAAACAAIA"
+                       "AAIChFEAOw==")
+
+
+def _png_figure() -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4, 2.5))
+    ax.bar(["fp32 eager", "bf16", "compile"], [1.0, 2.1, 5.2], color="#4477aa")
+    ax.set_ylabel("speedup")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _wide_ladder(n_cols: int = 25) -> pd.DataFrame:
+    """A ladder-like table wider than pandas' default display.max_columns (20)."""
+    rng = np.random.default_rng(0)
+    d = {"variant": ["fp32 eager", "+ bf16", "+ compile"], "gate": ["reference", "pass", "pass"],
+         "forward_ms": [287.0, 136.0, 55.0], "forward_p20": [285.0, 130.0, 54.4], "forward_p80": [304.0, 140.0, 56.7]}
+    for i in range(n_cols - len(d)):
+        d[f"extra_{i}_ms"] = rng.random(3) * 10
+    return pd.DataFrame(d)
+
+
+def _executed_notebook(tmp: Path, artifact: Path, run_id: str, results_path: Path) -> Path:
+    """An executed notebook as the kernel would leave it: question, a wide key table (wd.table), a figure, a GIF, an
+    artifact link, noise on stderr, an unsaved progress widget, a results-rows output and an interpretation."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    cells = [nbformat.v4.new_markdown_cell("# 04 · A test notebook\n\n**Question.** How much faster is the ladder?\n\n"
+                                           "Then [the next notebook](05_triton_kernels.ipynb).")]
+
+    def code(*outputs):
+        c = nbformat.v4.new_code_cell("pass")
+        c.outputs = list(outputs)
+        cells.append(c)
+
+    disp = nbformat.v4.new_output
+    code(disp("stream", name="stderr", text="USDT:2026-11-25 13:04:30 2076:2076 SyncActivityProfilerHandler.cpp:52] "
+                                            "profiler_start\nreal warning kept\n"),
+         disp("display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "x", "version_major": 2,
+                                                                                 "version_minor": 0},
+                                    "text/plain": "ladder:   0%|          | 0/3"}))
+    code(disp("display_data", data={"text/html": wd.table(_wide_ladder(), caption="The ladder").to_html(),
+                                    "text/plain": "table"}))
+    code(disp("display_data", data={"image/png": _png_figure(), "text/plain": "<Figure>"}))
+    code(disp("display_data", data={"image/gif": base64.b64encode(GIF).decode("ascii"), "text/plain": "<Image>"}))
+    link = wd.link(artifact, note="(trace)")
+    code(disp("display_data", data={"text/html": link.data, "text/plain": "link"}))
+    code(disp("display_data", data={"text/html": "<p>rows</p>", "text/plain": "rows"},
+              metadata={"wmbook": {"run_id": run_id, "results_path": str(results_path)}}))
+    cells.append(nbformat.v4.new_markdown_cell("## Interpretation"))
+    code(disp("execute_result", data={"text/markdown": "The ladder takes one forward from 287 ms to **55 ms**.",
+                                      "text/plain": "<Markdown>"}, execution_count=9))
+    nb.cells = cells
+    path = tmp / "executed" / "04_compile_autocast-mg2.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def _rows(path: Path, run_id: str) -> None:
+    common = dict(notebook="04_compile_autocast", workload="mg2", preset="tiny", params={}, unit="ms")
+    rows = [results.make_row(variant="fp32-eager", metric="forward_ms", value=287.0, gate="reference", **common),
+            results.make_row(variant="bf16 + compile-regional", metric="forward_ms", value=55.0, gate="pass", **common),
+            results.make_row(variant="tf32 + bf16", metric="forward_ms", value=20.0, gate="FAIL", **common)]
+    results.append([r | {"run_id": run_id} for r in rows], path)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """A report folder with one rendered notebook and its index, as wmbook.run writes it."""
+    tmp = tmp_path_factory.mktemp("report")
+    out = tmp / "out"
+    outside = tmp / "elsewhere"
+    outside.mkdir()
+    artifact = outside / "trace.json.gz"
+    artifact.write_bytes(b"\x1f\x8b fake trace")
+    results_path = tmp / "results.csv"
+    _rows(results_path, "run1")
+    executed = _executed_notebook(out, artifact, "run1", results_path)
+    run = NotebookRun(name="04_compile_autocast-mg2", source_path="x", status="ok", seconds=1.5,
+                      executed_path=str(executed))
+    render.write_index(out, [run], {"started": "now"})  # the runner writes the index first, then each report
+    run.html_path = str(render.render_html(executed, out / f"{run.name}.html"))
+    run.facts = render.notebook_facts(executed)
+    render.write_index(out, [run], {"started": "now"})
+    return out, run, artifact
+
+
+def test_report_is_self_contained(report):
+    out, run, artifact = report
+    page = Path(run.html_path).read_text()
+    assert "data:image/gif;base64," in page  # nbconvert alone drops image/gif outputs
+    assert "data:image/png;base64," in page
+    copied = out / "artifacts" / "04_compile_autocast-mg2" / artifact.name
+    assert copied.read_bytes() == artifact.read_bytes()
+    assert 'href="artifacts/04_compile_autocast-mg2/trace.json.gz"' in page
+    assert str(artifact.parent) not in page  # no absolute path into another folder
+    assert "USDT" not in page and "real warning kept" in page
+    assert "ladder:   0%" not in page  # the unsaved progress widget
+    assert 'href="index.html"' in page
+    assert "05_triton_kernels.ipynb" in page  # no report of 05 in the folder: the link stays as written
+
+
+def test_wide_key_table_is_whole(report):
+    _, run, _ = report
+    page = Path(run.html_path).read_text()
+    table = page[page.index("The ladder"):]
+    table = table[: table.index("</table>")]
+    headers = re.findall(r"<th[^>]*>(.*?)</th>", table, re.S)
+    assert "..." not in headers and "&hellip;" not in table
+    assert "forward (ms), median (p20-p80)" in headers  # unit in the header, spread beside the median
+    assert "287 (285-304)" in table
+    assert sum(h.startswith("extra ") for h in headers) == 20  # every column of a 24-column frame
+
+
+def test_index_has_the_finding(report):
+    out, run, _ = report
+    index = (out / "index.html").read_text()
+    assert "How much faster is the ladder?" in index
+    assert "<strong>55 ms</strong>" in index  # the conclusion, rendered as markdown
+    assert run.facts["headline"]["forward ms (best gated row)"] == "55"  # the FAIL row (20 ms) does not count
+    assert "rows failing the gate" in run.facts["headline"]
+    assert 'href="04_compile_autocast-mg2.html"' in index
+
+
+def test_missing_artifact_keeps_its_text(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    c = nbformat.v4.new_code_cell("pass")
+    c.outputs = [nbformat.v4.new_output("display_data", data={"text/html": wd.link(tmp_path / "gone.json").data})]
+    nb.cells = [c]
+    ready, copied = render.prepare_for_html(nb, tmp_path / "out", tmp_path / "out" / "artifacts")
+    assert not copied and 'data-wmbook-artifact="missing"' in ready.cells[0].outputs[0]["data"]["text/html"]
+
+
+def test_folder_index(tmp_path):
+    """The published folder's index: a question per notebook (from the sources), the stored rows' headline, the
+    report's conclusion, links; other files listed; a missing folder is refused naming it."""
+    folder = tmp_path / "h100"
+    folder.mkdir()
+    page = ('<html><body><h2 id="Interpretation">Interpretation</h2><div class="jp-OutputArea-output">'
+            '<div class="jp-RenderedMarkdown"><p>The ladder takes one forward to 55 ms.</p></div></div></body></html>')
+    (folder / "04_compile_autocast-mg2-universal-ladder.html").write_text(page)
+    (folder / "04_compile_autocast-mg2-universal.html").write_text("<html><body>no interpretation</body></html>")
+    (folder / "bench.csv").write_text("a,b\n")
+    rows = [results.make_row(notebook="04_compile_autocast", workload="mg2", preset="mg2-universal", variant=v,
+                             metric="forward_ms", value=x, unit="ms", params={}, gate=g)
+            | {"device_kind": "cuda", "device_name": "Test GPU", "run_id": "r1", "git_commit": "abc"}
+            for v, x, g in (("fp32-eager", 300.0, "reference"), ("bf16", 100.0, "pass"))]
+    results.append(rows, tmp_path / "r.csv")
+    index = render.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
+    assert index.count('class="finding"') == 1  # both files are the one notebook-workload-preset
+    assert "How much of the distance to the FLOP floor" in index  # notebook 04's question
+    assert "The ladder takes one forward to 55 ms." in index
+    assert "3.00x" in index and "Test GPU" in index
+    assert 'href="04_compile_autocast-mg2-universal-ladder.html"' in index and 'href="bench.csv"' in index
+    with pytest.raises(ValueError, match="folder="):
+        render.write_folder_index(tmp_path / "nope")
+
+
+# --------------------------------------------------------------------------- headless Chromium
+
+
+def _chromium(args: list[str], timeout: float = 90.0) -> subprocess.CompletedProcess:
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+           "--disable-dev-shm-usage", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def screenshot(url: str, png: Path, width: int = 1400, height: int = 2400) -> Path:
+    """A headless-Chromium screenshot of `url` (what a reader sees at the top of the page)."""
+    r = _chromium([f"--window-size={width},{height}", f"--screenshot={png}", url])
+    assert png.is_file(), f"chromium wrote no screenshot: {r.stderr[-2000:]}"
+    return png
+
+
+def rendered_dom(url: str) -> str:
+    """The page's DOM after Chromium loaded and laid it out."""
+    r = _chromium(["--virtual-time-budget=5000", "--dump-dom", url])
+    assert r.returncode == 0 and "<html" in r.stdout.lower(), r.stderr[-2000:]
+    return r.stdout
+
+
+def _assert_drawn(png: Path, figure: bool = True) -> None:
+    from PIL import Image
+
+    im = np.asarray(Image.open(png).convert("RGB"))
+    assert im.std() > 5, f"{png} is blank"
+    if not figure:
+        return
+    colored = (np.abs(im[..., 0].astype(int) - im[..., 2].astype(int)) > 40).mean()
+    assert colored > 0.001, f"{png}: no coloured pixels (no figure drawn)"
+
+
+def _assert_whole_tables(dom: str, min_tables: int) -> None:
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(dom, "html.parser")
+    tables = soup.find_all("table")
+    assert len(tables) >= min_tables
+    for t in tables:
+        cells = [c.get_text(strip=True) for c in t.find_all(["th", "td"])]
+        assert "..." not in cells and "…" not in cells, "a table with elided ('...') columns or rows"
+    for img in soup.find_all("img"):
+        src = img.get("src", "")
+        assert src.startswith("data:image/"), f"an image that is not embedded: {src[:80]}"
+        from PIL import Image
+
+        Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).verify()  # a real, whole image
+
+
+@needs_chromium
+def test_chromium_renders_index_and_report(report, tmp_path):
+    out, run, _ = report
+    shots = tmp_path / "shots"
+    shots.mkdir()
+    for name, min_tables in (("index.html", 2), (Path(run.html_path).name, 1)):
+        url = (out / name).as_uri()
+        _assert_drawn(screenshot(url, shots / f"{name}.png"), figure=name != "index.html")
+        _assert_whole_tables(rendered_dom(url), min_tables)
+
+
+@needs_chromium
+def test_chromium_on_a_real_notebook_report(tmp_path):
+    """Notebook 01 on the tiny preset through the runner: its report and index in Chromium (figures drawn, every
+    table whole), artifacts inside the report folder."""
+    from wmbook.run import run_notebooks
+
+    out = tmp_path / "report"
+    (r,) = run_notebooks(["01_baseline_profiling"], out=out, progress=False, workloads=["mg2"],
+                         parameters={"preset": "tiny", "repeats": 2, "results_path": str(tmp_path / "res.csv")})
+    assert r.ok, r.failure_summary()
+    assert (out / "artifacts" / r.name / "video.gif").is_file()  # the run's own artifacts folder
+    page = Path(r.html_path).read_text()
+    assert "data:image/gif;base64," in page and "USDT" not in page and "without encryption" not in page
+    assert r.facts["headline"].get("FPS") and r.facts["conclusion"]
+    for name in ("index.html", Path(r.html_path).name):
+        url = (out / name).as_uri()
+        _assert_drawn(screenshot(url, tmp_path / f"{name}.png", height=4000), figure=name != "index.html")
+        _assert_whole_tables(rendered_dom(url), 2)
+
+
+def test_whole_table_check_catches_elided_columns():
+    """The check the Chromium tests apply fails on what pandas' plain repr makes of a wide frame."""
+    with pd.option_context("display.max_columns", 20):
+        elided = _wide_ladder()._repr_html_()
+    with pytest.raises(AssertionError, match="elided"):
+        _assert_whole_tables(f"<html><body>{elided}</body></html>", 1)
+    _assert_whole_tables(f"<html><body>{wd.table(_wide_ladder()).to_html()}</body></html>", 1)

@@ -1,0 +1,710 @@
+"""What the notebooks show, and how: formatted tables, an appendix for wide raw frames, embedded artifacts,
+quiet output and widgets that degrade to a static table or figure in headless (papermill / HTML) runs.
+
+    from wmbook import display as wd
+    wd.setup()                                   # once, at the top of a notebook
+    wd.table(df, caption="Ladder")               # units in headers, 3 significant digits, spread beside the median
+    wd.appendix(raw_df, "every ladder column")   # shown in full at the end (wd.show_appendix())
+    wd.show_video(path)                          # an animated GIF embedded (nbconvert drops image/gif outputs)
+    wd.link(path)                                # a link the report renderer makes relative to the report folder
+
+Column names carry their unit as a suffix (`forward_ms`, `peak_memory_gib`, `share`); `table` turns them into
+headers like `forward (ms)`, shows fractions as percentages, and merges `<name>_p20` / `<name>_p80` (or `p20` /
+`p80` beside `median`) into the median's cell: `12.3 (11.9-12.8)`. pandas Styler renders every column (the
+plain DataFrame repr elides past `display.max_columns`).
+"""
+
+from __future__ import annotations
+
+import base64
+import html as _html
+import logging
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import pandas as pd
+
+HEADLESS_ENV = "WMBOOK_HEADLESS"  # set by wmbook.run for the kernels it starts (papermill): no live widgets
+
+# suffix -> (unit shown in the header, scale applied to the values); longest suffixes first
+_UNIT_SUFFIXES: tuple[tuple[str, str, float], ...] = (
+    ("_tflops", "TFLOP/s", 1.0), ("_tflop_s", "TFLOP/s", 1.0), ("_gb_s", "GB/s", 1.0), ("_gbps", "GB/s", 1.0), ("_gflop", "GFLOP", 1.0), ("_gib", "GiB", 1.0),
+    ("_mib", "MiB", 1.0), ("_frac_of_ceiling", "% of ceiling", 100.0), ("_share", "%", 100.0),
+    ("_frac", "%", 100.0), ("_pct", "%", 1.0), ("_ms", "ms", 1.0), ("_us", "us", 1.0), ("_s", "s", 1.0),
+    ("_db", "dB", 1.0), ("_fps", "frames/s", 1.0), ("_x", "x", 1.0),
+)
+_EXACT_UNITS: dict[str, tuple[str, str, float]] = {
+    "share": ("share", "%", 100.0), "fps": ("FPS", "frames/s", 1.0), "bps": ("BPS", "blocks/s", 1.0),
+    "speedup": ("speedup", "x", 1.0), "x_floor": ("x floor", "x", 1.0), "busy_x_floor": ("busy x floor", "x", 1.0),
+    "e2e_speedup": ("e2e speedup", "x", 1.0), "GFLOP": ("GFLOP", "", 1.0), "ms": ("time", "ms", 1.0),
+    "psnr_db": ("PSNR", "dB", 1.0), "rel_l2_vs_fp32": ("rel-L2 vs fp32", "", 1.0),
+}
+_INTEGER_HINTS = ("launches", "kernels", "count", "recompiles", "graph_breaks", "calls", "forwards", "n", "blocks",
+                  "frames", "steps", "syncs", "casts")
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def num(x, digits: int = 3) -> str:
+    """A number with `digits` significant digits, thousands separators, no scientific notation between 1e-3 and
+    1e15; '' for None/NaN, 'inf' for infinities, ints and bools as they are."""
+    if x is None:
+        return ""
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int) or type(x).__name__.startswith(("int", "uint")):
+        return f"{int(x):,}"
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    if math.isnan(v):
+        return ""
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if v == 0:
+        return "0"
+    a = abs(v)
+    if a < 1e-3:
+        return f"{v:.{max(digits - 1, 0)}e}"
+    if a >= 10 ** (digits - 1) and a < 1e15:
+        return f"{v:,.0f}"
+    decimals = max(digits - 1 - math.floor(math.log10(a)), 0)
+    return f"{v:,.{decimals}f}"
+
+
+def _percent(x, digits: int = 3) -> str:
+    s = num(x, digits)
+    return f"{s}%" if s and s not in ("inf", "-inf") else s
+
+
+# --------------------------------------------------------------------------- tables
+
+
+_ACRONYMS = {"gpu": "GPU", "cpu": "CPU", "vae": "VAE", "psnr": "PSNR", "dit": "DiT", "fps": "FPS", "kv": "KV",
+             "gemm": "GEMM", "sdpa": "SDPA", "unet": "UNet", "ddim": "DDIM", "rope": "RoPE", "ffn": "FFN"}
+
+
+def _words(name: str) -> str:
+    """snake_case -> words, acronyms in capitals (gpu_busy -> GPU busy)."""
+    return " ".join(_ACRONYMS.get(w, w) for w in name.split("_") if w != "") if name == name.lower() else name
+
+
+def _unit_of(col: str) -> tuple[str, str, float] | None:
+    """(header without unit, unit, scale) from a column name, or None when it carries no unit."""
+    info = _unit_of_raw(col)
+    return None if info is None else (_words(info[0].replace(" ", "_")) if info[0] == info[0].lower() else info[0],
+                                      info[1], info[2])
+
+
+def _unit_of_raw(col: str) -> tuple[str, str, float] | None:
+    if col in _EXACT_UNITS:
+        return _EXACT_UNITS[col]
+    if col.endswith("_median"):  # ms_median -> time (ms); forward_ms_median -> forward (ms)
+        base = _unit_of_raw(col.removesuffix("_median"))
+        if base is not None:
+            return base
+    for prefix, unit in (("ms_", "ms"), ("us_", "us"), ("s_", "s")):  # ms_per_frame -> per frame (ms)
+        if col.startswith(prefix) and len(col) > len(prefix) and not col.endswith(("_p20", "_p80")):
+            return col[len(prefix):].replace("_", " "), unit, 1.0
+    for suffix, unit, scale in _UNIT_SUFFIXES:
+        if col.endswith(suffix) and len(col) > len(suffix):
+            if unit.startswith("%"):  # flop_share -> "flop share" in %, gemm_frac_of_ceiling -> "gemm (% of ceiling)"
+                return (col.replace("_", " ") if unit == "%" else col[: -len(suffix)].replace("_", " ")), unit, scale
+            return col[: -len(suffix)].replace("_", " "), unit, scale
+    return None
+
+
+def _is_integer_col(name: str, s: pd.Series) -> bool:
+    """A count: every value a whole number (counts are often stored as floats, with NaN for 'not measured')."""
+    if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
+        return False
+    vals = [float(v) for v in s.dropna() if not math.isinf(float(v))]
+    if not vals or not all(v.is_integer() for v in vals):
+        return False
+    unit = _unit_of(name)
+    return unit is None or unit[1] in ("", "x") or any(h in name.lower() for h in _INTEGER_HINTS)
+
+
+def _spread_pairs(cols: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """{median column: (p20 column, p80 column)} found among `cols`."""
+    pairs = {}
+    cs = set(cols)
+    for c in cols:
+        if c in ("median", "value") and {"p20", "p80"} <= cs:
+            pairs[c] = ("p20", "p80")
+            continue
+        if c.endswith(("_p20", "_p80")) or c in ("p20", "p80"):
+            continue
+        parts = c.split("_")
+        if parts[-1] not in ("ms", "us", "s", "median", "gbps", "tflops", "gib", "mib", "x", "fps", "db"):
+            continue  # ms_per_frame is not the median of ms_p20/ms_p80
+        for k in range(len(parts) - 1, 0, -1):  # steady_forward_ms -> steady_forward_p20 or steady_p20
+            base = "_".join(parts[:k])
+            if {f"{base}_p20", f"{base}_p80"} <= cs:
+                pairs[c] = (f"{base}_p20", f"{base}_p80")
+                break
+    if {"p20", "p80"} <= cs and not any(p == ("p20", "p80") for p in pairs.values()):
+        i = list(cols).index("p20")  # bare p20/p80 belong to the column before them (decode_ms, p20, p80)
+        if i > 0 and list(cols)[i - 1] not in pairs:
+            pairs[list(cols)[i - 1]] = ("p20", "p80")
+    return pairs
+
+
+def _row_units(df: pd.DataFrame) -> pd.Series | None:
+    for c in ("unit", "units"):
+        if c in df.columns and not pd.api.types.is_numeric_dtype(df[c]):
+            return df[c]
+    return None
+
+
+def format_frame(df: pd.DataFrame, columns: Sequence[str] | None = None, units: Mapping[str, str] | None = None,
+                 rename: Mapping[str, str] | None = None, spread: bool = True, digits: int = 3,
+                 percent: Iterable[str] = (), strict: bool = True) -> pd.DataFrame:
+    """The frame as strings for reading: chosen `columns` in order, units in the headers (from the column suffix or
+    `units`), fractions as percentages, each median with its p20-p80 spread in one cell, `digits` significant
+    digits. Numbers of a table with a per-row `unit` column are kept in that unit (a 'fraction' row as %)."""
+    if not isinstance(df, pd.DataFrame):
+        if isinstance(df, pd.Series):
+            df = df.to_frame()
+        else:
+            raise ValueError(f"df must be a pandas DataFrame or Series, got {type(df).__name__}")
+    if any(not isinstance(c, str) for c in df.columns):  # pivoted frames have int or tuple column labels
+        df = df.copy()
+        df.columns = [" / ".join(map(str, c)) if isinstance(c, tuple) else str(c) for c in df.columns]
+    if columns is not None:
+        missing = [c for c in columns if c not in df.columns]
+        if not strict:  # the columns of a key view that this run's table has
+            columns, missing = [c for c in columns if c in df.columns], []
+        if missing:
+            raise ValueError(f"columns {missing} are not in the table; allowed values: {list(df.columns)}")
+    units = dict(units or {})
+    rename = dict(rename or {})
+    percent = set(percent)
+    pairs = _spread_pairs(list(df.columns)) if spread else {}
+    hidden = {c for p in pairs.values() for c in p}
+    show = [c for c in (columns if columns is not None else df.columns) if c not in hidden or c in (columns or ())]
+    row_units = _row_units(df)
+    out = {}
+    sources = []
+    for c in show:
+        s = df[c]
+        name = str(c)
+        info = None if name in units else _unit_of(name)
+        scale = 1.0
+        if name in units:
+            label, unit = name.replace("_", " "), units[name]
+        elif info is not None:
+            label, unit, scale = info
+        else:
+            label, unit = _words(name), ""
+        if name in percent:
+            unit, scale = "%", 100.0
+        is_pct = unit.startswith("%")
+
+        def fmt(v, row_unit=None, scale=scale, is_pct=is_pct):
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                local_scale, local_pct = scale, is_pct
+                if row_unit == "fraction":
+                    local_scale, local_pct = 100.0, True
+                v = v * local_scale if v == v else v
+                return _percent(v, digits) if local_pct else num(v, digits)
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                return ""
+            return str(v)
+
+        integer = _is_integer_col(name, s)
+        vals = []
+        for i, v in enumerate(s.tolist()):
+            ru = row_units.iloc[i] if row_units is not None and c in ("median", "value", "mean", "last", "max") else None
+            mixed = not pd.api.types.is_numeric_dtype(s)  # a column of quantities: 3.0 frames is 3
+            if (integer or mixed) and isinstance(v, (int, float)) and not isinstance(v, bool) and v == v \
+                    and not math.isinf(v) and float(v).is_integer() and row_units is None:
+                text = f"{int(v):,}"
+            else:
+                text = fmt(v, ru)
+            if c in pairs:
+                lo, hi = df[pairs[c][0]].iloc[i], df[pairs[c][1]].iloc[i]
+                lo_t, hi_t = fmt(lo, ru), fmt(hi, ru)
+                if lo_t and hi_t and text:
+                    text = f"{text} ({lo_t}-{hi_t})"
+            vals.append(text)
+        # a percentage carries its % sign in every cell: the header keeps the name alone
+        header = rename.get(name) or (f"{label} ({unit})" if unit and unit != "%" else label)
+        if c in pairs:
+            header = "median (p20-p80)" if header == "median" else f"{header}, median (p20-p80)"
+        out[header] = vals
+        sources.append(c)
+    res = pd.DataFrame(out, index=df.index)
+    res.attrs["source_columns"] = sources  # which column of `df` each formatted column shows
+    res.index.names = [(n.replace("_", " ") if isinstance(n, str) else n) for n in df.index.names]
+    return res
+
+
+_TABLE_CSS = [
+    {"selector": "", "props": "border-collapse: collapse; font-size: 12px; margin: 0.3em 0 1em 0;"},
+    {"selector": "th", "props": "background: #f4f4f4; padding: 3px 8px; border-bottom: 1px solid #bbb; "
+                                "text-align: left; white-space: nowrap;"},
+    {"selector": "td", "props": "padding: 3px 8px; border-bottom: 1px solid #e4e4e4; "
+                                "font-variant-numeric: tabular-nums;"},
+    {"selector": "caption", "props": "caption-side: top; text-align: left; font-weight: bold; padding: 4px 0;"},
+]
+
+
+def table(df: pd.DataFrame, caption: str | None = None, columns: Sequence[str] | None = None,
+          units: Mapping[str, str] | None = None, rename: Mapping[str, str] | None = None, spread: bool = True,
+          digits: int = 3, percent: Iterable[str] = (), highlight: Mapping[str, str] | None = None,
+          strict: bool = True):
+    """A key table for reading (pandas Styler): see format_frame. Every column is rendered (no '...'), numbers are
+    right-aligned; `highlight` = {column: 'min' | 'max'} marks the best value of a column in bold. strict=False:
+    `columns` names a key view, and those this table lacks are skipped."""
+    f = format_frame(df, columns=columns, units=units, rename=rename, spread=spread, digits=digits, percent=percent,
+                     strict=strict)
+    st = f.style.set_table_styles(_TABLE_CSS)
+    if any(not isinstance(c, str) for c in df.columns):
+        df = df.set_axis([str(c) for c in df.columns], axis=1)
+    text_cols = [h for h, col in zip(f.columns, f.attrs["source_columns"])
+                 if col is None or not pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col])]
+    num_cols = [h for h in f.columns if h not in text_cols]
+    # words read left to right and may wrap; numbers stay right-aligned on one line (cell-level rules: they outrank
+    # the table's own and JupyterLab's td styles)
+    if text_cols:
+        st = st.set_properties(subset=text_cols, **{"text-align": "left", "white-space": "normal",
+                                                    "min-width": "4em", "max-width": "36em"})
+    if num_cols:
+        st = st.set_properties(subset=num_cols, **{"text-align": "right", "white-space": "nowrap"})
+    if caption:
+        st = st.set_caption(caption)
+    for col, how in (highlight or {}).items():
+        if how not in ("min", "max"):
+            raise ValueError(f"highlight[{col!r}]={how!r} is not allowed; allowed values: 'min', 'max'")
+        if col not in df.columns:
+            raise ValueError(f"highlight column {col!r} is not in the table; allowed values: {list(df.columns)}")
+        s = pd.to_numeric(df[col], errors="coerce")
+        if s.notna().any():
+            best = s.idxmin() if how == "min" else s.idxmax()
+            header = [h for h in f.columns if h == col or h.startswith(col.replace("_", " ").split(" (")[0])]
+            if header:
+                st = st.set_properties(subset=pd.IndexSlice[[best], [header[0]]], **{"font-weight": "bold"})
+    return st
+
+
+def series(values: Mapping, caption: str | None = None, units: Mapping[str, str] | None = None, digits: int = 3):
+    """A one-column table of named values (ceilings, a summary dict): each name's unit from its suffix."""
+    rows = []
+    units = dict(units or {})
+    for k, v in dict(values).items():
+        info = _unit_of(str(k))
+        unit = units.get(k, info[1] if info else "")
+        scale = info[2] if info and k not in units else 1.0
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            text = (_percent(v * scale, digits) if unit.startswith("%") else num(v * scale, digits))
+        else:
+            text = "" if v is None else str(v)
+        rows.append({"name": str(k), "value": text, "unit": unit.replace("%", "percent") if unit == "%" else unit})
+    st = pd.DataFrame(rows).set_index("name").style.set_table_styles(_TABLE_CSS)
+    return st.set_caption(caption) if caption else st
+
+
+# --------------------------------------------------------------------------- appendix
+
+
+_APPENDIX: list[tuple[str, pd.DataFrame]] = []
+
+
+def appendix(df: pd.DataFrame, title: str, note: bool = True) -> None:
+    """Keep a wide raw frame for the appendix (wd.show_appendix() at the notebook's end shows every one, all
+    columns); shows a one-line pointer here."""
+    if not isinstance(title, str) or not title:
+        raise ValueError(f"title must be a non-empty string, got {title!r}")
+    _APPENDIX.append((title, df))
+    if note:
+        _display_markdown(f"<small>Every column: appendix A{len(_APPENDIX)} ({_html.escape(title)}).</small>")
+
+
+def show_appendix(clear: bool = True) -> None:
+    """Every frame given to appendix(), full width, in the order given."""
+    from IPython.display import HTML, display
+
+    if not _APPENDIX:
+        _display_markdown("_No raw tables._")
+    for i, (title, df) in enumerate(_APPENDIX, 1):
+        display(HTML(f"<h3>A{i} · {_html.escape(title)}</h3>"))
+        with pd.option_context("display.max_columns", None, "display.max_rows", None, "display.width", None,
+                               "display.max_colwidth", None, "display.float_format", "{:.4g}".format):
+            display(HTML(f'<div style="overflow-x:auto">{df.to_html(float_format="{:.4g}".format)}</div>'))
+    if clear:
+        _APPENDIX.clear()
+
+
+def _display_markdown(text: str) -> None:
+    from IPython.display import Markdown, display
+
+    display(Markdown(text))
+
+
+# --------------------------------------------------------------------------- artifacts
+
+
+LINK_ATTR = "data-wmbook-artifact"  # wmbook.render copies these files into the report folder
+
+
+def link(path: str | os.PathLike, text: str | None = None, note: str = ""):
+    """An HTML link to a file the notebook wrote (a trace, a session report). In a rendered report the file is
+    copied into the report folder and the link made relative (wmbook.render)."""
+    from IPython.display import HTML
+
+    p = Path(path).resolve()
+    label = _html.escape(text or p.name)
+    extra = f" {_html.escape(note)}" if note else ""
+    return HTML(f'<a href="{_html.escape(p.as_uri())}" {LINK_ATTR}="1" target="_blank">{label}</a>{extra}')
+
+
+def show_video(path: str | os.PathLike, width: int | None = None, caption: str | None = None):
+    """An animated GIF (or WebP/MP4) embedded in the output as a data URI, so the notebook and its HTML report carry
+    it (nbconvert drops image/gif outputs)."""
+    from IPython.display import HTML
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"path={str(path)!r} is not allowed: no such file; allowed values: an existing .gif, .webp "
+                         f"or .mp4 file")
+    mime = {".gif": "image/gif", ".webp": "image/webp", ".mp4": "video/mp4"}.get(p.suffix.lower())
+    if mime is None:
+        raise ValueError(f"path={str(path)!r} is not allowed; allowed values: a .gif, .webp or .mp4 file")
+    data = base64.b64encode(p.read_bytes()).decode("ascii")
+    w = f' width="{int(width)}"' if width else ""
+    if mime == "video/mp4":
+        media = f'<video controls loop autoplay muted{w} src="data:{mime};base64,{data}"></video>'
+    else:
+        media = f'<img{w} alt="{_html.escape(p.name)}" src="data:{mime};base64,{data}">'
+    cap = f"<figcaption>{_html.escape(caption)}</figcaption>" if caption else ""
+    return HTML(f"<figure style='margin:0'>{media}{cap}</figure>")
+
+
+# --------------------------------------------------------------------------- quiet output
+
+
+def headless_start() -> None:
+    """Run at the start of a headless kernel (wmbook.run): tqdm.auto gives the text bar, which TQDM_DISABLE (set by
+    the runner) turns off; the widget bar would be an empty box in the HTML report and ignores TQDM_DISABLE."""
+    if not headless():
+        return
+    try:
+        import tqdm.auto
+        import tqdm.autonotebook
+        import tqdm.std
+    except ImportError:
+        return
+    for mod in (tqdm.auto, tqdm.autonotebook):
+        mod.tqdm, mod.trange = tqdm.std.tqdm, tqdm.std.trange
+
+
+def headless() -> bool:
+    """True in a kernel started by wmbook.run (papermill): no frontend shows widgets, so views are static."""
+    return os.environ.get(HEADLESS_ENV, "") not in ("", "0")
+
+
+class _DropLines(logging.Filter):
+    def __init__(self, *needles: str):
+        super().__init__()
+        self.needles = needles
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not any(n in msg for n in self.needles)
+
+
+def setup(quiet: bool = True) -> None:
+    """Notebook defaults: pandas shows every column and 4 significant digits; with `quiet`, messages that mean
+    nothing to a reader are dropped: the profiler's USDT start/stop lines (KINETO_LOG_LEVEL, unless set),
+    torch.compile's per-graph-break warnings (notebook 04 tables the breaks), diffusers' float32-module notice."""
+    pd.set_option("display.max_columns", None)
+    pd.set_option("display.width", None)
+    pd.set_option("display.max_colwidth", 80)
+    pd.set_option("display.float_format", "{:.4g}".format)
+    pd.set_option("styler.render.max_columns", None)
+    if not quiet:
+        return
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # read by kineto when a profiler starts; 6: silent
+    drop = _DropLines("Graph break", "graph break", "consider setting", "should be kept in float32")
+    try:
+        import torch._logging
+
+        torch._logging.set_logs(graph_breaks=False, recompiles=False)
+    except Exception:  # noqa: BLE001  (torch missing or an old version: the warnings stay)
+        pass
+    # records propagate to the handlers of their ancestors: filter there (a logger's own filters only see
+    # records made on that very logger)
+    for name in ("torch", "torch._dynamo", "torch._inductor", "diffusers", ""):
+        lg = logging.getLogger(name)
+        if drop not in lg.filters:
+            lg.addFilter(drop)
+        for h in lg.handlers:
+            if not any(isinstance(f, _DropLines) for f in h.filters):
+                h.addFilter(drop)
+    for name in ("torch._dynamo.variables.tensor", "torch._dynamo.variables.builtin", "torch._dynamo.symbolic_convert",
+                 "diffusers.models.modeling_utils"):
+        logging.getLogger(name).addFilter(drop)
+    warnings.filterwarnings("ignore", message=".*TypedStorage is deprecated.*")
+
+
+# --------------------------------------------------------------------------- results rows
+
+
+def rows(path: str | os.PathLike, run_id: str, columns: Sequence[str] = ("preset", "variant", "metric", "value", "unit",
+                                                                        "p20", "p80")):
+    """Display a run's results rows and tag the output with the run (display metadata {"wmbook": {"run_id",
+    "results_path"}}), so a report's index can read its headline numbers from the rows."""
+    from IPython.display import HTML, display
+
+    from . import results
+
+    df = results.read(path, run_id=run_id)
+    cols = [c for c in columns if c in df.columns]
+    st = table(df[cols], caption=f"{len(df)} rows of run {run_id} in {Path(path).name}")
+    display(HTML(st.to_html()), metadata={"wmbook": {"run_id": run_id, "results_path": str(Path(path).resolve())}})
+
+
+# --------------------------------------------------------------------------- widgets with static fallbacks
+
+
+def _to_uint8_frames(frames):
+    """(T, H, W, 3) uint8 numpy frames from a tensor or array: (T, C, H, W) / (C, T, H, W) / (B, ...) float in
+    [-1, 1] or [0, 1], or uint8."""
+    import numpy as np
+
+    a = frames.detach().float().cpu().numpy() if hasattr(frames, "detach") else np.asarray(frames)
+    while a.ndim > 4 and a.shape[0] == 1:
+        a = a[0]
+    if a.ndim != 4:
+        raise ValueError(f"frames must have 4 dimensions (T, C, H, W) or (T, H, W, C) (a leading batch of 1 allowed), "
+                         f"got shape {tuple(a.shape)}")
+    if a.shape[-1] not in (1, 3):
+        if a.shape[1] in (1, 3):
+            a = a.transpose(0, 2, 3, 1)  # T C H W
+        elif a.shape[0] in (1, 3):
+            a = a.transpose(1, 2, 3, 0)  # C T H W
+    if a.dtype != np.uint8:
+        lo = a.min() if a.size else 0
+        a = (a + 1) / 2 if lo < -0.01 else a
+        a = (np.clip(a, 0, 1) * 255 + 0.5).astype(np.uint8)
+    if a.shape[-1] == 1:
+        a = np.repeat(a, 3, axis=-1)
+    return a
+
+
+def frame_psnr(ref, other) -> "list[float]":
+    """PSNR (dB) of each frame of `other` against `ref`, on the uint8 frames shown."""
+    import numpy as np
+
+    a, b = ref.astype(np.float64), other.astype(np.float64)
+    mse = ((a - b) ** 2).reshape(len(a), -1).mean(axis=1)
+    return [float("inf") if m == 0 else float(10 * np.log10(255.0**2 / m)) for m in mse]
+
+
+def _compare_figure(a, b, i: int, labels: Sequence[str], gain: float):
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    diff = np.clip(np.abs(a[i].astype(np.int16) - b[i].astype(np.int16)).max(axis=-1) * gain, 0, 255)
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+    for ax, img, title in zip(axes, (a[i], b[i], diff), (*labels, f"|difference| x{gain:g}")):
+        ax.imshow(img, cmap="magma" if img.ndim == 2 else None, vmin=0, vmax=255)
+        ax.set_title(title, fontsize=9)
+        ax.set_axis_off()
+    return fig
+
+
+def frame_comparer(ref, other, labels: Sequence[str] = ("reference", "optimized"), gain: float = 8.0,
+                   static_frames: int = 3, interactive: bool | None = None):
+    """Step through two videos frame by frame: both frames and their amplified difference, with per-frame PSNR.
+
+    Interactive (ipywidgets slider) in a notebook frontend; in headless runs (wmbook.run, or interactive=False) a
+    static figure of `static_frames` frames (first, middle, last) and the PSNR of every frame."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from IPython.display import display
+
+    a, b = _to_uint8_frames(ref), _to_uint8_frames(other)
+    if a.shape != b.shape:
+        raise ValueError(f"the two videos differ in shape: {labels[0]} {a.shape} vs {labels[1]} {b.shape}")
+    if len(labels) != 2:
+        raise ValueError(f"labels must name the two videos, got {labels!r}")
+    psnr = frame_psnr(a, b)
+    interactive = (not headless()) if interactive is None else interactive
+    if interactive:
+        try:
+            import ipywidgets as w
+
+            out = w.Output()
+            slider = w.IntSlider(value=0, min=0, max=len(a) - 1, description="frame", continuous_update=False)
+            info = w.HTML()
+
+            def show(change=None):
+                i = slider.value
+                info.value = f"frame {i} of {len(a)}: PSNR {num(psnr[i])} dB"
+                with out:
+                    out.clear_output(wait=True)
+                    fig = _compare_figure(a, b, i, labels, gain)
+                    plt.show()
+                    plt.close(fig)
+
+            slider.observe(show, names="value")
+            show()
+            display(w.VBox([w.HBox([slider, info]), out]))
+            return
+        except ImportError:
+            pass
+    picks = sorted({0, len(a) // 2, len(a) - 1})[:static_frames]
+    fig, axes = plt.subplots(len(picks) + 1, 3, figsize=(11, 3.2 * len(picks) + 2.2),
+                             gridspec_kw={"height_ratios": [3] * len(picks) + [1.6]})
+    axes = np.atleast_2d(axes)
+    for row, i in zip(axes, picks):
+        diff = np.clip(np.abs(a[i].astype(np.int16) - b[i].astype(np.int16)).max(axis=-1) * gain, 0, 255)
+        for ax, img, title in zip(row, (a[i], b[i], diff), (*labels, f"|difference| x{gain:g}")):
+            ax.imshow(img, cmap="magma" if img.ndim == 2 else None, vmin=0, vmax=255)
+            ax.set_title(f"frame {i}: {title}" + (f" ({num(psnr[i])} dB)" if title.startswith("|") else ""),
+                         fontsize=9)
+            ax.set_axis_off()
+    gs = axes[-1, 0].get_gridspec()
+    for ax in axes[-1]:
+        ax.remove()
+    ax = fig.add_subplot(gs[-1, :])
+    finite = [p if math.isfinite(p) else float("nan") for p in psnr]
+    if any(math.isfinite(p) for p in psnr):
+        from matplotlib.ticker import MaxNLocator
+
+        ax.plot(range(len(psnr)), finite, "o-", ms=3)
+        ax.set_xlabel("frame")
+        ax.set_ylabel("PSNR, dB")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(f"PSNR of {labels[1]} against {labels[0]}, every frame (identical frames: not drawn)", fontsize=9)
+    else:
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, f"all {len(psnr)} frames identical (PSNR infinite)", ha="center", va="center")
+    fig.tight_layout()
+    plt.show()
+
+
+def monitor_view(session_or_monitor, kind: str = "figure", interval: float = 1.0):
+    """The GPU/CPU monitor of a ProfilingSession (or a ResourceMonitor) shown live while a cell runs (LiveView);
+    headless, it only leaves its final static snapshot. Use as a context manager around the work."""
+    from .profiling.liveview import LiveView
+
+    mon = getattr(session_or_monitor, "monitor", session_or_monitor)
+    if mon is None:
+        raise ValueError("this session has no monitor (profiling disabled): nothing to show")
+    return LiveView(mon, interval=interval, kind=kind, live=not headless())
+
+
+def stack_picker(choices: Sequence[str], run, default: Sequence[str] = (), interactive: bool | None = None,
+                 description: str = "variants", static=None):
+    """Pick a variant stack and run it: `run(stack)` does the work (apply, gate, time) and displays its result.
+
+    Interactive: a multi-select of `choices` (applied in the order listed) and a Run button; headless (wmbook.run, or
+    interactive=False) it calls `static()` when given (e.g. shows the measured row of that stack: a GPU report need
+    not spend minutes repeating it), else runs `default` once, so the report shows what the picker shows."""
+    from IPython.display import Markdown, display
+
+    unknown = [c for c in default if c not in choices]
+    if unknown:
+        raise ValueError(f"default has {unknown}; allowed values: a subset of {list(choices)}")
+    interactive = (not headless()) if interactive is None else interactive
+    if interactive:
+        try:
+            import ipywidgets as w
+
+            sel = w.SelectMultiple(options=list(choices), value=tuple(default), rows=min(len(choices), 10),
+                                   description=description, layout=w.Layout(width="60%"))
+            button = w.Button(description="apply, gate, time", button_style="primary")
+            out = w.Output()
+
+            def go(_):
+                stack = [c for c in choices if c in sel.value]  # the order of the list, not of the clicks
+                with out:
+                    out.clear_output()
+                    display(Markdown(f"Running `{' + '.join(stack) or 'fp32 eager'}` ..."))
+                    run(stack)
+
+            button.on_click(go)
+            display(w.VBox([sel, button, out]))
+            return
+        except ImportError:
+            pass
+    display(Markdown(f"Headless run: the picker's default stack, `{' + '.join(default) or 'fp32 eager'}` "
+                     f"(in JupyterLab, pick any subset and press the button)."))
+    if static is not None:
+        static()
+    else:
+        run(list(default))
+
+
+# --------------------------------------------------------------------------- dropping console status lines
+
+
+MONITOR_STATUS = r"^\[[^\]\n]*\s+\d+\.\ds\] "  # ResourceMonitor.status_line: "[name   12.3s] GPU ..."
+
+
+class _LineFilter:
+    """A text stream that passes everything to `target` except whole lines matching `pattern`."""
+
+    def __init__(self, target, pattern: str):
+        import re
+        import threading
+
+        self.target, self.pattern = target, re.compile(pattern)
+        self._buf = ""
+        self._lock = threading.Lock()
+        self.dropped = 0
+
+    def write(self, s: str) -> int:
+        with self._lock:
+            self._buf += s
+            *lines, self._buf = self._buf.split("\n")
+            for line in lines:
+                if self.pattern.search(line):
+                    self.dropped += 1
+                else:
+                    self.target.write(line + "\n")
+        return len(s)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._buf and not self.pattern.search(self._buf):
+                self.target.write(self._buf)
+            self._buf = ""
+        self.target.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.target, name)
+
+
+class drop_lines:
+    """Context manager: lines printed to stdout (by any thread) that match `pattern` are left out, e.g. a profiling
+    session's monitor status lines while monitor_view shows the same samples as a figure."""
+
+    def __init__(self, pattern: str = MONITOR_STATUS):
+        self.pattern = pattern
+        self.filter = None
+
+    def __enter__(self):
+        import sys
+
+        self._old = sys.stdout
+        self.filter = _LineFilter(self._old, self.pattern)
+        sys.stdout = self.filter
+        return self.filter
+
+    def __exit__(self, *exc):
+        import sys
+
+        try:
+            self.filter.flush()
+        finally:
+            sys.stdout = self._old
+        return False
