@@ -66,8 +66,11 @@ seed = 0
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
+from wmbook import display as wd
 from wmbook import results
 from wmbook.studies import steps as study
+
+wd.setup()
 
 cfg = study.validate(workload=workload, preset=preset, device=device, dtype=dtype, vae_dtype=vae_dtype,
                      solvers=solvers, sampling_steps=sampling_steps, shifts=shifts, split_passes=split_passes,
@@ -75,7 +78,7 @@ cfg = study.validate(workload=workload, preset=preset, device=device, dtype=dtyp
                      deviation_budget_db=deviation_budget_db, quality_cases=quality_cases, base=base,
                      compile_backend=compile_backend, warmup=warmup, repeats=repeats, output_dir=output_dir,
                      results_path=results_path, seed=seed)
-cfg.table()
+wd.table(cfg.table(), caption="Parameters of this run (validated)")
 
 # %% [markdown]
 # ## The points
@@ -83,7 +86,7 @@ cfg.table()
 # pipeline call takes for that point (`run_iteration` / `generate`), and what a later notebook passes to stack on it.
 
 # %%
-study.points_table(cfg)
+wd.table(study.points_table(cfg), caption="The points of the sweep")
 
 # %% [markdown]
 # ## The sweep: time and deviation from the full-step run
@@ -95,13 +98,15 @@ study.points_table(cfg)
 pipe, inputs = study.build(cfg)
 sweep = study.run_sweep(cfg, pipe, inputs)
 print(study.quality(cfg, pipe, sweep))
-study.table(sweep)
+tab = study.table(sweep)
+wd.appendix(tab, "the sweep, every column")
+wd.table(tab, caption="Time and deviation from the full-step run, per point")
 
 # %% [markdown]
 # ## The knee of each curve
 
 # %%
-study.knee_table(sweep)
+wd.table(study.knee_table(sweep), caption="The knee of each curve: fewest forwards within the budget")
 
 # %% [markdown]
 # ## The speed-quality frontier
@@ -125,4 +130,5 @@ print(f"appended {len(rows)} rows to {path}")
 # ## Interpretation
 
 # %%
-Markdown(study.interpret(sweep))
+display(Markdown(study.interpret(sweep)))
+wd.show_appendix()

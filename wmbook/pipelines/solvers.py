@@ -191,15 +191,23 @@ def _int_list(v, name: str) -> list[int]:
     return out
 
 
-class UNetStepAxis:
+class _StepAxis:
+    """What a workload's step axis declares (class keywords): its solvers (the first is the reference sampler), the
+    metric a point is timed in (name, unit, whether higher is better, how a sentence names it), what its forwards
+    count, whether it sweeps a flow shift and whether its two passes are swept apart."""
+
+    def __init_subclass__(cls, *, solvers, metric: tuple[str, str, bool, str], forwards_label: str, has_shift: bool,
+                          has_passes: bool, **kw):
+        super().__init_subclass__(**kw)
+        cls.solvers = solvers
+        cls.metric, cls.unit, cls.higher_is_better, cls.metric_label = metric
+        cls.forwards_label, cls.has_shift, cls.has_passes = forwards_label, has_shift, has_passes
+
+
+class UNetStepAxis(_StepAxis, solvers=WMA_SOLVERS, metric=("iteration_s", "s", False, "s per interaction iteration"),
+                   forwards_label="UNet forwards per iteration", has_shift=False, has_passes=True):
     """The UNet world model: DDIM step counts per pass, the diffusers multistep solvers, each pass alone."""
 
-    solvers = WMA_SOLVERS
-    metric, unit, higher_is_better = "iteration_s", "s", False
-    metric_label = "s per interaction iteration"
-    forwards_label = "UNet forwards per iteration"
-    has_shift = False
-    has_passes = True
     REAL_DDIM = (50, 30, 20, 16, 10, 5)
     REAL_SOLVER = (20, 10, 5)
     PASS_ALONE_MAX = 20  # each pass alone is swept at the counts up to this (the other pass at full steps)
@@ -274,15 +282,10 @@ class UNetStepAxis:
                          value=out.iteration_ms / 1e3)
 
 
-class FlowStepAxis:
+class FlowStepAxis(_StepAxis, solvers=FLOW_SOLVERS, metric=("fps", "frames/s", True, "FPS"),
+                   forwards_label="DiT forwards per block (with the cache refresh)", has_shift=True, has_passes=False):
     """The causal DiT: nominal step lists per block, the flow-matching shift, the flow solvers."""
 
-    solvers = FLOW_SOLVERS
-    metric, unit, higher_is_better = "fps", "frames/s", True
-    metric_label = "FPS"
-    forwards_label = "DiT forwards per block (with the cache refresh)"
-    has_shift = True
-    has_passes = False
     # from many steps down to one: 8 (a flow model trained without distillation may want more than the 3-4 of
     # Self-Forcing), Self-Forcing's 4, Matrix-Game-2's 3, 2, 1
     STEP_LISTS = ((1000, 875, 750, 625, 500, 375, 250, 125), (1000, 750, 500, 250), (1000, 666, 333), (1000, 500),
