@@ -186,6 +186,39 @@ def test_flash_attn_takes_bld_layout_and_refuses_masks(monkeypatch):
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the CPU-only message")
+def test_sage_without_cuda_is_a_clear_error():
+    with pytest.raises(AttentionBackendError, match="'sage' needs a CUDA device"):
+        set_attention_backend("sage")
+    assert get_attention_backend() == "auto"
+
+
+def test_sage_gets_nhd_and_a_smoothed_copy_of_k_and_leaves_masks_to_sdpa(monkeypatch):
+    """SageAttention gets [B, L, H, D] ('NHD') and K minus its mean over the keys, computed out of place (sageattn's
+    own smooth_k would subtract it inside the KV cache k is a view of); masked calls and other head dims run SDPA,
+    counted."""
+    seen = []
+
+    def fake_sageattn(q, k, v, tensor_layout, is_causal, smooth_k):
+        seen.append((tensor_layout, is_causal, smooth_k, k.mean(dim=1).abs().max().item()))
+        return _sdpa(q, k, v)
+
+    monkeypatch.setattr(attn, "_sage_func", lambda: fake_sageattn)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, n, 2, 64, generator=g) for n in (40, 56, 56))
+    k = k + 3.0  # a large mean: what the smoothing removes
+    k_before = k.clone()
+    attn.reset_sage_call_counts()
+    with attention_backend("sage"):
+        torch.testing.assert_close(attention(q, k, v), _sdpa(q, k, v), rtol=1e-4, atol=1e-4)  # softmax invariant
+        torch.testing.assert_close(attention(q, k, v, _key_mask(2, 56)), _sdpa(q, k, v, _key_mask(2, 56)))
+        q16, k16, v16 = _qkv()
+        attention(q16, k16, v16)
+    assert torch.equal(k, k_before)  # the caller's k (a cache) untouched
+    assert [s[:3] for s in seen] == [("NHD", False, False)] and seen[0][3] < 1e-5
+    assert attn.sage_call_counts() == {"sage": 1, "sdpa (mask)": 1, "sdpa (head_dim 16)": 1}
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the CPU-only message")
 @pytest.mark.parametrize("name", ["efficient", "cudnn"])
 def test_cuda_only_backends_refused_up_front_on_cpu(name):
     with pytest.raises(AttentionBackendError, match="needs CUDA"):

@@ -2,6 +2,8 @@
 run in Triton's interpreter on the CPU), the kernel cases of both workloads pass their gate, the fp8 variant says why
 it cannot run here."""
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -82,13 +84,44 @@ def test_kernel_cases_pass_their_gate_at_tiny_shapes(ref):
     assert ("fused GB/s" in tab.columns) == (DEV.type == "cuda")  # timings on a GPU only
 
 
-def test_fp8_says_why_not_on_cpu():
-    from wmbook.variants.builtin import fp8_unavailable
+def test_low_precision_rows_say_why_not_on_cpu():
+    from wmbook import variants
+    from wmbook.variants.builtin import fp8_unavailable, sage_unavailable
 
-    assert "CUDA" in fp8_unavailable(CPU)
+    assert "CUDA" in fp8_unavailable(CPU) and "CUDA" in sage_unavailable(CPU)
     cfg = study.validate(workload="mg2", preset="tiny", device="cpu")
-    assert "fp8" not in study.kernel_steps(cfg) and "left out" in study.fp8_note(cfg)
+    steps, note = study.kernel_steps(cfg), study.fp8_note(cfg)
+    assert "fp8" not in steps and "attn-sage" not in steps
+    assert "fp8 row left out" in note and "attn-sage row left out" in note
     assert cfg.options.ladder is False  # auto: GPU only
+    assert "attn-sage" in variants.known("wma") and variants.get("attn-sage").tolerance == "fp8"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("sageattention") is None,
+                    reason="SageAttention needs a CUDA GPU and the sageattention package (the quant-attn extra)")
+def test_sage_attention_row_on_gpu():
+    """attn-sage on the tiny DiT in bf16: it runs SageAttention for the self-attention calls and stays within the
+    quantized tolerance of the bf16 SDPA model (the ladder's gate decides at the real shapes)."""
+    from wmbook.models import attention as attn
+
+    dev = torch.device("cuda")
+    wl = workloads.get("mg2")
+    # head dim 64: what SageAttention takes (the tiny preset's 16 would all fall back to SDPA)
+    preset = wl.presets["tiny"].with_(dim=128, num_heads=2)
+    pipe = wl.reference_pipeline(preset, dev)
+    from wmbook.variants import GlobalFlags
+
+    flags = GlobalFlags()  # the attention backend is process-wide: back to SDPA afterwards
+    try:
+        base, _ = apply_stack(pipe, wl, ["bf16"], dev)
+        a = _flat(wl.forward_probe(base).forward())  # before attn-sage switches the backend
+        sage, ctx = apply_stack(pipe, wl, ["bf16", "attn-sage"], dev)
+        b = _flat(wl.forward_probe(sage).forward())
+        counts = attn.sage_call_counts()
+    finally:
+        flags.restore()
+    assert counts.get("sage", 0) > 0, counts
+    assert ((a - b).norm() / a.norm()).item() < 0.1, ctx.notes
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fp8 GEMMs need a CUDA GPU with FP8 tensor cores")

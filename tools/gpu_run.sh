@@ -11,6 +11,10 @@ set -uo pipefail
 out=${1:?usage: gpu_run.sh OUT_DIR "NB TAG [-p name value ...]" ...}; shift
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --find-links .whl papermill nbconvert ipykernel ipywidgets diffusers || exit 1
+  # the optional extras of notebook 05's low-precision rows (fp8: torchao; quant-attn: sageattention), where wheeled
+  for extra in torchao sageattention; do
+    ls .whl | grep -qi "^$extra-" && python3 -m pip install -q --no-index --find-links .whl "$extra"
+  done
 fi
 python3 -m ipykernel install --name python3 >/dev/null
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1

@@ -5,6 +5,9 @@ transforms applied from outside (`set_attention_backend("flex")`, or `with atten
   math / efficient / flash / cudnn  SDPA restricted to that kernel with `sdpa_kernel([SDPBackend.X])`
   flex                              FlexAttention (compiled once on CUDA); masks become cached BlockMasks
   flash_attn                        the flash-attn package's `flash_attn_func` (no masks)
+  sage                              SageAttention 1 (the `sageattention` package: Triton kernels, Q and K in int8 per
+                                    block, P.V in fp16; CUDA only). It takes no mask and head dims 64/96/128 only:
+                                    masked calls and other head dims keep SDPA, counted by `sage_call_counts()`
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-ATTENTION_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn", "flex", "flash_attn")
+ATTENTION_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn", "flex", "flash_attn", "sage")
 _SDPA_KERNELS = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
                  "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
@@ -150,6 +153,8 @@ def _rebuild() -> None:
 def _check_available(name: str) -> None:
     if name == "flash_attn":
         _flash_attn_func()
+    elif name == "sage":
+        _sage_func()
     elif name in ("efficient", "cudnn") and not torch.cuda.is_available():
         raise AttentionBackendError(f"attention backend {name!r} needs CUDA and this process has no CUDA device "
                                     "(on CPU, SDPA runs 'math' and 'flash')")
@@ -162,7 +167,7 @@ def _runner(name: str):
         return None
     if name in _SDPA_KERNELS:
         return functools.partial(_sdpa_only, name)
-    return {"flex": _flex, "flash_attn": _flash_attn}[name]
+    return {"flex": _flex, "flash_attn": _flash_attn, "sage": _sage}[name]
 
 
 # --- SDPA restricted to one kernel -------------------------------------------------------------------------
@@ -312,6 +317,54 @@ def _flash_attn(q, k, v, mask):
     except Exception as e:
         raise AttentionBackendError(f"attention backend 'flash_attn' cannot run {describe_call(q, k, v, mask)}: "
                                     f"{type(e).__name__}: {e}") from e
+
+
+# --- SageAttention ------------------------------------------------------------------------------------------
+
+SAGE_HEAD_DIMS = (64, 96, 128)
+_SAGE_CALLS: collections.Counter = collections.Counter()
+
+
+@functools.lru_cache(maxsize=1)
+def _sage_func():
+    if not torch.cuda.is_available():
+        raise AttentionBackendError("attention backend 'sage' needs a CUDA device (SageAttention's kernels are Triton "
+                                    "kernels for NVIDIA GPUs) and this process has none")
+    try:
+        from sageattention import sageattn
+    except Exception as e:  # not installed, or a triton it does not work with
+        raise AttentionBackendError(f"attention backend 'sage' needs the sageattention package (pip install "
+                                    f"sageattention; the `quant-attn` extra): {type(e).__name__}: {e}") from e
+    return sageattn
+
+
+def sage_call_counts() -> dict[str, int]:
+    """How the attention() calls under the 'sage' backend ran since the last reset: 'sage', or 'sdpa (mask)' /
+    'sdpa (head_dim D)' for the calls SageAttention cannot take."""
+    return dict(_SAGE_CALLS)
+
+
+def reset_sage_call_counts() -> None:
+    _SAGE_CALLS.clear()
+
+
+def _sage(q, k, v, mask):
+    d = q.shape[-1]
+    why = "mask" if mask is not None else f"head_dim {d}" if d not in SAGE_HEAD_DIMS else None
+    if why is not None:
+        _SAGE_CALLS[f"sdpa ({why})"] += 1
+        return _auto(q, k, v, mask)
+    _SAGE_CALLS["sage"] += 1
+    fn = _sage_func()
+    # K smoothed here, out of place: sageattn's own smooth_k subtracts the mean from k in place, which would rewrite
+    # the KV cache k is a view of (the softmax is unchanged: q . mean(k) is the same for every key of a query)
+    k = k - k.mean(dim=1, keepdim=True)
+    try:
+        return fn(q.contiguous(), k.contiguous(), v.contiguous(), tensor_layout="NHD", is_causal=False,
+                  smooth_k=False)
+    except Exception as e:
+        raise AttentionBackendError(f"attention backend 'sage' cannot run {describe_call(q, k, v, mask)}: "
+                                    f"{type(e).__name__}: {_first_line(e)}") from e
 
 
 # --- masks -------------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ SPEC = NotebookSpec(NOTEBOOK, (
           "CPU the interpreted kernels take seconds per forward)"),
     Param("base", "auto", _base, "the stack the rows build on; auto: notebook 04's best (its ladder + compile)"),
     Param("steps", "auto", _base, "rows added to the base, in order; auto: triton-fused, vae-triton-fused, fp8 "
-          "(where the device has FP8)"),
+          "(where the device has FP8), attn-sage (where sageattention is installed)"),
     Param("compile_backend", "auto", _compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
     WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS,
     OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=_cross_check)
@@ -190,25 +190,30 @@ def kernel_rows(cfg: RunConfig, tab: pd.DataFrame) -> list[dict]:
 # --- the ladder ------------------------------------------------------------------------------------------------------
 
 
+def _low_precision(device) -> dict:
+    """The low-precision rows and why each cannot run on `device` (None: it can)."""
+    from ..variants.builtin import fp8_unavailable, sage_unavailable
+
+    return {"fp8": fp8_unavailable(device), "attn-sage": sage_unavailable(device)}
+
+
 def kernel_steps(cfg: RunConfig) -> list[str]:
-    """The rows added to the base: `steps`, or triton-fused, vae-triton-fused and fp8 (where it can run)."""
+    """The rows added to the base: `steps`, or triton-fused, vae-triton-fused, fp8 and attn-sage (the quantized
+    attention comparison row; each low-precision row where it can run)."""
     from .. import variants
-    from ..variants.builtin import fp8_unavailable
 
     if cfg.options.steps is not None:
         return list(cfg.options.steps)
     known = variants.known(cfg.workload)
     steps = [s for s in ("triton-fused", "vae-triton-fused") if s in known]
-    if "fp8" in known and fp8_unavailable(cfg.device) is None:
-        steps.append("fp8")
+    steps += [s for s, why in _low_precision(cfg.device).items() if s in known and why is None]
     return steps
 
 
 def fp8_note(cfg: RunConfig) -> str:
-    from ..variants.builtin import fp8_unavailable
-
-    why = fp8_unavailable(cfg.device)
-    return f"fp8 row left out: {why}" if why else "fp8 row included"
+    """Which low-precision rows (fp8 GEMMs, SageAttention) the ladder includes, and why any is left out."""
+    return "; ".join(f"{name} row left out: {why}" if why else f"{name} row included"
+                     for name, why in _low_precision(cfg.device).items())
 
 
 def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):

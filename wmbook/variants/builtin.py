@@ -124,6 +124,31 @@ for _b, _gpu in (("math", False), ("efficient", True), ("flash", True), ("cudnn"
              description=f"SDPA/attention backend forced to {_b!r}")(_attention(_b))
 
 
+def sage_unavailable(device: torch.device) -> str | None:
+    """Why the attn-sage variant cannot run on `device` (None when it can)."""
+    from ..models.attention import AttentionBackendError, _sage_func
+
+    if device.type != "cuda":
+        return f"SageAttention's kernels need a CUDA GPU; this is {device.type}"
+    try:
+        _sage_func()
+    except AttentionBackendError as e:
+        return str(e)
+    return None
+
+
+@register("attn-sage", family="attention", tolerance="fp8", gpu_only=True,
+          description="quantized attention: SageAttention 1 (Q and K in int8 per block, P.V in fp16) for every "
+                      "unmasked attention() call of head dim 64/96/128; the others keep SDPA")
+def _sage_attention(pipe, ctx: VariantContext):
+    from ..models.attention import reset_sage_call_counts, set_attention_backend
+
+    set_attention_backend("sage")  # an AttentionBackendError says why where it cannot run
+    reset_sage_call_counts()
+    ctx.notes["attn-sage"] = ("SageAttention for unmasked calls of head dim 64/96/128, SDPA for the rest "
+                              "(wmbook.models.attention.sage_call_counts() says how many of each)")
+
+
 @register("action-attn-fused", family="attention", requires=("action_modules",),
           description="the action modules' tiny attentions (3 query x <=6 key frames per location and head) as a "
                       "fusable fp32 multiply-reduce, keyboard K/V broadcast instead of copied per location, in place "
