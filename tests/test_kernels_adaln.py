@@ -30,6 +30,18 @@ def test_adaln_modulate_matches_reference(dtype, b, f, s, c):
     torch.testing.assert_close(adaln.adaln_modulate_ref(x, shift, scale).float(), want, **TOL[dtype])
 
 
+def test_adaln_modulate_reads_chunked_modulation_in_place():
+    """shift and scale as chunks of one [B, F, 6, C] tensor (the DiT block's): the same output as contiguous copies."""
+    g = torch.Generator().manual_seed(2)
+    b, f, s, c = 2, 3, 4, 80
+    x = torch.randn(b, f * s, c, generator=g).to(DEV)
+    e = torch.randn(b, f, 6, c, generator=g).to(DEV)
+    shift, scale = e[:, :, 0:1], e[:, :, 1:2]
+    got = adaln.adaln_modulate(x, shift, scale)
+    torch.testing.assert_close(got, adaln.adaln_modulate(x, shift.contiguous(), scale.contiguous()), rtol=0, atol=0)
+    torch.testing.assert_close(got, adaln.adaln_modulate_ref(x, shift, scale), rtol=1e-5, atol=1e-5)
+
+
 def test_adaln_modulate_custom_op_and_bad_input():
     x = torch.randn(1, 6, 40, device=DEV)
     shift = torch.randn(1, 2, 1, 40, device=DEV)

@@ -55,6 +55,43 @@ def test_gated_residual_adaln_fp32_modulation_bf16_stream(poisoned):
     torch.testing.assert_close(h, h_ref, **TOL[torch.bfloat16])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gated_residual_adaln_reads_chunked_modulation_in_place(poisoned, dtype):
+    """The DiT block's modulation: six chunks of one [B, F, 6, C] sum (frame stride 6C, batch stride 6FC). The kernel
+    reads them where they are (no copy) and gives what it gives on contiguous copies; mixed strides fall back to
+    contiguous copies, with the same result."""
+    from wmbook.kernels import modulation_strides
+
+    b, f, s, c = 2, 3, 5, 96
+    x, y, *_ = _inputs(b, f, s, c, dtype)
+    g = torch.Generator().manual_seed(1)
+    e = torch.randn(b, f, 6, c, generator=g).to(DEV, dtype)
+    chunks = e.chunk(6, dim=2)  # [B, F, 1, C] views
+    gate, shift, scale = chunks[2], chunks[3], chunks[4]
+    views, sb, sf = modulation_strides(b, f, c, gate, shift, scale)
+    assert (sb, sf) == (6 * f * c, 6 * c) and all(v.data_ptr() == t.data_ptr() for v, t in zip(views, chunks[2:5]))
+    got = gra.gated_residual_adaln(x, y, gate, shift, scale)
+    want = gra.gated_residual_adaln(x, y, gate.contiguous(), shift.contiguous(), scale.contiguous())
+    for a_, b_ in zip(got, want):
+        torch.testing.assert_close(a_, b_, rtol=0, atol=0)
+    for a_, r in zip(got, gra.gated_residual_adaln_ref(x, y, gate, shift, scale)):
+        torch.testing.assert_close(a_, r, **TOL[dtype])
+    _, sb, sf = modulation_strides(b, f, c, shift.contiguous(), scale)  # mixed strides: copies
+    assert (sb, sf) == (f * c, c)
+    mixed = gra.gated_residual_adaln(x, y, gate, shift.contiguous(), scale)
+    for a_, b_ in zip(mixed, want):
+        torch.testing.assert_close(a_, b_, rtol=0, atol=0)
+    # norm3 as an adaLN: one [1, 1, 1, C] shift/scale expanded over batch and frames (strides 0), read in place
+    n3s, n3c = torch.randn(2, 1, 1, 1, c, generator=g).to(DEV, torch.float32).unbind(0)
+    views, sb, sf = modulation_strides(b, f, c, n3s.expand(b, f, 1, c), n3c.expand(b, f, 1, c))
+    assert (sb, sf) == (0, 0) and views[0].data_ptr() == n3s.data_ptr()
+    got = gra.gated_residual_adaln(x, y, gate, n3s.expand(b, f, 1, c), n3c.expand(b, f, 1, c))
+    want = gra.gated_residual_adaln(x, y, gate.contiguous(), n3s.expand(b, f, 1, c).contiguous(),
+                                    n3c.expand(b, f, 1, c).contiguous())
+    for a_, b_ in zip(got, want):
+        torch.testing.assert_close(a_, b_, rtol=0, atol=0)
+
+
 def test_gated_residual_adaln_custom_op_and_bad_input():
     x, y, gate, shift, scale = _inputs(1, 2, 3, 40, torch.float32)
     torch.library.opcheck(gra.gated_residual_adaln_op, (x, y, gate, shift, scale, 1e-6))

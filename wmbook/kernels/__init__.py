@@ -70,9 +70,24 @@ def modulation_frames(x: torch.Tensor, **modulation: torch.Tensor) -> int:
     return f
 
 
+def modulation_strides(b: int, f: int, c: int, *mods: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], int, int]:
+    """The modulation tensors ([B, F, (1,) C], checked by modulation_frames) as the kernels read them, without a copy
+    where they can: (tensors, batch stride, frame stride) in elements, channels at stride 1. The DiT's six modulation
+    tensors are chunks of one [B, F, 6, C] sum (frame stride 6C): read in place, not copied to [B * F, C] first (a
+    copy kernel per tensor per block); a modulation expanded over batch and frames has strides 0. Tensors whose
+    channels are not contiguous, or whose strides differ from the others', are made contiguous (all of them)."""
+    views = [t.reshape(b, f, c) if t.dim() == 4 else t for t in mods]  # [B, F, 1, C] -> [B, F, C]: a view
+    s0 = views[0].stride()
+    if all(v.stride() == s0 for v in views) and s0[2] == 1:
+        return tuple(views), s0[0], s0[1]
+    views = [v.contiguous() for v in views]
+    return tuple(views), f * c, c
+
+
 def check_dtype(name: str, t: torch.Tensor, allowed=(torch.float32, torch.bfloat16, torch.float16)) -> None:
     if t.dtype not in allowed:
         raise ValueError(f"{name} has dtype {t.dtype}; allowed: {[str(d) for d in allowed]}")
 
 
-__all__ = ["check_dtype", "interpreting", "is_channels_last", "modulation_frames", "next_pow2", "runs_triton", "triton_available"]
+__all__ = ["check_dtype", "interpreting", "is_channels_last", "modulation_frames", "modulation_strides", "next_pow2",
+           "runs_triton", "triton_available"]

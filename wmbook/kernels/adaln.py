@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import modulation_frames, next_pow2, runs_triton
+from . import modulation_frames, modulation_strides, next_pow2, runs_triton
 
 try:
     import triton
@@ -22,24 +22,28 @@ if triton is not None:
     @triton.jit
     def _adaln_modulate_kernel(
         x_ptr,  # [rows, C], rows = B * L, contiguous
-        shift_ptr,  # [B * F, C], contiguous: the modulation of each (batch, frame)
-        scale_ptr,  # [B * F, C]
+        shift_ptr,  # [B, F, C] at strides (mod_sb, mod_sf, 1): the modulation of each (batch, frame)
+        scale_ptr,  # [B, F, C], the same strides
         out_ptr,  # [rows, C], x's dtype
         C,  # channels
         rows_per_frame,  # S: tokens of one latent frame
+        F,  # frames
+        mod_sb,  # the modulation's batch stride (elements)
+        mod_sf,  # its frame stride
         eps,
         BLOCK_C: tl.constexpr,
     ):
         row = tl.program_id(0)
         frame = row // rows_per_frame  # b * F + f: rows of one batch element are its frames in order
+        mod = (frame // F).to(tl.int64) * mod_sb + (frame % F) * mod_sf
         cols = tl.arange(0, BLOCK_C)
         m = cols < C
         x = tl.load(x_ptr + row * C + cols, mask=m, other=0.0).to(tl.float32)
         mean = tl.sum(x, axis=0) / C
         d = tl.where(m, x - mean, 0.0)
         rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / C + eps)
-        sc = tl.load(scale_ptr + frame * C + cols, mask=m, other=0.0).to(tl.float32)
-        sh = tl.load(shift_ptr + frame * C + cols, mask=m, other=0.0).to(tl.float32)
+        sc = tl.load(scale_ptr + mod + cols, mask=m, other=0.0).to(tl.float32)
+        sh = tl.load(shift_ptr + mod + cols, mask=m, other=0.0).to(tl.float32)
         y = d * rstd * (1.0 + sc) + sh
         tl.store(out_ptr + row * C + cols, y.to(out_ptr.dtype.element_ty), mask=m)
 
@@ -67,10 +71,9 @@ def adaln_modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, ep
         raise ValueError(f"adaln_modulate keeps a row in one block: C={c} > 16384")
     x2 = x.contiguous().view(b * n, c)
     out = torch.empty_like(x2)
-    sh = shift.reshape(b * f, c).contiguous()
-    sc = scale.reshape(b * f, c).contiguous()
+    (sh, sc), sb, sf = modulation_strides(b, f, c, shift, scale)  # read in place (chunks of one tensor)
     block = next_pow2(c)
-    _adaln_modulate_kernel[(b * n,)](x2, sh, sc, out, c, n // f, eps, BLOCK_C=block,
+    _adaln_modulate_kernel[(b * n,)](x2, sh, sc, out, c, n // f, f, sb, sf, eps, BLOCK_C=block,
                                      num_warps=4 if block <= 2048 else 8)
     return out.view(b, n, c)
 

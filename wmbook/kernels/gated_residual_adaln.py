@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_dtype, modulation_frames, next_pow2, runs_triton
+from . import check_dtype, modulation_frames, modulation_strides, next_pow2, runs_triton
 
 try:
     import triton
@@ -25,31 +25,39 @@ if triton is not None:
     def _gated_residual_adaln_kernel(
         x_ptr,  # [rows, C], rows = B * L, contiguous: the residual stream
         y_ptr,  # [rows, C], contiguous: the branch output (attention or FFN) to gate in
-        gate_ptr,  # [B * F, C], contiguous: the gate of each (batch, frame)
-        shift_ptr,  # [B * F, C]: the next adaLN's shift
-        scale_ptr,  # [B * F, C]: the next adaLN's scale
+        gate_ptr,  # [B, F, C] at strides (gate_sb, gate_sf, 1): the gate of each (batch, frame)
+        shift_ptr,  # [B, F, C] at strides (mod_sb, mod_sf, 1): the next adaLN's shift
+        scale_ptr,  # [B, F, C], shift's strides: the next adaLN's scale
         x_out_ptr,  # [rows, C], x's dtype: x + gate * y
         h_out_ptr,  # [rows, C], x's dtype: LayerNorm(x + gate * y) * (1 + scale) + shift
         C,  # channels
         rows_per_frame,  # S: tokens of one latent frame
+        F,  # frames
+        gate_sb,  # the gate's batch stride (elements)
+        gate_sf,  # its frame stride
+        mod_sb,  # shift's and scale's batch stride (0 for a modulation shared by every frame: norm3 as an adaLN)
+        mod_sf,  # their frame stride
         eps,
         BLOCK_C: tl.constexpr,
     ):
         row = tl.program_id(0)
         frame = row // rows_per_frame  # b * F + f: rows of one batch element are its frames in order
+        bi, fi = (frame // F).to(tl.int64), frame % F
+        gm = bi * gate_sb + fi * gate_sf
+        mod = bi * mod_sb + fi * mod_sf
         cols = tl.arange(0, BLOCK_C)
         m = cols < C
         x = tl.load(x_ptr + row * C + cols, mask=m, other=0.0).to(tl.float32)
         y = tl.load(y_ptr + row * C + cols, mask=m, other=0.0).to(tl.float32)
-        g = tl.load(gate_ptr + frame * C + cols, mask=m, other=0.0).to(tl.float32)
+        g = tl.load(gate_ptr + gm + cols, mask=m, other=0.0).to(tl.float32)
         xn = (x + g * y).to(x_out_ptr.dtype.element_ty)
         tl.store(x_out_ptr + row * C + cols, xn, mask=m)
         xn = xn.to(tl.float32)  # statistics of the residual as stored, like the model's norm of x
         mean = tl.sum(xn, axis=0) / C
         d = tl.where(m, xn - mean, 0.0)
         rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / C + eps)
-        sc = tl.load(scale_ptr + frame * C + cols, mask=m, other=0.0).to(tl.float32)
-        sh = tl.load(shift_ptr + frame * C + cols, mask=m, other=0.0).to(tl.float32)
+        sc = tl.load(scale_ptr + mod + cols, mask=m, other=0.0).to(tl.float32)
+        sh = tl.load(shift_ptr + mod + cols, mask=m, other=0.0).to(tl.float32)
         h = d * rstd * (1.0 + sc) + sh
         tl.store(h_out_ptr + row * C + cols, h.to(h_out_ptr.dtype.element_ty), mask=m)
 
@@ -98,12 +106,12 @@ def gated_residual_adaln(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, s
     y2 = y.contiguous().view(b * n, c)
     x_out = torch.empty_like(x2)
     h_out = torch.empty_like(x2)
-    g = gate.reshape(b * f, c).contiguous()
-    sh = shift.reshape(b * f, c).contiguous()
-    sc = scale.reshape(b * f, c).contiguous()
+    # read in place: chunks of the block's modulation sum, or norm3's adaLN expanded over batch and frames
+    (g,), gsb, gsf = modulation_strides(b, f, c, gate)
+    (sh, sc), sb, sf = modulation_strides(b, f, c, shift, scale)
     block = next_pow2(c)
-    _gated_residual_adaln_kernel[(b * n,)](x2, y2, g, sh, sc, x_out, h_out, c, n // f, eps, BLOCK_C=block,
-                                           num_warps=4 if block <= 2048 else 8)
+    _gated_residual_adaln_kernel[(b * n,)](x2, y2, g, sh, sc, x_out, h_out, c, n // f, f, gsb, gsf, sb, sf, eps,
+                                           BLOCK_C=block, num_warps=4 if block <= 2048 else 8)
     return x_out.view(b, n, c), h_out.view(b, n, c)
 
 
