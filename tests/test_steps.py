@@ -289,3 +289,23 @@ def test_notebook_03_study_without_ground_truth(tmp_path, monkeypatch):
     steps.quality(sw.cfg, pipe, sw, progress=False)
     assert steps.knee_table(sw).set_index("curve").loc["ddim", "knee"] == "ddim 3+3"
     steps.plot_frontier(sw)
+
+
+def test_world_preset_without_weights_is_refused_at_validation(tmp_path, monkeypatch):
+    """A notebook given a trained world preset whose weights are missing stops at validation, naming the file and
+    the training command (not later, inside a pipeline build)."""
+    from types import SimpleNamespace
+
+    from wmbook import workloads
+    from wmbook.params import ParameterError
+    from wmbook.presets import ALL_PRESETS
+    from wmbook.world import weights
+
+    monkeypatch.setattr(weights, "WEIGHTS_DIR", tmp_path)
+    for wl_name, preset in (("mg2", "world-mg2"), ("wma", "world-wma")):
+        cfg = SimpleNamespace(preset=ALL_PRESETS[preset])
+        with pytest.raises(ParameterError, match=f"preset='{preset}'.*python -m wmbook.train --workload {wl_name}"):
+            workloads.get(wl_name).check_config(cfg)
+        weights.weights_path(preset).write_bytes(b"")
+        workloads.get(wl_name).check_config(cfg)  # present: no error here (the loader checks the content)
+    workloads.get("mg2").check_config(SimpleNamespace(preset=ALL_PRESETS["tiny"]))  # other presets: nothing to check

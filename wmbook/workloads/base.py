@@ -122,7 +122,17 @@ class Workload:
         return dtype
 
     def check_config(self, cfg) -> None:
-        """Cross checks of a validated RunConfig (ParameterError naming the parameter)."""
+        """Cross checks of a validated RunConfig (ParameterError naming the parameter): here, that a trained world
+        preset's weights exist before any notebook builds it."""
+        from ..world.weights import is_world_preset, weights_path
+
+        if is_world_preset(cfg.preset) and not weights_path(cfg.preset).exists():
+            from ..params import ParameterError
+
+            raise ParameterError(f"preset={cfg.preset.name!r} is a trained world model and its weights "
+                                 f"{str(weights_path(cfg.preset))!r} are not there; train them first with `python -m "
+                                 f"wmbook.train --workload {self.name} --out {weights_path(cfg.preset)}` or pick "
+                                 f"another preset")
 
     # --- building --------------------------------------------------------------------------------------
     def pipeline(self, preset, device: torch.device, dtype: torch.dtype, vae_dtype: torch.dtype, seed: int = 0):
