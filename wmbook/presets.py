@@ -248,6 +248,16 @@ class WorldCausalPreset(CausalWanPreset):
     codec_spatial: int = 4
     weights: str = ""  # file name under data/weights/
     encoder_seed: int = 0  # the frozen random CLIP's seed (its weights ship with the model's too)
+    # what the model's output is: "x0" (the clean latents; wmbook.pipelines.causal uses it as the x0 prediction
+    # directly) or "flow" (noise - x0, as the reference presets). x0: a 2x2 patch of these latents is 768 numbers
+    # read out of a 256-wide token, so a flow (which contains the noise) cannot be represented; the clean latents
+    # (4 near-equal frames of a rendered scene) can (Li & He 2025, "Back to Basics: Let Denoising Generative Models
+    # Denoise").
+    prediction: str = "x0"
+
+    def __post_init__(self):
+        if self.prediction not in ("x0", "flow"):
+            raise ValueError(f"prediction={self.prediction!r} is not allowed; allowed values: ['x0', 'flow']")
 
     @property
     def latent_hw(self) -> tuple[int, int]:
@@ -264,6 +274,14 @@ class WorldWMAPreset(WMAPreset):
     codec_spatial: int = 4
     weights: str = ""
     encoder_seed: int = 0  # the frozen random CLIP and text towers' seed (their used weights ship with the model's)
+    # what the UNet's video output is: "x0" (the pipeline turns it into the v its samplers step) or "v" (the
+    # reference). x0: the 48-channel latents (and the 48 channels of the observation beside them) enter a 40-channel
+    # stem and leave a 40-channel head, so the noise a v target carries cannot be reproduced (Li & He 2025)
+    model_output: str = "x0"
+
+    def __post_init__(self):
+        if self.model_output not in ("x0", "v"):
+            raise ValueError(f"model_output={self.model_output!r} is not allowed; allowed values: ['x0', 'v']")
 
     @property
     def latent_hw(self) -> tuple[int, int]:
@@ -291,6 +309,10 @@ WMA_PRESETS["world-wma"] = WorldWMAPreset(
     head_kernel_size=3, head_step_embed_dim=32, head_act_proj_dim=8, obs_widths=(16, 16, 32, 32), obs_spatial_kp=16,
     vae_block_out_channels=(32, 32, 32, 32), vae_layers_per_block=1, vae_norm_groups=8,
     vae="s2d4", codec_spatial=4, weights="world-wma.pt",
+    # no DynamiCrafter x0 rescale: trained from scratch, the model need not learn x0 * scale(t); with it, DDIM ends
+    # on scale(t_last) x0 (a perfect model: 42.1 dB at 50 steps, 36.1 at 10, 30.8 at 5 on held-out seed 0), a
+    # contrast loss notebook 03 would book as step-count error, and DPM-Solver++ / UniPC cannot apply it
+    use_dynamic_rescale=False,
 )
 
 ALL_PRESETS: dict = {**PRESETS, **WMA_PRESETS}

@@ -151,6 +151,8 @@ class CausalStreamingPipeline:
             flow = self.model(x, tt, inputs.context, cond_concat=cond, actions=inputs.actions, cache=cache,
                               start_frame=start_frame)
         with label("Flow_to_X0_Conversion"):
+            if getattr(self.preset, "prediction", "flow") == "x0":  # world presets: the model predicts x0 itself
+                return flow.to(x.dtype)
             x0 = (x.float() - (t / 1000.0) * flow.float()).to(x.dtype)  # flow = noise - x0, x_t = x0 + sigma*flow
         return x0
 

@@ -322,8 +322,13 @@ class WMAInteractionPipeline:
         """One UNet forward (video, action and state heads) at timestep t: (v, action eps, state eps)."""
         tt = torch.full((x.shape[0],), t, device=x.device, dtype=torch.long)
         with label(WMA_FORWARD_LABEL):
-            return self.model(x.to(self.dtype), cond.cond_latent, act.to(self.dtype), st.to(self.dtype), tt,
-                              context, obs_images, obs_states, fs)
+            out = self.model(x.to(self.dtype), cond.cond_latent, act.to(self.dtype), st.to(self.dtype), tt,
+                             context, obs_images, obs_states, fs)
+        if getattr(self.preset, "model_output", "v") == "x0":  # world presets: the UNet predicts x0; the samplers
+            a = float(self.scheduler.alphas_cumprod[int(t)])  # step v, from x = sqrt(a) x0 + sqrt(1 - a) eps
+            v = (math.sqrt(a) * x.float() - out[0].float()) / math.sqrt(1.0 - a)
+            out = (v, *out[1:])
+        return out
 
     def sample_pass(self, tag: str, cond: Conditioning, context: torch.Tensor, uncond_context: torch.Tensor | None,
                     inputs: WMAInputs, *, steps: int, guidance_scale: float, guidance_rescale: float, eta: float,

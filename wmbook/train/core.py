@@ -190,6 +190,8 @@ def train(cfg: TrainConfig, bank=None) -> dict:
                                                                  and elapsed >= 60 * cfg.minutes)
 
     use_amp = dev.type == "cuda"
+    if use_amp:  # fixed shapes every step: let cuDNN pick its fastest convolutions (the UNet's 3D / 1D convs)
+        torch.backends.cudnn.benchmark = True
     acc, acc_n = {}, 0
     bar = tqdm(total=cfg.steps, initial=step, desc=f"train {pipe.preset.name}", disable=not cfg.progress)
     last = time.perf_counter()

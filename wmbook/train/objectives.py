@@ -3,7 +3,12 @@
 mg2 (flow matching, teacher forcing through the block-causal mask): a batch of clips of `blocks` blocks; one block
 index j per step (uniform). The model sees the clean latents of blocks 0 .. j-1 at t = 0 and block j noised,
 x_t = (1 - sigma) x0 + sigma * eps, in one full-sequence forward with the block-causal (windowed) mask; the loss is
-the MSE of the predicted flow against eps - x0 on block j only. This is exactly what inference computes: there the
+the MSE of the flow against eps - x0 on block j only. What the model outputs follows the preset's `prediction`:
+"flow" (the reference presets' convention) or "x0" (the world presets: the flow is (x_t - x0_hat) / sigma, so the
+loss is |x0_hat - x0|^2 / sigma^2 with sigma clamped at SIGMA_MIN; Li & He 2025). Why x0: a 2x2 patch of the
+space-to-depth latents is 768 numbers out of a 256-wide token, and a flow target carries the noise, which a rank-256
+read-out cannot reproduce (a flow-predicting world-mg2 plateaued at flow loss 0.85 on the H100, above the 2/3 of the
+unit noise variance it cannot represent, and sampled noisy frames: 14.5 dB, SSIM 0.05); the clean latents can. This is exactly what inference computes: there the
 past blocks' keys and values come from the cache-refresh pass at t = 0 on the clean block, which attends to the
 earlier blocks through the same window, so the masked forward on the clean prefix reproduces the cache contents
 (teacher forcing: the clean prefix is ground truth, not the model's own earlier output). sigma is drawn like the
@@ -14,6 +19,9 @@ wma (v-prediction on the reference schedule): windows of n_obs observed frames +
 is the codec latent of the T future frames (times scale_factor); t ~ U{0 .. 999}; as DynamiCrafter trains with
 use_dynamic_rescale, x0 is first scaled by scale_arr[t] (1 -> base_scale, what the sampler's pred-x0 rescale undoes);
 x_t and the v target use the alphas of `wmbook.pipelines.ddim.video_scheduler` (zero-terminal-SNR scaled-linear).
+With the world preset's model_output "x0" the UNet's video output is x0_hat and the loss is the v error it implies,
+|x0_hat - x0|^2 / (1 - alpha_bar_t), with sqrt(1 - alpha_bar_t) clamped at SIGMA_MIN (the pipeline converts x0_hat to
+v for its samplers; wmbook.pipelines.ddim). The world preset turns use_dynamic_rescale off (wmbook.presets). The UNet's dropout is set to 0 for training.
 Half the samples are world-model passes (the true actions as action tokens, empty prompt) and train the state head
 on the future states; half are decision passes (action tokens zeroed, the instruction) and train the action head on
 the true action chunk; the heads are epsilon predictions on `head_scheduler`'s alphas at the same t, weighted 0.1.
@@ -47,6 +55,8 @@ def check_episode_frames(episode_frames: int, window: int) -> None:
 
 class Mg2Objective:
     """Flow-matching teacher forcing of the causal DiT (see the module docstring)."""
+
+    SIGMA_MIN = 0.05  # x-prediction: the flow loss's 1 / sigma^2 weight is capped at 1 / SIGMA_MIN^2
 
     def __init__(self, pipe, bank: EpisodeBank, blocks: int | None = None):
         from ..models.vae import pixel_frames_for
@@ -105,8 +115,16 @@ class Mg2Objective:
         tt = torch.zeros(b, n, device=dev)
         tt[:, j * k:] = 1000.0 * sigma[:, None]
         actions = {"keyboard": batch["keyboard"], "mouse": batch["mouse"]}
-        flow = self.model(x, tt, ctx, cond_concat=cond[:, :, :n], actions=actions, cache=None, start_frame=0)
-        loss = F.mse_loss(flow[:, :, j * k:].float(), eps - x0)
+        out = self.model(x, tt, ctx, cond_concat=cond[:, :, :n], actions=actions, cache=None, start_frame=0)
+        out = out[:, :, j * k:].float()
+        if getattr(p, "prediction", "flow") == "x0":
+            # x-prediction, flow loss (Li & He 2025): flow_hat = (x_t - x0_hat) / sigma, so the flow error is the x0
+            # error over sigma; sigma is clamped at SIGMA_MIN so the rare near-clean draws do not dominate
+            w = 1.0 / s.clamp(min=self.SIGMA_MIN) ** 2
+            x0_err = (out - x0) ** 2
+            loss = (w * x0_err).mean()
+            return loss, {"flow_mse": loss.detach(), "x0_mse": x0_err.mean().detach()}
+        loss = F.mse_loss(out, eps - x0)
         return loss, {"flow_mse": loss.detach()}
 
 
@@ -114,6 +132,7 @@ class WMAObjective:
     """v-prediction of the video UNet (+ both heads) on the reference schedule (see the module docstring)."""
 
     HEAD_WEIGHT = 0.1
+    SIGMA_MIN = 0.05  # x-prediction: the v loss's 1 / (1 - alpha_bar) weight is capped at 1 / SIGMA_MIN^2
 
     def __init__(self, pipe, bank: EpisodeBank):
         from ..pipelines.ddim import DEFAULT_INSTRUCTION, dynamic_rescale, head_scheduler, video_scheduler
@@ -131,6 +150,11 @@ class WMAObjective:
             self.text_instr = pipe.text([DEFAULT_INSTRUCTION]).float()
         self.window = p.n_obs_steps + p.frames
         check_episode_frames(bank.length, self.window)
+        # the UNet's 0.1 dropout (upstream's fine-tuning setting) only slows a minutes-long run on unlimited rendered
+        # data; inference (eval mode) never drops, so this changes training only
+        for mod in self.model.modules():
+            if isinstance(mod, torch.nn.Dropout):
+                mod.p = 0.0
 
     def parameters(self):
         return self.model.parameters()
@@ -184,11 +208,19 @@ class WMAObjective:
         a_t = abh.sqrt() * acts + (1 - abh).sqrt() * ea
         s_t = abh.sqrt() * fut_states + (1 - abh).sqrt() * es
         fs = torch.full((b,), p.default_fs, dtype=torch.long, device=dev)
-        v_hat, ea_hat, es_hat = m(x_t, cond_latent, a_t, s_t, t, ctx, obs, obs_states, fs)
-        v_loss = F.mse_loss(v_hat.float(), v)
+        out, ea_hat, es_hat = m(x_t, cond_latent, a_t, s_t, t, ctx, obs, obs_states, fs)
+        extra = {}
+        if getattr(p, "model_output", "v") == "x0":
+            # x-prediction, v loss: v_hat = (sqrt(ab) x_t - x0_hat) / sqrt(1 - ab), so the v error is the x0 error
+            # over sqrt(1 - ab), clamped at SIGMA_MIN (Li & He 2025)
+            x0_err = (out.float() - x0) ** 2
+            v_loss = (x0_err / (1 - ab).sqrt().clamp(min=self.SIGMA_MIN) ** 2).mean()
+            extra["x0_mse"] = x0_err.mean().detach()
+        else:
+            v_loss = F.mse_loss(out.float(), v)
         d = decision.float()
         a_loss = ((ea_hat.float() - ea) ** 2).mean(dim=(1, 2))
         s_loss = ((es_hat.float() - es) ** 2).mean(dim=(1, 2))
         head = (d * a_loss + (1 - d) * s_loss).mean()
         loss = v_loss + self.HEAD_WEIGHT * head
-        return loss, {"v_mse": v_loss.detach(), "head_mse": head.detach()}
+        return loss, {"v_mse": v_loss.detach(), "head_mse": head.detach(), **extra}
