@@ -59,3 +59,19 @@ def test_custom_op_bad_input_and_bytes():
         K.motion_fetch(*args, out=torch.empty(8, 281)[:, :280])
     # two frame rows read and one state written per query, clip ids and times per robot, five values per clip
     assert K.motion_fetch_bytes(*args[:1], lib.start, ids, args[8]) == 3 * 8 * 281 * 4 + 4 * 12 + 3 * 28
+
+
+def test_block_size_is_tuned_per_query_count_on_cuda():
+    """On CUDA the queries per program and warps come from triton.autotune over TUNE_CONFIGS, one pick per query
+    count (tuned_config reports it); on a CPU the interpreter's one fixed block, nothing tuned."""
+    assert {bq for bq, _ in K.TUNE_CONFIGS} >= {1, 8} and all(nw in (1, 2, 4) for _, nw in K.TUNE_CONFIGS)
+    lib = generate(MOTION_PRESETS["tiny-motion"].with_(num_joints=5, num_bodies=3, num_motions=4), seed=1).to(DEV)
+    ids, times = F.sample_queries(lib, 33, seed=2)
+    out = K.motion_fetch(*_args(lib, ids, times, 2))
+    torch.testing.assert_close(out, K.motion_fetch_ref(*_args(lib, ids, times, 2)), atol=2e-5, rtol=1e-5)
+    picked = K.tuned_config(66)
+    if DEV == "cuda":
+        assert picked is not None and (picked["BLOCK_Q"], picked["num_warps"]) in K.TUNE_CONFIGS
+        assert K.tuned_config(67) is None  # not measured at that count
+    else:
+        assert picked is None

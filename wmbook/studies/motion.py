@@ -452,9 +452,15 @@ def run_scaling(s: MotionSetup, lad: MotionLadder) -> pd.DataFrame:
     todo = [(r, n) for n in s.cfg.options.scaling_envs for r in lad.rows if r.counts]
     for r, n in tqdm(todo, desc="scaling", leave=False):
         m = measure(s, r.stack, n, anchors=None if not r.stack else lad.anchors)
-        rows.append({"stack": r.name, "num_envs": n, "queries": n * s.frames_per_env, "gate": m.gate,
-                     "fetch ms": m.fetch.median, "p20": m.fetch.p20, "p80": m.fetch.p80, "bytes floor ms": m.floor_ms,
-                     "x bytes floor": m.x_floor, "GB/s": m.gbps, "us per robot": m.fetch.median * 1e3 / n})
+        row = {"stack": r.name, "num_envs": n, "queries": n * s.frames_per_env, "gate": m.gate,
+               "fetch ms": m.fetch.median, "p20": m.fetch.p20, "p80": m.fetch.p80, "bytes floor ms": m.floor_ms,
+               "x bytes floor": m.x_floor, "GB/s": m.gbps, "us per robot": m.fetch.median * 1e3 / n}
+        if "triton" in r.stack and s.cfg.device.type == "cuda":  # what the kernel's autotune picked at this count
+            from ..motion.kernel import tuned_config
+
+            tc = tuned_config(n * s.frames_per_env)
+            row["kernel config"] = f"{tc['BLOCK_Q']} queries x {tc['num_warps']} warps" if tc else ""
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
