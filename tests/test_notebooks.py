@@ -213,7 +213,9 @@ def test_notebook_05_tiny_mg2_and_wma(tmp_path):
     import nbformat
 
     for r in runs:
-        text = "\n".join(str(o.get("text", o.get("data", {}).get("text/plain", "")))
+        # printed text and the tables (wmbook.display renders them as HTML)
+        text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
+                         + str(o.get("data", {}).get("text/html", ""))
                          for c in nbformat.read(r.executed_path, as_version=4).cells if c.cell_type == "code"
                          for o in c.get("outputs", []))
         assert "pass" in text and "FAIL" not in text and "ladder rows left out" in text and "on a CPU" in text
