@@ -36,7 +36,10 @@
 # truth on held-out episodes (`wmbook.world.eval`: PSNR, SSIM, the agent's position error). The **knee** of a curve is
 # its point with the fewest forwards within the budget: a PSNR loss against the truth of at most `quality_budget_db`
 # with ground truth; without it (random weights), frames at least `deviation_budget_db` PSNR from the full-step run's.
-# With random weights, the deviation is **solver error, not image quality**.
+# With random weights, the deviation is **solver error, not image quality**. The trained world presets (`world-mg2`,
+# `world-wma`: small models of the same code trained on `wmbook.world`, README) predict x0 directly, and `world-wma`
+# samples without the dynamic rescale (it would cost even a perfect model 6-11 dB at 10-5 steps, which this notebook
+# would then blame on the step count).
 
 # %% tags=["parameters"]
 workload = "mg2"       # mg2 (causal DiT + KV cache) | wma (video UNet + DDIM)
