@@ -218,6 +218,56 @@ def ddim_update(table: DDIMTable, j: int, x: torch.Tensor, v: torch.Tensor, gen:
     return x_prev, x0
 
 
+VIDEO_COEFS = ("sqrt_alpha", "sqrt_one_minus_alpha", "x0_coef", "eps_coef", "sigma")  # columns of `video_coef_table`
+HEAD_COEFS = ("sqrt_beta", "sqrt_alpha", "inv_sqrt_alpha", "sqrt_alpha_prev", "dir_coef")  # of `head_coef_table`
+
+
+def video_coef_table(table: DDIMTable, device=None) -> torch.Tensor:
+    """`table`'s coefficients as a float32 [steps, 5] tensor (columns `VIDEO_COEFS`), for `update_step`.
+
+    float32 is what `ddim_update` multiplies with: a Python float times a float32 tensor is rounded to float32 first
+    (round to nearest, as here), so a row of this table gives the same products."""
+    rows = [[getattr(table, k)[j] for k in VIDEO_COEFS] for j in range(len(table))]
+    return torch.tensor(rows, dtype=torch.float64).to(torch.float32).to(device)
+
+
+def head_coef_table(sched: DDIMScheduler, timesteps, device=None) -> torch.Tensor:
+    """A head's diffusers DDIM step (`DDIMScheduler.step`, epsilon prediction, clip_sample, eta 0 as the pipeline
+    calls it) at each of `timesteps`, as a float32 [steps, 5] tensor of coefficients (columns `HEAD_COEFS`), computed
+    with the operations `step` evaluates them with (float32 0-dim tensors on the CPU), so that
+
+      x0     = (sample - sqrt_beta * eps) / sqrt_alpha        (CPU; CUDA: * inv_sqrt_alpha, see `update_step`)
+      x0     = x0.clamp(-clip_sample_range, clip_sample_range)
+      x_prev = sqrt_alpha_prev * x0 + dir_coef * eps
+
+    is `step` bit for bit. `sched.set_timesteps(len(timesteps))` must have run (prev_timestep is `step`'s
+    t - num_train_timesteps // num_inference_steps, not the next entry of `timesteps`)."""
+    c = sched.config
+    if c.prediction_type != "epsilon" or not c.clip_sample or c.thresholding:
+        raise ValueError(f"head_coef_table supports the heads' epsilon, clip_sample, no-thresholding DDIM; got "
+                         f"prediction_type={c.prediction_type!r}, clip_sample={c.clip_sample!r}, "
+                         f"thresholding={c.thresholding!r}")
+    if sched.num_inference_steps != len(timesteps):
+        raise ValueError(f"the scheduler is set to {sched.num_inference_steps} steps, not {len(timesteps)}: call "
+                         f"set_timesteps first")
+    eta = 0.0  # what the pipeline steps the heads with (step's default)
+    rows = []
+    for t in timesteps:
+        t = int(t)
+        prev = t - c.num_train_timesteps // sched.num_inference_steps
+        alpha_prod_t = sched.alphas_cumprod[t]
+        alpha_prod_t_prev = sched.alphas_cumprod[prev] if prev >= 0 else sched.final_alpha_cumprod
+        beta_prod_t = 1 - alpha_prod_t
+        sqrt_alpha = alpha_prod_t ** (0.5)
+        # CUDA divides a tensor by a CPU scalar as a multiplication by its float32 reciprocal (div_true_kernel_cuda)
+        inv_sqrt_alpha = torch.ones((), dtype=sqrt_alpha.dtype) / sqrt_alpha
+        std_dev_t = eta * sched._get_variance(t, prev) ** (0.5)
+        dir_coef = (1 - alpha_prod_t_prev - std_dev_t**2) ** (0.5)
+        rows.append(torch.stack([beta_prod_t ** (0.5), sqrt_alpha, inv_sqrt_alpha, alpha_prod_t_prev ** (0.5),
+                                 dir_coef.to(sqrt_alpha.dtype)]))
+    return torch.stack(rows).to(torch.float32).to(device)
+
+
 def check_run_params(p: WMAPreset, ddim_steps=None, guidance_scale=None, guidance_rescale=None, eta=None):
     """Validated (steps, guidance_scale, guidance_rescale, eta); None -> the preset's value."""
     steps = p.default_steps if ddim_steps is None else ddim_steps
@@ -275,6 +325,9 @@ class WMAInteractionPipeline:
         self.scheduler = video_scheduler(p)
         self.action_scheduler = head_scheduler(p)
         self.state_scheduler = head_scheduler(p)
+        # 'ddim' passes step through `update_step` (device-side coefficients, one CUDA graph for every step; the
+        # cuda-graphs variant turns it on) instead of `ddim_update` + the heads' DDIMScheduler.step; same outputs
+        self.device_update = False
 
     # --- inputs ---------------------------------------------------------------------------------
     def prepare(self, seed: int = 0, image=None, instruction: str = DEFAULT_INSTRUCTION, batch: int = 1) -> WMAInputs:
@@ -338,7 +391,12 @@ class WMAInteractionPipeline:
 
         solver: 'ddim' (the reference), or 'dpmsolver++' / 'unipc' for the video latents (wmbook.pipelines.solvers:
         diffusers' multistep schedulers configured like the reference; eta and the dynamic rescale do not apply);
-        the heads keep their DDIM at the same timesteps."""
+        the heads keep their DDIM at the same timesteps.
+
+        With `self.device_update` on and solver 'ddim', each step's update is `update_step`: the coefficients of the
+        whole pass go to the device once ([steps, 5] tables), the noise is drawn eagerly (the same draw as
+        `ddim_update`'s), and one call steps video and heads with tensor arguments only (one CUDA graph serves every
+        step). Otherwise `ddim_update` and the heads' `DDIMScheduler.step`, with host float coefficients."""
         p, dev = self.preset, self.device
         b = context.shape[0]
         sched, asched, ssched = self.scheduler, self.action_scheduler, self.state_scheduler
@@ -357,6 +415,11 @@ class WMAInteractionPipeline:
             msched.set_begin_index(0)
             ts = tuple(int(t) for t in msched.timesteps.tolist())
         guided = guidance_scale != 1.0
+        on_device = self.device_update and msched is None
+        if on_device:  # one H2D copy per pass, before the loop: the step's coefficients as device tensor rows
+            vtab = video_coef_table(table, dev)
+            atab, stab = head_coef_table(asched, ts, dev), head_coef_table(ssched, ts, dev)
+            no_noise = torch.zeros((b, *p.latent_shape), device=dev)  # sigma 0: nothing drawn, zeros added
         obs_images = inputs.observation_images.to(self.dtype)
         obs_states = inputs.observation_states.to(self.dtype)
         fs = torch.full((b,), p.default_fs, dtype=torch.long, device=dev)
@@ -376,12 +439,17 @@ class WMAInteractionPipeline:
                         if guided:  # video, action and state outputs alike, as upstream
                             v, ea, es = (self._guide(c.float(), u.float(), guidance_scale, guidance_rescale)
                                          for c, u in ((v, vu), (ea, eau), (es, esu)))
-                        if msched is None:
+                        if on_device:  # the same draw, at the same point of gen's stream, as ddim_update's
+                            noise = torch.randn(v.shape, generator=gen, device=v.device, dtype=torch.float32) \
+                                if table.sigma[j] > 0.0 else no_noise
+                            x, act, st = self.update_step(x, act, st, v, ea, es, noise, vtab[j], atab[j], stab[j])
+                        elif msched is None:
                             x, _ = ddim_update(table, j, x, v.float(), gen)
                         else:
                             x = msched.step(v.float(), t, x).prev_sample
-                        act = asched.step(ea.float(), t, act).prev_sample
-                        st = ssched.step(es.float(), t, st).prev_sample
+                        if not on_device:
+                            act = asched.step(ea.float(), t, act).prev_sample
+                            st = ssched.step(es.float(), t, st).prev_sample
                     timer.mark(f"{tag}_s{j}")
         frames = None
         if decode:
@@ -389,6 +457,38 @@ class WMAInteractionPipeline:
                 frames = self.decode(x)
         timer.mark(f"{tag}_decoded")
         return PassOutput(latents=x, frames=frames, actions=act, states=st, solver=solver, timesteps=list(ts))
+
+    def update_step(self, x, act, st, v, ea, es, noise, vcoef, hcoef_a, hcoef_s):
+        """One DDIM step of the video latents and both heads with every per-step value a tensor argument:
+        (x, act, st) at the previous timestep. What the cuda-graphs variant captures once and replays every step.
+
+        vcoef: the step's row of `video_coef_table` (the video's `DDIMTable` coefficients); noise: the step's draw
+        (zeros when its sigma is 0); hcoef_a / hcoef_s: the step's rows of `head_coef_table` for the action and
+        state schedulers. The operations are `ddim_update`'s and diffusers' `DDIMScheduler.step`'s, in their order,
+        with the same float32 coefficients, so the outputs are theirs bit for bit (one exception: where sigma is 0,
+        a -0.0 of x_prev becomes +0.0 by the zeros added)."""
+        sa, s1a, x0c, epsc, sigma = vcoef.unbind(0)
+        v = v.float()
+        x0 = sa * x - s1a * v
+        eps = sa * v + s1a * x
+        x_prev = x0c * x0 + epsc * eps
+        x_prev = x_prev + sigma * noise
+        return (x_prev, self._head_step(self.action_scheduler, ea.float(), act, hcoef_a),
+                self._head_step(self.state_scheduler, es.float(), st, hcoef_s))
+
+    @staticmethod
+    def _head_step(sched: DDIMScheduler, eps: torch.Tensor, sample: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """`sched.step(eps, t, sample).prev_sample` (epsilon, clipped, eta 0) from the step's `head_coef_table` row.
+
+        diffusers divides by sqrt(alpha_bar_t), a CPU scalar: the CPU kernel divides, the CUDA kernel multiplies by
+        the float32 reciprocal (div_true_kernel_cuda); the same here, by the sample's device."""
+        sqrt_beta, sqrt_alpha, inv_sqrt_alpha, sqrt_alpha_prev, dir_coef = h.unbind(0)
+        x0 = sample - sqrt_beta * eps
+        x0 = x0 * inv_sqrt_alpha if sample.device.type == "cuda" else x0 / sqrt_alpha
+        r = sched.config.clip_sample_range
+        x0 = x0.clamp(-r, r)
+        direction = dir_coef * eps
+        return sqrt_alpha_prev * x0 + direction
 
     @staticmethod
     def _guide(cond: torch.Tensor, uncond: torch.Tensor, scale: float, rescale: float) -> torch.Tensor:

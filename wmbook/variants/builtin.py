@@ -335,8 +335,9 @@ def _ring_kv_cache(pipe, ctx: VariantContext):
 
 
 @register("cuda-graphs", family="graphs", gpu_only=True,
-          description="the denoiser forward captured in CUDA graphs (static input/output buffers, one memory pool, "
-                      "warm-up before capture) and replayed: one launch instead of thousands per forward")
+          description="the workload's graph targets captured in CUDA graphs (static input/output buffers, one memory "
+                      "pool, warm-up before capture) and replayed: the denoiser forward (and, for the UNet, the DDIM "
+                      "update of video and heads), one launch instead of thousands per forward")
 def _cuda_graphs(pipe, ctx: VariantContext):
     from ..graphs import GraphedCallable
 

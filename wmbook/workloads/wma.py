@@ -100,10 +100,15 @@ class WMAWorkload(Workload):
         return [m for blocks in (unet.input_blocks, [unet.middle_block], unet.output_blocks) for m in blocks]
 
     def graph_targets(self, pipe) -> list[GraphTarget]:
-        """One DDIM step's UNet forward with both heads (every input a tensor, the same shapes for all 2 x steps
-        forwards of an iteration): one graph, replayed for every step; the DDIM update stays eager (host float64
-        coefficients differ per step)."""
-        return [GraphTarget(pipe.model, "forward", "UNet + action/state heads forward")]
+        """One DDIM step as two graphs, each replayed for every step of both passes (every input a tensor, the same
+        shapes for all 2 x steps of an iteration): the UNet forward with both heads, and the DDIM update of video,
+        actions and states (`pipe.update_step`, switched on here with `pipe.device_update`: the step's coefficients
+        are rows of per-pass device tables, copied into the graph's inputs, not host floats). The noise of a step
+        is drawn eagerly between the two (the same draw as the eager update's), and so is classifier-free
+        guidance when on. The multistep solvers ('dpmsolver++', 'unipc') keep their eager update."""
+        pipe.device_update = True
+        return [GraphTarget(pipe.model, "forward", "UNet + action/state heads forward"),
+                GraphTarget(pipe, "update_step", "DDIM update (video + action/state heads)")]
 
     def decoder_ladder(self, device) -> list[str]:
         """The fp32 SD VAE (upstream's; a bf16 one cost a competitor 12 dB) compiled and captured per frame (GPU)."""
