@@ -23,19 +23,8 @@ GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and 
                                                                 "CUDA device")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread(one_thread):
-    """Every test of this module on one thread (tests/conftest.py)."""
-
-
-@pytest.fixture(scope="module")
-def pipe():
-    return WMAInteractionPipeline("tiny-wma", device="cpu", dtype="fp32", seed=0)
-
-
-@pytest.fixture(scope="module")
-def inputs(pipe):
-    return pipe.prepare(seed=3)
+# the tiny-wma pipeline and inputs of the pipeline tests, on one thread (module-scoped fixtures, shared)
+from test_wma_pipeline import _one_thread, inputs, pipe  # noqa: E402, F401
 
 
 def _chains(pipe, steps: int, eta: float, device, out_dtype=torch.float32, seed: int = 0) -> tuple[int, int]:
