@@ -44,6 +44,14 @@ from .compile import _compile_backend
 NOTEBOOK = "03_step_reduction"
 
 
+def _quiet(progress: bool) -> bool:
+    """tqdm's `disable`: off when asked, and in headless report runs (wmbook.run), whose TQDM_DISABLE an explicit
+    `disable=False` would override."""
+    from ..display import headless
+
+    return not progress or headless()
+
+
 def _solvers(v, ctx):
     axis = ctx["workload"].step_axis()
     if v == "auto":
@@ -198,10 +206,10 @@ def run_sweep(cfg: RunConfig, pipe, inputs, progress: bool = True) -> Sweep:
     exactly: the first round's are kept, each checked finite. Then each point's deviation from the full-step run."""
     ax = axis(cfg)
     pts = points(cfg)
-    for _ in tqdm(range(cfg.warmup), desc="warm-up", leave=False, disable=not progress):
+    for _ in tqdm(range(cfg.warmup), desc="warm-up", leave=False, disable=_quiet(progress)):
         ax.run(pipe, inputs, pts[0])
     runs: dict[int, list[SampleRun]] = {i: [] for i in range(len(pts))}
-    with tqdm(total=len(pts) * cfg.repeats, desc="sweep points x repeats", disable=not progress) as bar:
+    with tqdm(total=len(pts) * cfg.repeats, desc="sweep points x repeats", disable=_quiet(progress)) as bar:
         for rep in range(cfg.repeats):
             for i, p in enumerate(pts):
                 r = ax.run(pipe, inputs, p)
@@ -261,7 +269,7 @@ def quality(cfg: RunConfig, pipe, sweep: Sweep, progress: bool = True) -> str:
                  for i in range(cfg.options.quality_cases)]
         base = [weval.score(weval.copy_last(c), c) for c in cases]
         sweep.copy_last = {k: float(np.mean([b[k] for b in base])) for k in base[0]}
-        for r in tqdm(sweep.results, desc="quality", disable=not progress):
+        for r in tqdm(sweep.results, desc="quality", disable=_quiet(progress)):
             scores = [weval.score(weval.predict(cfg.workload, pipe, c, **ax.kwargs(r.point)), c) for c in cases]
             r.quality = {k: float(np.mean([s[k] for s in scores])) for k in scores[0]}
         sweep.quality_note = (f"Quality against ground truth: {len(cases)} held-out episode(s) of `{cfg.preset.name}` "
