@@ -31,6 +31,10 @@ def test_notebook_03_tiny_mg2_and_wma(tmp_path):
                          for c in nbformat.read(r.executed_path, as_version=4).cells if c.cell_type == "code"
                          for o in c.get("outputs", []))
         assert "Quality against ground truth skipped" in text and "solver error" in text
+        # a report run is quiet: no progress bars or warnings in the rendered notebook
+        stderr = [o["text"] for c in nbformat.read(r.executed_path, as_version=4).cells if c.cell_type == "code"
+                  for o in c.get("outputs", []) if o.get("name") == "stderr"]
+        assert not stderr, stderr[:3]
 
 
 def test_notebook_03_rejects_bad_parameter_before_work(tmp_path):
