@@ -152,25 +152,32 @@ if triton is not None:
             y = y * tl.sigmoid(y)
             tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
 
-
     @triton.jit
-    def _cl_tile(x_ptr, add_ptr, C, S, spans, k, HAS_ADD: tl.constexpr, BLOCK_S: tl.constexpr,
-                 BLOCK_C: tl.constexpr, ITERS: tl.constexpr):
-        """Tile k (of ITERS) of this program's span of positions (grid: batch x spans, channel blocks): the
-        [BLOCK_S, BLOCK_C] channels-last block of x (+ add rounded to x's dtype) in fp32 (0 where masked), its mask,
-        offsets, channel indices, batch element and position count (0 past the end)."""
+    def _cl_program(add_ptr, C, spans, HAS_ADD: tl.constexpr, BLOCK_C: tl.constexpr):
+        """This program's batch element, span and channel indices (grid: batch x spans, channel blocks), and the
+        time-embedding add of those channels in fp32 (HAS_ADD; else unused zeros), loaded once for all its tiles."""
         pid = tl.program_id(0)
         b = (pid // spans).to(tl.int64)
-        s0 = ((pid % spans) * ITERS + k) * BLOCK_S
         c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        if HAS_ADD:
+            a = tl.load(add_ptr + b * C + c, mask=c < C, other=0.0).to(tl.float32)
+        else:
+            a = tl.zeros([BLOCK_C], dtype=tl.float32)
+        return b, pid % spans, c, a
+
+    @triton.jit
+    def _cl_tile(x_ptr, a, b, span, c, k, C, S, HAS_ADD: tl.constexpr, BLOCK_S: tl.constexpr,
+                 ITERS: tl.constexpr):
+        """Tile k (of ITERS) of the span: the [BLOCK_S, channels] channels-last block of x (+ a, rounded to x's dtype
+        like the model's h + emb) in fp32 (0 where masked), its mask, offsets and position count (0 past the end)."""
+        s0 = (span * ITERS + k) * BLOCK_S
         s = s0 + tl.arange(0, BLOCK_S)
         m = (s[:, None] < S) & (c[None, :] < C)
         off = b * C * S + s[:, None].to(tl.int64) * C + c[None, :]
         x = tl.load(x_ptr + off, mask=m, other=0.0)
         if HAS_ADD:
-            a = tl.load(add_ptr + b * C + c, mask=c < C, other=0.0)
-            x = (x.to(tl.float32) + a[None, :].to(tl.float32)).to(x_ptr.dtype.element_ty)
-        return tl.where(m, x.to(tl.float32), 0.0), m, off, c, b, tl.maximum(tl.minimum(BLOCK_S, S - s0), 0)
+            x = (x.to(tl.float32) + a[None, :]).to(x_ptr.dtype.element_ty)
+        return tl.where(m, x.to(tl.float32), 0.0), m, off, tl.maximum(tl.minimum(BLOCK_S, S - s0), 0)
 
     @triton.jit
     def _gn_cl_stats_kernel(
@@ -185,13 +192,12 @@ if triton is not None:
         BLOCK_C: tl.constexpr,
         ITERS: tl.constexpr,
     ):
-        b = (tl.program_id(0) // spans).to(tl.int64)
-        c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        b, span, c, a = _cl_program(add_ptr, C, spans, HAS_ADD, BLOCK_C)
         count = tl.zeros([BLOCK_C], dtype=tl.float32)
         mean = tl.zeros([BLOCK_C], dtype=tl.float32)
         m2 = tl.zeros([BLOCK_C], dtype=tl.float32)
         for k in range(ITERS):  # each tile's exact (mean, M2) per channel, merged into the span's (Chan)
-            x, m, _, _, _, n_pos = _cl_tile(x_ptr, add_ptr, C, S, spans, k, HAS_ADD, BLOCK_S, BLOCK_C, ITERS)
+            x, m, _, n_pos = _cl_tile(x_ptr, a, b, span, c, k, C, S, HAS_ADD, BLOCK_S, ITERS)
             n_blk = n_pos.to(tl.float32)
             mean_blk = tl.sum(x, axis=0) / tl.maximum(n_blk, 1.0)
             d = tl.where(m, x - mean_blk[None, :], 0.0)
@@ -202,7 +208,7 @@ if triton is not None:
             mean = mean + delta * w
             m2 = m2 + m2_blk + delta * delta * count * w
             count = total
-        base = part_ptr + ((b * spans + tl.program_id(0) % spans) * 2) * C
+        base = part_ptr + ((b * spans + span) * 2) * C
         tl.store(base + c, mean, mask=c < C)
         tl.store(base + C + c, m2, mask=c < C)
 
@@ -272,13 +278,12 @@ if triton is not None:
         BLOCK_C: tl.constexpr,
         ITERS: tl.constexpr,
     ):
-        b = (tl.program_id(0) // spans).to(tl.int64)
-        c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        b, span, c, a = _cl_program(add_ptr, C, spans, HAS_ADD, BLOCK_C)
         sc = tl.load(scale_ptr + b * C + c, mask=c < C, other=0.0)
         mu = tl.load(mean_ptr + b * C + c, mask=c < C, other=0.0)
         bb = tl.load(bias_ptr + c, mask=c < C, other=0.0).to(tl.float32)
         for k in range(ITERS):
-            x, m, off, _, _, _ = _cl_tile(x_ptr, add_ptr, C, S, spans, k, HAS_ADD, BLOCK_S, BLOCK_C, ITERS)
+            x, m, off, _ = _cl_tile(x_ptr, a, b, span, c, k, C, S, HAS_ADD, BLOCK_S, ITERS)
             y = (x - mu[None, :]) * sc[None, :] + bb[None, :]  # x - mean first: no cancellation when |mean| >> std
             y = y * tl.sigmoid(y)
             tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
