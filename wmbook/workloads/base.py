@@ -136,7 +136,27 @@ class Workload:
 
     # --- building --------------------------------------------------------------------------------------
     def pipeline(self, preset, device: torch.device, dtype: torch.dtype, vae_dtype: torch.dtype, seed: int = 0):
-        raise NotImplementedError
+        """The reference pipeline at `preset`; a trained world preset's comes with its shipped weights, loaded strictly
+        (wmbook.world.weights; `seed` then seeds sampling only)."""
+        from ..world.weights import build_world_pipeline, is_world_preset
+
+        if is_world_preset(preset):
+            return build_world_pipeline(self, preset, device=device, dtype=dtype, vae_dtype=vae_dtype)
+        return self.new_pipeline(preset, device, dtype, vae_dtype, seed)
+
+    def new_pipeline(self, preset, device, dtype, vae_dtype, seed: int = 0):
+        """A freshly built pipeline of this workload (random weights): what `pipeline` and the world models build on."""
+        raise NotImplementedError(f"workload {self.name!r} builds no denoising pipeline")
+
+    # --- the trained world models (wmbook.world: workloads with the `world` feature) ----------------------
+    def world_case(self, pipe, episode_for, seed: int, start, num_blocks, sample_seed: int):
+        """The pipeline inputs and ground truth of a held-out episode: a wmbook.world.eval.Case. episode_for(n) renders
+        the held-out episode's first n frames."""
+        raise NotImplementedError(f"workload {self.name!r} has no world model")
+
+    def world_predict(self, pipe, case, **sampling):
+        """(uint8 [T, H, W, 3] frames aligned with case.target, the pipeline's output): one run on a Case."""
+        raise NotImplementedError(f"workload {self.name!r} has no world model")
 
     def reference_pipeline(self, preset, device: torch.device, seed: int = 0):
         """The fp32 eager reference (fp32 VAE too): every ladder row starts from a copy of it."""

@@ -48,7 +48,7 @@ class Mg2Workload(Workload):
     presets = {k: v for k, v in PRESETS.items()}
     real_preset = "mg2-universal"
     tiny_preset = "tiny"
-    features = frozenset({"denoiser", "kv_cache", "action_modules", "cross_attention_cache", "streaming_decoder",
+    features = frozenset({"denoiser", "world", "kv_cache", "action_modules", "cross_attention_cache", "streaming_decoder",
                           "frame_decoder", "block_causal_attention"})
     # notebook 04's goals at the real shape (H100, bf16): forward within 1.5x its FLOP floor with compile,
     # regional cold compile under 60 s
@@ -73,12 +73,39 @@ class Mg2Workload(Workload):
         check_blocks(preset, name, size.blocks)
 
     # --- building --------------------------------------------------------------------------------------
-    def pipeline(self, preset, device, dtype, vae_dtype, seed: int = 0) -> CausalStreamingPipeline:
-        from ..world.weights import build_world_pipeline, is_world_preset
-
-        if is_world_preset(preset):  # a trained world model: its shipped weights, loaded strictly (seed: sampling only)
-            return build_world_pipeline("mg2", preset, device=device, dtype=dtype, vae_dtype=vae_dtype)
+    def new_pipeline(self, preset, device, dtype, vae_dtype, seed: int = 0) -> CausalStreamingPipeline:
         return CausalStreamingPipeline(preset, device=device, dtype=dtype, vae_dtype=vae_dtype, seed=seed)
+
+    def world_case(self, pipe, episode_for, seed: int, start, num_blocks, sample_seed: int):
+        """Conditioning: the episode's frame `start` (default 0, the agent at rest) and the true keyboard / mouse of
+        the next 1 + 4(F - 1) frames; target: the 4(F - 1) frames after it (the generated frame 0 reconstructs the
+        conditioning frame and is not scored)."""
+        from ..models.vae import pixel_frames_for
+        from ..world.eval import Case
+
+        p = pipe.preset
+        nb = p.default_blocks if num_blocks is None else num_blocks
+        if isinstance(nb, bool) or not isinstance(nb, int) or nb < 1:
+            raise ValueError(f"num_blocks={num_blocks!r} is not allowed; allowed values: a positive integer")
+        start = 0 if start is None else start
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"start={start!r} is not allowed; allowed values: an integer >= 0")
+        n_pix = pixel_frames_for(nb * p.num_frame_per_block, True)
+        ep = episode_for(start + n_pix)
+        sl = slice(start, start + n_pix)
+        img = torch.from_numpy(ep.frames[start]).permute(2, 0, 1).float() / 127.5 - 1
+        inputs = pipe.prepare(nb, image=img, seed=sample_seed)
+        if inputs.actions is not None:
+            inputs.actions = {"keyboard": torch.from_numpy(ep.keyboard[sl])[None].to(pipe.device, pipe.dtype),
+                              "mouse": torch.from_numpy(ep.mouse[sl])[None].to(pipe.device, pipe.dtype)}
+        tgt = slice(start + 1, start + n_pix)
+        return Case(workload=self.name, seed=int(seed), start=start, inputs=inputs, target=ep.frames[tgt],
+                    target_xy=ep.agent_xy[tgt], target_visible=ep.agent_visible[tgt], last=ep.frames[start],
+                    num_blocks=nb)
+
+    def world_predict(self, pipe, case, **sampling):
+        out = pipe.generate(case.inputs, progress=False, **sampling)
+        return pipe.postprocess(out.frames)[1:], out
 
     def build(self, cfg) -> tuple[CausalStreamingPipeline, StreamInputs]:
         pipe = self.pipeline(cfg.preset, cfg.device, cfg.dtype, cfg.vae_dtype, cfg.seed)

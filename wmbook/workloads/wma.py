@@ -43,7 +43,7 @@ class WMAWorkload(Workload):
     presets = {k: v for k, v in WMA_PRESETS.items()}
     real_preset = "wma"
     tiny_preset = "tiny-wma"
-    features = frozenset({"denoiser", "unet", "ddim", "frame_decoder"})
+    features = frozenset({"denoiser", "world", "unet", "ddim", "frame_decoder"})
     goals = {"ddim_step_speedup": 2.0}  # notebook 04's goal: at least 2x per DDIM step over fp32 eager
     published_title = ("video UNet + DDIM (wma)** — 50 DDIM steps per pass, two passes per iteration, CFG 1.0, "
                        "VAE fp32")
@@ -69,12 +69,45 @@ class WMAWorkload(Workload):
         return torch.float32
 
     # --- building --------------------------------------------------------------------------------------
-    def pipeline(self, preset, device, dtype, vae_dtype, seed: int = 0) -> WMAInteractionPipeline:
-        from ..world.weights import build_world_pipeline, is_world_preset
-
-        if is_world_preset(preset):  # a trained world model: its shipped weights, loaded strictly (seed: sampling only)
-            return build_world_pipeline("wma", preset, device=device, dtype=dtype, vae_dtype=vae_dtype)
+    def new_pipeline(self, preset, device, dtype, vae_dtype, seed: int = 0) -> WMAInteractionPipeline:
         return WMAInteractionPipeline(preset, device=device, dtype=dtype, vae_dtype=vae_dtype, seed=seed)
+
+    def world_case(self, pipe, episode_for, seed: int, start, num_blocks, sample_seed: int):
+        """Observation: frames (and states) start - n_obs + 1 .. start (default start n_obs + 6: the agent already
+        moves); the world-model pass gets the true actions taken at frames start .. start + T - 1 (the decision pass
+        still runs, as in the reference iteration); target: frames start + 1 .. start + T."""
+        from ..pipelines.ddim import DEFAULT_INSTRUCTION
+        from ..world.env import ACTION_DIM, STATE_DIM
+        from ..world.eval import Case
+
+        p, dev = pipe.preset, pipe.device
+        if num_blocks is not None:
+            raise ValueError("num_blocks is an mg2 option; the wma workload predicts the preset's `frames` frames")
+        n_obs, t = p.n_obs_steps, p.frames
+        start = n_obs + 6 if start is None else start
+        if isinstance(start, bool) or not isinstance(start, int) or start < n_obs - 1:
+            raise ValueError(f"start={start!r} is not allowed; allowed values: an integer >= {n_obs - 1}")
+        if (p.agent_state_dim, p.agent_action_dim) != (STATE_DIM, ACTION_DIM):
+            raise ValueError(f"preset {p.name!r} has state/action dims {p.agent_state_dim}/{p.agent_action_dim}; the "
+                             f"world's are {(STATE_DIM, ACTION_DIM)}")
+        ep = episode_for(start + t + 1)
+        obs = slice(start - n_obs + 1, start + 1)
+        images = torch.from_numpy(ep.frames[obs]).permute(3, 0, 1, 2).float() / 127.5 - 1  # [3, n_obs, H, W]
+        inputs = WMAInputs(seed=sample_seed, observation_images=images[None].to(dev),
+                           observation_states=torch.from_numpy(ep.state[obs])[None].to(dev),
+                           actions=torch.zeros(1, p.horizon, p.agent_action_dim, device=dev),
+                           instruction=DEFAULT_INSTRUCTION)
+        acts = torch.from_numpy(ep.action[start:start + t])[None].to(dev)
+        tgt = slice(start + 1, start + t + 1)
+        return Case(workload=self.name, seed=int(seed), start=start, inputs=inputs, target=ep.frames[tgt],
+                    target_xy=ep.agent_xy[tgt], target_visible=ep.agent_visible[tgt], last=ep.frames[start],
+                    world_actions=acts)
+
+    def world_predict(self, pipe, case, **sampling):
+        from ..pipelines.ddim import to_uint8_video
+
+        out = pipe.run_iteration(case.inputs, world_actions=case.world_actions, progress=False, **sampling)
+        return to_uint8_video(out.world.frames), out
 
     def build(self, cfg) -> tuple[WMAInteractionPipeline, WMAInputs]:
         pipe = self.pipeline(cfg.preset, cfg.device, cfg.dtype, cfg.vae_dtype, cfg.seed)

@@ -51,16 +51,24 @@ class Case:
     num_blocks: int | None = None  # mg2
 
 
-def _workload_name(workload) -> str:
-    name = getattr(workload, "name", workload)
-    if name not in ("mg2", "wma"):
-        raise ValueError(f"workload={name!r} is not allowed; allowed values: ['mg2', 'wma']")
-    return name
+def _workload(workload):
+    """The Workload object of `workload` (a name or one), which must have a world model (the `world` feature)."""
+    from .. import workloads
+
+    wl = workloads.get(getattr(workload, "name", workload))
+    if "world" not in wl.features:
+        allowed = [w.name for w in workloads.all_workloads() if "world" in w.features]
+        raise ValueError(f"workload={wl.name!r} is not allowed; allowed values: {allowed}")
+    return wl
+
+
+def _check_seed(seed) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed={seed!r} is not allowed; allowed values: an integer >= 0")
 
 
 def heldout_episode(seed: int, num_frames: int):
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed={seed!r} is not allowed; allowed values: an integer >= 0")
+    _check_seed(seed)
     return render_episode(HELDOUT_BASE + int(seed), num_frames)
 
 
@@ -72,83 +80,26 @@ def heldout_case(workload, pipe, seed: int, *, start: int | None = None, num_blo
     n_obs + 6 for wma, so the agent already moves); num_blocks (mg2): blocks to generate (default: the preset's);
     sample_seed: the seed of the sampling noise (default: `seed`)."""
     from .env import VIEW
-
     from .weights import workload_of
 
-    wl = _workload_name(workload)
+    wl = _workload(workload)
     p = pipe.preset
-    if not is_world_preset(p) or workload_of(p) != wl or (p.height, p.width) != (VIEW, VIEW):
-        raise ValueError(f"the pipeline's preset {p.name!r} is not a world preset of workload {wl!r} making "
+    if not is_world_preset(p) or workload_of(p) != wl.name or (p.height, p.width) != (VIEW, VIEW):
+        raise ValueError(f"the pipeline's preset {p.name!r} is not a world preset of workload {wl.name!r} making "
                          f"{VIEW}x{VIEW} frames (what wmbook.world renders)")
     sample_seed = seed if sample_seed is None else sample_seed
-    dev = pipe.device
-    if wl == "mg2":
-        from ..models.vae import pixel_frames_for
-
-        nb = p.default_blocks if num_blocks is None else num_blocks
-        if isinstance(nb, bool) or not isinstance(nb, int) or nb < 1:
-            raise ValueError(f"num_blocks={num_blocks!r} is not allowed; allowed values: a positive integer")
-        start = 0 if start is None else start
-        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-            raise ValueError(f"start={start!r} is not allowed; allowed values: an integer >= 0")
-        n_pix = pixel_frames_for(nb * p.num_frame_per_block, True)
-        ep = heldout_episode(seed, start + n_pix)
-        sl = slice(start, start + n_pix)
-        img = torch.from_numpy(ep.frames[start]).permute(2, 0, 1).float() / 127.5 - 1
-        inputs = pipe.prepare(nb, image=img, seed=sample_seed)
-        if inputs.actions is not None:
-            inputs.actions = {"keyboard": torch.from_numpy(ep.keyboard[sl])[None].to(dev, pipe.dtype),
-                              "mouse": torch.from_numpy(ep.mouse[sl])[None].to(dev, pipe.dtype)}
-        tgt = slice(start + 1, start + n_pix)
-        return Case(workload=wl, seed=int(seed), start=start, inputs=inputs, target=ep.frames[tgt],
-                    target_xy=ep.agent_xy[tgt], target_visible=ep.agent_visible[tgt], last=ep.frames[start],
-                    num_blocks=nb)
-    from ..pipelines.ddim import DEFAULT_INSTRUCTION, WMAInputs
-
-    if num_blocks is not None:
-        raise ValueError("num_blocks is an mg2 option; the wma workload predicts the preset's `frames` frames")
-    n_obs, t = p.n_obs_steps, p.frames
-    start = n_obs + 6 if start is None else start
-    if isinstance(start, bool) or not isinstance(start, int) or start < n_obs - 1:
-        raise ValueError(f"start={start!r} is not allowed; allowed values: an integer >= {n_obs - 1}")
-    if p.agent_state_dim != ep_dims()[0] or p.agent_action_dim != ep_dims()[1]:
-        raise ValueError(f"preset {p.name!r} has state/action dims {p.agent_state_dim}/{p.agent_action_dim}; the "
-                         f"world's are {ep_dims()}")
-    ep = heldout_episode(seed, start + t + 1)
-    obs = slice(start - n_obs + 1, start + 1)
-    images = torch.from_numpy(ep.frames[obs]).permute(3, 0, 1, 2).float() / 127.5 - 1  # [3, n_obs, H, W]
-    inputs = WMAInputs(seed=sample_seed, observation_images=images[None].to(dev),
-                       observation_states=torch.from_numpy(ep.state[obs])[None].to(dev),
-                       actions=torch.zeros(1, p.horizon, p.agent_action_dim, device=dev),
-                       instruction=DEFAULT_INSTRUCTION)
-    acts = torch.from_numpy(ep.action[start:start + t])[None].to(dev)
-    tgt = slice(start + 1, start + t + 1)
-    return Case(workload=wl, seed=int(seed), start=start, inputs=inputs, target=ep.frames[tgt],
-                target_xy=ep.agent_xy[tgt], target_visible=ep.agent_visible[tgt], last=ep.frames[start],
-                world_actions=acts)
-
-
-def ep_dims() -> tuple[int, int]:
-    from .env import ACTION_DIM, STATE_DIM
-
-    return STATE_DIM, ACTION_DIM
+    _check_seed(seed)
+    return wl.world_case(pipe, lambda n: heldout_episode(seed, n), seed, start, num_blocks, sample_seed)
 
 
 def predict(workload, pipe, case: Case, *, return_output: bool = False, **sampling):
     """Run the pipeline on a case -> uint8 [T, H, W, 3] aligned with `case.target` (and the pipeline's output object
     when return_output=True). `sampling` goes unchanged to CausalStreamingPipeline.generate (mg2) or
     WMAInteractionPipeline.run_iteration (wma)."""
-    wl = _workload_name(workload)
-    if wl != case.workload:
-        raise ValueError(f"case is a {case.workload!r} case, not {wl!r}")
-    if wl == "mg2":
-        out = pipe.generate(case.inputs, progress=False, **sampling)
-        video = pipe.postprocess(out.frames)[1:]
-    else:
-        from ..pipelines.ddim import to_uint8_video
-
-        out = pipe.run_iteration(case.inputs, world_actions=case.world_actions, progress=False, **sampling)
-        video = to_uint8_video(out.world.frames)
+    wl = _workload(workload)
+    if wl.name != case.workload:
+        raise ValueError(f"case is a {case.workload!r} case, not {wl.name!r}")
+    video, out = wl.world_predict(pipe, case, **sampling)
     if video.shape != case.target.shape:
         raise ValueError(f"prediction {video.shape} does not match the target {case.target.shape}")
     return (video, out) if return_output else video

@@ -71,13 +71,16 @@ def _token_key(sd: dict) -> str:
 
 
 def pipeline_state(pipe, workload: str, dtype=torch.bfloat16) -> dict:
-    """The weights file's content for a pipeline of a world preset (model in `dtype`, encoders as they are)."""
-    if workload not in ("mg2", "wma"):
-        raise ValueError(f"workload={workload!r} is not allowed; allowed values: ['mg2', 'wma']")
+    """The weights file's content for a pipeline of a world preset (model in `dtype`, encoders as they are: the CLIP
+    tower, and the text tower where the pipeline has one)."""
+    own = workload_of(pipe.preset)
+    if workload != own:
+        raise ValueError(f"workload={workload!r} is not allowed for preset {pipe.preset.name!r}; allowed values: "
+                         f"[{own!r}]")
     model = {k: (v.detach().to("cpu", dtype) if v.is_floating_point() else v.detach().cpu())
              for k, v in pipe.model.state_dict().items()}
     enc = {"clip": {k: v.detach().cpu() for k, v in pipe.clip.state_dict().items()}}
-    if workload == "wma":
+    if getattr(pipe, "text", None) is not None:
         text = {k: v.detach().cpu() for k, v in pipe.text.state_dict().items()}
         key = _token_key(text)
         ids = _text_token_ids()
@@ -122,7 +125,9 @@ def load_weights(pipe, workload: str, path=None) -> dict:
     enc = state["encoders"]
     load_checked(pipe.model, state["model"], strict=True, what=f"world weights {path.name} (model)")
     load_checked(pipe.clip, enc["clip"], strict=True, what=f"world weights {path.name} (clip)")
-    if workload == "wma":
+    if ("text" in enc) != (getattr(pipe, "text", None) is not None):
+        raise ValueError(f"{str(path)!r} and this pipeline disagree on a text encoder")
+    if "text" in enc:
         text = dict(enc["text"])
         full = pipe.text.state_dict()
         key = _token_key(full)
@@ -133,16 +138,17 @@ def load_weights(pipe, workload: str, path=None) -> dict:
     return state
 
 
-def build_world_pipeline(workload: str, preset, device="auto", dtype="auto", vae_dtype="auto", weights=True):
-    """A pipeline of a world preset: frozen encoders from the preset's encoder seed, then (weights=True) the shipped
-    weights loaded strictly (checked to exist before anything is built); weights=False: random weights; a path:
-    that file."""
+def build_world_pipeline(workload, preset, device="auto", dtype="auto", vae_dtype="auto", weights=True):
+    """A pipeline of a world preset (workload: a Workload or its name): frozen encoders from the preset's encoder
+    seed, then (weights=True) the shipped weights loaded strictly (checked to exist before anything is built);
+    weights=False: random weights; a path: that file."""
+    from .. import workloads
     from ..presets import ALL_PRESETS
 
     p = ALL_PRESETS[preset] if isinstance(preset, str) else preset
     wl = workload_of(p)
-    if wl != workload:
-        raise ValueError(f"preset={p.name!r} belongs to workload {wl!r}, not {workload!r}")
+    if wl != getattr(workload, "name", workload):
+        raise ValueError(f"preset={p.name!r} belongs to workload {wl!r}, not {getattr(workload, 'name', workload)!r}")
     path = None
     if weights is True:
         path = weights_path(p)
@@ -150,14 +156,7 @@ def build_world_pipeline(workload: str, preset, device="auto", dtype="auto", vae
         path = Path(weights)
     if path is not None and not path.is_file():
         read_weights(path)  # raises FileNotFoundError naming the file
-    if wl == "mg2":
-        from ..pipelines.causal import CausalStreamingPipeline
-
-        pipe = CausalStreamingPipeline(p, device=device, dtype=dtype, vae_dtype=vae_dtype, seed=p.encoder_seed)
-    else:
-        from ..pipelines.ddim import WMAInteractionPipeline
-
-        pipe = WMAInteractionPipeline(p, device=device, dtype=dtype, vae_dtype=vae_dtype, seed=p.encoder_seed)
+    pipe = workloads.get(wl).new_pipeline(p, device, dtype, vae_dtype, seed=p.encoder_seed)
     if path is not None:
         load_weights(pipe, wl, path)
     return pipe
