@@ -185,6 +185,20 @@ def compare(
     )
 
 
+
+def frame_psnr(a, b, peak: float = 255.0):
+    """PSNR (dB) of each frame of two equal-shape videos [T, ...] (numpy arrays, e.g. uint8 frames): a float64
+    array, inf where a frame is identical."""
+    import numpy as np
+
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
+    mse = ((a - b) ** 2).reshape(len(a), -1).mean(axis=1)
+    with np.errstate(divide="ignore"):
+        return 10 * np.log10(peak**2 / mse)
+
+
 def gate(out, ref, *, dtype="fp32", what: str = "output", **kwargs) -> CheckResult:
     """compare(), raising CorrectnessError naming `what` when the result does not pass."""
     res = compare(out, ref, dtype=dtype, **kwargs)

@@ -121,12 +121,9 @@ def _as_video(x, name: str) -> np.ndarray:
 
 def psnr(a, b) -> np.ndarray:
     """Per-frame PSNR (dB, peak 255) of two uint8 videos [T, H, W, 3]; inf where identical."""
-    a, b = _as_video(a, "a"), _as_video(b, "b")
-    if a.shape != b.shape:
-        raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
-    mse = ((a.astype(np.float64) - b.astype(np.float64)) ** 2).mean(axis=(1, 2, 3))
-    with np.errstate(divide="ignore"):
-        return 10 * np.log10(255.0**2 / mse)
+    from ..check import frame_psnr
+
+    return frame_psnr(_as_video(a, "a"), _as_video(b, "b"))
 
 
 def ssim(a, b) -> np.ndarray:
