@@ -52,6 +52,43 @@ def _sdpa(q, k, v, mask=None):
                                           attn_mask=mask).transpose(1, 2)
 
 
+# --- batches over the CUDA grid limit --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "per_sample", "frames"])
+@pytest.mark.parametrize("backend", ["auto", "math"])
+def test_batch_over_the_grid_limit_is_split_and_equal(monkeypatch, mask_kind, backend):
+    """A batch above MAX_SDPA_BATCH runs as several calls (a per-sample mask split with it, a shared mask not) and
+    gives exactly the one-call result; the real limit is 65535 (see the CUDA test below)."""
+    q, k, v = _qkv(b=7, lq=12, lk=12)
+    mask = {"none": None, "per_sample": _key_mask(7, 12),
+            "frames": _frame_mask(4, 2, -1, 3)}[mask_kind]
+    want = _sdpa(q, k, v, mask)
+    calls = []
+    set_attention_backend(backend)
+    if backend == "auto":
+        real = F.scaled_dot_product_attention
+        monkeypatch.setattr(attn.F, "scaled_dot_product_attention",
+                            lambda *a, **kw: calls.append(a[0].shape[0]) or real(*a, **kw))
+    monkeypatch.setattr(attn, "MAX_SDPA_BATCH", 3)
+    got = attention(q, k, v, mask)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    if backend == "auto":
+        assert calls == [3, 3, 1]
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="the 65535-block grid limit is a CUDA one")
+def test_batch_of_65536_sequences_runs_on_cuda():
+    """world-wma's temporal attention at training batch 256 (256 x 16 x 16 sequences) failed with 'invalid argument'
+    on the H100 before the split."""
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    q, k, v = (torch.randn(65536 + 5, 8, 2, 32, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(3))
+    out = attention(q, k, v)
+    torch.testing.assert_close(out[-5:], _sdpa(q[-5:], k[-5:], v[-5:]), rtol=0, atol=0)
+    torch.testing.assert_close(out[:4], _sdpa(q[:4], k[:4], v[:4]), rtol=2e-2, atol=2e-2)
+
+
 # --- the switch ---------------------------------------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 run in Triton's interpreter on the CPU), the kernel cases of both workloads pass their gate, the fp8 variant says why
 it cannot run here."""
 
+import dataclasses
 import importlib.util
 
 import pytest
@@ -107,7 +108,8 @@ def test_sage_attention_row_on_gpu():
     dev = torch.device("cuda")
     wl = workloads.get("mg2")
     # head dim 64: what SageAttention takes (the tiny preset's 16 would all fall back to SDPA)
-    preset = wl.presets["tiny"].with_(dim=128, num_heads=2)
+    tiny = wl.presets["tiny"]
+    preset = tiny.with_(dim=128, num_heads=2, action=dataclasses.replace(tiny.action, img_hidden_size=128))
     pipe = wl.reference_pipeline(preset, dev)
     from wmbook.variants import GlobalFlags
 

@@ -61,6 +61,16 @@ class CausalWanPreset:
     clip: str = "real"  # key for wmbook.models.clip.clip_vision_config
     tiny: bool = False
 
+    def __post_init__(self):
+        # the action modules add into the DiT's residual stream, so their image width is the model width (upstream
+        # Matrix-Game-2: action_config.img_hidden_size == dim); a mismatch would fail deep inside the first forward
+        if self.action is not None and self.action.img_hidden_size != self.dim:
+            raise ValueError(f"preset {self.name!r}: action.img_hidden_size={self.action.img_hidden_size} must equal "
+                             f"dim={self.dim} (the action modules write into the DiT's residual stream); "
+                             f"change both, e.g. preset.with_(dim=d, action=replace(preset.action, img_hidden_size=d))")
+        if self.dim % self.num_heads:
+            raise ValueError(f"preset {self.name!r}: dim={self.dim} must be a multiple of num_heads={self.num_heads}")
+
     @property
     def latent_hw(self) -> tuple[int, int]:
         return self.height // 8, self.width // 8

@@ -43,11 +43,30 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     [B, 1, 1, Lk] (a per-sample key mask, as the WMA action cross-attention passes). Every backend
     accepts both (flash_attn: no mask); the flex backend also takes a BlockMask.
     """
+    if q.shape[0] > MAX_SDPA_BATCH:
+        return _batch_chunked(q, k, v, mask)
     run = _RUN  # the one global lookup `auto` pays
     if run is None:
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
         return out.transpose(1, 2)
     return run(q, k, v, mask)
+
+
+# CUDA attention kernels put the batch on a grid dimension limited to 65535 blocks: a larger batch fails with
+# "CUDA error: invalid argument" (seen on the H100 training world-wma at batch 256: its temporal attention runs over
+# 256 samples x 16 x 16 latent positions = 65536 sequences). Larger batches are split into calls of at most this many.
+MAX_SDPA_BATCH = 65535
+
+
+def _batch_chunked(q, k, v, mask):
+    n = q.shape[0]
+    per_sample = mask is not None and not isinstance(mask, BlockMask) and mask.dim() == 4 and mask.shape[0] == n
+    outs = []
+    for i in range(0, n, MAX_SDPA_BATCH):
+        j = min(i + MAX_SDPA_BATCH, n)
+        outs.append(attention(q[i:j], k[i:j] if k.shape[0] == n else k, v[i:j] if v.shape[0] == n else v,
+                              mask[i:j] if per_sample else mask))
+    return torch.cat(outs)
 
 
 def small_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
