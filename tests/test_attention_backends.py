@@ -241,18 +241,38 @@ def test_sage_gets_nhd_and_a_smoothed_copy_of_k_and_leaves_masks_to_sdpa(monkeyp
 
     monkeypatch.setattr(attn, "_sage_func", lambda: fake_sageattn)
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, n, 2, 64, generator=g) for n in (40, 56, 56))
+    q, k, v = (torch.randn(2, n, 2, 64, generator=g) for n in (40, 128, 128))
     k = k + 3.0  # a large mean: what the smoothing removes
     k_before = k.clone()
     attn.reset_sage_call_counts()
     with attention_backend("sage"):
         torch.testing.assert_close(attention(q, k, v), _sdpa(q, k, v), rtol=1e-4, atol=1e-4)  # softmax invariant
-        torch.testing.assert_close(attention(q, k, v, _key_mask(2, 56)), _sdpa(q, k, v, _key_mask(2, 56)))
+        torch.testing.assert_close(attention(q, k, v, _key_mask(2, 128)), _sdpa(q, k, v, _key_mask(2, 128)))
         q16, k16, v16 = _qkv()
         attention(q16, k16, v16)
+        # 56 keys: a partial 64-key block, which sageattention 1.0.6 scores wrongly (SAGE_KV_BLOCK)
+        torch.testing.assert_close(attention(q, k[:, :56], v[:, :56]), _sdpa(q, k[:, :56], v[:, :56]))
     assert torch.equal(k, k_before)  # the caller's k (a cache) untouched
     assert [s[:3] for s in seen] == [("NHD", False, False)] and seen[0][3] < 1e-5
-    assert attn.sage_call_counts() == {"sage": 1, "sdpa (mask)": 1, "sdpa (head_dim 16)": 1}
+    assert attn.sage_call_counts() == {"sage": 1, "sdpa (mask)": 1, "sdpa (head_dim 16)": 1, "sdpa (kv_len 56 % 64)": 1}
+
+
+@pytest.mark.skipif(not HAS_CUDA or importlib.util.find_spec("sageattention") is None,
+                    reason="SageAttention needs a CUDA GPU and the sageattention package")
+@pytest.mark.parametrize("lk", [128, 2640, 5280])  # 2640 / 5280: mg2-universal's 3 / 6 frames of 880 tokens
+def test_real_sage_is_close_to_sdpa_at_every_key_length(lk):
+    """The real kernel through the backend: whole 64-key blocks go to SageAttention (int8 Q/K: within a few percent),
+    partial ones to SDPA (exact), so no key length gets sageattention 1.0.6's zero-padded-key error."""
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    q = torch.randn(1, 256, 4, 64, device=dev, generator=g, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, lk, 4, 64, device=dev, generator=g, dtype=torch.bfloat16) for _ in range(2))
+    want = _sdpa(q.float(), k.float(), v.float())
+    attn.reset_sage_call_counts()
+    with attention_backend("sage"):
+        got = attention(q, k, v).float()
+    assert attn.sage_call_counts() == ({"sage": 1} if lk % 64 == 0 else {f"sdpa (kv_len {lk} % 64)": 1})
+    assert ((got - want).norm() / want.norm()).item() < 0.05
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the CPU-only message")

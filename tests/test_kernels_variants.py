@@ -107,9 +107,11 @@ def test_sage_attention_row_on_gpu():
 
     dev = torch.device("cuda")
     wl = workloads.get("mg2")
-    # head dim 64: what SageAttention takes (the tiny preset's 16 would all fall back to SDPA)
+    # head dim 64 and 64 tokens a frame (128 x 128 pixels): what SageAttention takes (the tiny preset's head dim 16
+    # and 16 tokens a frame would all fall back to SDPA)
     tiny = wl.presets["tiny"]
-    preset = tiny.with_(dim=128, num_heads=2, action=dataclasses.replace(tiny.action, img_hidden_size=128))
+    preset = tiny.with_(height=128, width=128, dim=128, num_heads=2,
+                        action=dataclasses.replace(tiny.action, img_hidden_size=128))
     pipe = wl.reference_pipeline(preset, dev)
     from wmbook.variants import GlobalFlags
 

@@ -145,7 +145,8 @@ def _sage_attention(pipe, ctx: VariantContext):
 
     set_attention_backend("sage")  # an AttentionBackendError says why where it cannot run
     reset_sage_call_counts()
-    ctx.notes["attn-sage"] = ("SageAttention for unmasked calls of head dim 64/96/128, SDPA for the rest "
+    ctx.notes["attn-sage"] = ("SageAttention for unmasked calls of head dim 64/96/128 and a key length that is a multiple of 64, "
+                              "SDPA for the rest "
                               "(wmbook.models.attention.sage_call_counts() says how many of each)")
 
 
