@@ -73,6 +73,16 @@ def test_wide_table_has_every_column():
     assert html.count("<th") >= 30 and "..." not in html and "(ms)" in html
 
 
+def test_table_with_repeated_row_labels_renders_every_row():
+    """On a GPU the profiler lists a record_function range twice (CPU range and GPU annotation): a table indexed by
+    operation name then has repeated labels, which pandas' Styler refuses to style (notebook 07 failed on the H100)."""
+    df = pd.DataFrame({"device_ms": [2.0, 1.0, 0.5]}, index=pd.Index(["fetch", "fetch", "gather"], name="operation"))
+    html = wd.table(df, highlight={"device_ms": "max"}).to_html()
+    assert html.count(">fetch<") == 2 and ">gather<" in html and "operation" in html
+    with pytest.raises(ValueError, match=r"columns must be unique; repeated: \['a'\]"):
+        wd.table(pd.DataFrame([[1, 2]], columns=["a", "a"]))
+
+
 def test_appendix_shows_every_column(shown):
     df = pd.DataFrame({f"col{i}": [i] for i in range(26)})
     wd.appendix(df, "wide")

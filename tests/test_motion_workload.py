@@ -110,3 +110,25 @@ def test_world_model_variants_do_not_apply_to_the_motion_workload():
     from wmbook import variants
 
     assert variants.known("motion") == [] and "tf32" in variants.known("mg2") and "triton-fused" in variants.known("wma")
+
+
+def test_top_operations_names_the_gpu_annotation_of_a_range_apart():
+    """On a GPU key_averages lists a record_function range twice, as its CPU range and as its GPU annotation (no CPU
+    time): the table keeps both, the second named as the annotation, so every row label is unique."""
+    import types
+
+    import pandas as pd
+
+    from wmbook.studies import motion as mstudy
+
+    rows = pd.DataFrame({"name": ["fetch", "fetch", "aten::index", "ProfilerStep#1"], "count": [10, 10, 40, 10],
+                         "cpu_time_total_us": [900.0, 0.0, 300.0, 1000.0],
+                         "self_cpu_time_total_us": [100.0, 0.0, 300.0, 10.0],
+                         "device_time_total_us": [500.0, 480.0, 200.0, 0.0],
+                         "self_device_time_total_us": [0.0, 480.0, 200.0, 0.0]})
+    prof = types.SimpleNamespace(key_averages=lambda: rows)
+    cfg = types.SimpleNamespace(options=types.SimpleNamespace(profile_active=10),
+                                device=types.SimpleNamespace(type="cuda"))
+    out = mstudy.top_operations(prof, cfg)
+    assert list(out.index) == ["fetch", "fetch (GPU annotation)", "aten::index"] and out.index.is_unique
+    assert out.loc["fetch (GPU annotation)", "device ms / step"] == 0.048

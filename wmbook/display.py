@@ -262,6 +262,12 @@ def table(df: pd.DataFrame, caption: str | None = None, columns: Sequence[str] |
     """A key table for reading (pandas Styler): see format_frame. Every column is rendered (no '...'), numbers are
     right-aligned; `highlight` = {column: 'min' | 'max'} marks the best value of a column in bold. strict=False:
     `columns` names a key view, and those this table lacks are skipped."""
+    if not df.columns.is_unique:
+        raise ValueError(f"table columns must be unique; repeated: {sorted(set(df.columns[df.columns.duplicated()]))}")
+    if not df.index.is_unique:
+        # pandas' Styler cannot style cells of a repeated row label (the profiler's key_averages names a
+        # record_function range twice on a GPU: its CPU range and its GPU annotation): number the rows instead
+        df = df.reset_index() if not isinstance(df.index, pd.RangeIndex) else df.reset_index(drop=True)
     f = format_frame(df, columns=columns, units=units, rename=rename, spread=spread, digits=digits, percent=percent,
                      strict=strict)
     st = f.style.set_table_styles(_TABLE_CSS)

@@ -162,7 +162,10 @@ def top_operations(prof, cfg: RunConfig, n: int = 15) -> pd.DataFrame:
     df = df[~df["name"].str.startswith("ProfilerStep")]
     key = "device_time_total_us" if cfg.device.type == "cuda" else "self_cpu_time_total_us"
     df = df.sort_values([key, "cpu_time_total_us"], ascending=False).head(n)
-    out = pd.DataFrame({"calls / step": df["count"].to_numpy() / steps}, index=pd.Index(df["name"], name="operation"))
+    # on a GPU a record_function range is listed twice, as its CPU range and as its GPU annotation (no CPU time)
+    names = df["name"].where(~(df["name"].duplicated(keep=False) & (df["cpu_time_total_us"] == 0)),
+                             df["name"] + " (GPU annotation)")
+    out = pd.DataFrame({"calls / step": df["count"].to_numpy() / steps}, index=pd.Index(names, name="operation"))
     for col, new in (("self_device_time_total_us", "self device ms / step"),
                      ("device_time_total_us", "device ms / step"), ("self_cpu_time_total_us", "self CPU ms / step"),
                      ("cpu_time_total_us", "CPU ms / step")):
