@@ -280,6 +280,7 @@ class MotionRow:
     bytes: int
     first_call_s: float = math.nan
     gpu_busy_ms: float = math.nan
+    host_ms: float = math.nan  # host time to issue one fetch (GPU): wall >> GPU busy with host ~ wall is launch-bound
     launches: float = math.nan
     speed_counts: bool = True  # False: the time is not the variant's speed (an interpreter, a reference fallback)
     note: str = ""
@@ -344,6 +345,9 @@ def measure(s: MotionSetup, stack, num_envs: int | None = None, anchors: dict | 
         from ..profiling import profile_calls, trace_busy_ms
         from ..variants.ladder import launch_count
 
+        host = time_fn(term.fetch, warmup=0, repeats=cfg.repeats, device=cfg.device, sync=False)
+        torch.cuda.synchronize(cfg.device)
+        row.host_ms = host.median
         trace = profile_calls(term.fetch, cfg.device, calls=5)
         row.gpu_busy_ms = trace_busy_ms(trace) / 5
         row.launches = launch_count(trace) / 5
@@ -378,14 +382,14 @@ def run_ladder(s: MotionSetup) -> MotionLadder:
 
 def ladder_table(lad: MotionLadder) -> pd.DataFrame:
     """One line per row: the stack, the gate (worst field's rel-L2 vs float64), ms per step (p20-p80), speedup, x the
-    bytes floor, achieved GB/s, GPU busy ms and launches per step (GPU), first call (compile, capture), notes."""
+    bytes floor, achieved GB/s, GPU busy ms, host ms to issue it and launches per step (GPU), first call (compile, capture), notes."""
     rows = []
     for i, r in enumerate(lad.rows):
         rows.append({"row": i, "added": r.stack[-1] if r.stack else "-", "stack (effective)": r.name, "gate": r.gate,
                      "worst field": r.check.worst, "rel-L2 vs fp64": r.check.fields[r.check.worst].vs_fp32.rel_l2,
                      "fetch ms": r.fetch.median, "p20": r.fetch.p20, "p80": r.fetch.p80,
                      "speedup": r.speedup, "x bytes floor": r.x_floor if r.counts else math.nan,
-                     "GB/s": r.gbps if r.counts else math.nan, "GPU busy ms": r.gpu_busy_ms,
+                     "GB/s": r.gbps if r.counts else math.nan, "GPU busy ms": r.gpu_busy_ms, "host ms": r.host_ms,
                      "launches / step": r.launches, "first call s": r.first_call_s, "note": r.note})
     return pd.DataFrame(rows).set_index("row")
 
@@ -517,7 +521,8 @@ def result_rows(cfg: RunConfig, s: MotionSetup, lad: MotionLadder, scaling: pd.D
                                            timing=r.fetch, **common, **extra))
         for metric, value, unit in (("speedup", r.speedup, "x"),
                                     ("x_bytes_floor", r.x_floor if r.counts else math.nan, "x"),
-                                    ("gpu_busy_ms", r.gpu_busy_ms, "ms"), ("launches_per_fetch", r.launches, "count"),
+                                    ("gpu_busy_ms", r.gpu_busy_ms, "ms"), ("host_ms", r.host_ms, "ms"),
+                                    ("launches_per_fetch", r.launches, "count"),
                                     ("first_call_s", r.first_call_s, "s")):
             if not (isinstance(value, float) and math.isnan(value)):
                 rows.append(results_store.make_row(variant=r.name, metric=metric, value=value, unit=unit, **common,
