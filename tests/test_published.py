@@ -43,3 +43,34 @@ def test_notebook_04_parts_combine(tmp_path):
     comp = md.split("**04 · compile")[1]
     assert "| regional, after hygiene |" in comp and "| 45.0 |" in comp and "| r3 |" in comp
     assert "| 47.0 |" in comp and "| r4 |" in comp and "| 50.0 |" not in comp  # the latest whole-model row
+
+
+def test_notebook_03_points_and_knees(tmp_path):
+    """03: every point of the latest run (time with spread, speedup, deviation, truth where the preset has it) and
+    each curve's knee named by the point it stands for (matched on the sampling arguments)."""
+    from wmbook import results
+
+    def row(variant, metric, value, params, **spread):
+        return results.make_row(notebook="03_step_reduction", workload="mg2", preset="world-mg2", variant=variant,
+                                metric=metric, value=value, unit="x", params=params) | spread | {
+            "device_kind": "cuda", "device_name": "Test GPU", "run_id": "r1", "timestamp": "2026-01-01T00:00"}
+
+    full = {"sampling": {"denoising_steps": [1000, 500]}, "curve": "euler", "reference": True, "forwards": 3}
+    one = {"sampling": {"denoising_steps": [1000]}, "curve": "euler", "reference": False, "forwards": 2}
+    knee = {"sampling": {"denoising_steps": [1000]}, "curve": "euler", "criterion": "PSNR within 0.2 dB"}
+    rows = [row("steps:euler [1000,500]", "fps", 100.0, full, p20=98.0, p80=103.0),
+            row("steps:euler [1000,500]", "speedup_vs_full", 1.0, full),
+            row("steps:euler [1000,500]", "psnr_gt", 20.0, full),
+            row("steps:euler [1000]", "fps", 150.0, one, p20=149.0, p80=155.0),
+            row("steps:euler [1000]", "speedup_vs_full", 1.5, one),
+            row("steps:euler [1000]", "psnr_vs_full", 24.25, one),
+            row("steps:euler [1000]", "psnr_gt", 19.9, one),
+            row("knee:euler", "fps", 150.0, knee), row("knee:euler", "knee_speedup", 1.5, knee),
+            row("knee:euler", "knee_forwards", 2.0, knee)]
+    path = tmp_path / "r.csv"
+    results.append(rows, path)
+    md = published.markdown(path)
+    assert "**03 · step reduction, mg2 / world-mg2** (Test GPU" in md
+    assert "| euler [1000,500] (full steps) | - | 100 (98-103) | 1.00x | - | 20.00 |" in md
+    assert "| euler [1000] | - | 150 (149-155) | 1.50x | 24.2 | 19.90 |" in md
+    assert "| euler | euler [1000] | 2 | 1.50x | PSNR within 0.2 dB |" in md

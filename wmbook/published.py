@@ -123,9 +123,55 @@ def markdown(path=None) -> str:
     parts.append(_table(rows))
     parts += _compile_autocast(df, {wl.metric.name for wl in workloads.all_workloads()})
     parts += _cuda_graphs(df, {wl.metric.name: wl.metric.label for wl in workloads.all_workloads()})
+    parts += _step_reduction(df)
     parts += _triton_kernels(df)
     parts += _motion_loading(df)
     return "".join(parts)
+
+
+def _step_reduction(df: pd.DataFrame) -> list[str]:
+    """Notebook 03: per workload and preset its latest run, every point of the sweep (time with spread, speedup,
+    deviation from the full-step output, quality against ground truth where the preset has it) and the knee of each
+    curve."""
+    parts = []
+    for r in _latest_runs(df, "03_step_reduction"):
+        params = [json.loads(p) if p else {} for p in r["params"]]
+        r = r.assign(_sampling=[json.dumps(p.get("sampling"), sort_keys=True) for p in params],
+                     _curve=[p.get("curve", "") for p in params], _ref=[bool(p.get("reference")) for p in params])
+        points = r[~r["variant"].str.startswith("knee:") & r["metric"].isin(("fps", "iteration_s"))]
+        if not len(points):
+            continue
+        metric = points["metric"].iloc[0]
+        label = {"fps": "FPS", "iteration_s": "s / iteration"}[metric]
+        has_gt = (r["metric"] == "psnr_gt").any()
+        rows = []
+        for _, pt in points.iterrows():
+            v = pt["variant"]
+            row = {"point": v.removeprefix("steps:") + (" (full steps)" if pt["_ref"] else ""),
+                   "forwards": _val(r, "forwards", "{:.0f}", v), label: _spread(pt, "{:.3g}"),
+                   "speedup": _val(r, "speedup_vs_full", "{:.2f}x", v),
+                   "PSNR vs full (dB)": _val(r, "psnr_vs_full", "{:.1f}", v)}
+            if has_gt:
+                row |= {"PSNR vs truth (dB)": _val(r, "psnr_gt", "{:.2f}", v),
+                        "SSIM vs truth": _val(r, "ssim_gt", "{:.3f}", v),
+                        "agent error (px)": _val(r, "agent_err_px", "{:.1f}", v)}
+            rows.append(row)
+        knees = []
+        for _, k in r[r["variant"].str.startswith("knee:") & (r["metric"] == "knee_speedup")].iterrows():
+            same = points[(points["_sampling"] == k["_sampling"]) & (points["_curve"] == k["_curve"])]
+            knees.append({"curve": k["variant"].removeprefix("knee:"),
+                          "knee point": same["variant"].iloc[0].removeprefix("steps:") if len(same) else "-",
+                          "forwards": _val(r, "knee_forwards", "{:.0f}", k["variant"]),
+                          "speedup": _num(k["value"], "{:.2f}x"),
+                          "criterion": json.loads(k["params"]).get("criterion", "-") if k["params"] else "-"})
+        crit = "quality against ground truth" if has_gt else "deviation from the full-step output (solver error)"
+        parts.append(f"\n**03 · step reduction, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** ({_device(r)}; "
+                     f"{label} median (p20-p80); knee by {crit})\n")
+        parts.append(_table(rows))
+        if knees:
+            parts.append(f"\n**03 · knees, {r['preset'].iloc[0]}**\n")
+            parts.append(_table(knees))
+    return parts
 
 
 def _triton_kernels(df: pd.DataFrame) -> list[str]:
@@ -408,8 +454,22 @@ def _headline_07(r: pd.DataFrame) -> dict:
     return out
 
 
+def _headline_03(r: pd.DataFrame) -> dict:
+    """The reference curve's knee (the first knee row: the workload's reference solver) and the fastest knee."""
+    knees = r[r["variant"].str.startswith("knee:") & (r["metric"] == "knee_speedup")]
+    if not len(knees):
+        return {"knee": "none within budget"} if (r["metric"] == "speedup_vs_full").any() else {}
+    first = knees.iloc[0]
+    best = knees.loc[pd.to_numeric(knees["value"]).idxmax()]
+    out = {f"knee ({first['variant'].removeprefix('knee:')})":
+           f"{_num(first['value'], '{:.2f}x')}, {_val(r, 'knee_forwards', '{:.0f}', first['variant'])} forwards"}
+    if best["variant"] != first["variant"]:
+        out[f"fastest knee ({best['variant'].removeprefix('knee:')})"] = _num(best["value"], "{:.2f}x")
+    return out
+
+
 _HEADLINES = {"01_baseline_profiling": _headline_01, "02_bottleneck_breakdown": _headline_02,
-              "04_compile_autocast": _headline_04, "05_triton_kernels": _headline_05, "06_cuda_graphs": _headline_06,
+              "03_step_reduction": _headline_03, "04_compile_autocast": _headline_04, "05_triton_kernels": _headline_05, "06_cuda_graphs": _headline_06,
               "07_motion_data_loading": _headline_07}
 
 
