@@ -37,8 +37,8 @@
 # its point with the fewest forwards within the budget: a PSNR loss against the truth of at most `quality_budget_db`
 # with ground truth; without it (random weights), frames at least `deviation_budget_db` PSNR from the full-step run's.
 # With random weights, the deviation is **solver error, not image quality**. The trained world presets (`world-mg2`,
-# `world-wma`: small models of the same code trained on `wmbook.world`, README) predict x0 directly, and `world-wma`
-# samples without the dynamic rescale (it would cost even a perfect model 6-11 dB at 10-5 steps, which this notebook
+# `world-wma`: small models of the same code trained on `wmbook.world`, README) predict x0 directly (`world-wma`: x0
+# minus the last observed frame, the change the actions cause), and `world-wma` samples without the dynamic rescale (it would cost even a perfect model 6-11 dB at 10-5 steps, which this notebook
 # would then blame on the step count).
 
 # %% tags=["parameters"]

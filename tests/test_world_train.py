@@ -2,6 +2,7 @@
 loadable weights."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -201,11 +202,13 @@ class _WMAOracle(torch.nn.Module):
         x0 = self.x0.double() * self.rescale.to(x.device)[t].view(b, 1, 1, 1, 1).double()
         if self.model_output == "x0":
             return x0.to(x.dtype), torch.zeros_like(x_action), torch.zeros_like(x_state)
+        if self.model_output == "x0-residual":  # the change from the last observed frame (cond_latent)
+            return (x0 - cond_latent.double()).to(x.dtype), torch.zeros_like(x_action), torch.zeros_like(x_state)
         v = (ab.sqrt() * x.double() - x0) / (1 - ab).sqrt()  # from x = sqrt(ab) x0 + sqrt(1 - ab) eps
         return v.to(x.dtype), torch.zeros_like(x_action), torch.zeros_like(x_state)
 
 
-@pytest.mark.parametrize("model_output", ["x0", "v"])
+@pytest.mark.parametrize("model_output", ["x0-residual", "x0", "v"])
 def test_wma_oracle_has_zero_video_loss(bank, model_output):
     torch.manual_seed(0)
     pipe = wweights.build_world_pipeline("wma", tiny_world_wma().with_(model_output=model_output), device="cpu",
@@ -221,7 +224,7 @@ def test_wma_oracle_has_zero_video_loss(bank, model_output):
         assert float(parts["v_mse"]) < 1e-8, parts
 
 
-@pytest.mark.parametrize("model_output, rescale", [("x0", False), ("v", False), ("v", True)])
+@pytest.mark.parametrize("model_output, rescale", [("x0-residual", False), ("x0", False), ("v", False), ("v", True)])
 @pytest.mark.parametrize("solver, steps", [("ddim", 2), ("ddim", 10), ("dpmsolver++", 5), ("unipc", 5)])
 def test_wma_oracle_makes_the_pipeline_reproduce_the_heldout_frames(solver, steps, model_output, rescale, one_thread):
     """The exact v through run_iteration(world_actions=...) + eval.predict(): the held-out frames up to the noise
@@ -262,7 +265,7 @@ def test_world_presets_can_represent_their_targets():
     if p.prediction != "x0":
         assert p.dim >= math.prod(p.patch_size) * p.out_dim
     w = ALL_PRESETS["world-wma"]
-    if w.model_output != "x0":
+    if w.model_output not in ("x0", "x0-residual"):
         assert w.model_channels >= w.in_channels
     assert w.use_dynamic_rescale is False
 
@@ -272,5 +275,55 @@ def test_world_prediction_conventions_are_checked():
 
     with pytest.raises(ValueError, match="prediction="):
         ALL_PRESETS["world-mg2"].with_(prediction="eps")
-    with pytest.raises(ValueError, match="model_output="):
+    with pytest.raises(ValueError, match=r"model_output='eps' is not allowed; allowed values: \['x0-residual', 'x0', 'v'\]"):
         ALL_PRESETS["world-wma"].with_(model_output="eps")
+    with pytest.raises(ValueError, match="use_dynamic_rescale=False"):
+        ALL_PRESETS["world-wma"].with_(use_dynamic_rescale=True)
+    assert ALL_PRESETS["world-wma"].with_(use_dynamic_rescale=True, model_output="x0").use_dynamic_rescale
+
+
+def test_x0_residual_training_starts_at_copy_last(bank):
+    """world-wma's x0-residual output: build_training zero-initialises the UNet's output conv, so the untrained model
+    predicts the last observed frame for every future frame, through the whole DDIM sampler (copy-last's score)."""
+    from wmbook.train.core import TrainConfig, build_training
+
+    p = tiny_world_wma()
+    assert p.model_output == "x0-residual"
+    cfg = TrainConfig(workload="wma", preset=p, out=Path("unused.pt"), steps=1, device="cpu").check()
+    pipe, _ = build_training(cfg, torch.device("cpu"), bank)
+    pipe.model.eval().requires_grad_(False)
+    case = weval.heldout_case("wma", pipe, 1)
+    s = weval.score(weval.predict("wma", pipe, case, ddim_steps=10), case)
+    base = weval.score(weval.copy_last(case), case)
+    assert abs(s["psnr"] - base["psnr"]) < 0.5 and abs(s["ssim"] - base["ssim"]) < 0.02, (s, base)
+
+
+def test_change_weights_favour_what_moves():
+    """The optional change weighting (`--change-weight`): static positions weigh 1, a position that changes weighs
+    more in proportion to its change, a sample with no change weighs 1 everywhere, strength 0 is the plain MSE."""
+    from wmbook.train.objectives import change_weights
+
+    prev = torch.zeros(2, 4, 3, 2, 2)
+    x0 = prev.clone()
+    x0[0, :, 1, 0, 0] = 2.0  # sample 0: one position of frame 1 changes; sample 1: nothing changes
+    w = change_weights(x0, prev, 4.0)
+    assert w.shape == (2, 1, 3, 2, 2)
+    assert torch.allclose(w[1], torch.ones_like(w[1]))
+    n = 3 * 2 * 2
+    assert w[0, 0, 1, 0, 0].item() == pytest.approx(1 + 4.0 * n)  # d / mean(d) = n at the one changed position
+    assert torch.equal(w[0].flatten().sort().values[:-1], torch.ones(n - 1))
+    assert change_weights(x0, prev, 0.0) == 1.0
+
+
+@pytest.mark.parametrize("wl", ["mg2", "wma"])
+def test_change_weight_trains_and_is_checked(bank, tmp_path, wl):
+    p = tiny_world_mg2() if wl == "mg2" else tiny_world_wma()
+    cfg = TrainConfig(workload=wl, preset=p, out=tmp_path / "w.pt", ckpt=tmp_path / "w.ckpt", steps=2, batch=2,
+                      change_weight=4.0,
+                      device="cpu", eval_cases=0, progress=False, log_every=1, episodes=3, episode_frames=40,
+                      resume=False)
+    meta = train(cfg.check(), bank=bank)
+    assert meta["change_weight"] == 4.0 and meta["steps"] == 2
+    for bad in (-1.0, True, "2"):
+        with pytest.raises(ValueError, match=r"change_weight=.* allowed values: a number in \[0, 100\]"):
+            TrainConfig(workload=wl, preset=p, out=tmp_path / "w.pt", steps=1, change_weight=bad).check()

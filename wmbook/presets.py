@@ -274,6 +274,9 @@ class WorldCausalPreset(CausalWanPreset):
         return self.height // self.codec_spatial, self.width // self.codec_spatial
 
 
+WORLD_WMA_OUTPUTS = ("x0-residual", "x0", "v")
+
+
 @dataclass(frozen=True)
 class WorldWMAPreset(WMAPreset):
     """A WMA preset trained on wmbook.world: the same UNet and heads; per-frame latents from the lossless
@@ -284,14 +287,20 @@ class WorldWMAPreset(WMAPreset):
     codec_spatial: int = 4
     weights: str = ""
     encoder_seed: int = 0  # the frozen random CLIP and text towers' seed (their used weights ship with the model's)
-    # what the UNet's video output is: "x0" (the pipeline turns it into the v its samplers step) or "v" (the
-    # reference). x0: the 48-channel latents (and the 48 channels of the observation beside them) enter a 40-channel
-    # stem and leave a 40-channel head, so the noise a v target carries cannot be reproduced (Li & He 2025)
-    model_output: str = "x0"
+    # what the UNet's video output is: "x0" (the pipeline turns it into the v its samplers step), "x0-residual" (x0
+    # minus the last observed frame's latent, which the UNet also gets as cond_latent: the change the actions cause;
+    # training zero-initialises the output conv, so it starts from the copy-last-frame prediction) or "v" (the
+    # reference). Not v: the 48-channel latents (and the 48 channels of the observation beside them) enter a
+    # 40-channel stem and leave a 40-channel head, so the noise a v target carries cannot be reproduced (Li & He 2025)
+    model_output: str = "x0-residual"
 
     def __post_init__(self):
-        if self.model_output not in ("x0", "v"):
-            raise ValueError(f"model_output={self.model_output!r} is not allowed; allowed values: ['x0', 'v']")
+        if self.model_output not in WORLD_WMA_OUTPUTS:
+            raise ValueError(f"model_output={self.model_output!r} is not allowed; allowed values: "
+                             f"{list(WORLD_WMA_OUTPUTS)}")
+        if self.model_output == "x0-residual" and self.use_dynamic_rescale:
+            raise ValueError("model_output='x0-residual' needs use_dynamic_rescale=False (the rescaled x0 of "
+                             "DynamiCrafter's schedule is no longer the last frame plus a change)")
 
     @property
     def latent_hw(self) -> tuple[int, int]:

@@ -377,9 +377,13 @@ class WMAInteractionPipeline:
         with label(WMA_FORWARD_LABEL):
             out = self.model(x.to(self.dtype), cond.cond_latent, act.to(self.dtype), st.to(self.dtype), tt,
                              context, obs_images, obs_states, fs)
-        if getattr(self.preset, "model_output", "v") == "x0":  # world presets: the UNet predicts x0; the samplers
-            a = float(self.scheduler.alphas_cumprod[int(t)])  # step v, from x = sqrt(a) x0 + sqrt(1 - a) eps
-            v = (math.sqrt(a) * x.float() - out[0].float()) / math.sqrt(1.0 - a)
+        kind = getattr(self.preset, "model_output", "v")
+        if kind != "v":  # world presets: the UNet predicts x0 (or x0 minus the last observed frame's latent); the
+            x0 = out[0].float()  # samplers step v, from x = sqrt(a) x0 + sqrt(1 - a) eps
+            if kind == "x0-residual":
+                x0 = x0 + cond.cond_latent.float()
+            a = float(self.scheduler.alphas_cumprod[int(t)])
+            v = (math.sqrt(a) * x.float() - x0) / math.sqrt(1.0 - a)
             out = (v, *out[1:])
         return out
 

@@ -19,7 +19,8 @@ wma (v-prediction on the reference schedule): windows of n_obs observed frames +
 is the codec latent of the T future frames (times scale_factor); t ~ U{0 .. 999}; as DynamiCrafter trains with
 use_dynamic_rescale, x0 is first scaled by scale_arr[t] (1 -> base_scale, what the sampler's pred-x0 rescale undoes);
 x_t and the v target use the alphas of `wmbook.pipelines.ddim.video_scheduler` (zero-terminal-SNR scaled-linear).
-With the world preset's model_output "x0" the UNet's video output is x0_hat and the loss is the v error it implies,
+With the world preset's model_output "x0" the UNet's video output is x0_hat ("x0-residual": x0_hat minus the last
+observed frame's latent, the cond_latent the UNet gets beside x_t) and the loss is the v error it implies,
 |x0_hat - x0|^2 / (1 - alpha_bar_t), with sqrt(1 - alpha_bar_t) clamped at SIGMA_MIN (the pipeline converts x0_hat to
 v for its samplers; wmbook.pipelines.ddim). The world preset turns use_dynamic_rescale off (wmbook.presets). The UNet's dropout is set to 0 for training.
 Half the samples are world-model passes (the true actions as action tokens, empty prompt) and train the state head
@@ -34,6 +35,17 @@ import torch
 import torch.nn.functional as F
 
 from .data import EpisodeBank
+
+
+def change_weights(x0: torch.Tensor, prev: torch.Tensor, strength: float) -> torch.Tensor | float:
+    """Per-position loss weights [B, 1, F, h, w] for latents x0 [B, C, F, h, w] whose previous frames are prev (same
+    shape): 1 + strength * d / mean(d), d the mean over channels of |x0 - prev|, the mean per sample. Positions that
+    change (the agent, edges the view pans over) then count more than the static background that dominates an
+    unweighted MSE; a sample with no change gets weight 1 everywhere. strength 0: the plain MSE (returns 1.0)."""
+    if not strength:
+        return 1.0
+    d = (x0 - prev).abs().mean(dim=1, keepdim=True)
+    return 1.0 + strength * d / d.mean(dim=(2, 3, 4), keepdim=True).clamp(min=1e-6)
 
 
 def window_frames(p) -> int:
@@ -58,10 +70,11 @@ class Mg2Objective:
 
     SIGMA_MIN = 0.05  # x-prediction: the flow loss's 1 / sigma^2 weight is capped at 1 / SIGMA_MIN^2
 
-    def __init__(self, pipe, bank: EpisodeBank, blocks: int | None = None):
+    def __init__(self, pipe, bank: EpisodeBank, blocks: int | None = None, change_weight: float = 0.0):
         from ..models.vae import pixel_frames_for
 
         p = pipe.preset
+        self.change_weight = change_weight
         self.pipe, self.bank, self.p = pipe, bank, p
         self.k = p.num_frame_per_block
         self.blocks = p.default_blocks if blocks is None else blocks
@@ -121,8 +134,10 @@ class Mg2Objective:
             # x-prediction, flow loss (Li & He 2025): flow_hat = (x_t - x0_hat) / sigma, so the flow error is the x0
             # error over sigma; sigma is clamped at SIGMA_MIN so the rare near-clean draws do not dominate
             w = 1.0 / s.clamp(min=self.SIGMA_MIN) ** 2
+            # each target frame's previous latent frame (block 0's first frame: itself, the conditioning frame)
+            prev = z[:, :, max(j * k - 1, 0):n - 1] if j else torch.cat([z[:, :, :1], z[:, :, :n - 1]], dim=2)
             x0_err = (out - x0) ** 2
-            loss = (w * x0_err).mean()
+            loss = (w * change_weights(x0, prev, self.change_weight) * x0_err).mean()
             return loss, {"flow_mse": loss.detach(), "x0_mse": x0_err.mean().detach()}
         loss = F.mse_loss(out, eps - x0)
         return loss, {"flow_mse": loss.detach()}
@@ -134,11 +149,12 @@ class WMAObjective:
     HEAD_WEIGHT = 0.1
     SIGMA_MIN = 0.05  # x-prediction: the v loss's 1 / (1 - alpha_bar) weight is capped at 1 / SIGMA_MIN^2
 
-    def __init__(self, pipe, bank: EpisodeBank):
+    def __init__(self, pipe, bank: EpisodeBank, change_weight: float = 0.0):
         from ..pipelines.ddim import DEFAULT_INSTRUCTION, dynamic_rescale, head_scheduler, video_scheduler
 
         p = pipe.preset
         self.pipe, self.bank, self.p = pipe, bank, p
+        self.change_weight = change_weight
         self.model = pipe.model
         dev = pipe.device
         self.ab = video_scheduler(p).alphas_cumprod.to(dev, torch.float32)
@@ -210,11 +226,16 @@ class WMAObjective:
         fs = torch.full((b,), p.default_fs, dtype=torch.long, device=dev)
         out, ea_hat, es_hat = m(x_t, cond_latent, a_t, s_t, t, ctx, obs, obs_states, fs)
         extra = {}
-        if getattr(p, "model_output", "v") == "x0":
+        kind = getattr(p, "model_output", "v")
+        if kind in ("x0", "x0-residual"):
             # x-prediction, v loss: v_hat = (sqrt(ab) x_t - x0_hat) / sqrt(1 - ab), so the v error is the x0 error
-            # over sqrt(1 - ab), clamped at SIGMA_MIN (Li & He 2025)
-            x0_err = (out.float() - x0) ** 2
-            v_loss = (x0_err / (1 - ab).sqrt().clamp(min=self.SIGMA_MIN) ** 2).mean()
+            # over sqrt(1 - ab), clamped at SIGMA_MIN (Li & He 2025); x0-residual: x0_hat = output + last frame
+            x0_hat = out.float() + (cond_latent.float() if kind == "x0-residual" else 0.0)
+            x0_err = (x0_hat - x0) ** 2
+            # each future frame's previous frame: the last observed one, then the future ones
+            prev = torch.cat([cond_latent[:, :, :1].float(), x0[:, :, :-1]], dim=2)
+            cw = change_weights(x0, prev, self.change_weight)
+            v_loss = (cw * x0_err / (1 - ab).sqrt().clamp(min=self.SIGMA_MIN) ** 2).mean()
             extra["x0_mse"] = x0_err.mean().detach()
         else:
             v_loss = F.mse_loss(out.float(), v)
