@@ -222,3 +222,19 @@ def test_measure_ceilings_quick_cpu(tmp_path):
 def test_environment_cpu():
     env = device.environment("cpu")
     assert env["cpu_count"] >= 1 and "torch" in env and "cudnn" in env
+
+
+def test_spin_up_is_a_no_op_on_cpu_and_checks_ms():
+    from wmbook.bench import spin_up
+
+    assert spin_up("cpu", 100.0) == 0.0
+    for bad in (-1, True, "100", 1e6):
+        with pytest.raises(ValueError, match=r"ms=.* allowed values: a number in \[0, 10000\]"):
+            spin_up("cpu", bad)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_spin_up_keeps_the_gpu_busy_for_the_time_asked():
+    from wmbook.bench import spin_up
+
+    assert 50.0 <= spin_up("cuda", 50.0) < 1000.0

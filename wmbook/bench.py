@@ -133,6 +133,26 @@ def host_launch_ms(fn, device=None) -> float:
     return ms
 
 
+def spin_up(device=None, ms: float = 100.0) -> float:
+    """Keep a CUDA device busy for about `ms` milliseconds (back-to-back 4096^2 bf16 matmuls), so the next timing
+    starts at full clocks: after a quiet spell (a torch.compile, host-side setup) the GPU drops its clocks, and a
+    short timing that starts then mixes slow and fast calls (notebook 05's first call sites on the H100: p20-p80 of
+    10-43 us around a 26 us median). Returns the milliseconds spent; a CPU device returns 0 at once."""
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms <= 10_000:
+        raise ValueError(f"ms={ms!r} is not allowed; allowed values: a number in [0, 10000]")
+    dev = resolve_device(device)
+    if dev.type != "cuda" or ms == 0:
+        return 0.0
+    with torch.cuda.device(dev):
+        a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < ms:
+            for _ in range(8):
+                a @ a
+            torch.cuda.synchronize(dev)
+        return (time.perf_counter() - t0) * 1e3
+
+
 def time_once(fn, device=None) -> float:
     """One cold wall-clock measurement in ms (e.g. compile), synchronizing before and after."""
     dev = resolve_device(device)
