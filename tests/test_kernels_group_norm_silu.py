@@ -112,3 +112,31 @@ def test_group_norm_silu_custom_op_and_bad_input():
         gns.group_norm_silu(x[:, :, 0, 0], weight, bias, 4)
     # x in and out, weight and bias, add
     assert gns.group_norm_silu_bytes(x, weight, bias, add) == 2 * 360 * 4 + 2 * 12 * 4 + 24 * 4
+
+
+@pytest.mark.parametrize("setting", [dict(tile=4096, programs=8, max_block_c=1024, num_warps=8),
+                                     dict(tile=64, programs=3, max_block_c=16, num_warps=2)])
+def test_group_norm_silu_channels_last_settings_tools_sweep(poisoned, setting):
+    """The launcher settings tools/gn_sweep.py sweeps on a GPU (a whole row of 40 channels in one masked block of 64;
+    small tiles of 16-channel blocks) give the same result."""
+    x, weight, bias, add = _inputs((2, 40, 5, 6), torch.float32, True, True, seed=5)
+    got = gns._group_norm_silu_cl(x, weight, bias, 4, 1e-5, add, torch.empty_like(x), **setting)
+    h = (x + add[..., None, None]).double()
+    want = torch.nn.functional.silu(torch.nn.functional.group_norm(h, 4, weight.double(), bias.double(), 1e-5))
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    assert gns._cl_blocks(40, 30, 2, 4096, 8, 1024)[1] == 64 and gns._cl_blocks(40, 30, 2, 64, 3, 16)[1] == 16
+
+
+def test_gn_sweep_tool_gates_every_setting():
+    """tools/gn_sweep.py on the CPU (the kernels in the interpreter, no timing): every quick setting at both
+    channels-last UNet call sites of tiny-wma passes the gate."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "gn_sweep.py"
+    spec = importlib.util.spec_from_file_location("gn_sweep", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    df = mod.sweep("wma", None, torch.device("cpu"), quick=True, rep_ms=1.0)
+    assert len(df) == 2 * len(mod.settings(True)) == 16
+    assert set(df["gate"]) == {"pass"}, df[["site", "setting", "gate"]]

@@ -368,23 +368,34 @@ _CL_PROGRAMS = 1024  # programs per launch the channels-last launcher aims at (e
 _CL_MERGE = 4096  # (span, channel) partial statistics the finalize kernel merges at once
 
 
-def _cl_blocks(c: int, s: int, b: int = 1) -> tuple[int, int, int]:
-    """(BLOCK_S, BLOCK_C, ITERS) of the channels-last kernels: channel blocks of up to 64 (128 bytes of bf16, whole
-    lines) that divide C where they can, positions filling the rest of _CL_TILE elements, and ITERS tiles per program
-    (a power of two) so that about _CL_PROGRAMS programs run."""
-    block_c = next((bc for bc in (64, 32, 16) if c % bc == 0), min(64, next_pow2(c)))
-    block_s = max(1, min(_CL_TILE // block_c, next_pow2(s)))
+_CL_WARPS = 4  # warps per program of the stats and apply kernels
+
+
+def _cl_blocks(c: int, s: int, b: int = 1, tile: int | None = None, programs: int | None = None,
+               max_block_c: int = 64) -> tuple[int, int, int]:
+    """(BLOCK_S, BLOCK_C, ITERS) of the channels-last kernels: channel blocks of up to max_block_c (64: 128 bytes of
+    bf16, whole lines) that divide C where they can, positions filling the rest of `tile` (_CL_TILE) elements, and
+    ITERS tiles per program (a power of two) so that about `programs` (_CL_PROGRAMS) programs run."""
+    tile, programs = tile or _CL_TILE, programs or _CL_PROGRAMS
+    if max_block_c >= c:  # whole rows of channels in one block (masked up to a power of two)
+        block_c = next_pow2(c)
+    else:
+        block_c = next((bc for bc in (256, 128, 64, 32, 16) if bc <= max_block_c and c % bc == 0),
+                       min(1 << (max_block_c.bit_length() - 1), next_pow2(c)))
+    block_s = max(1, min(tile // block_c, next_pow2(s)))
     tiles = b * -(-s // block_s) * -(-c // block_c)
-    iters = min(next_pow2(-(-tiles // _CL_PROGRAMS)), next_pow2(-(-s // block_s)))
+    iters = min(next_pow2(-(-tiles // programs)), next_pow2(-(-s // block_s)))
     return block_s, block_c, iters
 
 
-def _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out):
-    """The channels-last launcher: per-channel span statistics, a per-group merge into mean and scale, the apply."""
+def _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out, tile: int | None = None,
+                        programs: int | None = None, max_block_c: int = 64, num_warps: int | None = None):
+    """The channels-last launcher: per-channel span statistics, a per-group merge into mean and scale, the apply.
+    tile / programs / max_block_c / num_warps override the module defaults (tools/gn_sweep.py sweeps them on a GPU)."""
     b, c = x.shape[:2]
     s = x.numel() // (b * c)
     cg = c // num_groups
-    block_s, block_c, iters = _cl_blocks(c, s, b)
+    block_s, block_c, iters = _cl_blocks(c, s, b, tile, programs, max_block_c)
     spans = -(-s // (block_s * iters))
     part = torch.empty(b, spans, 2, c, device=x.device, dtype=torch.float32)
     scale = torch.empty(b, c, device=x.device, dtype=torch.float32)
@@ -392,7 +403,8 @@ def _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out):
     a = add.reshape(b, c).contiguous() if add is not None else x  # x: a pointer never read
     block_t = max(1, min(next_pow2(spans), _CL_MERGE // next_pow2(cg)))
     grid = (b * spans, -(-c // block_c))
-    kw = dict(HAS_ADD=add is not None, BLOCK_S=block_s, BLOCK_C=block_c, ITERS=iters, num_warps=4)
+    kw = dict(HAS_ADD=add is not None, BLOCK_S=block_s, BLOCK_C=block_c, ITERS=iters,
+              num_warps=num_warps or _CL_WARPS)
     _gn_cl_stats_kernel[grid](x, a, part, c, s, spans, **kw)
     _gn_cl_finalize_kernel[(b * num_groups,)](part, weight.contiguous(), scale, mean, c, s, num_groups, cg, spans,
                                               eps, BLOCK_S=block_s * iters, BLOCK_T=block_t,

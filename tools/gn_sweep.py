@@ -1,0 +1,123 @@
+"""Sweep the channels-last GroupNorm + SiLU launcher's settings (tile, programs, channel block, warps) on a GPU, at the
+channels-last call sites of a workload's kernel table, against torch.compile of the model's op sequence.
+
+Every setting is gated against the fp32 reference like notebook 05 (relative L2 within the dtype's tolerance) before
+its time counts; times are triton.testing.do_bench medians with p20-p80 (L2 flushed, after bench.spin_up). Prints the
+table sorted by time per call site and writes it as CSV.
+
+    PYTHONPATH=$PWD python3 tools/gn_sweep.py --workload wma --out /tmp/gn_sweep.csv
+    PYTHONPATH=$PWD python3 tools/gn_sweep.py --quick        # 8 settings (a smoke run, e.g. the CPU interpreter)
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+
+import pandas as pd
+import torch
+
+from wmbook import workloads
+from wmbook.kernels import group_norm_silu as gns
+from wmbook.studies.kernels import GATE_REL_L2, _bench, _rel_l2
+
+TILES = (1024, 2048, 4096, 8192)
+PROGRAMS = (264, 528, 1056, 2112)
+BLOCK_C = (64, 128, 1024)  # 1024: every channel of a position in one block (the UNet's 320 -> 512, masked)
+WARPS = (4, 8)
+
+
+def settings(quick: bool) -> list[dict]:
+    grid = itertools.product(TILES[1:3] if quick else TILES, PROGRAMS[1:3] if quick else PROGRAMS,
+                             BLOCK_C[:1] if quick else BLOCK_C, WARPS if quick else WARPS)
+    return [dict(tile=t, programs=p, max_block_c=c, num_warps=w) for t, p, c, w in grid]
+
+
+def sweep(workload: str, preset: str | None, device: torch.device, quick: bool, rep_ms: float) -> pd.DataFrame:
+    wl = workloads.get(workload)
+    p = wl.presets[preset or (wl.real_preset if device.type == "cuda" else wl.tiny_preset)]
+    cases = [c for c in wl.kernel_cases(p) if c.kernel == "group_norm_silu" and c.layout == "channels-last"]
+    if not cases:
+        raise SystemExit(f"no channels-last group_norm_silu call site in {workload}/{p.name}'s kernel table")
+    gpu = device.type == "cuda"
+    rows = []
+    for case in cases:
+        inputs = case.make(device, case.dtype, 0)
+        groups = next(m.num_groups for m in _group_norms(case))
+        with torch.inference_mode():
+            ref = case.ref(**inputs)
+            tol = max(2 * _rel_l2(case.eager(**inputs), ref), GATE_REL_L2.get(case.dtype, 1e-2))
+            base = {"site": case.site, "shape": "x".join(map(str, case.shape)), "MB": case.nbytes(**inputs) / 1e6}
+            if gpu:
+                compiled = torch.compile(case.eager, dynamic=False)
+                compiled(**inputs)
+                med, p20, p80 = _bench(lambda: compiled(**inputs), rep_ms, device)
+                rows.append(base | {"setting": "torch.compile", "us": med * 1e3, "p20": p20 * 1e3, "p80": p80 * 1e3,
+                                    "rel_l2": _rel_l2(compiled(**inputs), ref), "gate": "reference"})
+                torch._dynamo.reset()
+            for s in settings(quick):
+                x, w, b, add = inputs["x"], inputs["weight"], inputs["bias"], inputs["add"]
+
+                def run(s=s):
+                    return gns._group_norm_silu_cl(x, w, b, groups, 1e-5, add, torch.empty_like(x), **s)
+
+                try:
+                    err = _rel_l2(run(), ref)
+                except Exception as e:  # noqa: BLE001  (a setting Triton cannot compile is a finding, not a crash)
+                    rows.append(base | {"setting": _name(s), "gate": f"error: {type(e).__name__}: {e}"[:200]})
+                    continue
+                row = base | {"setting": _name(s), "rel_l2": err, "gate": "pass" if err <= tol else "FAIL"}
+                if gpu and row["gate"] == "pass":
+                    med, p20, p80 = _bench(run, rep_ms, device)
+                    row |= {"us": med * 1e3, "p20": p20 * 1e3, "p80": p80 * 1e3}
+                rows.append(row)
+        del inputs, ref
+    df = pd.DataFrame(rows)
+    if "us" in df:
+        df["GB/s"] = df["MB"] * 1e3 / df["us"]
+        comp = df[df["setting"] == "torch.compile"].set_index("site")["us"]
+        df["vs compile"] = df["site"].map(comp) / df["us"]
+    return df
+
+
+def _group_norms(case):
+    """The GroupNorm module(s) a kernel case's eager function closes over (its num_groups)."""
+    cells = [c.cell_contents for c in (case.eager.__closure__ or ())]
+    found = [c for c in cells if isinstance(c, torch.nn.GroupNorm)]
+    if not found:
+        raise RuntimeError(f"kernel case {case.site!r}: no GroupNorm in its eager function")
+    return found
+
+
+def _name(s: dict) -> str:
+    return f"tile {s['tile']}, programs {s['programs']}, block_c <= {s['max_block_c']}, warps {s['num_warps']}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", default="wma", choices=["wma"])
+    ap.add_argument("--preset", default=None, help="default: the real preset on a GPU, the tiny one on a CPU")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--rep-ms", type=float, default=100.0)
+    ap.add_argument("--quick", action="store_true", help="8 settings instead of the full grid")
+    ap.add_argument("--out", default=None, help="CSV path")
+    a = ap.parse_args(argv)
+    from wmbook.presets import resolve_device
+
+    dev = resolve_device(a.device)
+    df = sweep(a.workload, a.preset, dev, a.quick, a.rep_ms)
+    with pd.option_context("display.width", 250, "display.max_rows", 500, "display.max_colwidth", 70):
+        for site, g in df.groupby("site", sort=False):
+            print(f"\n{site} ({g['shape'].iloc[0]}, {g['MB'].iloc[0]:.1f} MB)")
+            cols = [c for c in ("setting", "us", "p20", "p80", "GB/s", "vs compile", "rel_l2", "gate") if c in g]
+            print((g.sort_values("us") if "us" in g else g)[cols].to_string(index=False))
+    if a.out:
+        df.to_csv(a.out, index=False)
+    bad = df[df["gate"].astype(str).str.startswith(("FAIL", "error"))]
+    return 1 if len(bad) and not math.isnan(len(bad)) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
