@@ -319,11 +319,14 @@ def test_change_weights_favour_what_moves():
 def test_change_weight_trains_and_is_checked(bank, tmp_path, wl):
     p = tiny_world_mg2() if wl == "mg2" else tiny_world_wma()
     cfg = TrainConfig(workload=wl, preset=p, out=tmp_path / "w.pt", ckpt=tmp_path / "w.ckpt", steps=2, batch=2,
-                      change_weight=4.0,
+                      change_weight=4.0, sigma_min=0.5,
                       device="cpu", eval_cases=0, progress=False, log_every=1, episodes=3, episode_frames=40,
                       resume=False)
     meta = train(cfg.check(), bank=bank)
-    assert meta["change_weight"] == 4.0 and meta["steps"] == 2
+    assert meta["change_weight"] == 4.0 and meta["sigma_min"] == 0.5 and meta["steps"] == 2
     for bad in (-1.0, True, "2"):
         with pytest.raises(ValueError, match=r"change_weight=.* allowed values: a number in \[0, 100\]"):
             TrainConfig(workload=wl, preset=p, out=tmp_path / "w.pt", steps=1, change_weight=bad).check()
+    for bad in (0.0, 1.5, None):
+        with pytest.raises(ValueError, match=r"sigma_min=.* allowed values: a number in \(0, 1\]"):
+            TrainConfig(workload=wl, preset=p, out=tmp_path / "w.pt", steps=1, sigma_min=bad).check()

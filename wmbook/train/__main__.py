@@ -30,6 +30,9 @@ def main(argv=None) -> int:
     ap.add_argument("--change-weight", type=float, default=0.0,
                     help="extra loss weight on latent positions that change between frames (the agent, the panned "
                          "edges): weight 1 + this x change / mean change; 0: plain MSE")
+    ap.add_argument("--sigma-min", type=float, default=0.05,
+                    help="noise-level floor of the x0 losses' 1 / sigma^2 weight (larger: nearly clean draws weigh "
+                         "less, min-SNR style)")
     ap.add_argument("--eval-cases", type=int, default=8, help="held-out episodes scored at the end")
     ap.add_argument("--ckpt", type=Path, default=None, help="checkpoint (default: reports/train/<out stem>.ckpt)")
     ap.add_argument("--no-resume", action="store_true", help="start over even when a checkpoint exists")
@@ -43,7 +46,8 @@ def main(argv=None) -> int:
     cfg = TrainConfig(workload=a.workload, preset=preset, out=out, minutes=a.minutes, steps=a.steps, batch=a.batch,
                       lr=a.lr, warmup=a.warmup, data_seed=a.data_seed, seed=a.seed, episodes=a.episodes,
                       episode_frames=a.episode_frames, workers=a.workers, device=a.device, ckpt_every=a.ckpt_every,
-                      log_every=a.log_every, ema=a.ema, change_weight=a.change_weight, resume=not a.no_resume, eval_cases=a.eval_cases,
+                      log_every=a.log_every, ema=a.ema, change_weight=a.change_weight, sigma_min=a.sigma_min,
+                      resume=not a.no_resume, eval_cases=a.eval_cases,
                       ckpt=a.ckpt, progress=not a.quiet, command="python -m wmbook.train " + " ".join(
                           argv if argv is not None else sys.argv[1:]))
     try:

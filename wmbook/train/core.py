@@ -49,6 +49,7 @@ class TrainConfig:
     log_every: int = 25
     ema: float = 0.999
     change_weight: float = 0.0  # extra loss weight on latent positions that change between frames (objectives.py)
+    sigma_min: float = 0.05  # the x0 losses' noise-level floor: their weight 1 / sigma^2 is capped at 1 / sigma_min^2
     resume: bool = True
     eval_cases: int = 8  # held-out episodes scored at the end (0: none)
     ckpt: Path | None = None  # default: reports/train/<out stem>.ckpt
@@ -89,6 +90,9 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < hi or (name == "lr" and v == 0):
                 raise ValueError(f"{name}={v!r} is not allowed; allowed values: a number in ({lo}, {hi})")
+        v = self.sigma_min
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise ValueError(f"sigma_min={v!r} is not allowed; allowed values: a number in (0, 1]")
         v = self.change_weight
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 100:
             raise ValueError(f"change_weight={v!r} is not allowed; allowed values: a number in [0, 100]")
@@ -134,8 +138,8 @@ def build_training(cfg: TrainConfig, device: torch.device, bank=None):
         conv = pipe.model.diffusion_model.out[-1]
         torch.nn.init.zeros_(conv.weight)
         torch.nn.init.zeros_(conv.bias)
-    obj = (Mg2Objective(pipe, bank, change_weight=cfg.change_weight) if cfg.workload == "mg2"
-           else WMAObjective(pipe, bank, change_weight=cfg.change_weight))
+    kw = dict(change_weight=cfg.change_weight, sigma_min=cfg.sigma_min)
+    obj = Mg2Objective(pipe, bank, **kw) if cfg.workload == "mg2" else WMAObjective(pipe, bank, **kw)
     return pipe, obj
 
 
@@ -173,9 +177,9 @@ def train(cfg: TrainConfig, bank=None) -> dict:
     loss_csv = cfg.out.with_suffix(".loss.csv")
     if cfg.resume and cfg.ckpt.is_file():
         ck = torch.load(cfg.ckpt, map_location=dev, weights_only=True)
-        same = {k: ck["config"].get(k, 0.0 if k == "change_weight" else None)
+        same = {k: ck["config"].get(k, {"change_weight": 0.0, "sigma_min": 0.05}.get(k))
                 for k in ("workload", "preset", "data_seed", "seed", "episodes", "episode_frames", "batch",
-                          "change_weight")}
+                          "change_weight", "sigma_min")}
         want = {k: getattr(cfg, k) for k in same}
         want["preset"] = pipe.preset.name
         if same != want:
@@ -254,7 +258,8 @@ def train(cfg: TrainConfig, bank=None) -> dict:
     meta = {
         "preset": pipe.preset.name, "workload": cfg.workload, "git_commit": git_commit(), "data_seed": cfg.data_seed,
         "seed": cfg.seed, "episodes": cfg.episodes, "episode_frames": cfg.episode_frames, "batch": cfg.batch,
-        "lr": cfg.lr, "ema": cfg.ema, "change_weight": cfg.change_weight, "steps": step, "train_minutes": round(elapsed / 60, 3),
+        "lr": cfg.lr, "ema": cfg.ema, "change_weight": cfg.change_weight,
+        "sigma_min": cfg.sigma_min, "steps": step, "train_minutes": round(elapsed / 60, 3),
         "render_and_build_seconds": round(render_s, 1), "device": _device_name(dev), "torch": torch.__version__,
         "final_loss": _final_loss(rows), "loss_csv": loss_csv.name, "command": cfg.command,
         "parameters": sum(q.numel() for q in model.parameters()),

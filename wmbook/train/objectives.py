@@ -70,11 +70,14 @@ class Mg2Objective:
 
     SIGMA_MIN = 0.05  # x-prediction: the flow loss's 1 / sigma^2 weight is capped at 1 / SIGMA_MIN^2
 
-    def __init__(self, pipe, bank: EpisodeBank, blocks: int | None = None, change_weight: float = 0.0):
+    def __init__(self, pipe, bank: EpisodeBank, blocks: int | None = None, change_weight: float = 0.0,
+                 sigma_min: float | None = None):
         from ..models.vae import pixel_frames_for
 
         p = pipe.preset
         self.change_weight = change_weight
+        if sigma_min is not None:
+            self.SIGMA_MIN = sigma_min
         self.pipe, self.bank, self.p = pipe, bank, p
         self.k = p.num_frame_per_block
         self.blocks = p.default_blocks if blocks is None else blocks
@@ -147,14 +150,17 @@ class WMAObjective:
     """v-prediction of the video UNet (+ both heads) on the reference schedule (see the module docstring)."""
 
     HEAD_WEIGHT = 0.1
-    SIGMA_MIN = 0.05  # x-prediction: the v loss's 1 / (1 - alpha_bar) weight is capped at 1 / SIGMA_MIN^2
+    SIGMA_MIN = 0.05  # x-prediction: the v loss's 1 / (1 - alpha_bar) weight is capped at 1 / SIGMA_MIN^2 (a larger
+    # floor, `--sigma-min`, caps the weight of the nearly clean draws lower: min-SNR weighting, Hang et al. 2023)
 
-    def __init__(self, pipe, bank: EpisodeBank, change_weight: float = 0.0):
+    def __init__(self, pipe, bank: EpisodeBank, change_weight: float = 0.0, sigma_min: float | None = None):
         from ..pipelines.ddim import DEFAULT_INSTRUCTION, dynamic_rescale, head_scheduler, video_scheduler
 
         p = pipe.preset
         self.pipe, self.bank, self.p = pipe, bank, p
         self.change_weight = change_weight
+        if sigma_min is not None:
+            self.SIGMA_MIN = sigma_min
         self.model = pipe.model
         dev = pipe.device
         self.ab = video_scheduler(p).alphas_cumprod.to(dev, torch.float32)
