@@ -172,3 +172,18 @@ def test_setup_drops_graph_break_warnings():
         log.removeHandler(handler)
     assert seen == ["something else"]
     assert pd.get_option("display.max_columns") is None
+
+
+def test_diffusers_torchao_checkpoint_notice_is_dropped(caplog):
+    """The one diffusers warning a torchao 0.18 install prints on import (it cluttered every H100 report) is dropped;
+    other warnings of that logger still show."""
+    import logging
+
+    import wmbook  # noqa: F401  (installs the filter)
+
+    log = logging.getLogger("diffusers.quantizers.torchao.torchao_quantizer")
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        log.warning("Unable to import `torchao` Tensor objects. This may affect loading checkpoints serialized with "
+                    "`torchao`")
+        log.warning("something else")
+    assert [r.getMessage() for r in caplog.records if r.name == log.name] == ["something else"]
