@@ -54,6 +54,11 @@ def test_per_row_units_and_bare_spread():
     f = wd.format_frame(d)
     assert f["decode (ms), median (p20-p80)"].iloc[0] == "9.00 (8.00-10.0)"
     assert f["per frame (ms)"].iloc[0] == "2.00"  # not paired with a spread that is not its own
+    # notebook 03's spelling: "fps median" / "fps p20" / "fps p80" in one cell
+    n = pd.DataFrame({"point": ["a"], "fps median": [125.4], "fps p20": [122.3], "fps p80": [128.3],
+                      "speedup (x)": [1.0]})
+    f = wd.format_frame(n)
+    assert list(f.columns)[1] == "fps, median (p20-p80)" and f.iloc[0, 1] == "125 (122-128)", f
 
 
 def test_key_columns_and_errors():

@@ -138,7 +138,12 @@ def _spread_pairs(cols: Sequence[str]) -> dict[str, tuple[str, str]]:
         if c in ("median", "value") and {"p20", "p80"} <= cs:
             pairs[c] = ("p20", "p80")
             continue
-        if c.endswith(("_p20", "_p80")) or c in ("p20", "p80"):
+        if c.endswith(("_p20", "_p80", " p20", " p80")) or c in ("p20", "p80"):
+            continue
+        if c.endswith(" median"):  # "fps median" with "fps p20" / "fps p80" (notebook 03's tables)
+            base = c[: -len(" median")]
+            if {f"{base} p20", f"{base} p80"} <= cs:
+                pairs[c] = (f"{base} p20", f"{base} p80")
             continue
         parts = c.split("_")
         if parts[-1] not in ("ms", "us", "s", "median", "gbps", "tflops", "gib", "mib", "x", "fps", "db"):
@@ -236,7 +241,8 @@ def format_frame(df: pd.DataFrame, columns: Sequence[str] | None = None, units: 
         # a percentage carries its % sign in every cell: the header keeps the name alone
         header = rename.get(name) or (f"{label} ({unit})" if unit and unit != "%" else label)
         if c in pairs:
-            header = "median (p20-p80)" if header == "median" else f"{header}, median (p20-p80)"
+            header = ("median (p20-p80)" if header == "median" else
+                      f"{header.removesuffix(' median')}, median (p20-p80)")
         out[header] = vals
         sources.append(c)
     res = pd.DataFrame(out, index=df.index)
