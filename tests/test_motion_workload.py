@@ -121,14 +121,17 @@ def test_top_operations_names_the_gpu_annotation_of_a_range_apart():
 
     from wmbook.studies import motion as mstudy
 
-    rows = pd.DataFrame({"name": ["fetch", "fetch", "aten::index", "ProfilerStep#1"], "count": [10, 10, 40, 10],
-                         "cpu_time_total_us": [900.0, 0.0, 300.0, 1000.0],
-                         "self_cpu_time_total_us": [100.0, 0.0, 300.0, 10.0],
-                         "device_time_total_us": [500.0, 480.0, 200.0, 0.0],
-                         "self_device_time_total_us": [0.0, 480.0, 200.0, 0.0]})
+    kernel = "void at::native::index_elementwise_kernel<128, 4, " + "x" * 200 + ">"
+    rows = pd.DataFrame({"name": ["fetch", "fetch", "aten::index", "ProfilerStep#1", kernel],
+                         "count": [10, 10, 40, 10, 40], "cpu_time_total_us": [900.0, 0.0, 300.0, 1000.0, 0.0],
+                         "self_cpu_time_total_us": [100.0, 0.0, 300.0, 10.0, 0.0],
+                         "device_time_total_us": [500.0, 480.0, 200.0, 0.0, 100.0],
+                         "self_device_time_total_us": [0.0, 480.0, 200.0, 0.0, 100.0]})
     prof = types.SimpleNamespace(key_averages=lambda: rows)
     cfg = types.SimpleNamespace(options=types.SimpleNamespace(profile_active=10),
                                 device=types.SimpleNamespace(type="cuda"))
     out = mstudy.top_operations(prof, cfg)
-    assert list(out.index) == ["fetch", "fetch (GPU annotation)", "aten::index"] and out.index.is_unique
+    assert list(out.index)[:3] == ["fetch", "fetch (GPU annotation)", "aten::index"] and out.index.is_unique
+    assert len(out.index[3]) == 90 and out.index[3].startswith("void at::native::index_elementwise_kernel<128, 4, xx")
+    assert out.index[3].endswith("...")  # a templated kernel's name cut: the numbers stay on the page
     assert out.loc["fetch (GPU annotation)", "device ms / step"] == 0.048

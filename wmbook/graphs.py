@@ -24,6 +24,7 @@ import dataclasses
 import linecache
 import sys
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -256,7 +257,9 @@ def find_sync(fn, *args, return_output: bool = False, **kwargs):
     culprit = out = None
     if torch.cuda.is_available():
         old = torch.cuda.get_sync_debug_mode()
-        torch.cuda.set_sync_debug_mode("error")
+        with warnings.catch_warnings():  # "Synchronization debug mode is a prototype feature": we know, every call
+            warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype feature")
+            torch.cuda.set_sync_debug_mode("error")
         try:
             out = fn(*args, **kwargs)
         except RuntimeError as exc:
