@@ -59,6 +59,8 @@ def test_per_row_units_and_bare_spread():
                       "speedup (x)": [1.0]})
     f = wd.format_frame(n)
     assert list(f.columns)[1] == "fps, median (p20-p80)" and f.iloc[0, 1] == "125 (122-128)", f
+    k = pd.DataFrame({"kernel": ["adaln"], "fused us": [26.0], "fused us p20": [10.1], "fused us p80": [43.1]})
+    assert wd.format_frame(k).iloc[0].tolist() == ["adaln", "26 (10.1-43.1)"]  # notebook 05's spelling
 
 
 def test_key_columns_and_errors():

@@ -140,6 +140,9 @@ def _spread_pairs(cols: Sequence[str]) -> dict[str, tuple[str, str]]:
             continue
         if c.endswith(("_p20", "_p80", " p20", " p80")) or c in ("p20", "p80"):
             continue
+        if {f"{c} p20", f"{c} p80"} <= cs:  # "fused us" with "fused us p20" / "fused us p80" (notebook 05's)
+            pairs[c] = (f"{c} p20", f"{c} p80")
+            continue
         if c.endswith(" median"):  # "fps median" with "fps p20" / "fps p80" (notebook 03's tables)
             base = c[: -len(" median")]
             if {f"{base} p20", f"{base} p80"} <= cs:
