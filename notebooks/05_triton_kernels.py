@@ -102,7 +102,8 @@ else:
 # ## Ladder: notebook 04's best stack, then the kernels, then fp8 and quantized attention
 # Each row adds one variant and is gated against the fp32 reference; a row that fails the gate is shown but its time
 # does not count. `attn-sage` (SageAttention: Q and K in int8, P.V in fp16) is a comparison row for the attention
-# share of the forward; masked calls and head dims it does not take keep SDPA. `GPU busy ms` is the kernels' time per forward: what the fused kernels and fp8 act on. Wall time
+# share of the forward; masked calls, head dims it does not take and key lengths that are not whole 64-key blocks keep
+# SDPA (the table under the ladder counts them: at mg2-universal's 880 tokens a frame, every call). `GPU busy ms` is the kernels' time per forward: what the fused kernels and fp8 act on. Wall time
 # includes the host's launches (notebook 06 removes those with CUDA graphs). The base is the best stack of
 # [04 · compile and precision](04_compile_autocast.ipynb). What to look for: GPU busy time going down row by row.
 
@@ -114,6 +115,9 @@ if cfg.options.ladder:
     display(wd.table(t, columns=LADDER_KEY, strict=False, caption="Ladder rows",
                      rename={"e2e_value": f"end to end ({cfg.workload.metric.unit})"}))
     wd.appendix(t, "the ladder, every column")
+    if "attn-sage" in study.kernel_steps(cfg):
+        display(wd.table(study.sage_table(), percent=["share"],
+                         caption="attn-sage: attention() calls by kernel (SageAttention, or SDPA and why)"))
 else:
     lad = None
     print("ladder rows left out (ladder=False; its default on a CPU, where the kernels run in Triton's interpreter at "

@@ -445,3 +445,20 @@ def test_flex_vs_dense_mask_tiny():
     assert (flex["max_rel"] < 1e-5).all() and (flex["block_density"] < 1).all()
     assert t.loc["sdpa + dense mask", "max_rel"] < 1e-5
     assert t.loc["sdpa + dense mask", "kernel"] in ("flash", "math")
+
+
+def test_sage_table_counts_calls_by_kernel(monkeypatch):
+    """Notebook 05's table under the ladder: how attn-sage's calls ran (SageAttention, or SDPA and why)."""
+    from wmbook.studies.kernels import sage_table
+
+    monkeypatch.setattr(attn, "_sage_func", lambda: lambda q, k, v, tensor_layout, is_causal, smooth_k: _sdpa(q, k, v))
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, n, 2, 64, generator=g) for n in (8, 128, 128))
+    attn.reset_sage_call_counts()
+    with attention_backend("sage"):
+        attention(q, k, v)
+        attention(q, k[:, :56], v[:, :56])
+        attention(q, k[:, :56], v[:, :56])
+    t = sage_table()
+    assert t.to_dict("index") == {"sdpa (kv_len 56 % 64)": {"calls": 2, "share": 2 / 3},
+                                  "sage": {"calls": 1, "share": 1 / 3}}

@@ -214,6 +214,19 @@ def kernel_steps(cfg: RunConfig) -> list[str]:
     return steps
 
 
+def sage_table() -> pd.DataFrame:
+    """How the attention() calls ran since attn-sage switched the backend (its ladder row: warm-up, gate and timing):
+    SageAttention, or SDPA and why (a mask, a head dim it does not take, a key length that is not a whole number of
+    64-key blocks: sageattention 1.0.6 scores the zero-padded keys of a partial block). At mg2-universal every
+    self-attention call has 880 x frames keys, never a whole block, so that row measures SDPA."""
+    from ..models.attention import sage_call_counts
+
+    counts = sage_call_counts()
+    total = sum(counts.values())
+    rows = [{"kernel": k, "calls": n, "share": n / total} for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    return pd.DataFrame(rows, columns=["kernel", "calls", "share"]).set_index("kernel")
+
+
 def fp8_note(cfg: RunConfig) -> str:
     """Which low-precision rows (fp8 GEMMs, SageAttention) the ladder includes, and why any is left out."""
     return "; ".join(f"{name} row left out: {why}" if why else f"{name} row included"
