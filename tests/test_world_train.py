@@ -330,3 +330,21 @@ def test_change_weight_trains_and_is_checked(bank, tmp_path, wl):
     for bad in (0.0, 1.5, None):
         with pytest.raises(ValueError, match=r"sigma_min=.* allowed values: a number in \(0, 1\]"):
             TrainConfig(workload=wl, preset=p, out=tmp_path / "w.pt", steps=1, sigma_min=bad).check()
+
+
+@pytest.mark.parametrize("wl", ["mg2", "wma"])
+def test_change_weight_and_sigma_min_reach_the_loss(bank, wl):
+    """The objective the workload builds uses both options: on one batch and noise draw, each changes the loss."""
+    from wmbook import workloads
+
+    pipe = _pipe(wl)
+    batch = None
+    losses = {}
+    for opts in ({}, {"change_weight": 4.0}, {"sigma_min": 1.0}):  # 1.0: every draw clamped (mg2 sigmas skew high)
+        obj = workloads.get(wl).training_objective(pipe, bank, **opts)
+        if batch is None:
+            batch = obj.sample_batch(torch.Generator().manual_seed(0), 2)
+        with torch.no_grad():
+            loss, _ = obj.loss(batch, torch.Generator().manual_seed(1), **({"j": 1} if wl == "mg2" else {}))
+        losses[tuple(opts)] = float(loss)
+    assert losses[("change_weight",)] != losses[()] and losses[("sigma_min",)] != losses[()], losses

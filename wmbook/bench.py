@@ -135,9 +135,10 @@ def host_launch_ms(fn, device=None) -> float:
 
 def spin_up(device=None, ms: float = 100.0) -> float:
     """Keep a CUDA device busy for about `ms` milliseconds (back-to-back 4096^2 bf16 matmuls), so the next timing
-    starts at full clocks: after a quiet spell (a torch.compile, host-side setup) the GPU drops its clocks, and a
-    short timing that starts then mixes slow and fast calls (notebook 05's first call sites on the H100: p20-p80 of
-    10-43 us around a 26 us median). Returns the milliseconds spent; a CPU device returns 0 at once."""
+    starts at full clocks: after a quiet spell (a torch.compile, host-side setup) a GPU lowers its clocks, and a
+    short timing that starts then can mix slow and fast calls (the suspected cause of notebook 05's first call sites
+    on the H100: p20-p80 of 10-43 us around a 26 us median, not yet confirmed by a re-run). Returns the milliseconds
+    spent; a CPU device returns 0 at once."""
     if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms <= 10_000:
         raise ValueError(f"ms={ms!r} is not allowed; allowed values: a number in [0, 10000]")
     dev = resolve_device(device)

@@ -144,7 +144,8 @@ def _gn_case(site: str, shape: tuple, groups: int, eps: float, add: bool, channe
                       lambda x, weight, bias, add: gns.group_norm_silu(x, weight, bias, groups, eps, add),
                       lambda x, weight, bias, add: gns.group_norm_silu_ref(x, weight, bias, groups, eps, add),
                       lambda x, weight, bias, add: gns.group_norm_silu_bytes(x, weight, bias, add),
-                      dtype=dtype, note=note, layout="channels-last" if channels_last else "contiguous")
+                      dtype=dtype, note=note, layout="channels-last" if channels_last else "contiguous",
+                      extra={"num_groups": groups, "eps": eps})
 
 
 def unet_cases(model_channels: int, latent_hw: tuple[int, int], frames: int, groups: int, batch: int = 1,

@@ -17,7 +17,7 @@ import torch
 
 from .. import check
 from .. import results as results_store
-from ..bench import Samples, time_fn, time_once
+from ..bench import Samples, host_launch_ms, time_fn, time_once
 from ..motion import variants as mvariants
 from ..motion.fetch import (CALL_STAGES, FETCH_LABEL, STATE_LABEL, STATE_STAGES, MotionState, get_motion_state,
                             no_label, sample_queries, state_layout)
@@ -353,9 +353,7 @@ def measure(s: MotionSetup, stack, num_envs: int | None = None, anchors: dict | 
         from ..profiling import profile_calls, trace_busy_ms
         from ..variants.ladder import launch_count
 
-        host = time_fn(term.fetch, warmup=0, repeats=cfg.repeats, device=cfg.device, sync=False)
-        torch.cuda.synchronize(cfg.device)
-        row.host_ms = host.median
+        row.host_ms = float(np.median([host_launch_ms(term.fetch, cfg.device) for _ in range(cfg.repeats)]))
         trace = profile_calls(term.fetch, cfg.device, calls=5)
         row.gpu_busy_ms = trace_busy_ms(trace) / 5
         row.launches = launch_count(trace) / 5
@@ -390,7 +388,8 @@ def run_ladder(s: MotionSetup) -> MotionLadder:
 
 def ladder_table(lad: MotionLadder) -> pd.DataFrame:
     """One line per row: the stack, the gate (worst field's rel-L2 vs float64), ms per step (p20-p80), speedup, x the
-    bytes floor, achieved GB/s, GPU busy ms, host ms to issue it and launches per step (GPU), first call (compile, capture), notes."""
+    bytes floor, achieved GB/s, GPU busy ms, host ms to issue a fetch and launches per step (GPU), first call
+    (compile, capture), notes."""
     rows = []
     for i, r in enumerate(lad.rows):
         rows.append({"row": i, "added": r.stack[-1] if r.stack else "-", "stack (effective)": r.name, "gate": r.gate,

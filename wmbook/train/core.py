@@ -121,8 +121,8 @@ def _lr(cfg: TrainConfig, step: int, elapsed: float) -> float:
 
 def build_training(cfg: TrainConfig, device: torch.device, bank=None):
     """(pipeline, objective) for cfg; the pipeline is fp32 with its model trainable."""
+    from .. import workloads
     from .data import EpisodeBank
-    from .objectives import Mg2Objective, WMAObjective
     from ..world.weights import build_world_pipeline
 
     p = ALL_PRESETS[cfg.preset] if isinstance(cfg.preset, str) else cfg.preset
@@ -132,14 +132,8 @@ def build_training(cfg: TrainConfig, device: torch.device, bank=None):
     pipe = build_world_pipeline(cfg.workload, p, device=device, dtype=torch.float32, vae_dtype=torch.float32,
                                 weights=False)
     pipe.model.train().requires_grad_(True)
-    if getattr(p, "model_output", None) == "x0-residual":
-        # the change from the last frame starts at zero: the untrained model predicts copy-last (upstream's UNets
-        # zero-initialise this conv too; the benchmark presets keep random weights so that their outputs are not 0)
-        conv = pipe.model.diffusion_model.out[-1]
-        torch.nn.init.zeros_(conv.weight)
-        torch.nn.init.zeros_(conv.bias)
-    kw = dict(change_weight=cfg.change_weight, sigma_min=cfg.sigma_min)
-    obj = Mg2Objective(pipe, bank, **kw) if cfg.workload == "mg2" else WMAObjective(pipe, bank, **kw)
+    obj = workloads.get(cfg.workload).training_objective(pipe, bank, change_weight=cfg.change_weight,
+                                                         sigma_min=cfg.sigma_min)
     return pipe, obj
 
 

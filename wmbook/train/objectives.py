@@ -137,10 +137,11 @@ class Mg2Objective:
             # x-prediction, flow loss (Li & He 2025): flow_hat = (x_t - x0_hat) / sigma, so the flow error is the x0
             # error over sigma; sigma is clamped at SIGMA_MIN so the rare near-clean draws do not dominate
             w = 1.0 / s.clamp(min=self.SIGMA_MIN) ** 2
-            # each target frame's previous latent frame (block 0's first frame: itself, the conditioning frame)
-            prev = z[:, :, max(j * k - 1, 0):n - 1] if j else torch.cat([z[:, :, :1], z[:, :, :n - 1]], dim=2)
+            if self.change_weight:  # each target frame's previous latent frame (block 0's first: itself)
+                prev = z[:, :, j * k - 1:n - 1] if j else torch.cat([z[:, :, :1], z[:, :, :n - 1]], dim=2)
+                w = w * change_weights(x0, prev, self.change_weight)
             x0_err = (out - x0) ** 2
-            loss = (w * change_weights(x0, prev, self.change_weight) * x0_err).mean()
+            loss = (w * x0_err).mean()
             return loss, {"flow_mse": loss.detach(), "x0_mse": x0_err.mean().detach()}
         loss = F.mse_loss(out, eps - x0)
         return loss, {"flow_mse": loss.detach()}
@@ -177,6 +178,12 @@ class WMAObjective:
         for mod in self.model.modules():
             if isinstance(mod, torch.nn.Dropout):
                 mod.p = 0.0
+        if getattr(p, "model_output", None) == "x0-residual":
+            # the change from the last frame starts at zero: the untrained model predicts copy-last (upstream's UNets
+            # zero-initialise this conv too; the benchmark presets keep random weights so that their outputs are not 0)
+            conv = self.model.diffusion_model.out[-1]
+            torch.nn.init.zeros_(conv.weight)
+            torch.nn.init.zeros_(conv.bias)
 
     def parameters(self):
         return self.model.parameters()
@@ -238,10 +245,11 @@ class WMAObjective:
             # over sqrt(1 - ab), clamped at SIGMA_MIN (Li & He 2025); x0-residual: x0_hat = output + last frame
             x0_hat = out.float() + (cond_latent.float() if kind == "x0-residual" else 0.0)
             x0_err = (x0_hat - x0) ** 2
-            # each future frame's previous frame: the last observed one, then the future ones
-            prev = torch.cat([cond_latent[:, :, :1].float(), x0[:, :, :-1]], dim=2)
-            cw = change_weights(x0, prev, self.change_weight)
-            v_loss = (cw * x0_err / (1 - ab).sqrt().clamp(min=self.SIGMA_MIN) ** 2).mean()
+            w = 1.0 / (1 - ab).sqrt().clamp(min=self.SIGMA_MIN) ** 2
+            if self.change_weight:  # each future frame's previous frame: the last observed one, then the future ones
+                prev = torch.cat([cond_latent[:, :, :1].float(), x0[:, :, :-1]], dim=2)
+                w = w * change_weights(x0, prev, self.change_weight)
+            v_loss = (w * x0_err).mean()
             extra["x0_mse"] = x0_err.mean().detach()
         else:
             v_loss = F.mse_loss(out.float(), v)

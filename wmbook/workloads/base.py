@@ -158,6 +158,11 @@ class Workload:
         """(uint8 [T, H, W, 3] frames aligned with case.target, the pipeline's output): one run on a Case."""
         raise NotImplementedError(f"workload {self.name!r} has no world model")
 
+    def training_objective(self, pipe, bank, **options):
+        """The wmbook.train objective of this workload's world model on a trainable `pipe` and an EpisodeBank
+        (options: change_weight, sigma_min; wmbook.train.objectives)."""
+        raise NotImplementedError(f"workload {self.name!r} has no world model")
+
     def reference_pipeline(self, preset, device: torch.device, seed: int = 0):
         """The fp32 eager reference (fp32 VAE too): every ladder row starts from a copy of it."""
         return self.pipeline(preset, device, torch.float32, torch.float32, seed)

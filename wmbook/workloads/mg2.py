@@ -107,6 +107,11 @@ class Mg2Workload(Workload):
         out = pipe.generate(case.inputs, progress=False, **sampling)
         return pipe.postprocess(out.frames)[1:], out
 
+    def training_objective(self, pipe, bank, **options):
+        from ..train.objectives import Mg2Objective
+
+        return Mg2Objective(pipe, bank, **options)
+
     def build(self, cfg) -> tuple[CausalStreamingPipeline, StreamInputs]:
         pipe = self.pipeline(cfg.preset, cfg.device, cfg.dtype, cfg.vae_dtype, cfg.seed)
         return pipe, pipe.prepare(cfg.options.num_blocks, seed=cfg.seed)

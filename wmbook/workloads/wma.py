@@ -109,6 +109,11 @@ class WMAWorkload(Workload):
         out = pipe.run_iteration(case.inputs, world_actions=case.world_actions, progress=False, **sampling)
         return to_uint8_video(out.world.frames), out
 
+    def training_objective(self, pipe, bank, **options):
+        from ..train.objectives import WMAObjective
+
+        return WMAObjective(pipe, bank, **options)
+
     def build(self, cfg) -> tuple[WMAInteractionPipeline, WMAInputs]:
         pipe = self.pipeline(cfg.preset, cfg.device, cfg.dtype, cfg.vae_dtype, cfg.seed)
         return pipe, pipe.prepare(seed=cfg.seed)
