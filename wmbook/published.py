@@ -137,7 +137,8 @@ def _step_reduction(df: pd.DataFrame) -> list[str]:
     for r in _latest_runs(df, "03_step_reduction"):
         params = [json.loads(p) if p else {} for p in r["params"]]
         r = r.assign(_sampling=[json.dumps(p.get("sampling"), sort_keys=True) for p in params],
-                     _curve=[p.get("curve", "") for p in params], _ref=[bool(p.get("reference")) for p in params])
+                     _curve=[p.get("curve", "") for p in params], _ref=[bool(p.get("reference")) for p in params],
+                     _criterion=[p.get("criterion", "-") for p in params])
         points = r[~r["variant"].str.startswith("knee:") & r["metric"].isin(("fps", "iteration_s"))]
         if not len(points):
             continue
@@ -163,7 +164,7 @@ def _step_reduction(df: pd.DataFrame) -> list[str]:
                           "knee point": same["variant"].iloc[0].removeprefix("steps:") if len(same) else "-",
                           "forwards": _val(r, "knee_forwards", "{:.0f}", k["variant"]),
                           "speedup": _num(k["value"], "{:.2f}x"),
-                          "criterion": json.loads(k["params"]).get("criterion", "-") if k["params"] else "-"})
+                          "criterion": k["_criterion"]})
         crit = "quality against ground truth" if has_gt else "deviation from the full-step output (solver error)"
         parts.append(f"\n**03 · step reduction, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** ({_device(r)}; "
                      f"{label} median (p20-p80); knee by {crit})\n")
@@ -469,8 +470,8 @@ def _headline_03(r: pd.DataFrame) -> dict:
 
 
 _HEADLINES = {"01_baseline_profiling": _headline_01, "02_bottleneck_breakdown": _headline_02,
-              "03_step_reduction": _headline_03, "04_compile_autocast": _headline_04, "05_triton_kernels": _headline_05, "06_cuda_graphs": _headline_06,
-              "07_motion_data_loading": _headline_07}
+              "03_step_reduction": _headline_03, "04_compile_autocast": _headline_04,
+              "05_triton_kernels": _headline_05, "06_cuda_graphs": _headline_06, "07_motion_data_loading": _headline_07}
 
 
 def headline(run: pd.DataFrame) -> dict[str, str]:
