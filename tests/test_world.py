@@ -255,3 +255,12 @@ def test_shipped_weights_load_strict_and_beat_copy_last(one_thread, wl, preset):
     model = weval.score(weval.predict(wl, pipe, case), case)
     base = weval.score(weval.copy_last(case), case)
     assert model["psnr"] > base["psnr"] + 1.0 and model["ssim"] > base["ssim"], (model, base)
+    if meta["eval"]["model"]["agent_err_px"] < meta["eval"]["copy_last"]["agent_err_px"]:
+        # weights whose provenance claims action following: the agent is found where the actions put it, over three
+        # held-out episodes (one episode's agent may stand still, where copy-last is right by construction)
+        cases = [weval.heldout_case(wl, pipe, s) for s in (1, 2)]
+        scores = [model] + [weval.score(weval.predict(wl, pipe, c), c) for c in cases]
+        bases = [base] + [weval.score(weval.copy_last(c), c) for c in cases]
+        err = sum(s["agent_err_px"] for s in scores) / 3
+        assert err < 0.5 * sum(b["agent_err_px"] for b in bases) / 3, (scores, bases)
+        assert min(s["agent_found"] for s in scores) >= 0.8, scores
