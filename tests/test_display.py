@@ -112,6 +112,33 @@ def test_show_video_embeds_and_refuses(tmp_path):
         wd.show_video(tmp_path / "v.txt")
 
 
+def test_show_video_embeds_a_preview_of_a_large_gif(tmp_path):
+    """A GIF over the byte budget (noise frames, as a random-weights video at a real shape) is embedded downscaled,
+    under the budget, shown at the file's width, with a caption saying so and an artifact link to the file."""
+    import io
+    import re
+
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    frames = [Image.fromarray(rng.integers(0, 256, (96, 160, 3), dtype=np.uint8)) for _ in range(6)]
+    gif = tmp_path / "noise.gif"
+    frames[0].save(gif, "GIF", save_all=True, append_images=frames[1:], duration=50, loop=0)
+    size = gif.stat().st_size
+    budget = size // 3
+    data, note = wd.gif_preview(gif.read_bytes(), budget)
+    assert len(data) <= budget and "preview" in note
+    small = Image.open(io.BytesIO(data))
+    assert small.size[0] < 160 and small.n_frames >= 1
+    html = wd.show_video(gif, caption="noise", max_bytes=budget).data
+    b64 = re.search(r"base64,([^\"]+)", html).group(1)
+    assert len(base64.b64decode(b64)) <= budget and 'width="160"' in html and "preview" in html
+    assert wd.LINK_ATTR in html and "the full video" in html
+    assert wd.gif_preview(gif.read_bytes(), size + 1) == (gif.read_bytes(), "")  # fits: unchanged
+    with pytest.raises(ValueError, match="max_bytes=.*allowed values"):
+        wd.gif_preview(b"", 10)
+
+
 def test_frame_comparer_static_when_headless(monkeypatch, shown):
     import matplotlib
 

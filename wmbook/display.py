@@ -379,9 +379,49 @@ def link(path: str | os.PathLike, text: str | None = None, note: str = ""):
     return HTML(f'<a href="{_html.escape(p.as_uri())}" {LINK_ATTR}="1" target="_blank">{label}</a>{extra}')
 
 
-def show_video(path: str | os.PathLike, width: int | None = None, caption: str | None = None):
+VIDEO_EMBED_BYTES = 1_500_000  # an animated GIF above this is embedded as a smaller preview (report size)
+
+
+def gif_preview(data: bytes, max_bytes: int = VIDEO_EMBED_BYTES) -> tuple[bytes, str]:
+    """An animated GIF at most `max_bytes` long: the same one when it fits, else its frames downscaled (1/2, 1/3, ...
+    of the size) and, if that is not enough, every k-th frame with k times the duration. Returns (GIF bytes, what
+    was done, "" when nothing)."""
+    import io
+
+    from PIL import Image, ImageSequence
+
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 10_000:
+        raise ValueError(f"max_bytes={max_bytes!r} is not allowed; allowed values: an integer >= 10000")
+    if len(data) <= max_bytes:
+        return data, ""
+    im = Image.open(io.BytesIO(data))
+    frames, durations = [], []
+    for f in ImageSequence.Iterator(im):
+        frames.append(f.convert("RGB"))
+        durations.append(int(f.info.get("duration", im.info.get("duration", 100)) or 100))
+    w, h = frames[0].size
+    out = data
+    for stride in (1, 2, 4, 8):
+        for scale in (2, 3, 4, 6, 8):
+            size = (max(1, w // scale), max(1, h // scale))
+            small = [f.resize(size, Image.BILINEAR) for f in frames[::stride]]
+            dur = [sum(durations[i:i + stride]) for i in range(0, len(frames), stride)]
+            buf = io.BytesIO()
+            small[0].save(buf, "GIF", save_all=True, append_images=small[1:], duration=dur, loop=0)
+            out = buf.getvalue()
+            if len(out) <= max_bytes:
+                every = "every frame" if stride == 1 else f"every {stride}th frame"
+                return out, (f"preview: {every} at {size[0]}x{size[1]} (the file: {len(frames)} frames at {w}x{h}, "
+                             f"{len(data) / 1e6:.1f} MB)")
+    return out, f"preview: every 8th frame at 1/8 size (the file: {len(frames)} frames at {w}x{h})"
+
+
+def show_video(path: str | os.PathLike, width: int | None = None, caption: str | None = None,
+               max_bytes: int = VIDEO_EMBED_BYTES):
     """An animated GIF (or WebP/MP4) embedded in the output as a data URI, so the notebook and its HTML report carry
-    it (nbconvert drops image/gif outputs)."""
+    it (nbconvert drops image/gif outputs). A GIF over `max_bytes` is embedded as a smaller preview (gif_preview; a
+    real-shape video of random weights is noise that GIF cannot compress: 5 MB for notebook 01's 352x640 frames),
+    shown at the file's width, with a link to the file itself."""
     from IPython.display import HTML
 
     p = Path(path)
@@ -391,13 +431,24 @@ def show_video(path: str | os.PathLike, width: int | None = None, caption: str |
     mime = {".gif": "image/gif", ".webp": "image/webp", ".mp4": "video/mp4"}.get(p.suffix.lower())
     if mime is None:
         raise ValueError(f"path={str(path)!r} is not allowed; allowed values: a .gif, .webp or .mp4 file")
-    data = base64.b64encode(p.read_bytes()).decode("ascii")
+    raw = p.read_bytes()
+    note = ""
+    if mime == "image/gif":
+        raw, note = gif_preview(raw, max_bytes)
+        if note and width is None:
+            from PIL import Image
+
+            width = Image.open(p).size[0]  # the preview scaled back up to the file's size on the page
+    data = base64.b64encode(raw).decode("ascii")
     w = f' width="{int(width)}"' if width else ""
     if mime == "video/mp4":
         media = f'<video controls loop autoplay muted{w} src="data:{mime};base64,{data}"></video>'
     else:
         media = f'<img{w} alt="{_html.escape(p.name)}" src="data:{mime};base64,{data}">'
-    cap = f"<figcaption>{_html.escape(caption)}</figcaption>" if caption else ""
+    if note:
+        note = f"{_html.escape(note)}; {link(p, 'the full video').data}"
+    text = " ".join(x for x in (_html.escape(caption) if caption else "", f"({note})" if note else "") if x)
+    cap = f"<figcaption>{text}</figcaption>" if text else ""
     return HTML(f"<figure style='margin:0'>{media}{cap}</figure>")
 
 
