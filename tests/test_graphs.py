@@ -120,6 +120,34 @@ def test_replay_equals_eager_and_outputs_are_copies():
 
 
 @GPU
+def test_a_call_without_arguments_replays_through_the_fast_path():
+    """A captured callable without arguments (a motion fetch) replays without rebuilding its signature: the same
+    results as eager (its state read from the device each replay), counted replays, and reset() drops the fast path
+    with the graphs."""
+    state = torch.randn(256, device="cuda")
+    out = torch.empty_like(state)
+
+    def fn():
+        torch.mul(state, 3.0, out=out)
+        return {"out": out}
+
+    g = GraphedCallable(fn, warmup=2, clone_outputs=False)
+    for _ in range(3):  # two eager calls, then the capture (whose call runs eagerly)
+        g()
+    assert g._no_args is not None and g._no_args.replays == 0
+    for _ in range(4):
+        state.normal_()
+        torch.testing.assert_close(g()["out"], state * 3.0)
+    assert g._no_args.replays == 4 and g.captured == 1
+    g.reset()
+    assert g._no_args is None and not g.entries
+    keyed = GraphedCallable(fn, warmup=1, key_fn=lambda a, k: 0)  # a key_fn may change the signature: no fast path
+    for _ in range(3):
+        keyed()
+    assert keyed._no_args is None and next(iter(keyed.entries.values())).replays == 1
+
+
+@GPU
 def test_capture_fallback_names_the_syncing_op():
     def syncing(x):
         n = int(x.sum().item() > 0)  # a host read: no graph can hold it
