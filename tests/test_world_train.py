@@ -348,3 +348,31 @@ def test_change_weight_and_sigma_min_reach_the_loss(bank, wl):
             loss, _ = obj.loss(batch, torch.Generator().manual_seed(1), **({"j": 1} if wl == "mg2" else {}))
         losses[tuple(opts)] = float(loss)
     assert losses[("change_weight",)] != losses[()] and losses[("sigma_min",)] != losses[()], losses
+
+
+def test_decision_fraction_sets_the_share_of_decision_passes(bank, tmp_path):
+    """`--decision-fraction` (workloads with a decision pass): the share of samples trained as decision passes
+    (action tokens zeroed); 0 and 1 give all world-model / all decision passes, a loss of its own each; it is
+    recorded in the provenance, checked before any work, and refused for a workload without a decision pass."""
+    from wmbook import workloads
+
+    pipe = _pipe("wma")
+    losses = {}
+    batch = None
+    for frac in (0.0, 1.0):
+        obj = workloads.get("wma").training_objective(pipe, bank, decision_fraction=frac)
+        if batch is None:
+            batch = obj.sample_batch(torch.Generator().manual_seed(0), 4)
+        with torch.no_grad():
+            losses[frac] = float(obj.loss(batch, torch.Generator().manual_seed(1))[0])
+    assert losses[0.0] != losses[1.0], losses
+    p = tiny_world_wma()
+    cfg = TrainConfig(workload="wma", preset=p, out=tmp_path / "w.pt", ckpt=tmp_path / "w.ckpt", steps=1, batch=2,
+                      decision_fraction=0.25, device="cpu", eval_cases=0, progress=False, log_every=1, episodes=3,
+                      episode_frames=40, resume=False)
+    assert train(cfg.check(), bank=bank)["decision_fraction"] == 0.25
+    for bad in (-0.1, 1.5, True):
+        with pytest.raises(ValueError, match=r"decision_fraction=.* allowed values: a number in \[0, 1\]"):
+            TrainConfig(workload="wma", preset=p, out=tmp_path / "w.pt", steps=1, decision_fraction=bad).check()
+    with pytest.raises(ValueError, match=r"decision_fraction=0.25 is not allowed for workload 'mg2'.*\['wma'\]"):
+        TrainConfig(workload="mg2", preset="world-mg2", out=tmp_path / "w.pt", steps=1, decision_fraction=0.25).check()

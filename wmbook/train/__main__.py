@@ -33,6 +33,10 @@ def main(argv=None) -> int:
     ap.add_argument("--sigma-min", type=float, default=0.05,
                     help="noise-level floor of the x0 losses' 1 / sigma^2 weight (larger: nearly clean draws weigh "
                          "less, min-SNR style)")
+    ap.add_argument("--decision-fraction", type=float, default=0.5,
+                    help="workloads with a decision pass (wma): the share of samples trained as decision passes (action "
+                         "tokens zeroed, the action head's loss), the rest as world-model passes (the true actions, "
+                         "the state head's loss); the video loss applies to both")
     ap.add_argument("--eval-cases", type=int, default=8, help="held-out episodes scored at the end")
     ap.add_argument("--ckpt", type=Path, default=None, help="checkpoint (default: reports/train/<out stem>.ckpt)")
     ap.add_argument("--no-resume", action="store_true", help="start over even when a checkpoint exists")
@@ -47,6 +51,7 @@ def main(argv=None) -> int:
                       lr=a.lr, warmup=a.warmup, data_seed=a.data_seed, seed=a.seed, episodes=a.episodes,
                       episode_frames=a.episode_frames, workers=a.workers, device=a.device, ckpt_every=a.ckpt_every,
                       log_every=a.log_every, ema=a.ema, change_weight=a.change_weight, sigma_min=a.sigma_min,
+                      decision_fraction=a.decision_fraction,
                       resume=not a.no_resume, eval_cases=a.eval_cases,
                       ckpt=a.ckpt, progress=not a.quiet, command="python -m wmbook.train " + " ".join(
                           argv if argv is not None else sys.argv[1:]))

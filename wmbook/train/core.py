@@ -27,6 +27,7 @@ from ..paths import REPORTS_DIR, git_commit
 from ..presets import ALL_PRESETS, resolve_device
 
 WORKLOADS = ("mg2", "wma")
+DEFAULT_DECISION_FRACTION = 0.5
 
 
 @dataclass
@@ -50,6 +51,7 @@ class TrainConfig:
     ema: float = 0.999
     change_weight: float = 0.0  # extra loss weight on latent positions that change between frames (objectives.py)
     sigma_min: float = 0.05  # the x0 losses' noise-level floor: their weight 1 / sigma^2 is capped at 1 / sigma_min^2
+    decision_fraction: float = DEFAULT_DECISION_FRACTION  # workloads with a decision pass (wma): the share of samples trained as one
     resume: bool = True
     eval_cases: int = 8  # held-out episodes scored at the end (0: none)
     ckpt: Path | None = None  # default: reports/train/<out stem>.ckpt
@@ -58,6 +60,7 @@ class TrainConfig:
 
     def check(self) -> "TrainConfig":
         """Every value checked before anything expensive runs (ValueError naming the parameter)."""
+        from .. import workloads
         from ..world.weights import is_world_preset, workload_of
 
         if self.workload not in WORKLOADS:
@@ -96,6 +99,13 @@ class TrainConfig:
         v = self.change_weight
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 100:
             raise ValueError(f"change_weight={v!r} is not allowed; allowed values: a number in [0, 100]")
+        v = self.decision_fraction
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            raise ValueError(f"decision_fraction={v!r} is not allowed; allowed values: a number in [0, 1]")
+        if v != DEFAULT_DECISION_FRACTION and "decision_pass" not in workloads.get(self.workload).features:
+            allowed = [w.name for w in workloads.all_workloads() if "decision_pass" in w.features]
+            raise ValueError(f"decision_fraction={v!r} is not allowed for workload {self.workload!r} (it has no decision "
+                             f"pass); allowed: the default {DEFAULT_DECISION_FRACTION} here, any fraction for {allowed}")
         self.out = Path(self.out)
         if self.out.suffix != ".pt":
             raise ValueError(f"out={str(self.out)!r} is not allowed; allowed values: a path ending in .pt")
@@ -132,8 +142,11 @@ def build_training(cfg: TrainConfig, device: torch.device, bank=None):
     pipe = build_world_pipeline(cfg.workload, p, device=device, dtype=torch.float32, vae_dtype=torch.float32,
                                 weights=False)
     pipe.model.train().requires_grad_(True)
-    obj = workloads.get(cfg.workload).training_objective(pipe, bank, change_weight=cfg.change_weight,
-                                                         sigma_min=cfg.sigma_min)
+    wl = workloads.get(cfg.workload)
+    options = dict(change_weight=cfg.change_weight, sigma_min=cfg.sigma_min)
+    if "decision_pass" in wl.features:
+        options["decision_fraction"] = cfg.decision_fraction
+    obj = wl.training_objective(pipe, bank, **options)
     return pipe, obj
 
 
@@ -171,9 +184,10 @@ def train(cfg: TrainConfig, bank=None) -> dict:
     loss_csv = cfg.out.with_suffix(".loss.csv")
     if cfg.resume and cfg.ckpt.is_file():
         ck = torch.load(cfg.ckpt, map_location=dev, weights_only=True)
-        same = {k: ck["config"].get(k, {"change_weight": 0.0, "sigma_min": 0.05}.get(k))
+        same = {k: ck["config"].get(k, {"change_weight": 0.0, "sigma_min": 0.05,
+                                        "decision_fraction": DEFAULT_DECISION_FRACTION}.get(k))
                 for k in ("workload", "preset", "data_seed", "seed", "episodes", "episode_frames", "batch",
-                          "change_weight", "sigma_min")}
+                          "change_weight", "sigma_min", "decision_fraction")}
         want = {k: getattr(cfg, k) for k in same}
         want["preset"] = pipe.preset.name
         if same != want:
@@ -253,6 +267,7 @@ def train(cfg: TrainConfig, bank=None) -> dict:
         "preset": pipe.preset.name, "workload": cfg.workload, "git_commit": git_commit(), "data_seed": cfg.data_seed,
         "seed": cfg.seed, "episodes": cfg.episodes, "episode_frames": cfg.episode_frames, "batch": cfg.batch,
         "lr": cfg.lr, "ema": cfg.ema, "change_weight": cfg.change_weight,
+        "decision_fraction": cfg.decision_fraction,
         "sigma_min": cfg.sigma_min, "steps": step, "train_minutes": round(elapsed / 60, 3),
         "render_and_build_seconds": round(render_s, 1), "device": _device_name(dev), "torch": torch.__version__,
         "final_loss": _final_loss(rows), "loss_csv": loss_csv.name, "command": cfg.command,

@@ -23,9 +23,9 @@ With the world preset's model_output "x0" the UNet's video output is x0_hat ("x0
 observed frame's latent, the cond_latent the UNet gets beside x_t) and the loss is the v error it implies,
 |x0_hat - x0|^2 / (1 - alpha_bar_t), with sqrt(1 - alpha_bar_t) clamped at SIGMA_MIN (the pipeline converts x0_hat to
 v for its samplers; wmbook.pipelines.ddim). The world preset turns use_dynamic_rescale off (wmbook.presets). The UNet's dropout is set to 0 for training.
-Half the samples are world-model passes (the true actions as action tokens, empty prompt) and train the state head
-on the future states; half are decision passes (action tokens zeroed, the instruction) and train the action head on
-the true action chunk; the heads are epsilon predictions on `head_scheduler`'s alphas at the same t, weighted 0.1.
+A share `decision_fraction` of the samples (default half) are decision passes (action tokens zeroed, the instruction)
+and train the action head on the true action chunk; the others are world-model passes (the true actions as action
+tokens, empty prompt) and train the state head on the future states; the heads are epsilon predictions on `head_scheduler`'s alphas at the same t, weighted 0.1.
 The video loss applies to both kinds.
 """
 
@@ -154,7 +154,8 @@ class WMAObjective:
     SIGMA_MIN = 0.05  # x-prediction: the v loss's 1 / (1 - alpha_bar) weight is capped at 1 / SIGMA_MIN^2 (a larger
     # floor, `--sigma-min`, caps the weight of the nearly clean draws lower: min-SNR weighting, Hang et al. 2023)
 
-    def __init__(self, pipe, bank: EpisodeBank, change_weight: float = 0.0, sigma_min: float | None = None):
+    def __init__(self, pipe, bank: EpisodeBank, change_weight: float = 0.0, sigma_min: float | None = None,
+                 decision_fraction: float = 0.5):
         from ..pipelines.ddim import DEFAULT_INSTRUCTION, dynamic_rescale, head_scheduler, video_scheduler
 
         p = pipe.preset
@@ -162,6 +163,9 @@ class WMAObjective:
         self.change_weight = change_weight
         if sigma_min is not None:
             self.SIGMA_MIN = sigma_min
+        if not 0 <= decision_fraction <= 1:
+            raise ValueError(f"decision_fraction={decision_fraction!r} is not allowed; allowed values: a number in [0, 1]")
+        self.decision_fraction = float(decision_fraction)
         self.model = pipe.model
         dev = pipe.device
         self.ab = video_scheduler(p).alphas_cumprod.to(dev, torch.float32)
@@ -218,7 +222,7 @@ class WMAObjective:
         fut_states = batch["state"][:, n_obs:]
         acts = batch["action"][:, n_obs - 1:n_obs - 1 + T]  # taken at the last observed frame and after it
         if decision is None:
-            decision = torch.rand(b, generator=gen, device=dev) < 0.5
+            decision = torch.rand(b, generator=gen, device=dev) < self.decision_fraction
         dm = decision.view(b, 1, 1).float()
         state = m.embed_state(obs_states)
         act_tok = m.embed_action(acts) * (1 - dm)  # decision pass: action tokens zeroed

@@ -43,7 +43,7 @@ class WMAWorkload(Workload):
     presets = {k: v for k, v in WMA_PRESETS.items()}
     real_preset = "wma"
     tiny_preset = "tiny-wma"
-    features = frozenset({"denoiser", "world", "unet", "ddim", "frame_decoder"})
+    features = frozenset({"denoiser", "world", "unet", "ddim", "frame_decoder", "decision_pass"})
     goals = {"ddim_step_speedup": 2.0}  # notebook 04's goal: at least 2x per DDIM step over fp32 eager
     published_title = ("video UNet + DDIM (wma)** — 50 DDIM steps per pass, two passes per iteration, CFG 1.0, "
                        "VAE fp32")
