@@ -35,7 +35,8 @@
 # full-step output (PSNR, rel-L2; `wmbook.check.compare`), and, for a trained world preset, its quality against ground
 # truth on held-out episodes (`wmbook.world.eval`: PSNR, SSIM, the agent's position error). The **knee** of a curve is
 # its point with the fewest forwards within the budget: a PSNR loss against the truth of at most `quality_budget_db`
-# with ground truth; without it (random weights), frames at least `deviation_budget_db` PSNR from the full-step run's.
+# and an agent-position error at most `agent_budget_px` above the full-step run's (fewer steps blur the small agent
+# away while PSNR rises) with ground truth; without it (random weights), frames at least `deviation_budget_db` PSNR from the full-step run's.
 # With random weights, the deviation is **solver error, not image quality**. The trained world presets (`world-mg2`,
 # `world-wma`: small models of the same code trained on `wmbook.world`, README) predict x0 directly (`world-wma`: x0
 # minus the last observed frame, the change the actions cause), and `world-wma` samples without the dynamic rescale (it would cost even a perfect model 6-11 dB at 10-5 steps, which this notebook
@@ -54,7 +55,7 @@ split_passes = True    # wma: also each pass alone (DDIM, the other pass at full
 eta = "auto"           # wma: DDIM eta of the DDIM points (auto: the preset's, 1); mg2: auto
 blocks = 0             # mg2 blocks per generation; 0: the preset's default
 quality_budget_db = 0.2    # knee with ground truth: PSNR loss against the full-step run allowed
-agent_budget_px = 0.0  # knee with ground truth: also agent error at most this many px above the full-step run (0: off)
+agent_budget_px = 2.0  # knee with ground truth: also agent error at most this many px above the full-step run (0: off)
 deviation_budget_db = 30.0  # knee without ground truth: PSNR of frames vs the full-step run's frames, at least
 quality_cases = 2      # held-out episodes per point (trained world presets)
 base = "none"          # none: the eager pipeline at dtype; or a variant stack, e.g. notebook 06's best

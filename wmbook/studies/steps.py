@@ -115,7 +115,7 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("blocks", 0, integer(0), "mg2: blocks per generation; 0: the preset's default"),
     Param("quality_budget_db", 0.2, number(0.0, 100.0), "knee with ground truth: PSNR loss against the full-step "
           "run's PSNR allowed"),
-    Param("agent_budget_px", 0.0, number(0.0, 1e6), "knee with ground truth: also an agent-position error at most this "
+    Param("agent_budget_px", 2.0, number(0.0, 1e6), "knee with ground truth: also an agent-position error at most this "
           "many px above the full-step run's; 0: not part of the budget"),
     Param("deviation_budget_db", 30.0, number(0.0, 200.0), "knee without ground truth: the smallest PSNR of a point's "
           "frames against the full-step run's frames (solver error)"),
