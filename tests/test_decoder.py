@@ -105,6 +105,26 @@ def test_tiny_decoder_variant_and_its_frame_count():
     assert not variants.get("vae-tiny").frames_judged
 
 
+@pytest.mark.parametrize("stack", [["vae-channels-last"], ["vae-compile"], ["vae-channels-last", "vae-compile"]])
+def test_tiny_decoder_variants_equal_the_plain_tiny_decoder(stack):
+    """The tiny decoder's own levers act on it (not on the Wan decoder it replaced): its convolutions in channels-last,
+    its block step compiled for the steady blocks only (a stream's first block has no MemBlock memory yet); the frames
+    equal the plain tiny decoder's, over two streams split unevenly."""
+    z = torch.randn(1, 16, 8, 8, 8, generator=torch.Generator().manual_seed(2))
+    ref = _stream(_bench(["vae-tiny"]), z, [3, 3, 2])
+    dec = _bench(["vae-tiny", *stack])
+    for split in ([3, 3, 2], [2, 3, 3]):
+        torch.testing.assert_close(_stream(dec, z, split), ref, rtol=1e-5, atol=1e-5)
+    convs = [m for m in dec.decoder.modules() if isinstance(m, torch.nn.Conv2d)]
+    if "vae-channels-last" in stack:
+        assert all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in convs)
+    if "vae-compile" in stack:
+        assert dec.compiled_step and not isinstance(dec.step, type(_bench(["vae-tiny"]).step))  # the step was swapped
+        step = dec.decoder_step()
+        first = [None] * len(dec.decoder)
+        assert not step.compiled((z, first)) and step.compiled((z, dec.memory))  # steady blocks only
+
+
 def test_decoder_variants_registered_where_they_apply():
     streaming = {"vae-stream-buffers", "vae-channels-last", "vae-tiny", "decode-overlap", "ring-kv-cache"}
     per_frame = {"vae-compile", "vae-compile-max-autotune", "vae-cuda-graphs"}
@@ -155,6 +175,8 @@ def test_decoder_table_on_the_tiny_preset():
     full = t[t["stack"].str.contains("vae-stream-buffers")]
     assert len(full) >= 2 and (full["gate"] == "pass").all() and (full["PSNR dB vs fp32"] > 100).all()
     assert t.loc["tiny decoder (TAEHV)", "gate"] == "needs real weights"
+    assert t.loc["tiny + channels-last", "gate"] == "needs real weights"  # judged against the plain tiny decoder:
+    assert t.loc["tiny + channels-last", "PSNR dB vs plain stand-in"] > 100  # the same frames
     assert (t["ms / block"] > 0).all() and t.attrs["floor_ms"] > 0
     assert "tiny decoder" in study.interpret(t)
     f = wan_decoder_flops(wl.presets["mg2-universal"])
@@ -191,6 +213,19 @@ def test_decoder_graphs_replay_equals_eager():
         torch.testing.assert_close(_stream(graphed, z, [3, 3, 3, 3]), ref, rtol=0, atol=0)
     g = graphed.decode_frame
     assert g.captured == 3 and not g.failures, g.table()
+
+
+@GPU
+def test_tiny_decoder_graphs_replay_equals_eager():
+    """The tiny decoder's block step captured (its memory in and out as arguments): replays give the eager frames;
+    one graph, for the steady blocks (a stream's first block has no memory and runs eagerly)."""
+    z = torch.randn(1, 16, 12, 8, 8, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    ref = _stream(_bench(["vae-tiny"], "cuda"), z, [3, 3, 3, 3])
+    graphed = _bench(["vae-tiny", "vae-channels-last", "vae-cuda-graphs"], "cuda")
+    for _ in range(3):
+        torch.testing.assert_close(_stream(graphed, z, [3, 3, 3, 3]), ref, rtol=1e-5, atol=1e-5)
+    g = graphed.step
+    assert g.captured == 1 and not g.failures, g.table()
 
 
 @GPU

@@ -190,11 +190,13 @@ class StreamingTAEHVDecoder:
         if self.per_frame:
             for i in range(x.shape[1]):
                 with label(f"VAE_Decode_Frame_{self.latent_frames_done}"):
-                    outs.append(dec.run(x[:, i : i + 1], self.memory))  # [B, 4, 3, H, W]
+                    y, self.memory = self.step(x[:, i : i + 1], self.memory)
+                    outs.append(y)  # [B, 4, 3, H, W]
                 self.latent_frames_done += 1
         else:
             with label(f"VAE_Decode_Block_{self.blocks_done}"):
-                outs.append(dec.run(x, self.memory))  # [B, 4F, 3, H, W]
+                y, self.memory = self.step(x, self.memory)
+                outs.append(y)  # [B, 4F, 3, H, W]
             self.latent_frames_done += x.shape[1]
         with label("VAE_Decode_Postprocessing"):
             y = outs[0] if len(outs) == 1 else torch.cat(outs, 1)
@@ -206,6 +208,38 @@ class StreamingTAEHVDecoder:
         return out
 
     __call__ = decode_block
+
+    def step(self, x: torch.Tensor, memory: list) -> tuple[torch.Tensor, list]:
+        """The decoder on latent frames [B, F, C, h, w] with the stream's memory -> (raw frames [B, 4F, 3, H, W], the
+        memory after them): a function of its arguments (no state of its own), so that the decoder variants can
+        compile it and capture it in a CUDA graph (`decoder_step`)."""
+        memory = list(memory)
+        return self.decoder.run(x, memory), memory
+
+    def decoder_step(self):
+        """The step the decoder variants compile (vae-compile: only once every MemBlock has a memory, i.e. after a
+        stream's first block, whose shapes differ) and capture (vae-cuda-graphs; no buffers needed: the memory
+        goes in and out as arguments)."""
+        from ..workloads.base import DecoderStep
+
+        return DecoderStep(self, "step", compiled=lambda args: all(m is not None for m in _memories(self, args[1])))
+
+    def use_channels_last(self) -> int:
+        """The decoder's 2-D convolutions in channels_last: their weights, and their inputs through a forward
+        pre-hook (a no-op where the input already is; after TGrow's frame split and MemBlock's concatenation it is
+        a copy). Returns the number of convolutions."""
+        from ..variants.swaps import inputs_in_memory_format, to_memory_format
+
+        n = to_memory_format(self.decoder, torch.channels_last)
+        for m in self.decoder.modules():
+            if isinstance(m, nn.Conv2d):
+                inputs_in_memory_format(m, torch.channels_last)
+        return n
+
+
+def _memories(dec: StreamingTAEHVDecoder, memory) -> list:
+    """The MemBlocks' entries of a memory list (the other layers' stay None)."""
+    return [memory[i] for i, layer in enumerate(dec.decoder) if isinstance(layer, MemBlock)]
 
 
 def load_taehv_decoder(decoder: TAEHVDecoder, state_dict_or_path, strict: bool = True):

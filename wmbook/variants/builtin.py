@@ -386,6 +386,9 @@ def _vae_stream_buffers(pipe, ctx: VariantContext):
                       "with vae-stream-buffers, every causal convolution's input window")
 def _vae_channels_last(pipe, ctx: VariantContext):
     dec = ctx.workload.streaming_decoder(pipe)
+    if hasattr(dec, "use_channels_last"):  # a stand-in decoder of 2-D convolutions (vae-tiny) sets its own layout
+        ctx.notes["vae-channels-last"] = f"{dec.use_channels_last()} decoder convolution weights in channels-last"
+        return
     n = swaps.to_memory_format(dec.vae.decoder, torch.channels_last_3d)
     n += swaps.to_memory_format(dec.vae.decoder, torch.channels_last)  # the resamplers' 2-D convolutions
     swaps.swap_class(dec, swaps.FramesInMemoryFormat)

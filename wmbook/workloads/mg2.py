@@ -175,6 +175,8 @@ class Mg2Workload(Workload):
         from ..variants.builtin import buffered_decoder
 
         dec = pipe.decoder
+        if hasattr(dec, "decoder_step"):  # a stand-in decoder (vae-tiny) says what its step is
+            return dec.decoder_step()
         dec.stage_labels = False  # record_function inside a compiled region is a graph break
         return DecoderStep(dec, "decode_frame", compiled=lambda args: args[1] == 2,
                            make_static=lambda p: buffered_decoder(p.decoder))
