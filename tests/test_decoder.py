@@ -217,15 +217,19 @@ def test_decoder_graphs_replay_equals_eager():
 
 @GPU
 def test_tiny_decoder_graphs_replay_equals_eager():
-    """The tiny decoder's block step captured (its memory in and out as arguments): replays give the eager frames;
-    one graph, for the steady blocks (a stream's first block has no memory and runs eagerly)."""
+    """The tiny decoder's block step captured (its memory in and out as arguments): replays give the eager frames
+    bit for bit."""
     z = torch.randn(1, 16, 12, 8, 8, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
-    ref = _stream(_bench(["vae-tiny"], "cuda"), z, [3, 3, 3, 3])
+    # against the same layout run eagerly: cuDNN picks other algorithms for channels-last convolutions (TF32 for fp32
+    # by default), whose frames differ from contiguous ones by rounding (81 dB at mg2-universal, H100)
+    ref = _stream(_bench(["vae-tiny", "vae-channels-last"], "cuda"), z, [3, 3, 3, 3])
     graphed = _bench(["vae-tiny", "vae-channels-last", "vae-cuda-graphs"], "cuda")
     for _ in range(3):
-        torch.testing.assert_close(_stream(graphed, z, [3, 3, 3, 3]), ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(_stream(graphed, z, [3, 3, 3, 3]), ref, rtol=0, atol=0)
     g = graphed.step
-    assert g.captured == 1 and not g.failures, g.table()
+    # two signatures, each captured after its two eager warm-ups: a stream's first block (no memory yet; its third
+    # occurrence is in the third stream) and the steady blocks
+    assert g.captured == 2 and not g.failures, g.table()
 
 
 @GPU
