@@ -31,7 +31,10 @@
 # `key_averages` table sorted by device time), then the ladder: one named variant at a time, each gated against a
 # float64 reference (relative L2 per field within the fp32 budget; quaternions compared up to sign), timed with CUDA
 # events (median, p20-p80, warm-up excluded) and set against the bytes floor: the bytes a step must move at the copy
-# bandwidth measured on this device. Then the rows that pass, at more robots.
+# bandwidth measured on this device. Each row is timed twice: one fetch at a time (`fetch`: the GPU waits for the
+# host between calls, so a launch-bound fetch pays its host time and its GPU time one after the other), and issued
+# back to back in rounds of 50 (`in a loop`: what a training loop that fetches once per step pays, the larger of the
+# two). Then the rows that pass, at more robots.
 #
 # **Targets** (the workbook's own, at `g1-4096` on an H100, `Workload.goals`): the fetch at least 10x faster than
 # the eager reference, and within 2x of its bytes floor. This notebook stands alone (workload `motion`); its methods

@@ -40,6 +40,23 @@ def test_time_fn_rejects_bad_counts(kw):
         bench.time_fn(lambda: None, device="cpu", **kw)
 
 
+def test_time_back_to_back_counts_calls_and_divides_per_call():
+    import time
+
+    calls = []
+
+    def fn():
+        calls.append(1)
+        time.sleep(0.002)
+
+    t = bench.time_back_to_back(fn, calls=5, rounds=3, warmup=2, device="cpu")
+    assert len(calls) == 2 + 5 * 3 and t.n == 3 and t.unit == "ms"
+    assert 2.0 <= t.median < 50  # per call, not per round (5 calls of >= 2 ms)
+    for kw in ({"calls": 0}, {"rounds": 0}, {"warmup": -1}, {"calls": True}):
+        with pytest.raises(ValueError, match=f"{next(iter(kw))}=.*allowed values"):
+            bench.time_back_to_back(fn, device="cpu", **kw)
+
+
 def test_time_once_and_device_timer_cpu():
     assert bench.time_once(lambda: sum(range(1000)), "cpu") >= 0
     import time

@@ -48,13 +48,16 @@ def test_published_tables_leave_out_workloads_without_notebook_01(tmp_path):
 
 
 def test_published_table_of_notebook_07(tmp_path):
-    from wmbook import results
+    from wmbook import bench, results
 
     common = dict(notebook="07_motion_data_loading", workload="motion", preset="g1-4096", params={}, warmup=5,
                   repeats=50)
     rows = [results.make_row(variant="eager", metric="fetch_ms", value=1.5, unit="ms", gate="reference", **common),
             results.make_row(variant="triton", metric="fetch_ms", value=0.015, unit="ms", gate="pass", **common),
             results.make_row(variant="triton", metric="speedup", value=100.0, unit="x", **common),
+            results.make_row(variant="triton", metric="loop_fetch_ms", value=0.009, unit="ms",
+                             timing=bench.Samples([0.008, 0.009, 0.010], "ms"), **common),
+            results.make_row(variant="triton", metric="loop_x_bytes_floor", value=1.8, unit="x", **common),
             results.make_row(variant="-", metric="bytes_floor_ms", value=0.005, unit="ms", **common),
             results.make_row(variant="eager", metric="scaling_fetch_ms", value=2.0, unit="ms", num_envs=65536,
                              **common)]
@@ -63,7 +66,7 @@ def test_published_table_of_notebook_07(tmp_path):
     results.append(rows, tmp_path / "r.csv")
     md = published.markdown(tmp_path / "r.csv")
     assert "**07 · motion-data loading, g1-4096**" in md and "bytes floor 5.0 us" in md
-    assert "| triton | pass | 15.0 | 100.0x |" in md
+    assert "| triton | pass | 15.0 | 100.0x |" in md and "| 9.0 (8.4-9.6) | 1.8 |" in md  # the loop rate, spread
     assert "| stack | 65536 robots, us |" in md and "| eager | 2000.0 |" in md
 
 

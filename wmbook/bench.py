@@ -121,6 +121,38 @@ def time_fn(fn, *, warmup: int = 3, repeats: int = 10, device=None, sync: bool =
     return Samples(times, "ms")
 
 
+def time_back_to_back(fn, *, calls: int = 50, rounds: int = 10, warmup: int = 3, device=None) -> Samples:
+    """ms per call of `calls` back-to-back calls, `rounds` times after `warmup` untimed calls: one pair of CUDA events
+    (a host clock and a synchronize on a CPU) around each round, nothing waits between calls. What a loop that issues
+    one call per step pays: the host issues the next call while the device runs the last, so a call costs the larger
+    of its host time and its device time (time_fn's one-call-at-a-time wall is their sum when the device idles
+    between calls)."""
+    for name, v, lo in (("calls", calls, 1), ("rounds", rounds, 1), ("warmup", warmup, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name}={v!r} is not allowed; allowed values: an integer >= {lo}")
+    dev = resolve_device(device)
+    for _ in range(warmup):
+        fn()
+    _sync(dev)
+    out = []
+    for _ in range(rounds):
+        if dev.type == "cuda":
+            with torch.cuda.device(dev):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(calls):
+                    fn()
+                end.record()
+                end.synchronize()
+                out.append(float(start.elapsed_time(end)) / calls)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out.append((time.perf_counter() - t0) * 1e3 / calls)
+    return Samples(out, "ms")
+
+
 def host_launch_ms(fn, device=None) -> float:
     """Host time of one call in ms, from a synchronized start to fn() returning, without waiting for the device:
     against the call's device-timed wall time it says whether the forward is launch-bound."""

@@ -207,6 +207,8 @@ def _motion_loading(df: pd.DataFrame) -> list[str]:
     for r in _latest_runs(df, "07_motion_data_loading"):
         rows = [{"ladder row": v, "gate": f.get("gate", ""), "fetch us": us(f, spread=True),
                  "speedup": _val(r, "speedup", "{:.1f}x", v), "x bytes floor": _val(r, "x_bytes_floor", "{:.1f}", v),
+                 "in a loop us": us(_v(r, "loop_fetch_ms", v), spread=True),
+                 "loop x floor": _val(r, "loop_x_bytes_floor", "{:.1f}", v),
                  "GPU busy us": us(_v(r, "gpu_busy_ms", v)),
                  "launches / step": _val(r, "launches_per_fetch", "{:.0f}", v)}
                 for v, f in ((f["variant"], f) for _, f in r[r["metric"] == "fetch_ms"].iterrows())]

@@ -17,7 +17,7 @@ import torch
 
 from .. import check
 from .. import results as results_store
-from ..bench import Samples, host_launch_ms, time_fn, time_once
+from ..bench import Samples, host_launch_ms, time_back_to_back, time_fn, time_once
 from ..motion import variants as mvariants
 from ..motion.fetch import (CALL_STAGES, FETCH_LABEL, STATE_LABEL, STATE_STAGES, MotionState, get_motion_state,
                             no_label, sample_queries, state_layout)
@@ -285,6 +285,7 @@ class MotionRow:
     first_call_s: float = math.nan
     gpu_busy_ms: float = math.nan
     host_ms: float = math.nan  # host time to issue one fetch (GPU): wall >> GPU busy with host ~ wall is launch-bound
+    loop: Samples | None = None  # ms per fetch issued back to back (bench.time_back_to_back): a training loop's rate
     launches: float = math.nan
     speed_counts: bool = True  # False: the time is not the variant's speed (an interpreter, a reference fallback)
     note: str = ""
@@ -308,6 +309,10 @@ class MotionRow:
     def gbps(self) -> float:
         return self.bytes / (self.fetch.median * 1e-3) / 1e9
 
+    @property
+    def loop_x_floor(self) -> float:
+        return self.loop.median / self.floor_ms if self.loop is not None else math.nan
+
 
 @dataclass
 class MotionLadder:
@@ -324,11 +329,16 @@ class MotionLadder:
         return min(ok, key=lambda r: r.fetch.median)
 
 
+LOOP_CALLS = 50  # fetches per back-to-back round (measure: the rate of a loop that issues one fetch per step)
+
+
 def measure(s: MotionSetup, stack, num_envs: int | None = None, anchors: dict | None = None,
             notes: dict | None = None) -> MotionRow:
     """Build the stack's term, warm it (compile, capture), gate its output against the float64 reference, then time
     `repeats` steps after `warmup` (CUDA events; an interpreted kernel only 3, without warm-up: its time is not a
-    speed); on a GPU also its GPU busy time and launches per step from one profiled run of 5 steps."""
+    speed), then `repeats` rounds of LOOP_CALLS fetches issued back to back (`loop`: the per-step cost in a loop, where
+    the host issues a fetch while the GPU runs the last; the one-at-a-time time adds the two); on a GPU also its GPU
+    busy time and launches per step from one profiled run of 5 steps."""
     cfg = s.cfg
     ctx = s.context()
     term = s.term(stack, num_envs, ctx)
@@ -346,9 +356,11 @@ def measure(s: MotionSetup, stack, num_envs: int | None = None, anchors: dict | 
     samples = time_fn(term.fetch, warmup=0 if slow else cfg.warmup, repeats=min(cfg.repeats, 3) if slow
                       else cfg.repeats, device=cfg.device)
     n = term.num_envs
+    loop = None if slow else time_back_to_back(term.fetch, calls=LOOP_CALLS, rounds=cfg.repeats, warmup=1,
+                                               device=cfg.device)
     row = MotionRow(list(stack), n, samples, "reference" if anchors is None else ("pass" if gate.passed else "FAIL"),
                     gate, s.floor_ms(n), s.bytes_per_step(n), first_call_s=first, speed_counts=not slow,
-                    note="; ".join(v for k, v in ctx.notes.items() if k in eff))
+                    note="; ".join(v for k, v in ctx.notes.items() if k in eff), loop=loop)
     if cfg.device.type == "cuda":
         from ..profiling import profile_calls, trace_busy_ms
         from ..variants.ladder import launch_count
@@ -396,7 +408,12 @@ def ladder_table(lad: MotionLadder) -> pd.DataFrame:
                      "worst field": r.check.worst, "rel-L2 vs fp64": r.check.fields[r.check.worst].vs_fp32.rel_l2,
                      "fetch ms": r.fetch.median, "p20": r.fetch.p20, "p80": r.fetch.p80,
                      "speedup": r.speedup, "x bytes floor": r.x_floor if r.counts else math.nan,
-                     "GB/s": r.gbps if r.counts else math.nan, "GPU busy ms": r.gpu_busy_ms, "host ms": r.host_ms,
+                     "GB/s": r.gbps if r.counts else math.nan,
+                     "in a loop ms": r.loop.median if r.loop is not None else math.nan,
+                     "in a loop p20": r.loop.p20 if r.loop is not None else math.nan,
+                     "in a loop p80": r.loop.p80 if r.loop is not None else math.nan,
+                     "loop x bytes floor": r.loop_x_floor if r.counts else math.nan,
+                     "GPU busy ms": r.gpu_busy_ms, "host ms": r.host_ms,
                      "launches / step": r.launches, "first call s": r.first_call_s, "note": r.note})
     return pd.DataFrame(rows).set_index("row")
 
@@ -526,8 +543,12 @@ def result_rows(cfg: RunConfig, s: MotionSetup, lad: MotionLadder, scaling: pd.D
                      note=r.note)
         rows.append(results_store.make_row(variant=r.name, metric="fetch_ms", value=r.fetch.median, unit="ms",
                                            timing=r.fetch, **common, **extra))
+        if r.loop is not None:
+            rows.append(results_store.make_row(variant=r.name, metric="loop_fetch_ms", value=r.loop.median, unit="ms",
+                                               timing=r.loop, **common, **extra))
         for metric, value, unit in (("speedup", r.speedup, "x"),
                                     ("x_bytes_floor", r.x_floor if r.counts else math.nan, "x"),
+                                    ("loop_x_bytes_floor", r.loop_x_floor if r.counts else math.nan, "x"),
                                     ("gpu_busy_ms", r.gpu_busy_ms, "ms"), ("host_ms", r.host_ms, "ms"),
                                     ("launches_per_fetch", r.launches, "count"),
                                     ("first_call_s", r.first_call_s, "s")):
@@ -587,6 +608,18 @@ def interpret(cfg: RunConfig, s: MotionSetup, lad: MotionLadder, scaling: pd.Dat
         lines.append(f"The fastest row that passes the gate, `{best.name}`, takes {best.fetch.median * us:.1f} us: "
                      f"{sp:.1f}x faster than eager{verdict} and {xf:.1f}x the bytes floor{floor}, {best.gbps:.0f} GB/s "
                      f"achieved.")
+        if best.loop is not None:
+            lx = best.loop_x_floor
+            goal = ("" if cfg.tiny else
+                    f" (goal {goals['bytes_floor_x']:.0f}x: {'met' if lx <= goals['bytes_floor_x'] else 'not met'})")
+            why = ""
+            if best.host_ms == best.host_ms and best.gpu_busy_ms == best.gpu_busy_ms:
+                bound = "host" if best.host_ms > best.gpu_busy_ms else "GPU"
+                why = (f": about the larger of the {best.host_ms * us:.1f} us the host takes to issue one and the "
+                       f"{best.gpu_busy_ms * us:.1f} us the GPU takes to run it ({bound}-bound)")
+            lines.append(f"Issued back to back, as a loop issues one per step, it costs {best.loop.median * us:.1f} us "
+                         f"a step (p20 {best.loop.p20 * us:.1f}, p80 {best.loop.p80 * us:.1f}), {lx:.1f}x the bytes "
+                         f"floor{goal}{why}; one at a time, with the GPU idle between calls, the two add up.")
     failed = [r.name for r in lad.rows if r.gate == "FAIL"]
     if failed:
         lines.append(f"Failed the gate (their times do not count): {', '.join(failed)}.")
