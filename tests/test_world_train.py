@@ -190,10 +190,9 @@ class _WMAOracle(torch.nn.Module):
     """Knows the clean scaled latents x0 [B, C, T, h, w] of the future frames; answers the exact v at any t (with
     the preset's dynamic rescale), zero head outputs; embeddings from the real model."""
 
-    def __init__(self, real, x0, alphas_cumprod, rescale, model_output="v", sigma_data=0.5):
+    def __init__(self, real, x0, alphas_cumprod, rescale, model_output="v"):
         super().__init__()
         self.real, self.x0, self.ab, self.rescale, self.model_output = real, x0, alphas_cumprod, rescale, model_output
-        self.sigma_data = sigma_data
         for name in ("embed_image", "embed_state", "embed_action", "build_context"):
             setattr(self, name, getattr(real, name))
 
@@ -205,17 +204,11 @@ class _WMAOracle(torch.nn.Module):
             return x0.to(x.dtype), torch.zeros_like(x_action), torch.zeros_like(x_state)
         if self.model_output == "x0-residual":  # the change from the last observed frame (cond_latent)
             return (x0 - cond_latent.double()).to(x.dtype), torch.zeros_like(x_action), torch.zeros_like(x_state)
-        if self.model_output == "x0-precond":  # what makes c_last last + c_x x + c_out F the truth
-            from wmbook.pipelines.ddim import precond_coefficients
-
-            c_last, c_x, c_out = precond_coefficients(ab, self.sigma_data)
-            f = (x0 - c_last * cond_latent.double() - c_x * x.double()) / c_out
-            return f.to(x.dtype), torch.zeros_like(x_action), torch.zeros_like(x_state)
         v = (ab.sqrt() * x.double() - x0) / (1 - ab).sqrt()  # from x = sqrt(ab) x0 + sqrt(1 - ab) eps
         return v.to(x.dtype), torch.zeros_like(x_action), torch.zeros_like(x_state)
 
 
-@pytest.mark.parametrize("model_output", ["x0-residual", "x0-precond", "x0", "v"])
+@pytest.mark.parametrize("model_output", ["x0-residual", "x0", "v"])
 def test_wma_oracle_has_zero_video_loss(bank, model_output):
     torch.manual_seed(0)
     pipe = wweights.build_world_pipeline("wma", tiny_world_wma().with_(model_output=model_output), device="cpu",
@@ -225,14 +218,13 @@ def test_wma_oracle_has_zero_video_loss(bank, model_output):
     batch = obj.sample_batch(g, 4)
     video = EpisodeBank.to_video(batch["frames"])
     x0 = obj.encode_frames(video[:, :, pipe.preset.n_obs_steps:])
-    obj.model = _WMAOracle(pipe.model, x0, obj.ab, obj.rescale, model_output, pipe.preset.sigma_data)
+    obj.model = _WMAOracle(pipe.model, x0, obj.ab, obj.rescale, model_output)
     for _ in range(3):
         _, parts = obj.loss(batch, g)
         assert float(parts["v_mse"]) < 1e-8, parts
 
 
-@pytest.mark.parametrize("model_output, rescale", [("x0-residual", False), ("x0-precond", False), ("x0", False),
-                                                   ("v", False), ("v", True)])
+@pytest.mark.parametrize("model_output, rescale", [("x0-residual", False), ("x0", False), ("v", False), ("v", True)])
 @pytest.mark.parametrize("solver, steps", [("ddim", 2), ("ddim", 10), ("dpmsolver++", 5), ("unipc", 5)])
 def test_wma_oracle_makes_the_pipeline_reproduce_the_heldout_frames(solver, steps, model_output, rescale, one_thread):
     """The exact v through run_iteration(world_actions=...) + eval.predict(): the held-out frames up to the noise
@@ -249,7 +241,7 @@ def test_wma_oracle_makes_the_pipeline_reproduce_the_heldout_frames(solver, step
     x0 = torch.stack([encode_frame(pipe.vae, tgt[:, k][None], p.scale_factor) for k in range(p.frames)], 2)
     scale = torch.tensor([dynamic_rescale(p, t) if p.use_dynamic_rescale else 1.0
                           for t in range(p.num_train_timesteps)])
-    pipe.model = _WMAOracle(pipe.model, x0, pipe.scheduler.alphas_cumprod, scale, model_output, p.sigma_data)
+    pipe.model = _WMAOracle(pipe.model, x0, pipe.scheduler.alphas_cumprod, scale, model_output)
     s = weval.score(weval.predict("wma", pipe, case, solver=solver, ddim_steps=steps), case)
     base = weval.score(weval.copy_last(case), case)
     if rescale:  # few steps end far from scale 1 (DPM-Solver++ / UniPC see an x0 whose scale moves with t)
@@ -283,39 +275,11 @@ def test_world_prediction_conventions_are_checked():
 
     with pytest.raises(ValueError, match="prediction="):
         ALL_PRESETS["world-mg2"].with_(prediction="eps")
-    with pytest.raises(ValueError, match=r"model_output='eps' is not allowed; allowed values: \['x0-residual', 'x0-precond', 'x0', 'v'\]"):
+    with pytest.raises(ValueError, match=r"model_output='eps' is not allowed; allowed values: \['x0-residual', 'x0', 'v'\]"):
         ALL_PRESETS["world-wma"].with_(model_output="eps")
     with pytest.raises(ValueError, match="use_dynamic_rescale=False"):
         ALL_PRESETS["world-wma"].with_(use_dynamic_rescale=True)
     assert ALL_PRESETS["world-wma"].with_(use_dynamic_rescale=True, model_output="x0").use_dynamic_rescale
-
-
-def test_precond_coefficients_pass_x_t_at_low_noise_and_the_last_frame_at_high_noise():
-    """x0-precond: c_last -> 1, c_x -> 0, c_out -> sigma_data at alpha_bar 0; c_last -> 0, c_x -> 1, c_out -> 0 at
-    alpha_bar 1; and F's target has unit variance at every noise level when the change from the last frame has
-    spread sigma_data and is independent of the noise (EDM's design)."""
-    from wmbook.pipelines.ddim import precond_coefficients, x0_from_output
-
-    sd = 0.3
-    c = precond_coefficients(0.0, sd)
-    assert c == pytest.approx((1.0, 0.0, sd))
-    c = precond_coefficients(1.0, sd)
-    assert c == pytest.approx((0.0, 1.0, 0.0))
-    g = torch.Generator().manual_seed(0)
-    last = torch.randn(200_000, generator=g, dtype=torch.float64)
-    change = sd * torch.randn(200_000, generator=g, dtype=torch.float64)
-    eps = torch.randn(200_000, generator=g, dtype=torch.float64)
-    for ab in (0.001, 0.1, 0.5, 0.9, 0.999):
-        x0 = last + change
-        x = ab**0.5 * x0 + (1 - ab) ** 0.5 * eps
-        c_last, c_x, c_out = precond_coefficients(ab, sd)
-        f = (x0 - c_last * last - c_x * x) / c_out
-        assert f.std().item() == pytest.approx(1.0, abs=0.02), ab
-        torch.testing.assert_close(x0_from_output("x0-precond", f, x, last, ab, sd), x0)
-    with pytest.raises(ValueError, match="model_output='eps' is not allowed here"):
-        x0_from_output("eps", f, x, last, 0.5)
-    with pytest.raises(ValueError, match=r"sigma_data=0 is not allowed; allowed values: a number in \(0, 100\)"):
-        tiny_world_wma().with_(sigma_data=0)
 
 
 def test_x0_residual_training_starts_at_copy_last(bank):

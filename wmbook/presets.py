@@ -274,7 +274,7 @@ class WorldCausalPreset(CausalWanPreset):
         return self.height // self.codec_spatial, self.width // self.codec_spatial
 
 
-WORLD_WMA_OUTPUTS = ("x0-residual", "x0-precond", "x0", "v")
+WORLD_WMA_OUTPUTS = ("x0-residual", "x0", "v")
 
 
 @dataclass(frozen=True)
@@ -292,20 +292,15 @@ class WorldWMAPreset(WMAPreset):
     # training zero-initialises the output conv, so it starts from the copy-last-frame prediction) or "v" (the
     # reference). Not v: the 48-channel latents (and the 48 channels of the observation beside them) enter a
     # 40-channel stem and leave a 40-channel head, so the noise a v target carries cannot be reproduced (Li & He 2025)
-    # "x0-precond": the change from the last frame through EDM's c_skip / c_out (wmbook.pipelines.ddim.
-    # precond_coefficients): x_t itself passes through at low noise, where a plain x0 output must rebuild its detail
     model_output: str = "x0-residual"
-    sigma_data: float = 0.5  # x0-precond: the spread of the change from the last observed frame's latent
 
     def __post_init__(self):
         if self.model_output not in WORLD_WMA_OUTPUTS:
             raise ValueError(f"model_output={self.model_output!r} is not allowed; allowed values: "
                              f"{list(WORLD_WMA_OUTPUTS)}")
-        if self.model_output in ("x0-residual", "x0-precond") and self.use_dynamic_rescale:
-            raise ValueError(f"model_output={self.model_output!r} needs use_dynamic_rescale=False (the rescaled x0 of "
+        if self.model_output == "x0-residual" and self.use_dynamic_rescale:
+            raise ValueError("model_output='x0-residual' needs use_dynamic_rescale=False (the rescaled x0 of "
                              "DynamiCrafter's schedule is no longer the last frame plus a change)")
-        if not (isinstance(self.sigma_data, (int, float)) and 0 < self.sigma_data < 100):
-            raise ValueError(f"sigma_data={self.sigma_data!r} is not allowed; allowed values: a number in (0, 100)")
 
     @property
     def latent_hw(self) -> tuple[int, int]:

@@ -148,34 +148,6 @@ def dynamic_rescale(p: WMAPreset, t: int) -> float:
     return 1.0 + (p.base_scale - 1.0) * t / (p.turning_step - 1)
 
 
-def precond_coefficients(ab, sigma_data: float):
-    """The `x0-precond` output's coefficients at alpha_bar `ab` (a float or a tensor): x0_hat = c_last last + c_x x_t
-    + c_out F, F the UNet's video output. EDM's preconditioning (Karras et al. 2022, c_skip / c_out) written for the
-    variance-preserving x_t = sqrt(ab) x0 + sqrt(1 - ab) eps and for the change from the last observed frame's latent
-    `last` (whose spread is sigma_data): with s = sigma_data^2 and d = 1 - ab + s ab,
-        c_x = s sqrt(ab) / d,   c_last = (1 - ab) / d,   c_out = sigma_data sqrt(1 - ab) / sqrt(d).
-    At high noise (ab -> 0) x0_hat -> last + sigma_data F; at low noise (ab -> 1) x0_hat -> x_t, the clean latents
-    passed through: the UNet need not carry their detail through its 40-channel stem (what a plain x0 output must),
-    and F's target, (x0 - c_last last - c_x x_t) / c_out, has unit variance at every noise level."""
-    s = sigma_data * sigma_data
-    d = (1 - ab) + s * ab
-    return (1 - ab) / d, s * ab**0.5 / d, sigma_data * (1 - ab) ** 0.5 / d**0.5
-
-
-def x0_from_output(kind: str, out, x, last, ab, sigma_data: float = 0.5):
-    """The x0 estimate a world preset's UNet video output stands for (`WorldWMAPreset.model_output`): "x0" itself,
-    "x0-residual" plus `last` (the last observed frame's latent), "x0-precond" through precond_coefficients. x is
-    x_t, ab its alpha_bar (a float or a tensor broadcasting over the batch)."""
-    if kind == "x0":
-        return out
-    if kind == "x0-residual":
-        return out + last
-    if kind == "x0-precond":
-        c_last, c_x, c_out = precond_coefficients(ab, sigma_data)
-        return c_last * last + c_x * x + c_out * out
-    raise ValueError(f"model_output={kind!r} is not allowed here; allowed values: ['x0', 'x0-residual', 'x0-precond']")
-
-
 @dataclass(frozen=True)
 class DDIMTable:
     """Upstream's DDIM update for one step count, as host-side float64 coefficients (no device sync).
@@ -406,10 +378,11 @@ class WMAInteractionPipeline:
             out = self.model(x.to(self.dtype), cond.cond_latent, act.to(self.dtype), st.to(self.dtype), tt,
                              context, obs_images, obs_states, fs)
         kind = getattr(self.preset, "model_output", "v")
-        if kind != "v":  # world presets: the UNet's output stands for x0 (x0_from_output); the samplers step v, from
-            a = float(self.scheduler.alphas_cumprod[int(t)])  # x = sqrt(a) x0 + sqrt(1 - a) eps
-            x0 = x0_from_output(kind, out[0].float(), x.float(), cond.cond_latent.float(), a,
-                                getattr(self.preset, "sigma_data", 0.5))
+        if kind != "v":  # world presets: the UNet predicts x0 (or x0 minus the last observed frame's latent); the
+            x0 = out[0].float()  # samplers step v, from x = sqrt(a) x0 + sqrt(1 - a) eps
+            if kind == "x0-residual":
+                x0 = x0 + cond.cond_latent.float()
+            a = float(self.scheduler.alphas_cumprod[int(t)])
             v = (math.sqrt(a) * x.float() - x0) / math.sqrt(1.0 - a)
             out = (v, *out[1:])
         return out

@@ -22,8 +22,7 @@ x_t and the v target use the alphas of `wmbook.pipelines.ddim.video_scheduler` (
 With the world preset's model_output "x0" the UNet's video output is x0_hat ("x0-residual": x0_hat minus the last
 observed frame's latent, the cond_latent the UNet gets beside x_t) and the loss is the v error it implies,
 |x0_hat - x0|^2 / (1 - alpha_bar_t), with sqrt(1 - alpha_bar_t) clamped at SIGMA_MIN (the pipeline converts x0_hat to
-v for its samplers; wmbook.pipelines.ddim). "x0-precond": x0_hat = c_last last + c_x x_t + c_out F (EDM's
-preconditioning, wmbook.pipelines.ddim.precond_coefficients) with EDM's weight 1 / c_out^2. The world preset turns use_dynamic_rescale off (wmbook.presets). The UNet's dropout is set to 0 for training.
+v for its samplers; wmbook.pipelines.ddim). The world preset turns use_dynamic_rescale off (wmbook.presets). The UNet's dropout is set to 0 for training.
 A share `decision_fraction` of the samples (default half) are decision passes (action tokens zeroed, the instruction)
 and train the action head on the true action chunk; the others are world-model passes (the true actions as action
 tokens, empty prompt) and train the state head on the future states; the heads are epsilon predictions on `head_scheduler`'s alphas at the same t, weighted 0.1.
@@ -35,7 +34,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..pipelines.ddim import precond_coefficients, x0_from_output
 from .data import EpisodeBank
 
 
@@ -184,7 +182,7 @@ class WMAObjective:
         for mod in self.model.modules():
             if isinstance(mod, torch.nn.Dropout):
                 mod.p = 0.0
-        if getattr(p, "model_output", None) in ("x0-residual", "x0-precond"):
+        if getattr(p, "model_output", None) == "x0-residual":
             # the change from the last frame starts at zero: the untrained model predicts copy-last (upstream's UNets
             # zero-initialise this conv too; the benchmark presets keep random weights so that their outputs are not 0)
             conv = self.model.diffusion_model.out[-1]
@@ -246,16 +244,12 @@ class WMAObjective:
         out, ea_hat, es_hat = m(x_t, cond_latent, a_t, s_t, t, ctx, obs, obs_states, fs)
         extra = {}
         kind = getattr(p, "model_output", "v")
-        if kind in ("x0", "x0-residual", "x0-precond"):
+        if kind in ("x0", "x0-residual"):
             # x-prediction, v loss: v_hat = (sqrt(ab) x_t - x0_hat) / sqrt(1 - ab), so the v error is the x0 error
-            # over sqrt(1 - ab), clamped at SIGMA_MIN (Li & He 2025); x0-residual: x0_hat = output + last frame;
-            # x0-precond: EDM's weight 1 / c_out^2, the output's own error at unit scale at every noise level
-            x0_hat = x0_from_output(kind, out.float(), x_t, cond_latent.float(), ab, p.sigma_data)
+            # over sqrt(1 - ab), clamped at SIGMA_MIN (Li & He 2025); x0-residual: x0_hat = output + last frame
+            x0_hat = out.float() + (cond_latent.float() if kind == "x0-residual" else 0.0)
             x0_err = (x0_hat - x0) ** 2
-            if kind == "x0-precond":
-                w = 1.0 / precond_coefficients(ab, p.sigma_data)[2] ** 2
-            else:
-                w = 1.0 / (1 - ab).sqrt().clamp(min=self.SIGMA_MIN) ** 2
+            w = 1.0 / (1 - ab).sqrt().clamp(min=self.SIGMA_MIN) ** 2
             if self.change_weight:  # each future frame's previous frame: the last observed one, then the future ones
                 prev = torch.cat([cond_latent[:, :, :1].float(), x0[:, :, :-1]], dim=2)
                 w = w * change_weights(x0, prev, self.change_weight)
