@@ -180,6 +180,10 @@ def test_notebook_06_tiny_mg2_and_wma(tmp_path):
     assert ladder["variant"].str.endswith("static-caches").any() and set(ladder["gate"].dropna()) == {"pass"}
     assert ladder["variant"].str.endswith("ring-kv-cache").any()
     assert ladder["variant"].str.contains("vae-channels-last").any()  # the decoder's CPU rows
+    tiny = ladder[ladder["variant"].str.endswith("vae-tiny + vae-channels-last + vae-compile")]  # the stand-in row:
+    assert len(tiny) == 1 and set(tiny["gate"]) == {"pass"}  # the denoiser's output gated, its frames not judged
+    assert not ((mg2["metric"] == "psnr_db") & mg2["variant"].str.contains("vae-tiny")).any()
+    assert ((mg2["metric"] == "fps") & mg2["variant"].str.contains("vae-tiny")).any()
     dec = mg2[mg2["metric"] == "decoder_ms_per_block"]
     assert set(dec["gate"]) == {"reference", "pass", "needs real weights"}, dec[["variant", "gate"]]
     assert {"forward_ms", "ddim_step_ms", "run_s"} <= set(df[df["workload"] == "wma"]["metric"])

@@ -369,7 +369,7 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
         if res.vs_same_precision is not None:
             row.max_rel_same_precision = res.vs_same_precision.max_rel
             row.mean_rel_same_precision = res.vs_same_precision.mean_rel
-        if frames is not None and gate_ref.frames is not None:
+        if frames is not None and gate_ref.frames is not None and all(v.frames_judged for v in stack):
             row.psnr_db = check.compare(frames.float(), gate_ref.frames.float(), dtype="fp32", frames=True).psnr
     else:
         row.psnr_db = math.inf

@@ -205,6 +205,11 @@ class Workload:
         """The decoder rows notebook 06 adds after the captured denoiser (cumulative; GPU-only ones only on a GPU)."""
         return []
 
+    def stand_in_decoder(self, device: torch.device) -> list[str]:
+        """The variants that swap in a faster stand-in decoder and make it fast (notebook 06's comparison row); none
+        by default."""
+        return []
+
     def decoder_step(self, pipe) -> DecoderStep:
         """The per-frame decode step (workloads with the `frame_decoder` feature)."""
         raise NotImplementedError(f"workload {self.name!r} has no per-frame decode step")

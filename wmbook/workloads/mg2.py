@@ -167,6 +167,12 @@ class Mg2Workload(Workload):
         return (["vae-bf16"] if gpu else []) + ["vae-stream-buffers", "vae-channels-last"] + (
             ["vae-compile", "vae-cuda-graphs"] if gpu else [])
 
+    def stand_in_decoder(self, device) -> list[str]:
+        """The tiny decoder (TAEHV) in channels-last with its block step compiled: 4.04 ms per block against the Wan
+        decoder's 79.8 (bf16, compiled and captured) on the H100 (data/reports/h100/decoder_bench-tiny-*)."""
+        gpu = device.type == "cuda"
+        return (["vae-bf16", "cudnn-benchmark"] if gpu else []) + ["vae-tiny", "vae-channels-last", "vae-compile"]
+
     def decoder_step(self, pipe) -> DecoderStep:
         """The streaming decoder's per-latent-frame step: compiled for the steady frames (phase 2: a stream's first
         two frames allocate or change its caches, and compiling them would compile each again once the caches exist);
