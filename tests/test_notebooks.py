@@ -206,6 +206,9 @@ def test_notebook_07_tiny_motion(tmp_path):
     assert set(fetch["gate"]) == {"reference", "pass"} and (fetch["p20"] <= fetch["p80"]).all()
     assert {"stage_share:interpolation", "bytes_floor_ms", "copy_gbps", "speedup"} <= set(df["metric"])
     assert sorted(set(df.loc[df["metric"] == "scaling_fetch_ms", "num_envs"])) == [64, 256]
+    loop = df[df["metric"] == "loop_fetch_ms"].set_index("variant")  # every timed row also back to back
+    assert set(loop.index) == set(fetch["variant"]) - {v for v in fetch["variant"] if v.endswith("triton")}, loop
+    assert (loop["p20"] <= loop["p80"]).all() and (loop["value"] > 0).all()  # the interpreted kernel: no loop rate
 
 
 def test_notebook_05_tiny_mg2_and_wma(tmp_path):

@@ -329,14 +329,11 @@ class MotionLadder:
         return min(ok, key=lambda r: r.fetch.median)
 
 
-LOOP_CALLS = 50  # fetches per back-to-back round (measure: the rate of a loop that issues one fetch per step)
-
-
 def measure(s: MotionSetup, stack, num_envs: int | None = None, anchors: dict | None = None,
-            notes: dict | None = None) -> MotionRow:
+            notes: dict | None = None, loop_calls: int = 50) -> MotionRow:
     """Build the stack's term, warm it (compile, capture), gate its output against the float64 reference, then time
     `repeats` steps after `warmup` (CUDA events; an interpreted kernel only 3, without warm-up: its time is not a
-    speed), then `repeats` rounds of LOOP_CALLS fetches issued back to back (`loop`: the per-step cost in a loop, where
+    speed), then `repeats` rounds of `loop_calls` fetches issued back to back (`loop`: the per-step cost in a loop, where
     the host issues a fetch while the GPU runs the last; the one-at-a-time time adds the two); on a GPU also its GPU
     busy time and launches per step from one profiled run of 5 steps."""
     cfg = s.cfg
@@ -356,7 +353,7 @@ def measure(s: MotionSetup, stack, num_envs: int | None = None, anchors: dict | 
     samples = time_fn(term.fetch, warmup=0 if slow else cfg.warmup, repeats=min(cfg.repeats, 3) if slow
                       else cfg.repeats, device=cfg.device)
     n = term.num_envs
-    loop = None if slow else time_back_to_back(term.fetch, calls=LOOP_CALLS, rounds=cfg.repeats, warmup=1,
+    loop = None if slow else time_back_to_back(term.fetch, calls=loop_calls, rounds=cfg.repeats, warmup=1,
                                                device=cfg.device)
     row = MotionRow(list(stack), n, samples, "reference" if anchors is None else ("pass" if gate.passed else "FAIL"),
                     gate, s.floor_ms(n), s.bytes_per_step(n), first_call_s=first, speed_counts=not slow,
@@ -409,9 +406,8 @@ def ladder_table(lad: MotionLadder) -> pd.DataFrame:
                      "fetch ms": r.fetch.median, "p20": r.fetch.p20, "p80": r.fetch.p80,
                      "speedup": r.speedup, "x bytes floor": r.x_floor if r.counts else math.nan,
                      "GB/s": r.gbps if r.counts else math.nan,
-                     "in a loop ms": r.loop.median if r.loop is not None else math.nan,
-                     "in a loop p20": r.loop.p20 if r.loop is not None else math.nan,
-                     "in a loop p80": r.loop.p80 if r.loop is not None else math.nan,
+                     **{f"in a loop {k}": getattr(r.loop, q) if r.loop is not None else math.nan
+                        for k, q in (("ms", "median"), ("p20", "p20"), ("p80", "p80"))},
                      "loop x bytes floor": r.loop_x_floor if r.counts else math.nan,
                      "GPU busy ms": r.gpu_busy_ms, "host ms": r.host_ms,
                      "launches / step": r.launches, "first call s": r.first_call_s, "note": r.note})
