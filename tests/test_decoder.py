@@ -119,7 +119,7 @@ def test_tiny_decoder_variants_equal_the_plain_tiny_decoder(stack):
     if "vae-channels-last" in stack:
         assert all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in convs)
     if "vae-compile" in stack:
-        assert dec.compiled_step and not isinstance(dec.step, type(_bench(["vae-tiny"]).step))  # the step was swapped
+        assert dec.compiled_step and "step" in vars(dec)  # the class's step swapped on the instance
         step = dec.decoder_step()
         first = [None] * len(dec.decoder)
         assert not step.compiled((z, first)) and step.compiled((z, dec.memory))  # steady blocks only

@@ -400,7 +400,6 @@ def gif_preview(data: bytes, max_bytes: int = VIDEO_EMBED_BYTES) -> tuple[bytes,
         frames.append(f.convert("RGB"))
         durations.append(int(f.info.get("duration", im.info.get("duration", 100)) or 100))
     w, h = frames[0].size
-    out = data
     for stride in (1, 2, 4, 8):
         for scale in (2, 3, 4, 6, 8):
             size = (max(1, w // scale), max(1, h // scale))
