@@ -124,16 +124,19 @@ wd.table(study.e2e_table(lad), caption="End to end")
 # ### Whole generations before and after: GPU idle time and streams
 # One warm end-to-end run of the first and last rows, profiled: the GPU busy time (the union of every stream's kernels)
 # against the run's span from first to last kernel. With the decode on a second stream, its kernels (second lane) run
-# beside the DiT's.
+# beside the DiT's. For a streaming workload the table also gives the idle share inside the steady blocks (the first
+# block, with its other shapes, left out; each block's window runs from its first kernel to the next block's), which
+# is what the goal of under 5% is about.
 
 # %%
 if cfg.device.type == "cuda":
     gen = study.generation_traces(lad, cfg)
-    display(wd.table(study.generation_idle(gen), caption="GPU idle share of a whole generation"))
+    idle = study.generation_idle(gen, cfg.workload.labels)
+    display(wd.table(idle, caption="GPU idle share of a whole generation, and inside its steady blocks"))
     study.plot_generation_timelines(gen)
     plt.show()
 else:
-    gen = {}
+    gen, idle = {}, None
     print("no device timeline on a CPU")
 
 # %% [markdown]
@@ -190,7 +193,7 @@ wd.rows(cfg.results_path, rows[0]["run_id"]) if rows else None
 # ## Interpretation
 
 # %%
-Markdown(study.interpret(cfg, lad, checks, study.generation_idle(gen) if gen else None))
+Markdown(study.interpret(cfg, lad, checks, idle))
 
 # %% [markdown]
 # ## Appendix: raw tables

@@ -439,3 +439,36 @@ def test_session_report_draws_the_category_figure_of_a_real_breakdown(bd):
     page = render_html({"breakdown": bd.to_dict()})
     assert "Trace breakdown (2_Pipeline_Inference, gpu time)" in page
     assert page.count("data:image/png;base64,") == 1  # categories (Breakdown tables say `ms`)
+
+
+def test_steady_idle_counts_the_gpu_gaps_inside_steady_blocks_only():
+    # three blocks (labels on the host); each block launches two kernels; the first block is left out (skip=1).
+    # block 1's window: its first kernel at 1000 to block 2's first kernel at 2000, busy 1000-1400 and 1500-1900
+    # (800 of 1000 us); block 2 (the last): 2000 to its last kernel's end 2500, busy 2000-2100 and 2200-2500 (400 of
+    # 500). A kernel launched outside every block (at 2600, the trailing decode) is busy time only inside a window.
+    def ev(name, cat, ts, dur, tid=1, **args):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": args}
+
+    events, corr = [], 0
+    kernels = {0: [(100, 300), (500, 200)], 1: [(1000, 400), (1500, 400)], 2: [(2000, 100), (2200, 300)]}
+    for b, ks in kernels.items():
+        events.append(ev(f"2.3_Block_{b}", "user_annotation", b * 1000 - 50, 40))
+        for i, (ts, dur) in enumerate(ks):
+            corr += 1
+            events.append(ev("cudaLaunchKernel", "cuda_runtime", b * 1000 - 45 + i, 1, correlation=corr))
+            events.append(ev(f"k{corr}", "kernel", ts, dur, tid=7, correlation=corr, stream=7))
+    events.append(ev("cudaLaunchKernel", "cuda_runtime", 2590, 1, correlation=99))
+    events.append(ev("k99", "kernel", 2600, 300, tid=7, correlation=99, stream=7))
+    from wmbook.profiling.analysis.launches import steady_idle
+
+    got = steady_idle({"traceEvents": events}, r"2\.3_Block_\d+", skip=1)
+    assert got["units"] == 3 and got["steady_units"] == 2
+    assert got["span_ms"] == pytest.approx(1.5)
+    assert got["busy_ms"] == pytest.approx(1.2)
+    assert got["idle_share"] == pytest.approx(0.3 / 1.5)
+    assert got["unit_idle_share"] == pytest.approx([0.2, 0.2])
+    every = steady_idle({"traceEvents": events}, r"2\.3_Block_\d+", skip=0)  # block 0: 100-1000, busy 500 of 900
+    assert every["steady_units"] == 3 and every["unit_idle_share"][0] == pytest.approx(400 / 900)
+    assert math.isnan(steady_idle({"traceEvents": events}, r"Nope_\d+")["idle_share"])
+    with pytest.raises(ValueError, match="skip"):
+        steady_idle({"traceEvents": events}, r"2\.3_Block_\d+", skip=-1)

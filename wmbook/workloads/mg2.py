@@ -63,7 +63,8 @@ class Mg2Workload(Workload):
                          ("peak GiB", "peak_memory_gib", "{:.1f}", False))
     forward_name = "DiT forward"
     metric = Metric("fps", "frames/s", True, "FPS")
-    labels = Labels(region="2_Pipeline_Inference", forward=DIT_FORWARD_LABEL, fine=DIT_FINE_LABELS)
+    labels = Labels(region="2_Pipeline_Inference", forward=DIT_FORWARD_LABEL, fine=DIT_FINE_LABELS,
+                    unit=r"2\.3_Block_\d+")
     params = (Param("num_blocks", 0, _num_blocks, "blocks to generate; 0: the preset's default"),)
 
     overview_panels = (("plot_time_split", 1.0), ("plot_timeline", 1.6))  # notebook 01's overview figure

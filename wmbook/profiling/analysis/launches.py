@@ -105,3 +105,58 @@ def launch_stats(trace, region: str | Region | None = None, forward_label: str =
     region occurrence minus the union of its activities."""
     s = launch_numbers(trace, region, forward_label)
     return pd.DataFrame({"value": {k: s[k] for k in LAUNCH_STATS}}).rename_axis("statistic")
+
+
+def steady_idle(trace, unit: str, skip: int = 1) -> dict:
+    """GPU idle inside the steady units of a run (a streaming generation's blocks). `unit` is a regular expression
+    that names a unit's label (fully matched, e.g. ``2\\.3_Block_\\d+``); its occurrences in time order are the units,
+    the first `skip` of them (the first block: other shapes, the first frame) left out. A unit's GPU window runs from
+    the start of the first kernel launched inside its label to the start of the next unit's first kernel (the last
+    unit's: to the end of its last kernel), so work that spills past the label (a decode on a second stream) counts
+    where the GPU runs it. GPU busy is the union of every kernel and copy, on every stream, inside the windows.
+    Returns {units, steady_units, span_ms, busy_ms, idle_ms, idle_share, unit_idle_share (list)}; idle_share is NaN
+    when there is no steady unit or no device timeline."""
+    import re
+
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+        raise ValueError(f"skip={skip!r} is not allowed; allowed values: an integer >= 0")
+    rx = re.compile(unit)
+    t = Trace.load(trace)
+    L = t.labels
+    occ = L[[bool(rx.fullmatch(str(n))) for n in L["name"]]].sort_values("start_us")
+    K = t.device_activities
+    nan = float("nan")
+    out = {"units": int(len(occ)), "steady_units": 0, "span_ms": nan, "busy_ms": nan, "idle_ms": nan,
+           "idle_share": nan, "unit_idle_share": []}
+    if not len(occ) or not len(K):
+        return out
+    starts, ends = occ["start_us"].to_numpy(float), occ["end_us"].to_numpy(float)
+    launch = K["launch_us"].to_numpy(float)
+    ks, ke = K["start_us"].to_numpy(float), K["end_us"].to_numpy(float)
+    which = np.searchsorted(starts, launch, side="right") - 1
+    ok = (which >= 0) & ~np.isnan(launch)
+    ok[ok] &= launch[ok] <= ends[which[ok]]
+    first = np.full(len(occ), np.nan)
+    last = np.full(len(occ), np.nan)
+    for u in np.unique(which[ok]):
+        sel = ok & (which == u)
+        first[u], last[u] = ks[sel].min(), ke[sel].max()
+    spans, busys = [], []
+    for u in range(skip, len(occ)):
+        if np.isnan(first[u]):
+            continue
+        nxt = first[u + 1:][~np.isnan(first[u + 1:])]
+        a, b = first[u], (nxt[0] if len(nxt) else last[u])
+        if b <= a:
+            continue
+        s, e = np.clip(ks, a, b), np.clip(ke, a, b)
+        keep = e > s
+        spans.append((b - a) / 1e3)
+        busys.append(union_ms(s[keep], e[keep]))
+    if not spans:
+        return out
+    span, busy = float(sum(spans)), float(sum(busys))
+    out.update(steady_units=len(spans), span_ms=span, busy_ms=busy, idle_ms=max(0.0, span - busy),
+               idle_share=max(0.0, span - busy) / span,
+               unit_idle_share=[max(0.0, s - b) / s for s, b in zip(spans, busys)])
+    return out
