@@ -162,7 +162,8 @@ else:
 # %% [markdown]
 # ## The decoder: the other half of every block
 # Decoder variants change nothing upstream of the decoder, so they are measured on the decoder alone: the reference's
-# latents, decoded block by block by each decoder stack, the time per steady block (12 pixel frames at the real shape)
+# latents, decoded block by block by each decoder stack, the time per steady block (mg2: 12 pixel frames at the real
+# shape; wma: one frame, since its SD VAE decodes frame by frame and keeps no state across frames)
 # against the decoder's own FLOP floor (counted with `torch.utils.flop_counter` on meta tensors) and the PSNR of its
 # frames against the fp32 decoder (gate: 40 dB). The first pass includes compilation and capture. The tiny decoder
 # (TAEHV) has random weights here: its speed is real, its frames cannot be judged.
@@ -178,7 +179,7 @@ if len(dtab):
     plt.show()
     display(Markdown(dstudy.interpret(dtab)))
 else:
-    print("this workload has no streaming decoder (or decoder_table=False)")
+    print("this workload has no decoder table (or decoder_table=False)")
 
 # %% [markdown]
 # ## Results rows

@@ -183,6 +183,38 @@ def test_decoder_table_on_the_tiny_preset():
     assert 20e12 < f["steady_block"] < 26e12 and 15e12 < f["first_block"] < 20e12  # ANCHORS.md: ~23 and ~17.7 TFLOP
 
 
+def test_wma_decoder_table_on_the_tiny_preset():
+    """The UNet workload's SD VAE in the same table: frame by frame (one timed decode = one frame), its fp32 decode
+    through the bench equal to the pipeline's own decode of the same latents, the compiled step gated against it, the
+    floor counted per frame."""
+    from wmbook.models.flops import sd_decoder_flops
+    from wmbook.studies import decoder as study
+
+    wl = workloads.get("wma")
+    dev = torch.device("cpu")
+    ref = wl.reference_pipeline(wl.presets["tiny-wma"], dev)
+    lat = torch.randn(1, 4, 3, *ref.preset.latent_shape[-2:], generator=torch.Generator().manual_seed(5))
+    assert study.decoder_stacks(wl, dev) == {"fp32 (reference)": [], "bf16": ["vae-bf16"]}
+    assert {"bf16", "+ vae-compile", "+ vae-cuda-graphs (compiled step)"} <= set(
+        study.decoder_stacks(wl, torch.device("cuda")))
+    stacks = {"fp32 (reference)": [], "bf16": ["vae-bf16"], "+ vae-compile": ["vae-compile"]}
+    assert wl.decoder_block(ref) == (1, 1)
+    bench = wl.decoder_bench(ref)
+    with torch.no_grad():
+        torch.testing.assert_close(wl.decoder_stream(bench).decode_block(lat), ref.decode(lat), rtol=0, atol=0)
+    assert bench.vae is not ref.vae
+    # backend eager: dynamo traces the step (aot_eager fails on this CPU group_norm, as in the test above)
+    rows = study.run_decoder_table(ref, wl, lat, stacks, warmup=0, repeats=1, compile_backend="eager")
+    t = study.decoder_table(rows, wl.decoder_flops(ref.preset), {"gemm_tflops": 1.0})
+    assert t["gate"].iloc[0] == "reference" and t.loc["+ vae-compile", "gate"] == "pass"
+    assert t.loc["+ vae-compile", "PSNR dB vs fp32"] > 100 and 10 < t.loc["bf16", "PSNR dB vs fp32"] < 100
+    assert t.loc["bf16", "gate"] == ("pass" if t.loc["bf16", "PSNR dB vs fp32"] >= study.DECODER_PSNR_DB else "FAIL")
+    assert (t["decoder-only FPS"] > 0).all() and t.attrs["floor_ms"] > 0
+    assert ref.decode_step.__func__ is type(ref).decode_step  # the bench's compiled step left the reference alone
+    f = sd_decoder_flops(wl.presets["wma"])  # one 320x512 frame of the SD VAE decoder
+    assert 1.0e12 < f < 2.5e12
+
+
 def test_ring_cache_keys_one_graph_for_every_full_block():
     """With ring caches, every block after the ring filled has the same cache signature (one CUDA graph), whatever its
     write position; the reference's slots differ between block 0 and the rest only because it evicts."""

@@ -187,6 +187,8 @@ def test_notebook_06_tiny_mg2_and_wma(tmp_path):
     dec = mg2[mg2["metric"] == "decoder_ms_per_block"]
     assert set(dec["gate"]) == {"reference", "pass", "needs real weights"}, dec[["variant", "gate"]]
     assert {"forward_ms", "ddim_step_ms", "run_s"} <= set(df[df["workload"] == "wma"]["metric"])
+    wdec = df[(df["workload"] == "wma") & (df["metric"] == "decoder_ms_per_block")]  # the SD VAE's table, per frame
+    assert list(wdec["variant"]) == ["decoder: fp32", "decoder: vae-bf16"] and wdec["gate"].iloc[0] == "reference"
 
 
 def test_notebook_07_tiny_motion(tmp_path):

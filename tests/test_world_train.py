@@ -376,3 +376,36 @@ def test_decision_fraction_sets_the_share_of_decision_passes(bank, tmp_path):
             TrainConfig(workload="wma", preset=p, out=tmp_path / "w.pt", steps=1, decision_fraction=bad).check()
     with pytest.raises(ValueError, match=r"decision_fraction=0.25 is not allowed for workload 'mg2'.*\['wma'\]"):
         TrainConfig(workload="mg2", preset="world-mg2", out=tmp_path / "w.pt", steps=1, decision_fraction=0.25).check()
+
+
+def test_compiled_training_step_equals_eager_and_keeps_the_weights_format(bank):
+    # the mg2 world model compiled as training compiles it (regionally, its DiT blocks; aot_eager on the CPU: the same
+    # graph capture and autograd split as inductor, without generated kernels): same loss and gradients as eager on
+    # the same batch, and the state dict keeps its keys (checkpoints and shipped weights do not depend on the flag)
+    from wmbook import workloads
+    from wmbook.train.core import compile_for_training
+
+    torch._dynamo.reset()
+    pipes = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        pipe = _pipe("mg2")
+        pipe.model.train().requires_grad_(True)
+        pipes.append(pipe)
+    keys = list(pipes[1].model.state_dict())
+    mods = compile_for_training(workloads.get("mg2"), pipes[1], "aot_eager")
+    assert mods and all(getattr(m, "_compiled_call_impl", None) is not None for m in mods)
+    assert list(pipes[1].model.state_dict()) == keys
+    losses, grads = [], []
+    for pipe in pipes:
+        obj = Mg2Objective(pipe, bank)
+        gen = torch.Generator().manual_seed(3)
+        loss, _ = obj.loss(obj.sample_batch(gen, 2), gen, j=1)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append(torch.cat([q.grad.flatten() for q in pipe.model.parameters() if q.grad is not None]))
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match=r"compile='max'.*allowed values: \['none', 'inductor', 'aot_eager'\]"):
+        TrainConfig(workload="wma", preset="world-wma", out="w.pt", steps=1, compile="max").check()
+    torch._dynamo.reset()

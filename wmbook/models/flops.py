@@ -87,3 +87,17 @@ def wan_decoder_flops(p: CausalWanPreset) -> dict[str, float]:
     dec = StreamingWanDecoder(vae, stage_labels=False)
     first = counted_flops(dec.decode_block, z)
     return {"first_block": first, "steady_block": counted_flops(dec.decode_block, z)}
+
+
+def sd_decoder_flops(p) -> float:
+    """FLOPs of one frame's SD VAE decode (the WMA workload decodes frame by frame) at a preset's shape, counted on
+    meta tensors."""
+    import torch
+    from diffusers import AutoencoderKL
+
+    from .wma.vae import decode_frame, sd_vae_config
+
+    with torch.device("meta"):
+        vae = AutoencoderKL(**sd_vae_config(p))
+        z = torch.empty(1, p.latent_channels, p.height // 8, p.width // 8)
+    return counted_flops(decode_frame, vae, z, p.scale_factor)

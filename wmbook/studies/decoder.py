@@ -11,7 +11,6 @@ variants (layout, compile, graphs) are gated against the plain stand-in's frames
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import time
@@ -29,12 +28,14 @@ DECODER_PSNR_DB = 40.0  # dB against the fp32 decoder on the same latents: the g
 
 
 def decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -> dict[str, list[str]]:
-    """The decoder rows, each a stack of variant names (cumulative for the full decoder, then the tiny decoder)."""
+    """The decoder rows, each a stack of variant names: for a streaming decoder cumulative (bf16, cuDNN benchmark,
+    caches in place, channels-last, compile, graphs), then the tiny decoder; for a per-frame decoder the fp32 one
+    compiled and captured, and bf16 (`frame_decoder_stacks`)."""
     from .. import variants
 
     known = variants.known(workload)
-    if "vae-stream-buffers" not in known:
-        return {}
+    if "streaming_decoder" not in workload.features:
+        return frame_decoder_stacks(workload, device, compile_modes) if "frame_decoder" in workload.features else {}
     gpu = device.type == "cuda"
     low = ["vae-bf16"] if gpu else []
     rows = {"fp32 (reference)": []}
@@ -66,6 +67,29 @@ def decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -
     return {k: v for k, v in rows.items() if all(n in known for n in v)}
 
 
+def frame_decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -> dict[str, list[str]]:
+    """A per-frame decoder's rows (the SD VAE of the UNet workload): on a GPU fp32 with cuDNN's own algorithm choice,
+    its step compiled, then captured (eager and compiled step), and bf16 (the reference decodes in fp32: a bf16 SD VAE
+    is what the gate is for); on a CPU fp32 and bf16."""
+    from .. import variants
+
+    known = variants.known(workload)
+    rows = {"fp32 (reference)": []}
+    if device.type != "cuda":  # the compiled SD VAE step needs a GPU here (aot_eager fails on the CPU's group_norm)
+        rows["bf16"] = ["vae-bf16"]
+        return {k: v for k, v in rows.items() if all(n in known for n in v)}
+    low = ["cudnn-benchmark"]
+    rows["+ cudnn-benchmark"] = low
+    for mode in compile_modes:
+        name = "vae-compile" + ("" if mode == "default" else "-max-autotune")
+        rows[f"+ {name}"] = low + [name]
+    rows["+ vae-cuda-graphs (compiled step)"] = low + ["vae-compile", "vae-cuda-graphs"]
+    rows["vae-cuda-graphs (eager step)"] = low + ["vae-cuda-graphs"]
+    rows["bf16"] = ["vae-bf16"] + low
+    rows["bf16 + vae-compile"] = ["vae-bf16"] + low + ["vae-compile"]
+    return {k: v for k, v in rows.items() if all(n in known for n in v)}
+
+
 @dataclass
 class DecoderRow:
     label: str
@@ -86,13 +110,9 @@ class DecoderRow:
 
 
 def decoder_bench(ref, workload):
-    """A decoder-only copy of the reference pipeline: its VAE (deep-copied) and a fresh streaming decoder, with the
-    attributes decoder variants touch (vae, decoder, vae_dtype, preset, device)."""
-    from types import SimpleNamespace
-
-    vae = copy.deepcopy(ref.vae)
-    dec = type(workload.streaming_decoder(ref))(vae)
-    return SimpleNamespace(vae=vae, decoder=dec, vae_dtype=ref.vae_dtype, preset=ref.preset, device=ref.device)
+    """A decoder-only copy of the reference pipeline (the workload's `decoder_bench`: its VAE deep-copied, with the
+    attributes decoder variants touch)."""
+    return workload.decoder_bench(ref)
 
 
 def decode_stream(decoder, latents: torch.Tensor, block: int, timer: DeviceTimer | None = None) -> torch.Tensor:
@@ -115,7 +135,7 @@ def run_decoder_table(ref, workload, latents: torch.Tensor, stacks: dict[str, li
     from ..variants.compile import reset_compile_state
 
     dev = ref.device
-    block = ref.preset.num_frame_per_block
+    block, pixel_frames = workload.decoder_block(ref)
     flags = GlobalFlags()
     resolved = {k: variants.resolve(v, workload, dev) for k, v in stacks.items()}  # every name checked first
     weights = bool(os.environ.get("WMBOOK_TAEHV_WEIGHTS"))
@@ -129,7 +149,7 @@ def run_decoder_table(ref, workload, latents: torch.Tensor, stacks: dict[str, li
             ctx = VariantContext(workload=workload, device=dev, compile_backend=compile_backend)
             for v in vs:
                 v.apply(bench, ctx)
-            dec = workload.streaming_decoder(bench)
+            dec = workload.decoder_stream(bench)
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
                 torch.cuda.reset_peak_memory_stats(dev)
@@ -169,7 +189,7 @@ def run_decoder_table(ref, workload, latents: torch.Tensor, stacks: dict[str, li
             note = "; ".join(str(x) for x in ctx.notes.values())
             rows.append(DecoderRow(label=label, stack=[v.name for v in vs], block_ms=Samples(steady, "ms"),
                                    first_block_ms=float(np.median(first)), first_pass_s=first_pass_s, psnr_db=psnr,
-                                   gate=gate, pixel_frames_per_block=4 * block, peak_memory_gib=peak, note=note,
+                                   gate=gate, pixel_frames_per_block=pixel_frames, peak_memory_gib=peak, note=note,
                                    gpu_busy_ms=busy, categories=cats, kernels=top,
                                    frames=frames if keep_frames else None, stand_in_psnr_db=own))
             del bench, dec, frames

@@ -414,16 +414,13 @@ def plot_generation_timelines(traces: dict):
 
 def decoder_study(cfg: RunConfig, ref, ceilings: dict | None):
     """The decoder table (wmbook.studies.decoder) on the reference's own latents: (table, rows); empty for a
-    workload without a streaming decoder or with decoder_table off."""
-    from ..models.flops import wan_decoder_flops
+    workload without a decoder table or with decoder_table off."""
     from . import decoder as dstudy
 
     stacks = dstudy.decoder_stacks(cfg.workload, cfg.device) if cfg.options.decoder_table else {}
     if not stacks:
         return pd.DataFrame(), []
-    blocks = max(e2e_size(cfg).blocks, 2)
-    with torch.no_grad():
-        lat = ref.generate(ref.prepare(blocks, seed=cfg.seed), progress=False, decode=False).latents
+    lat = cfg.workload.decoder_latents(ref, cfg.seed, e2e_size(cfg))
     rows = dstudy.run_decoder_table(ref, cfg.workload, lat, stacks, warmup=1, repeats=max(2, cfg.repeats // 3),
                                     compile_backend=cfg.options.compile_backend)
-    return dstudy.decoder_table(rows, wan_decoder_flops(cfg.preset), ceilings), rows
+    return dstudy.decoder_table(rows, cfg.workload.decoder_flops(cfg.preset), ceilings), rows

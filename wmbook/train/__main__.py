@@ -37,6 +37,8 @@ def main(argv=None) -> int:
                     help="workloads with a decision pass (wma): the share of samples trained as decision passes (action "
                          "tokens zeroed, the action head's loss), the rest as world-model passes (the true actions, "
                          "the state head's loss); the video loss applies to both")
+    ap.add_argument("--compile", default="none", choices=["none", "inductor", "aot_eager"],
+                    help="torch.compile the denoiser for training (none: eager)")
     ap.add_argument("--eval-cases", type=int, default=8, help="held-out episodes scored at the end")
     ap.add_argument("--ckpt", type=Path, default=None, help="checkpoint (default: reports/train/<out stem>.ckpt)")
     ap.add_argument("--no-resume", action="store_true", help="start over even when a checkpoint exists")
@@ -52,7 +54,7 @@ def main(argv=None) -> int:
                       episode_frames=a.episode_frames, workers=a.workers, device=a.device, ckpt_every=a.ckpt_every,
                       log_every=a.log_every, ema=a.ema, change_weight=a.change_weight, sigma_min=a.sigma_min,
                       decision_fraction=a.decision_fraction,
-                      resume=not a.no_resume, eval_cases=a.eval_cases,
+                      resume=not a.no_resume, compile=a.compile, eval_cases=a.eval_cases,
                       ckpt=a.ckpt, progress=not a.quiet, command="python -m wmbook.train " + " ".join(
                           argv if argv is not None else sys.argv[1:]))
     try:

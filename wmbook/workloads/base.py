@@ -224,6 +224,29 @@ class Workload:
     def set_streaming_decoder(self, pipe, decoder) -> None:
         raise NotImplementedError(f"workload {self.name!r} has no streaming decoder")
 
+    # --- the decoder table (notebook 06): the decoder alone, on the reference's latents -------------------------
+    decoder_unit: str = "steady block"  # what one timed decode is, in words
+
+    def decoder_bench(self, ref):
+        """A decoder-only copy of the reference pipeline (its VAE deep-copied) that decoder variants act on."""
+        raise NotImplementedError(f"workload {self.name!r} has no decoder table")
+
+    def decoder_stream(self, bench):
+        """What decodes latents block by block on a decoder bench: an object with reset() and decode_block(latents)."""
+        raise NotImplementedError(f"workload {self.name!r} has no decoder table")
+
+    def decoder_block(self, pipe) -> tuple[int, int]:
+        """(latent frames, pixel frames) of one timed decode."""
+        raise NotImplementedError(f"workload {self.name!r} has no decoder table")
+
+    def decoder_latents(self, pipe, seed: int, size: E2ESize) -> torch.Tensor:
+        """Latents [B, C, F, h, w] the reference pipeline makes, for every decoder row to decode."""
+        raise NotImplementedError(f"workload {self.name!r} has no decoder table")
+
+    def decoder_flops(self, preset) -> dict | None:
+        """{"first_block", "steady_block"}: FLOPs of one timed decode (its floor); None when not counted."""
+        return None
+
     def decoder_size(self, pipe) -> str:
         """'real' or 'tiny': the decoder size a stand-in decoder should match."""
         return "tiny" if getattr(pipe.preset, "name", "").startswith("tiny") else "real"

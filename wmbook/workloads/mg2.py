@@ -8,7 +8,9 @@ steady blocks).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -190,6 +192,28 @@ class Mg2Workload(Workload):
 
     def set_streaming_decoder(self, pipe, decoder) -> None:
         pipe.decoder = decoder
+
+    decoder_unit = "steady block"
+
+    def decoder_bench(self, ref):
+        """The VAE (deep-copied) and a fresh streaming decoder of it, with the attributes decoder variants touch."""
+        vae = copy.deepcopy(ref.vae)
+        dec = type(ref.decoder)(vae)
+        return SimpleNamespace(vae=vae, decoder=dec, vae_dtype=ref.vae_dtype, preset=ref.preset, device=ref.device)
+
+    def decoder_stream(self, bench):
+        return bench.decoder
+
+    def decoder_block(self, pipe) -> tuple[int, int]:
+        k = pipe.preset.num_frame_per_block
+        return k, 4 * k
+
+    @torch.no_grad()
+    def decoder_latents(self, pipe, seed: int, size: E2ESize) -> torch.Tensor:
+        return pipe.generate(pipe.prepare(max(size.blocks, 2), seed=seed), progress=False, decode=False).latents
+
+    def decoder_flops(self, preset) -> dict:
+        return wan_decoder_flops(preset)
 
     def decoder_size(self, pipe) -> str:
         return pipe.preset.vae

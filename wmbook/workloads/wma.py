@@ -8,8 +8,11 @@ seconds per iteration and ms per UNet forward.
 
 from __future__ import annotations
 
+import copy
 import math
+import types
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -155,6 +158,36 @@ class WMAWorkload(Workload):
     def decoder_step(self, pipe) -> DecoderStep:
         """The SD VAE decode of one frame (no state across frames: every call compiles and captures alike)."""
         return DecoderStep(pipe, "decode_step")
+
+    decoder_unit = "frame"
+
+    def decoder_bench(self, ref):
+        """The SD VAE (deep-copied) with the pipeline's per-frame decode step bound to it: what vae-bf16, vae-compile
+        and vae-cuda-graphs swap."""
+        bench = SimpleNamespace(vae=copy.deepcopy(ref.vae), vae_dtype=ref.vae_dtype, preset=ref.preset,
+                                device=ref.device)
+        bench.decode_step = types.MethodType(type(ref).decode_step, bench)
+        return bench
+
+    def decoder_stream(self, bench):
+        return FrameStream(bench)
+
+    def decoder_block(self, pipe) -> tuple[int, int]:
+        return 1, 1  # the SD VAE decodes frame by frame (upstream's perframe_ae)
+
+    @torch.no_grad()
+    def decoder_latents(self, pipe, seed: int, size: E2ESize) -> torch.Tensor:
+        """The world-model pass's latents after 2 DDIM steps: a decoder's speed and its agreement with the fp32 one
+        do not depend on how far the latents were denoised (random weights either way), and 50 fp32 steps would
+        cost half a minute."""
+        return pipe.run_iteration(pipe.prepare(seed=seed), ddim_steps=2, progress=False,
+                                  decode_decision=False).world.latents
+
+    def decoder_flops(self, preset) -> dict:
+        from ..models.flops import sd_decoder_flops
+
+        f = sd_decoder_flops(preset)
+        return {"first_block": f, "steady_block": f}
 
     def conv_layouts(self, pipe) -> list[Layout]:
         unet = pipe.model.diffusion_model
@@ -482,3 +515,18 @@ class WMABaselineResult:
         ax.legend(fontsize=7)
         return ax
 
+
+class FrameStream:
+    """A per-frame decoder seen as a stream, for the decoder table: no state across frames (reset does nothing);
+    decode_block decodes each latent frame with the bench's decode_step (what the decoder variants swapped in)."""
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def reset(self) -> None:
+        pass
+
+    def decode_block(self, latents: torch.Tensor) -> torch.Tensor:
+        """[B, C, F, h, w] -> [B, 3, F, H, W]."""
+        return torch.stack([self.owner.decode_step(latents[:, :, k].contiguous())  # the pipeline's layout per frame
+                            for k in range(latents.shape[2])], dim=2)
