@@ -102,6 +102,32 @@ def test_graph_variants_registered_and_gpu_only():
         assert targets and all(callable(getattr(t.owner, t.attr)) for t in targets)
 
 
+def test_replay_output_object_built_once_without_clones_and_fresh_with_them():
+    """The replay's output handling, on a stub graph (no GPU needed): with clone_outputs=False every replay returns the
+    same output object over the static buffers (built once: it costs host time per call); with clones, new tensors
+    in a new structure each time."""
+    from wmbook.graphs import _Entry, _flatten
+
+    class StubGraph:
+        replays = 0
+
+        def replay(self):
+            StubGraph.replays += 1
+
+    buf = {"a": torch.arange(3.0), "b": [torch.ones(2)]}
+    for clone in (False, True):
+        g = GraphedCallable(lambda: buf, clone_outputs=clone, device="cpu")
+        leaves: list = []
+        e = _Entry(graph=StubGraph(), out_spec=_flatten(buf, leaves), static_out=leaves)
+        first, second = g._replay(e, ()), g._replay(e, ())
+        assert e.replays == 2 and torch.equal(first["a"], buf["a"]) and set(first) == {"a", "b"}
+        if clone:
+            assert first is not second and first["a"] is not buf["a"] and torch.equal(second["b"][0], buf["b"][0])
+        else:
+            assert first is second and first["a"] is buf["a"] and first["b"][0] is buf["b"][0]
+    assert StubGraph.replays == 4
+
+
 @GPU
 def test_replay_equals_eager_and_outputs_are_copies():
     lin = torch.nn.Linear(64, 64).cuda()
@@ -139,6 +165,7 @@ def test_a_call_without_arguments_replays_through_the_fast_path():
         state.normal_()
         torch.testing.assert_close(g()["out"], state * 3.0)
     assert g._no_args.replays == 4 and g.captured == 1
+    assert g() is g()  # without clones, one output object over the static buffers
     g.reset()
     assert g._no_args is None and not g.entries
     keyed = GraphedCallable(fn, warmup=1, key_fn=lambda a, k: 0)  # a key_fn may change the signature: no fast path
