@@ -60,7 +60,7 @@ chromium:
 # index.html of the published H100 reports: each notebook's question, headline numbers from data/results/results.csv,
 # conclusion and links
 published-index: $(STAMP)
-	$(VPY) -m wmbook.published --index data/reports/h100
+	for d in data/reports/h100 data/reports/h200; do $(VPY) -m wmbook.published --index $$d || exit 1; done
 
 # a new release shows up here first, as a deliberate upgrade: if this passes, raise the caps in
 # pyproject.toml, `make lock VENV=.venv-latest` and commit both

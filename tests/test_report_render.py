@@ -195,6 +195,36 @@ def test_folder_index(tmp_path):
         render.write_folder_index(tmp_path / "nope")
 
 
+def test_folder_index_conclusion_stops_at_the_appendix_and_follows_the_device_and_dtype(tmp_path):
+    """The conclusion is the Interpretation section only (not the appendix after it); rows of another device are left
+    out when a device is named; with reports per dtype the conclusion is the one of the run the numbers come from."""
+    folder = tmp_path / "h200"
+    folder.mkdir()
+
+    def page(text):
+        return ('<html><body><h2 id="Interpretation">Interpretation</h2><div class="jp-OutputArea-output">'
+                f'<div class="jp-RenderedMarkdown"><p>{text}</p></div></div><div class="jp-OutputArea-output">'
+                '<h3>A1 · every label</h3></div><div class="jp-OutputArea-output"><table><tr><td>raw</td></tr>'
+                '</table></div><h2 id="Appendix">Appendix</h2><div class="jp-OutputArea-output">more raw</div>'
+                '</body></html>')
+
+    (folder / "01_baseline_profiling-wma-bf16.html").write_text(page("bf16 runs in 10 s."))
+    (folder / "01_baseline_profiling-wma-fp32.html").write_text(page("fp32 runs in 30 s."))
+    rows = []
+    for dev, dtype, run, x, t in (("GPU B", "fp32", "r2", 30.0, "2026-01-02"), ("GPU A", "bf16", "r1", 10.0,
+                                                                               "2026-01-03")):
+        rows.append(results.make_row(notebook="01_baseline_profiling", workload="wma", preset="wma", variant="eager",
+                                     metric="iteration_s", value=x, unit="s", params={"dtype": dtype})
+                    | {"device_kind": "cuda", "device_name": dev, "run_id": run, "git_commit": "abc", "timestamp": t})
+    results.append(rows, tmp_path / "r.csv")
+    index = render.write_folder_index(folder, results_path=tmp_path / "r.csv", device="gpu b").read_text()
+    assert "fp32 runs in 30 s." in index and "bf16 runs in 10 s." not in index  # GPU B's fp32 run and its report
+    assert "A1 · every label" not in index and "raw" not in index.split("fp32 runs in 30 s.")[1].split("</div>")[0]
+    assert "GPU B" in index and "GPU A" not in index
+    index = render.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
+    assert "bf16 runs in 10 s." in index  # without a device the latest run (GPU A's bf16) and its report
+
+
 # --------------------------------------------------------------------------- headless Chromium
 
 

@@ -421,12 +421,30 @@ def html_conclusion(path: str | os.PathLike) -> str | None:
     if head is None:
         return None
     texts = []
-    for el in head.find_all_next(class_=re.compile(r"jp-OutputArea-output")):
+    for el in head.find_all_next():
+        if el.name in ("h1", "h2", "h3"):  # the next section (the appendix's raw tables) is not the conclusion
+            break
+        if not any(c.startswith("jp-OutputArea-output") for c in el.get("class") or ()):
+            continue
+        if el.find(["h1", "h2", "h3"]) is not None:  # an output that opens a section (wd.show_appendix's titles)
+            break
         md = el.find(class_=re.compile(r"jp-RenderedMarkdown")) or el
         t = " ".join(md.get_text(" ").split())
         if t and not t.startswith("{"):
             texts.append(t)
     return "\n\n".join(texts) or None
+
+
+def _run_dtype(run) -> str | None:
+    """The dtype a stored run was made with (its params), None when not recorded."""
+    import json
+
+    if run is None or "params" not in run or not len(run):
+        return None
+    try:
+        return json.loads(run["params"].iloc[0] or "{}").get("dtype") or None
+    except (TypeError, ValueError):
+        return None
 
 
 def _split_report_name(stem: str, keys) -> tuple[str, str | None, str | None, str]:
@@ -460,11 +478,13 @@ def _split_report_name(stem: str, keys) -> tuple[str, str | None, str | None, st
 
 def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLike | None = None,
                        notebooks: str | os.PathLike | None = None, title: str | None = None,
-                       note: str | None = None) -> Path:
+                       note: str | None = None, device: str | None = None) -> Path:
     """index.html for a folder of rendered reports (e.g. data/reports/h100): per notebook and workload/preset its
     question (from the notebook source), headline numbers (the published runs' results rows,
     wmbook.published.published_runs), its conclusion (the report's Interpretation section) and links to every
-    report and other file. Written atomically; nothing else in the folder is touched."""
+    report and other file. `device`: only rows whose device name contains it (e.g. 'H100'; the folder's reports
+    come from one kind of card, the stored rows from several). Written atomically; nothing else in the folder is
+    touched."""
     import nbformat
 
     from . import published, results
@@ -475,6 +495,8 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
         raise ValueError(f"folder={str(folder)!r} is not allowed: not a folder; allowed values: a folder of rendered "
                          f"reports (*.html)")
     df = results.read(results_path or results.default_path())
+    if device:
+        df = df[df["device_name"].astype(str).str.contains(device, case=False, regex=False)]
     runs = published.published_runs(df)
     nb_dir = Path(notebooks) if notebooks is not None else REPO_ROOT / "notebooks"
     questions = {}
@@ -494,7 +516,10 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
     for key in sorted(groups, key=lambda k: (k[0], k[1] or "", k[2] or "")):
         nb, wl, preset = key
         files = groups[key]
-        main = min(files, key=lambda t: (t[0] != "main report", "partial" in t[0], len(t[1].name)))[1]
+        run = runs.get(key)
+        dtype = _run_dtype(run)  # reports per dtype (01's bf16 / fp32): the conclusion of the run the numbers are from
+        main = min(files, key=lambda t: (t[0] != dtype, t[0] != "main report", "partial" in t[0],
+                                         len(t[1].name)))[1]
         conclusion = None
         for _, f in sorted(files, key=lambda t: t[1] != main):
             try:
@@ -505,7 +530,6 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
                 if f != main:
                     conclusion += f"\n\n(from {f.name})"
                 break
-        run = runs.get(key)
         head = published.headline(run) if run is not None else {}
         if run is not None:
             head = head | {"device": str(run["device_name"].iloc[0]),

@@ -31,7 +31,7 @@ class Labels:
     region: str  # the labelled range whose device time the breakdown splits
     forward: str  # one denoiser forward
     fine: tuple[str, ...]  # fine labels splitting one forward
-    unit: str = ""  # regular expression fully matching the label of one repeated unit of a run (a streaming block), "" none
+    unit: str = ""  # regex fully matching the label of one repeated unit of a run (a streaming block); "": none
     unit_skip: int = 1  # leading units that are not steady (the first block's other shapes)
 
 

@@ -193,8 +193,6 @@ class Mg2Workload(Workload):
     def set_streaming_decoder(self, pipe, decoder) -> None:
         pipe.decoder = decoder
 
-    decoder_unit = "steady block"
-
     def decoder_bench(self, ref):
         """The VAE (deep-copied) and a fresh streaming decoder of it, with the attributes decoder variants touch."""
         vae = copy.deepcopy(ref.vae)

@@ -12,7 +12,6 @@ import copy
 import math
 import types
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -164,8 +163,8 @@ class WMAWorkload(Workload):
     def decoder_bench(self, ref):
         """The SD VAE (deep-copied) with the pipeline's per-frame decode step bound to it: what vae-bf16, vae-compile
         and vae-cuda-graphs swap."""
-        bench = SimpleNamespace(vae=copy.deepcopy(ref.vae), vae_dtype=ref.vae_dtype, preset=ref.preset,
-                                device=ref.device)
+        bench = types.SimpleNamespace(vae=copy.deepcopy(ref.vae), vae_dtype=ref.vae_dtype, preset=ref.preset,
+                                      device=ref.device)
         bench.decode_step = types.MethodType(type(ref).decode_step, bench)
         return bench
 
