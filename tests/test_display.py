@@ -206,6 +206,13 @@ def test_setup_drops_graph_break_warnings():
         log.removeHandler(handler)
     assert seen == ["something else"]
     assert pd.get_option("display.max_columns") is None
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        wd.setup()  # inside catch_warnings: its filters apply here, then go with the block
+        warnings.warn("Profiler clears events at the end of each cycle. Only events from the current cycle ...")
+        warnings.warn("another note")
+    assert [str(w.message) for w in caught] == ["another note"]
 
 
 def test_diffusers_torchao_checkpoint_notice_is_dropped():

@@ -516,6 +516,8 @@ def setup(quiet: bool = True) -> None:
                  "diffusers.models.modeling_utils"):
         logging.getLogger(name).addFilter(drop)
     warnings.filterwarnings("ignore", message=".*TypedStorage is deprecated.*")
+    # torch.profiler's note on scheduled profiling: every profile here has one cycle, so nothing is cleared early
+    warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle.*")
 
 
 # --------------------------------------------------------------------------- results rows
