@@ -219,3 +219,30 @@ def test_launch_count_on_the_h100_trace_fixture():
     trace = Path(__file__).parent / "data" / "trace_tiny_h100.json.gz"
     n = launch_count(trace)
     assert 0 < n <= len(Trace.load(trace).device_activities)
+
+
+def test_reduce_overhead_row_notes_why_inductor_skipped_its_graphs():
+    """inductor says only in a log line that it ran a reduce-overhead graph without CUDA graphs (mutated inputs: the
+    H200 run of notebook 06); the row's notes get the reason, the latest row's notes only, and the interpretation
+    (skipped_graphs) repeats it."""
+    from types import SimpleNamespace
+
+    from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
+
+    from wmbook.studies.graphs import skipped_graphs
+    from wmbook.variants.builtin import _note_cudagraph_skips
+
+    first, second = {}, {}
+    _note_cudagraph_skips(first)
+    _note_cudagraph_skips(second)  # a later row: the handler is installed once and writes to the latest notes
+    log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (6 instances)")
+    assert first == {} and second == {"reduce-overhead": "inductor skipped its CUDA graphs due to mutated inputs "
+                                                         "(6 instances): this row runs without them"}
+    from torch._inductor.cudagraph_utils import cudagraphs_log
+
+    assert sum(type(h).__name__ == "_CudagraphSkips" for h in cudagraphs_log.handlers) == 1
+    row = SimpleNamespace(variant="base, compiled with mode reduce-overhead", note="recompile limit 64; "
+                          + second["reduce-overhead"])
+    lad = SimpleNamespace(rows=[SimpleNamespace(), SimpleNamespace(variant="base", note="x"), row])
+    assert skipped_graphs(lad) == ["`base, compiled with mode reduce-overhead`: inductor skipped its CUDA graphs due "
+                                   "to mutated inputs (6 instances): this row runs without them."]

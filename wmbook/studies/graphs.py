@@ -274,6 +274,13 @@ def result_rows(cfg: RunConfig, lad) -> list[dict]:
     return out
 
 
+def skipped_graphs(lad) -> list[str]:
+    """A sentence per row whose notes say that inductor declined to capture its CUDA graphs (torch.compile's
+    reduce-overhead row; wmbook.variants.builtin notes the reason from inductor's log)."""
+    return [f"`{r.variant}`: {part}." for r in lad.rows[1:] for part in (r.note or "").split("; ")
+            if "skipped its CUDA graphs" in part]
+
+
 GOAL_STEADY_IDLE = 0.05  # notebook 06: GPU idle inside a steady block (mg2, H100)
 GOAL_FPS = 60.0  # notebook 06's goal for the causal DiT at the real shape (H100, bf16, the full Wan decoder counted)
 
@@ -306,6 +313,7 @@ def interpret(cfg: RunConfig, lad, checks: pd.DataFrame | None = None, idle: pd.
         else:
             lines.append("CUDA-graph capture needs a GPU: on this device the notebook checked the static caches "
                          "only.")
+    lines += skipped_graphs(lad)
     e = e2e_table(lad)
     if len(e) and cfg.workload.metric.name in e:
         m = cfg.workload.metric

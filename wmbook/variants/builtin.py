@@ -7,6 +7,8 @@ wmbook.variants.swaps. None of them branches on a workload's name.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from . import VariantContext, register, register_group
@@ -288,8 +290,31 @@ def _compile(scope: str, mode: str, dynamic: bool):
         ctx.compile_spec = spec
         if mode == "reduce-overhead":
             _new_cudagraph_step_per_forward(ctx.workload.denoiser(pipe))
+            _note_cudagraph_skips(ctx.notes)
 
     return apply
+
+
+_SKIP_NOTES: list = []  # the notes of the latest reduce-overhead row (inductor's skip messages go there)
+
+
+class _CudagraphSkips(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if _SKIP_NOTES and "skipping cudagraphs" in msg:
+            reason = msg.split("skipping cudagraphs", 1)[1].strip(" :")
+            _SKIP_NOTES[0]["reduce-overhead"] = f"inductor skipped its CUDA graphs {reason}: this row runs without them"
+
+
+def _note_cudagraph_skips(notes: dict) -> None:
+    """inductor may decline to capture (mutated inputs, CPU tensors, dynamic shapes) and say so only in a log line:
+    the reason goes into the row's notes, which the ladder reads after the row's first calls, so a reduce-overhead
+    row that ran without graphs says so beside its time."""
+    from torch._inductor.cudagraph_utils import cudagraphs_log
+
+    _SKIP_NOTES[:] = [notes]
+    if not any(isinstance(h, _CudagraphSkips) for h in cudagraphs_log.handlers):
+        cudagraphs_log.addHandler(_CudagraphSkips())
 
 
 for _scope, _mode, _dyn in (("regional", "default", False), ("regional", "default", True),
