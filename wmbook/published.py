@@ -265,11 +265,9 @@ def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:
                       "PSNR dB vs fp32": _val(r, "decoder_psnr_db", "{:.1f}", d["variant"]),
                       "first pass s": _val(r, "decoder_first_pass_s", "{:.1f}", d["variant"])}
                      for _, d in dec.iterrows()]
-            wl = workloads.get(r["workload"].iloc[0])
-            unit = "ms per steady block of 12 pixel frames" if "streaming_decoder" in wl.features else \
-                f"ms per {wl.decoder_unit}"
             parts.append(f"\n**06 · the decoder, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** (the "
-                         f"reference's latents decoded by each stack; {unit})\n")
+                         f"reference's latents decoded by each stack; ms per "
+                         f"{workloads.get(r['workload'].iloc[0]).decoder_unit})\n")
             parts.append(_table(drows))
     return parts
 

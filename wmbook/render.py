@@ -437,8 +437,6 @@ def html_conclusion(path: str | os.PathLike) -> str | None:
 
 def _run_dtype(run) -> str | None:
     """The dtype a stored run was made with (its params), None when not recorded."""
-    import json
-
     if run is None or "params" not in run or not len(run):
         return None
     try:

@@ -232,8 +232,9 @@ class Workload:
         raise NotImplementedError(f"workload {self.name!r} has no decoder table")
 
     def decoder_stream(self, bench):
-        """What decodes latents block by block on a decoder bench: an object with reset() and decode_block(latents)."""
-        raise NotImplementedError(f"workload {self.name!r} has no decoder table")
+        """What decodes latents block by block on a decoder bench: an object with reset() and decode_block(latents)
+        (by default the bench's streaming decoder)."""
+        return self.streaming_decoder(bench)
 
     def decoder_block(self, pipe) -> tuple[int, int]:
         """(latent frames, pixel frames) of one timed decode."""

@@ -193,14 +193,13 @@ class Mg2Workload(Workload):
     def set_streaming_decoder(self, pipe, decoder) -> None:
         pipe.decoder = decoder
 
+    decoder_unit = "steady block of 12 pixel frames"  # 3 latent frames at the real preset
+
     def decoder_bench(self, ref):
         """The VAE (deep-copied) and a fresh streaming decoder of it, with the attributes decoder variants touch."""
         vae = copy.deepcopy(ref.vae)
         dec = type(ref.decoder)(vae)
         return SimpleNamespace(vae=vae, decoder=dec, vae_dtype=ref.vae_dtype, preset=ref.preset, device=ref.device)
-
-    def decoder_stream(self, bench):
-        return bench.decoder
 
     def decoder_block(self, pipe) -> tuple[int, int]:
         k = pipe.preset.num_frame_per_block
