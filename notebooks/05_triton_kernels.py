@@ -23,9 +23,11 @@
 # **How.** Each kernel in `wmbook/kernels/` is a Triton kernel with its launcher, an fp32 reference and a
 # `torch.library` custom op (`wmbook::<name>`, with a fake implementation, so torch.compile traces it and a CUDA graph
 # captures it). Inference only. First each kernel at the workload's real call sites (`Workload.kernel_cases`): the
-# model's own unfused op sequence (eager), `torch.compile` of that sequence, and the kernel, each timed with
-# `triton.testing.do_bench` (the L2 cache flushed before every call; median, p20-p80), in GB/s of the fewest bytes the
-# op must move, against the measured copy bandwidth. Then ladder rows on top of notebook 04's best stack, each gated
+# model's own unfused op sequence (eager), `torch.compile` of that sequence, and the kernel, each captured in a CUDA
+# graph and timed by replaying it with the L2 cache flushed before every replay (median, p20-p80): the GPU time of the
+# kernels, not of their Python launch path (a few-microsecond kernel can take longer to launch than to run; launch
+# overhead is notebook 06's subject). In GB/s of the fewest bytes the op must move, against the measured copy
+# bandwidth. Then ladder rows on top of notebook 04's best stack, each gated
 # against the fp32 reference before its time counts. On a CPU the kernels run in Triton's interpreter on the tiny
 # shapes: correctness only.
 

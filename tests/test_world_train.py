@@ -409,3 +409,23 @@ def test_compiled_training_step_equals_eager_and_keeps_the_weights_format(bank):
     with pytest.raises(ValueError, match=r"compile='max'.*allowed values: \['none', 'inductor', 'aot_eager'\]"):
         TrainConfig(workload="wma", preset="world-wma", out="w.pt", steps=1, compile="max").check()
     torch._dynamo.reset()
+
+
+def test_compile_warmup_is_outside_the_budget_and_leaves_training_unchanged(bank, tmp_path):
+    # the compile warm-up (two forward + backward passes on draws of its own, no optimizer step) runs before the
+    # budget clock and the learning-rate schedule start: same steps, same weights as an eager run of the same seed,
+    # and its seconds are recorded beside the training minutes
+    torch._dynamo.reset()
+    metas, weights = [], []
+    for backend in ("none", "aot_eager"):
+        out = tmp_path / backend / "w.pt"
+        kw = dict(workload="mg2", preset=tiny_world_mg2(), out=out, batch=1, log_every=1, eval_cases=0,
+                  ckpt=tmp_path / backend / "w.ckpt", progress=False, warmup=1, episodes=3, episode_frames=40,
+                  compile=backend)
+        metas.append(train(TrainConfig(steps=2, **kw), bank=bank))
+        weights.append(torch.load(out, weights_only=True)["model"])
+    assert metas[0]["compile_seconds"] == 0.0 and metas[1]["compile_seconds"] > 0
+    assert metas[0]["steps"] == metas[1]["steps"] == 2
+    for k in weights[0]:
+        torch.testing.assert_close(weights[1][k].float(), weights[0][k].float(), rtol=2e-2, atol=1e-3, msg=k)
+    torch._dynamo.reset()

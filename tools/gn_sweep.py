@@ -2,7 +2,7 @@
 channels-last call sites of a workload's kernel table, against torch.compile of the model's op sequence.
 
 Every setting is gated against the fp32 reference like notebook 05 (relative L2 within the dtype's tolerance) before
-its time counts; times are triton.testing.do_bench medians with p20-p80 (L2 flushed, after bench.spin_up). Prints the
+its time counts; times are medians with p20-p80 of CUDA-graph replays with the L2 flushed (notebook 05's timing, after bench.spin_up). Prints the
 table sorted by time per call site and writes it as CSV.
 
     PYTHONPATH=$PWD python3 tools/gn_sweep.py --workload wma --out /tmp/gn_sweep.csv
@@ -52,7 +52,7 @@ def sweep(workload: str, preset: str | None, device: torch.device, quick: bool, 
             if gpu:
                 compiled = torch.compile(case.eager, dynamic=False)
                 compiled(**inputs)
-                med, p20, p80 = _bench(lambda: compiled(**inputs), rep_ms, device)
+                med, p20, p80, _ = _bench(lambda: compiled(**inputs), rep_ms, device)
                 rows.append(base | {"setting": "torch.compile", "us": med * 1e3, "p20": p20 * 1e3, "p80": p80 * 1e3,
                                     "rel_l2": _rel_l2(compiled(**inputs), ref), "gate": "reference"})
                 torch._dynamo.reset()
@@ -69,7 +69,7 @@ def sweep(workload: str, preset: str | None, device: torch.device, quick: bool, 
                     continue
                 row = base | {"setting": _name(s), "rel_l2": err, "gate": "pass" if err <= tol else "FAIL"}
                 if gpu and row["gate"] == "pass":
-                    med, p20, p80 = _bench(run, rep_ms, device)
+                    med, p20, p80, _ = _bench(run, rep_ms, device)
                     row |= {"us": med * 1e3, "p20": p20 * 1e3, "p80": p80 * 1e3}
                 rows.append(row)
         del inputs, ref

@@ -175,6 +175,11 @@ def _step_reduction(df: pd.DataFrame) -> list[str]:
     return parts
 
 
+def _graph_timed(rows: pd.DataFrame) -> bool:
+    """Whether notebook 05 timed these kernel rows as CUDA-graph replays (runs before that used do_bench)."""
+    return "note" in rows.columns and rows["note"].astype(str).str.startswith("cuda-graph").all()
+
+
 def _triton_kernels(df: pd.DataFrame) -> list[str]:
     """Notebook 05: per workload and preset its latest run's kernel table (GB/s of eager, torch.compile and the fused
     kernel at each call site; the kernel's time with its spread)."""
@@ -188,7 +193,8 @@ def _triton_kernels(df: pd.DataFrame) -> list[str]:
                  **{f"{i} GB/s": _val(r, f"{i}_gbps", "{:,.0f}", f["variant"]) for i in ("eager", "compile", "fused")}}
                 for _, f in fused.iterrows()]
         parts.append(f"\n**05 · fused Triton kernels, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** ({_device(r)}; "
-                     f"do_bench with the L2 flushed, median (p20-p80); GB/s of the bytes the op must move)\n")
+                     f"{'CUDA-graph replay' if _graph_timed(fused) else 'do_bench'} with the L2 flushed, median (p20-p80); "
+                     f"GB/s of the bytes the op must move)\n")
         parts.append(_table(rows))
     return parts
 
