@@ -73,7 +73,8 @@ def _spread(row, fmt="{:.3g}", sep="-") -> str:
 
 def _device(run: pd.DataFrame) -> str:
     r = run.iloc[0]
-    return f"{r['device_name']}, torch {r['torch']}, commit {r['git_commit'] or '?'}"
+    commit = str(r['git_commit'] or '?')
+    return f"{r['device_name']}, torch {r['torch']}, commit {commit[:7] if len(commit) == 40 else commit}"
 
 
 def _table(rows: list[dict]) -> str:
