@@ -88,6 +88,9 @@ wd.table(cfg.table(), caption="Parameters of this run (validated)")
 ceilings = wdev.measure_ceilings(cfg.device, quick=cfg.tiny)
 tab = study.kernel_table(cfg, ceilings) if cfg.options.kernel_table else None
 if tab is not None:
+    kernel_rows = study.kernel_rows(cfg, tab)
+    if kernel_rows:  # stored now: a later cell cut by a time limit keeps them
+        results.append(kernel_rows, cfg.results_path)
     display(wd.table(study.kernel_summary(tab), caption="Each kernel at its call sites"))
     wd.appendix(tab, "the kernel measurements, every column")
 else:
@@ -143,13 +146,11 @@ else:
 # ## Results rows
 
 # %%
-from wmbook.studies import graphs as study06
-
-rows = (study.kernel_rows(cfg, tab) if tab is not None else []) + (study06.result_rows(cfg, lad) if lad else [])
-path = results.append(rows, cfg.results_path) if rows else None
-print(f"appended {len(rows)} rows to {path}")
-if rows:
-    wd.rows(cfg.results_path, rows[0]["run_id"])
+# stored as they were measured: the kernel rows after the kernel table, each ladder row as soon as it finished
+stored = results.read(cfg.results_path, run_id=results.RUN_ID)
+print(f"{len(stored)} rows of this run in {cfg.results_path}")
+if len(stored):
+    wd.rows(cfg.results_path, results.RUN_ID)
 
 # %% [markdown]
 # ## Interpretation

@@ -172,6 +172,8 @@ else:
 from wmbook.studies import decoder as dstudy
 
 dtab, drows = study.decoder_study(cfg, ref, ceilings)
+if drows:  # stored now (the ladder rows were stored as each finished)
+    results.append(dstudy.result_rows(cfg, drows), cfg.results_path)
 if len(dtab):
     display(wd.table(dtab, caption="The decoder by stack"))
     wd.appendix(dtab, "the decoder table, every column")
@@ -185,10 +187,11 @@ else:
 # ## Results rows
 
 # %%
-rows = study.result_rows(cfg, lad) + dstudy.result_rows(cfg, drows)
-path = results.append(rows, cfg.results_path)
-print(f"appended {len(rows)} rows to {path}")
-wd.rows(cfg.results_path, rows[0]["run_id"]) if rows else None
+# stored as they were measured: each ladder row as soon as it finished, the decoder rows after the decoder table
+stored = results.read(cfg.results_path, run_id=results.RUN_ID)
+print(f"{len(stored)} rows of this run in {cfg.results_path}")
+if len(stored):
+    wd.rows(cfg.results_path, results.RUN_ID)
 
 # %% [markdown]
 # ## Interpretation

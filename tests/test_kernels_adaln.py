@@ -55,3 +55,43 @@ def test_adaln_modulate_custom_op_and_bad_input():
     with pytest.raises(ValueError, match="dtype"):
         adaln.adaln_modulate(x.long(), shift, scale)
     assert adaln.adaln_modulate_bytes(x, shift, scale) == 2 * 240 * 4 + 2 * 80 * 4  # x in and out, shift and scale
+
+
+@pytest.mark.parametrize("rows", [2, 4, 8])
+@pytest.mark.parametrize("b,f,s,c", [(2, 3, 5, 100), (1, 1, 1, 33), (1, 2, 9, 64)])
+def test_adaln_modulate_several_rows_per_program(rows, b, f, s, c):
+    # rows per program that do not divide the row count (the last program masks its tail), rows of different frames
+    # in one program (each reads its own modulation): equal to one row per program, every element written
+    g = torch.Generator().manual_seed(rows + c)
+    x = (torch.randn(b, f * s, c, generator=g) * 3 + 1).to(DEV)
+    shift = torch.randn(b, f, 1, c, generator=g).to(DEV)
+    scale = torch.randn(b, f, 1, c, generator=g).to(DEV) * 0.1
+    out = torch.full_like(x, float("nan"))
+    out.copy_(adaln.adaln_modulate(x, shift, scale, rows=rows, num_warps=2))
+    torch.testing.assert_close(out, adaln.adaln_modulate(x, shift, scale), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out, adaln.adaln_modulate_ref(x, shift, scale), **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("rows, match", [(3, "rows=3 is not allowed; allowed values: 1, 2, 4"), (0, "rows=0"),
+                                         (True, "rows=True"), (32, "at most 32768")])
+def test_adaln_modulate_rows_bad_input(rows, match):
+    x, mod = torch.zeros(1, 2, 1536, device=DEV), torch.zeros(1, 1, 1, 1536, device=DEV)
+    with pytest.raises(ValueError, match=match):
+        adaln.adaln_modulate(x, mod, mod, rows=rows)
+
+
+def test_row_sweep_tool_gates_every_setting():
+    """tools/row_sweep.py on the CPU (the kernels in the interpreter, no timing): every quick setting of both DiT row
+    kernels at tiny's call sites passes the gate."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "row_sweep.py"
+    spec = importlib.util.spec_from_file_location("row_sweep", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    df = mod.sweep("mg2", None, torch.device("cpu"), quick=True, rep_ms=1.0)
+    assert set(df["kernel"]) == {"adaln_modulate", "gated_residual_adaln"}
+    assert len(df) == sum(len(mod.settings(True, int(s.split("x")[-1]))) for s in df["shape"].unique()) * 2
+    assert set(df["gate"]) == {"pass"}, df[["site", "setting", "gate"]]
+    assert mod.settings(False, 16384) == [dict(rows=r, num_warps=w) for r in (1, 2) for w in mod.WARPS]

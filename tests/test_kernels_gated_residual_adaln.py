@@ -116,3 +116,19 @@ def test_gated_residual_adaln_custom_op_and_bad_input():
         gra.gated_residual_adaln(big, big, big[:, :, None], big[:, :, None], big[:, :, None])
     # x and y in, the new residual and h out, gate, shift and scale once
     assert gra.gated_residual_adaln_bytes(x, y, gate, shift, scale) == 4 * 240 * 4 + 3 * 80 * 4
+
+
+@pytest.mark.parametrize("rows", [2, 4, 8])
+@pytest.mark.parametrize("b,f,s,c", [(2, 3, 5, 100), (1, 1, 1, 33), (2, 1, 13, 48)])
+def test_gated_residual_adaln_several_rows_per_program(poisoned, rows, b, f, s, c):
+    # rows per program that do not divide the row count, rows of different frames in one program: equal to one row per
+    # program (and to the reference)
+    x, y, gate, shift, scale = _inputs(b, f, s, c, torch.float32)
+    got = gra.gated_residual_adaln(x, y, gate, shift, scale, rows=rows, num_warps=2)
+    one = gra.gated_residual_adaln(x, y, gate, shift, scale)
+    ref = gra.gated_residual_adaln_ref(x, y, gate, shift, scale)
+    for a, o, r in zip(got, one, ref):
+        torch.testing.assert_close(a, o, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(a, r, **TOL[torch.float32])
+    with pytest.raises(ValueError, match="rows=5 is not allowed"):
+        gra.gated_residual_adaln(x, y, gate, shift, scale, rows=5)

@@ -277,3 +277,32 @@ def test_vae_table_reports_psnr(wma_ref):
     assert t["psnr_db"].iloc[0] == float("inf") and 20 < t["psnr_db"].iloc[1] < 200
     with pytest.raises(ValueError, match="fp16"):
         vae_table(wma_ref, "wma", ("fp16",), device=CPU)
+
+
+def test_ladder_stores_each_row_as_it_finishes(mg2_ref, monkeypatch, tmp_path):
+    # a ladder cut by an error (here a simulated out-of-memory in its third measurement) keeps the rows it finished:
+    # notebooks 05 and 06 store each row's results through on_row (studies.graphs.store_each_row) as soon as it is done
+    import wmbook.variants.ladder as ladder_mod
+    from wmbook import results
+    from wmbook.studies import graphs as study06
+
+    real, calls = ladder_mod.measure, []
+
+    def measure(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ladder_mod, "measure", measure)
+    path = tmp_path / "results.csv"
+    cfg = study06.validate(workload="mg2", preset="tiny", device="cpu", results_path=str(path))
+    store, seen = study06.store_each_row(cfg), []
+    settings = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager")
+    with pytest.raises(torch.cuda.OutOfMemoryError, match="simulated"):
+        run_ladder("mg2", "tiny", ["bf16", "action-hoist"], device=CPU, reference=mg2_ref, settings=settings,
+                   on_row=lambda r: (seen.append(r.variant), store(r)))
+    assert seen == ["+ bf16"]  # the reference row is not a result of the ladder's own
+    df = results.read(path)
+    assert set(df["variant"]) == {"bf16"} and {"forward_ms", "fps"} <= set(df["metric"])
+    assert df.loc[df["metric"] == "forward_ms", "median"].notna().all()

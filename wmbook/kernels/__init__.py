@@ -84,10 +84,24 @@ def modulation_strides(b: int, f: int, c: int, *mods: torch.Tensor) -> tuple[tup
     return tuple(views), f * c, c
 
 
+def check_rows(rows: int, block: int) -> None:
+    """A row kernel's rows per program: a power of two of at most 64, and at most 32768 elements in one block."""
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1 or rows > 64 or rows & (rows - 1):
+        raise ValueError(f"rows={rows!r} is not allowed; allowed values: 1, 2, 4, 8, 16, 32, 64")
+    if rows * block > 32768:
+        raise ValueError(f"rows={rows} x a block of {block} channels = {rows * block} elements in one program; "
+                         f"allowed: at most 32768 (rows <= {max(1, 32768 // block)} here)")
+
+
+def row_warps(block: int, rows: int = 1) -> int:
+    """Warps of a row kernel's program: 4 up to 2048 elements, 8 above (the one-row default since notebook 05)."""
+    return 4 if block * rows <= 2048 else 8
+
+
 def check_dtype(name: str, t: torch.Tensor, allowed=(torch.float32, torch.bfloat16, torch.float16)) -> None:
     if t.dtype not in allowed:
         raise ValueError(f"{name} has dtype {t.dtype}; allowed: {[str(d) for d in allowed]}")
 
 
-__all__ = ["check_dtype", "interpreting", "is_channels_last", "modulation_frames", "modulation_strides", "next_pow2",
+__all__ = ["check_dtype", "check_rows", "row_warps", "interpreting", "is_channels_last", "modulation_frames", "modulation_strides", "next_pow2",
            "runs_triton", "triton_available"]

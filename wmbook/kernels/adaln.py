@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import modulation_frames, modulation_strides, next_pow2, runs_triton
+from . import check_rows, modulation_frames, modulation_strides, next_pow2, row_warps, runs_triton
 
 try:
     import triton
@@ -25,6 +25,7 @@ if triton is not None:
         shift_ptr,  # [B, F, C] at strides (mod_sb, mod_sf, 1): the modulation of each (batch, frame)
         scale_ptr,  # [B, F, C], the same strides
         out_ptr,  # [rows, C], x's dtype
+        n_rows,  # B * L
         C,  # channels
         rows_per_frame,  # S: tokens of one latent frame
         F,  # frames
@@ -32,20 +33,24 @@ if triton is not None:
         mod_sf,  # its frame stride
         eps,
         BLOCK_C: tl.constexpr,
+        ROWS: tl.constexpr,  # token rows per program, each normalized on its own
     ):
-        row = tl.program_id(0)
-        frame = row // rows_per_frame  # b * F + f: rows of one batch element are its frames in order
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        rm = rows < n_rows
+        frame = rows // rows_per_frame  # b * F + f: rows of one batch element are its frames in order
         mod = (frame // F).to(tl.int64) * mod_sb + (frame % F) * mod_sf
         cols = tl.arange(0, BLOCK_C)
-        m = cols < C
-        x = tl.load(x_ptr + row * C + cols, mask=m, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=0) / C
-        d = tl.where(m, x - mean, 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / C + eps)
-        sc = tl.load(scale_ptr + mod + cols, mask=m, other=0.0).to(tl.float32)
-        sh = tl.load(shift_ptr + mod + cols, mask=m, other=0.0).to(tl.float32)
-        y = d * rstd * (1.0 + sc) + sh
-        tl.store(out_ptr + row * C + cols, y.to(out_ptr.dtype.element_ty), mask=m)
+        m = rm[:, None] & (cols < C)[None, :]
+        off = rows.to(tl.int64)[:, None] * C + cols[None, :]
+        x = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=1) / C
+        d = tl.where(m, x - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / C + eps)
+        moff = mod[:, None] + cols[None, :]
+        sc = tl.load(scale_ptr + moff, mask=m, other=0.0).to(tl.float32)
+        sh = tl.load(shift_ptr + moff, mask=m, other=0.0).to(tl.float32)
+        y = d * rstd[:, None] * (1.0 + sc) + sh
+        tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
 def adaln_modulate_ref(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -63,18 +68,21 @@ def adaln_modulate_bytes(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tens
     return 2 * x.numel() * x.element_size() + (shift.numel() + scale.numel()) * shift.element_size()
 
 
-def adaln_modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """The Triton launcher (one program per token row; the row fits one block: C <= 16384)."""
+def adaln_modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float = 1e-6, rows: int = 1,
+                   num_warps: int | None = None) -> torch.Tensor:
+    """The Triton launcher: `rows` token rows per program (a power of two; 1 by default: one program per row), each
+    row in one block (C <= 16384); tools/kernel_sweep.py sweeps rows and num_warps on a GPU."""
     f = modulation_frames(x, shift=shift, scale=scale)
     b, n, c = x.shape
     if c > 16384:
         raise ValueError(f"adaln_modulate keeps a row in one block: C={c} > 16384")
+    block = next_pow2(c)
+    check_rows(rows, block)
     x2 = x.contiguous().view(b * n, c)
     out = torch.empty_like(x2)
     (sh, sc), sb, sf = modulation_strides(b, f, c, shift, scale)  # read in place (chunks of one tensor)
-    block = next_pow2(c)
-    _adaln_modulate_kernel[(b * n,)](x2, sh, sc, out, c, n // f, f, sb, sf, eps, BLOCK_C=block,
-                                     num_warps=4 if block <= 2048 else 8)
+    _adaln_modulate_kernel[(-(-(b * n) // rows),)](x2, sh, sc, out, b * n, c, n // f, f, sb, sf, eps, BLOCK_C=block,
+                                                   ROWS=rows, num_warps=num_warps or row_warps(block, rows))
     return out.view(b, n, c)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_dtype, modulation_frames, modulation_strides, next_pow2, runs_triton
+from . import check_dtype, check_rows, modulation_frames, modulation_strides, next_pow2, row_warps, runs_triton
 
 try:
     import triton
@@ -37,29 +37,34 @@ if triton is not None:
         gate_sf,  # its frame stride
         mod_sb,  # shift's and scale's batch stride (0 for a modulation shared by every frame: norm3 as an adaLN)
         mod_sf,  # their frame stride
+        n_rows,  # B * L
         eps,
         BLOCK_C: tl.constexpr,
+        ROWS: tl.constexpr,  # token rows per program, each normalized on its own
     ):
-        row = tl.program_id(0)
-        frame = row // rows_per_frame  # b * F + f: rows of one batch element are its frames in order
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        rm = rows < n_rows
+        frame = rows // rows_per_frame  # b * F + f: rows of one batch element are its frames in order
         bi, fi = (frame // F).to(tl.int64), frame % F
         gm = bi * gate_sb + fi * gate_sf
         mod = bi * mod_sb + fi * mod_sf
         cols = tl.arange(0, BLOCK_C)
-        m = cols < C
-        x = tl.load(x_ptr + row * C + cols, mask=m, other=0.0).to(tl.float32)
-        y = tl.load(y_ptr + row * C + cols, mask=m, other=0.0).to(tl.float32)
-        g = tl.load(gate_ptr + gm + cols, mask=m, other=0.0).to(tl.float32)
+        m = rm[:, None] & (cols < C)[None, :]
+        off = rows.to(tl.int64)[:, None] * C + cols[None, :]
+        x = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + off, mask=m, other=0.0).to(tl.float32)
+        g = tl.load(gate_ptr + gm[:, None] + cols[None, :], mask=m, other=0.0).to(tl.float32)
         xn = (x + g * y).to(x_out_ptr.dtype.element_ty)
-        tl.store(x_out_ptr + row * C + cols, xn, mask=m)
+        tl.store(x_out_ptr + off, xn, mask=m)
         xn = xn.to(tl.float32)  # statistics of the residual as stored, like the model's norm of x
-        mean = tl.sum(xn, axis=0) / C
-        d = tl.where(m, xn - mean, 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / C + eps)
-        sc = tl.load(scale_ptr + mod + cols, mask=m, other=0.0).to(tl.float32)
-        sh = tl.load(shift_ptr + mod + cols, mask=m, other=0.0).to(tl.float32)
-        h = d * rstd * (1.0 + sc) + sh
-        tl.store(h_out_ptr + row * C + cols, h.to(h_out_ptr.dtype.element_ty), mask=m)
+        mean = tl.sum(xn, axis=1) / C
+        d = tl.where(m, xn - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / C + eps)
+        moff = mod[:, None] + cols[None, :]
+        sc = tl.load(scale_ptr + moff, mask=m, other=0.0).to(tl.float32)
+        sh = tl.load(shift_ptr + moff, mask=m, other=0.0).to(tl.float32)
+        h = d * rstd[:, None] * (1.0 + sc) + sh
+        tl.store(h_out_ptr + off, h.to(h_out_ptr.dtype.element_ty), mask=m)
 
 
 def _check(x, y, gate, shift, scale):
@@ -96,12 +101,16 @@ def gated_residual_adaln_bytes(x: torch.Tensor, y: torch.Tensor, gate: torch.Ten
 
 
 def gated_residual_adaln(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, shift: torch.Tensor,
-                         scale: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
-    """The Triton launcher (one program per token row; the row fits one block: C <= 16384)."""
+                         scale: torch.Tensor, eps: float = 1e-6, rows: int = 1,
+                         num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Triton launcher: `rows` token rows per program (a power of two; 1 by default: one program per row), each
+    row in one block (C <= 16384); tools/kernel_sweep.py sweeps rows and num_warps on a GPU."""
     f = _check(x, y, gate, shift, scale)
     b, n, c = x.shape
     if c > 16384:
         raise ValueError(f"gated_residual_adaln keeps a row in one block: C={c} > 16384")
+    block = next_pow2(c)
+    check_rows(rows, block)
     x2 = x.contiguous().view(b * n, c)
     y2 = y.contiguous().view(b * n, c)
     x_out = torch.empty_like(x2)
@@ -109,9 +118,9 @@ def gated_residual_adaln(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, s
     # read in place: chunks of the block's modulation sum, or norm3's adaLN expanded over batch and frames
     (g,), gsb, gsf = modulation_strides(b, f, c, gate)
     (sh, sc), sb, sf = modulation_strides(b, f, c, shift, scale)
-    block = next_pow2(c)
-    _gated_residual_adaln_kernel[(b * n,)](x2, y2, g, sh, sc, x_out, h_out, c, n // f, f, gsb, gsf, sb, sf, eps,
-                                           BLOCK_C=block, num_warps=4 if block <= 2048 else 8)
+    _gated_residual_adaln_kernel[(-(-(b * n) // rows),)](
+        x2, y2, g, sh, sc, x_out, h_out, c, n // f, f, gsb, gsf, sb, sf, b * n, eps, BLOCK_C=block, ROWS=rows,
+        num_warps=num_warps or row_warps(block, rows))
     return x_out.view(b, n, c), h_out.view(b, n, c)
 
 

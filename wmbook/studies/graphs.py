@@ -167,7 +167,8 @@ def _spy(fn, seen: list):
 def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
     """The base stack (one row), then each graph step (static caches, CUDA graphs), gated against fp32; with
     reduce_overhead (GPU), the base compiled with mode reduce-overhead as a comparison row. Rows keep their
-    pipelines and profiled forwards (for the capture table and the timeline figure)."""
+    pipelines and profiled forwards (for the capture table and the timeline figure). Each row's results rows are
+    stored as soon as it is measured (store_each_row)."""
     from ..variants.builtin import compile_variant
     from ..variants.ladder import LadderSettings
     from ..variants.ladder import run_ladder as _run
@@ -186,7 +187,7 @@ def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
 
     n_base = len(variants.resolve(base, cfg.workload, cfg.device))  # groups (hygiene) expand to their variants
     return _run(cfg.workload, cfg.preset, base + graph_steps(cfg), device=cfg.device, settings=st, reference=ref,
-                from_row=n_base, comparisons=comparisons)
+                from_row=n_base, comparisons=comparisons, on_row=store_each_row(cfg))
 
 
 def forward_table(lad) -> pd.DataFrame:
@@ -253,25 +254,37 @@ def plot_timelines(lad, rows=None, span_ms: float | None = None):
 
 
 def result_rows(cfg: RunConfig, lad) -> list[dict]:
-    """Each measured row's forward time (with its spread), GPU busy time, launches per forward, end-to-end metric,
-    first-frame latency, run seconds, PSNR and peak memory, as results rows."""
+    """Each measured row's results rows (row_results), in ladder order."""
+    return [x for r in lad.rows[1:] for x in row_results(cfg, r)]
+
+
+def row_results(cfg: RunConfig, r) -> list[dict]:
+    """One measured ladder row's forward time (with its spread), GPU busy time, launches per forward, end-to-end
+    metric, first-frame latency, run seconds, PSNR and peak memory, as results rows."""
     from ..variants.ladder import effective
 
     common = dict(notebook=cfg.notebook, workload=cfg.workload.name, preset=cfg.preset.name, params=cfg.params(),
                   warmup=cfg.warmup, repeats=cfg.repeats)
-    out = []
-    for r in lad.rows[1:]:
-        v = " + ".join(s.name for s in effective(r.stack))
-        extra = dict(gate=r.gate, rel_l2_vs_fp32=r.rel_l2_vs_fp32)
-        out.append(results_store.make_row(metric="forward_ms", value=r.forward.median, unit="ms", variant=v,
-                                          timing=r.forward, **common, **extra))
-        for metric, value, unit in (("gpu_busy_ms", r.gpu_busy_ms, "ms"), ("launches_per_forward", r.launches, "count"),
-                                    (r.e2e_metric, r.e2e_value, cfg.workload.metric.unit),
-                                    ("first_frame_ms", r.e2e_first_frame_ms, "ms"), ("run_s", r.e2e_run_s, "s"),
-                                    ("psnr_db", r.psnr_db, "dB"), ("peak_memory_gib", r.peak_memory_gib, "GiB")):
-            if metric and value is not None and np.isfinite(value):
-                out.append(results_store.make_row(metric=metric, value=float(value), unit=unit, variant=v, **common))
+    v = " + ".join(s.name for s in effective(r.stack))
+    extra = dict(gate=r.gate, rel_l2_vs_fp32=r.rel_l2_vs_fp32)
+    out = [results_store.make_row(metric="forward_ms", value=r.forward.median, unit="ms", variant=v,
+                                  timing=r.forward, **common, **extra)]
+    for metric, value, unit in (("gpu_busy_ms", r.gpu_busy_ms, "ms"), ("launches_per_forward", r.launches, "count"),
+                                (r.e2e_metric, r.e2e_value, cfg.workload.metric.unit),
+                                ("first_frame_ms", r.e2e_first_frame_ms, "ms"), ("run_s", r.e2e_run_s, "s"),
+                                ("psnr_db", r.psnr_db, "dB"), ("peak_memory_gib", r.peak_memory_gib, "GiB")):
+        if metric and value is not None and np.isfinite(value):
+            out.append(results_store.make_row(metric=metric, value=float(value), unit=unit, variant=v, **common))
     return out
+
+
+def store_each_row(cfg: RunConfig):
+    """The ladder's on_row callback of notebooks 05 and 06: each finished row's results rows appended to the run's
+    results file at once (atomically), so a run cut by its time limit or an error keeps every row it measured."""
+    def on_row(r):
+        results_store.append(row_results(cfg, r), cfg.results_path)
+
+    return on_row
 
 
 def skipped_graphs(lad) -> list[str]:

@@ -21,7 +21,7 @@ from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WA
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from .compile import _compile_backend
-from .graphs import E2E_PARAMS, _base, _cross_check, base_stack, e2e_size
+from .graphs import E2E_PARAMS, _base, _cross_check, base_stack, e2e_size, store_each_row
 
 NOTEBOOK = "05_triton_kernels"
 
@@ -286,7 +286,8 @@ def fp8_note(cfg: RunConfig) -> str:
 
 
 def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
-    """The base stack (one row), then each kernel step, gated against fp32 (the ladder of wmbook.variants)."""
+    """The base stack (one row), then each kernel step, gated against fp32 (the ladder of wmbook.variants); each row's
+    results rows stored as soon as it is measured."""
     from .. import variants
     from ..variants.ladder import LadderSettings
     from ..variants.ladder import run_ladder as _run
@@ -297,7 +298,7 @@ def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
                         e2e_repeats=o.e2e_repeats, compile_backend=o.compile_backend, ceilings=ceilings, keep=False)
     n_base = len(variants.resolve(base, cfg.workload, cfg.device))
     return _run(cfg.workload, cfg.preset, base + kernel_steps(cfg), device=cfg.device, settings=st, reference=ref,
-                from_row=n_base)
+                from_row=n_base, on_row=store_each_row(cfg))
 
 
 def interpret(cfg: RunConfig, tab: pd.DataFrame | None, lad=None) -> str:

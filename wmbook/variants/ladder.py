@@ -195,7 +195,7 @@ class Ladder:
 
 
 def run_ladder(workload, preset, steps: list[str], *, device: torch.device, settings: LadderSettings = LadderSettings(),
-               reference=None, from_row: int = 1, comparisons: dict | None = None) -> Ladder:
+               reference=None, from_row: int = 1, comparisons: dict | None = None, on_row=None) -> Ladder:
     """Row 0 is the fp32 eager reference; row i applies steps[:i] (all names checked before any work).
 
     `reference`: the fp32 reference pipeline, if already built (each row works on a deep copy of it).
@@ -203,7 +203,9 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
     notebook 04's best row); the first measured row is gated against the fp32 budget of its precision alone, the
     later ones also against it (no less accurate).
     `comparisons`: {label: stack} measured after the ladder with the last row's gate, shown below it (not
-    cumulative: e.g. the same stack with torch.compile's own CUDA graphs instead of ours)."""
+    cumulative: e.g. the same stack with torch.compile's own CUDA graphs instead of ours).
+    `on_row(row)`: called with each measured row as soon as it is finished (the notebooks store its results rows
+    then, so a run cut by a time limit or an error keeps the rows it measured)."""
     if isinstance(from_row, bool) or not isinstance(from_row, int) or from_row < 1:
         raise ValueError(f"from_row={from_row!r} is not allowed; allowed values: an integer >= 1")
     wl = get(workload)
@@ -246,6 +248,8 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
                 if r.row != from_row:
                     r.pipeline = None
             lad.rows.append(row)
+            if on_row is not None and i > 0:
+                on_row(row)
             del out
             if device.type == "cuda":
                 gc.collect()  # graphed callables hold their pipelines in reference cycles
@@ -257,6 +261,8 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             row.pipeline = None
             row.finish(lad.floor_ms, base_ms, base_e2e, wl.metric)
             lad.rows.append(row)
+            if on_row is not None:
+                on_row(row)
             del out
     finally:
         flags.restore()

@@ -1,0 +1,120 @@
+"""Sweep the DiT row kernels' launch settings (token rows per program, warps) on a GPU, at the mg2 workload's call
+sites of notebook 05's kernel table, against torch.compile of the model's op sequence.
+
+adaln_modulate and gated_residual_adaln run one program per token row by default (2640 programs of 4 warps at
+mg2-universal: 41% and 58% of the H100's copy bandwidth at f3df044). Several rows per program put more bytes in flight
+per program and fewer programs in the tail wave; which setting wins is a measurement, not a guess, so the launchers
+keep their one-row default until this sweep says otherwise. Every setting is gated against the fp32 reference like
+notebook 05 before its time counts; times are CUDA-graph replays with the L2 flushed (notebook 05's timing, after
+bench.spin_up), median with p20-p80. Prints the table per call site, sorted by time, and writes it as CSV.
+
+    PYTHONPATH=$PWD python3 tools/row_sweep.py --out /tmp/row_sweep.csv
+    PYTHONPATH=$PWD python3 tools/row_sweep.py --quick        # 4 settings (a smoke run, e.g. the CPU interpreter)
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+
+import pandas as pd
+import torch
+
+from wmbook import workloads
+from wmbook.kernels import check_rows, next_pow2
+from wmbook.studies.kernels import GATE_REL_L2, _bench, _rel_l2
+
+KERNELS = ("adaln_modulate", "gated_residual_adaln")
+ROWS = (1, 2, 4, 8)
+WARPS = (2, 4, 8, 16)
+
+
+def settings(quick: bool, channels: int) -> list[dict]:
+    """(rows, num_warps) pairs whose block fits check_rows at this width."""
+    grid = itertools.product(ROWS[:2] if quick else ROWS, WARPS[1:3] if quick else WARPS)
+    out = []
+    for rows, warps in grid:
+        try:
+            check_rows(rows, next_pow2(channels))
+        except ValueError:
+            continue
+        out.append(dict(rows=rows, num_warps=warps))
+    return out
+
+
+def sweep(workload: str, preset: str | None, device: torch.device, quick: bool, rep_ms: float) -> pd.DataFrame:
+    wl = workloads.get(workload)
+    p = wl.presets[preset or (wl.real_preset if device.type == "cuda" else wl.tiny_preset)]
+    cases = [c for c in wl.kernel_cases(p) if c.kernel in KERNELS]
+    if not cases:
+        raise SystemExit(f"no {' / '.join(KERNELS)} call site in {workload}/{p.name}'s kernel table")
+    gpu = device.type == "cuda"
+    rows = []
+    for case in cases:
+        inputs = case.make(device, case.dtype, 0)
+        with torch.inference_mode():
+            ref = case.ref(**inputs)
+            tol = max(2 * _rel_l2(case.eager(**inputs), ref), GATE_REL_L2.get(case.dtype, 1e-2))
+            base = {"kernel": case.kernel, "site": case.site, "shape": "x".join(map(str, case.shape)),
+                    "MB": case.nbytes(**inputs) / 1e6}
+            if gpu:
+                compiled = torch.compile(case.eager, dynamic=False)
+                compiled(**inputs)
+                med, p20, p80, how = _bench(lambda: compiled(**inputs), rep_ms, device)
+                rows.append(base | {"setting": "torch.compile", "us": med * 1e3, "p20": p20 * 1e3, "p80": p80 * 1e3,
+                                    "rel_l2": _rel_l2(compiled(**inputs), ref), "gate": "reference", "timing": how})
+                torch._dynamo.reset()
+            for s in settings(quick, case.shape[-1]):
+                def run(s=s):
+                    return case.fused(**inputs, **s)
+
+                try:
+                    err = _rel_l2(run(), ref)
+                except Exception as e:  # noqa: BLE001  (a setting Triton cannot compile is a finding, not a crash)
+                    rows.append(base | {"setting": _name(s), "gate": f"error: {type(e).__name__}: {e}"[:200]})
+                    continue
+                row = base | {"setting": _name(s), "rel_l2": err, "gate": "pass" if err <= tol else "FAIL"}
+                if gpu and row["gate"] == "pass":
+                    med, p20, p80, how = _bench(run, rep_ms, device)
+                    row |= {"us": med * 1e3, "p20": p20 * 1e3, "p80": p80 * 1e3, "timing": how}
+                rows.append(row)
+        del inputs, ref
+    df = pd.DataFrame(rows)
+    if "us" in df:
+        df["GB/s"] = df["MB"] * 1e3 / df["us"]
+        comp = df[df["setting"] == "torch.compile"].set_index("site")["us"]
+        df["vs compile"] = df["site"].map(comp) / df["us"]
+    return df
+
+
+def _name(s: dict) -> str:
+    return f"rows {s['rows']}, warps {s['num_warps']}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", default="mg2", choices=["mg2"])
+    ap.add_argument("--preset", default=None, help="default: the real preset on a GPU, the tiny one on a CPU")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--rep-ms", type=float, default=100.0)
+    ap.add_argument("--quick", action="store_true", help="4 settings instead of the full grid")
+    ap.add_argument("--out", default=None, help="CSV path")
+    a = ap.parse_args(argv)
+    from wmbook.presets import resolve_device
+
+    dev = resolve_device(a.device)
+    df = sweep(a.workload, a.preset, dev, a.quick, a.rep_ms)
+    with pd.option_context("display.width", 250, "display.max_rows", 500, "display.max_colwidth", 70):
+        for site, g in df.groupby("site", sort=False):
+            print(f"\n{g['kernel'].iloc[0]}: {site} ({g['shape'].iloc[0]}, {g['MB'].iloc[0]:.1f} MB)")
+            cols = [c for c in ("setting", "us", "p20", "p80", "GB/s", "vs compile", "rel_l2", "gate") if c in g]
+            print((g.sort_values("us") if "us" in g else g)[cols].to_string(index=False))
+    if a.out:
+        df.to_csv(a.out, index=False)
+    bad = df[df["gate"].astype(str).str.startswith(("FAIL", "error"))]
+    return 1 if len(bad) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
