@@ -14,7 +14,6 @@ bench.spin_up), median with p20-p80. Prints the table per call site, sorted by t
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import sys
 
@@ -23,7 +22,7 @@ import torch
 
 from wmbook import workloads
 from wmbook.kernels import check_rows, next_pow2
-from wmbook.studies.kernels import GATE_REL_L2, _bench, _rel_l2
+from wmbook.studies.kernels import GATE_REL_L2, _bench, _rel_l2, sweep_cli
 
 KERNELS = ("adaln_modulate", "gated_residual_adaln")
 ROWS = (1, 2, 4, 8)
@@ -80,12 +79,7 @@ def sweep(workload: str, preset: str | None, device: torch.device, quick: bool, 
                     row |= {"us": med * 1e3, "p20": p20 * 1e3, "p80": p80 * 1e3, "timing": how}
                 rows.append(row)
         del inputs, ref
-    df = pd.DataFrame(rows)
-    if "us" in df:
-        df["GB/s"] = df["MB"] * 1e3 / df["us"]
-        comp = df[df["setting"] == "torch.compile"].set_index("site")["us"]
-        df["vs compile"] = df["site"].map(comp) / df["us"]
-    return df
+    return pd.DataFrame(rows)
 
 
 def _name(s: dict) -> str:
@@ -93,27 +87,7 @@ def _name(s: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workload", default="mg2", choices=["mg2"])
-    ap.add_argument("--preset", default=None, help="default: the real preset on a GPU, the tiny one on a CPU")
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--rep-ms", type=float, default=100.0)
-    ap.add_argument("--quick", action="store_true", help="4 settings instead of the full grid")
-    ap.add_argument("--out", default=None, help="CSV path")
-    a = ap.parse_args(argv)
-    from wmbook.presets import resolve_device
-
-    dev = resolve_device(a.device)
-    df = sweep(a.workload, a.preset, dev, a.quick, a.rep_ms)
-    with pd.option_context("display.width", 250, "display.max_rows", 500, "display.max_colwidth", 70):
-        for site, g in df.groupby("site", sort=False):
-            print(f"\n{g['kernel'].iloc[0]}: {site} ({g['shape'].iloc[0]}, {g['MB'].iloc[0]:.1f} MB)")
-            cols = [c for c in ("setting", "us", "p20", "p80", "GB/s", "vs compile", "rel_l2", "gate") if c in g]
-            print((g.sort_values("us") if "us" in g else g)[cols].to_string(index=False))
-    if a.out:
-        df.to_csv(a.out, index=False)
-    bad = df[df["gate"].astype(str).str.startswith(("FAIL", "error"))]
-    return 1 if len(bad) else 0
+    return sweep_cli(sweep, __doc__, ["mg2"], "4 settings instead of the full grid", argv)
 
 
 if __name__ == "__main__":

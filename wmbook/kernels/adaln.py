@@ -20,6 +20,18 @@ except ImportError:  # the custom op falls back to the reference
 if triton is not None:
 
     @triton.jit
+    def _norm_modulate_rows(x, m, moff, shift_ptr, scale_ptr, C, eps):
+        """LayerNorm (no affine, fp32 statistics) of each row of the fp32 block x [ROWS, BLOCK_C] (masked by m), then
+        (1 + scale) * . + shift with the modulation at element offsets moff (each row its frame's); shared with
+        gated_residual_adaln."""
+        mean = tl.sum(x, axis=1) / C
+        d = tl.where(m, x - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / C + eps)
+        sc = tl.load(scale_ptr + moff, mask=m, other=0.0).to(tl.float32)
+        sh = tl.load(shift_ptr + moff, mask=m, other=0.0).to(tl.float32)
+        return d * rstd[:, None] * (1.0 + sc) + sh
+
+    @triton.jit
     def _adaln_modulate_kernel(
         x_ptr,  # [rows, C], rows = B * L, contiguous
         shift_ptr,  # [B, F, C] at strides (mod_sb, mod_sf, 1): the modulation of each (batch, frame)
@@ -43,13 +55,7 @@ if triton is not None:
         m = rm[:, None] & (cols < C)[None, :]
         off = rows.to(tl.int64)[:, None] * C + cols[None, :]
         x = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=1) / C
-        d = tl.where(m, x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / C + eps)
-        moff = mod[:, None] + cols[None, :]
-        sc = tl.load(scale_ptr + moff, mask=m, other=0.0).to(tl.float32)
-        sh = tl.load(shift_ptr + moff, mask=m, other=0.0).to(tl.float32)
-        y = d * rstd[:, None] * (1.0 + sc) + sh
+        y = _norm_modulate_rows(x, m, mod[:, None] + cols[None, :], shift_ptr, scale_ptr, C, eps)
         tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
 
 

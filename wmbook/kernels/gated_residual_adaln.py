@@ -20,6 +20,7 @@ except ImportError:  # the custom op falls back to the reference
 
 
 if triton is not None:
+    from .adaln import _norm_modulate_rows
 
     @triton.jit
     def _gated_residual_adaln_kernel(
@@ -56,14 +57,8 @@ if triton is not None:
         g = tl.load(gate_ptr + gm[:, None] + cols[None, :], mask=m, other=0.0).to(tl.float32)
         xn = (x + g * y).to(x_out_ptr.dtype.element_ty)
         tl.store(x_out_ptr + off, xn, mask=m)
-        xn = xn.to(tl.float32)  # statistics of the residual as stored, like the model's norm of x
-        mean = tl.sum(xn, axis=1) / C
-        d = tl.where(m, xn - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / C + eps)
-        moff = mod[:, None] + cols[None, :]
-        sc = tl.load(scale_ptr + moff, mask=m, other=0.0).to(tl.float32)
-        sh = tl.load(shift_ptr + moff, mask=m, other=0.0).to(tl.float32)
-        h = d * rstd[:, None] * (1.0 + sc) + sh
+        # statistics of the residual as stored, like the model's norm of x
+        h = _norm_modulate_rows(xn.to(tl.float32), m, mod[:, None] + cols[None, :], shift_ptr, scale_ptr, C, eps)
         tl.store(h_out_ptr + off, h.to(h_out_ptr.dtype.element_ty), mask=m)
 
 

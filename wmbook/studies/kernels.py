@@ -124,6 +124,45 @@ def _capture(fn):
     return graph
 
 
+def sweep_cli(sweep, doc: str, workloads: list[str], quick_help: str, argv=None) -> int:
+    """The command line of the launcher-setting sweeps (tools/gn_sweep.py, tools/row_sweep.py): runs
+    sweep(workload, preset, device, quick, rep_ms) -> rows with site, shape, MB, setting, us, p20, p80, rel_l2, gate
+    (torch.compile's row as setting "torch.compile"), adds GB/s and the speedup over compile, prints each call site
+    sorted by time, writes the CSV; exit 1 when a setting failed its gate or did not compile."""
+    import argparse
+
+    from ..presets import resolve_device
+
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--workload", default=workloads[0], choices=workloads)
+    ap.add_argument("--preset", default=None, help="default: the real preset on a GPU, the tiny one on a CPU")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--rep-ms", type=float, default=100.0)
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--out", default=None, help="CSV path")
+    a = ap.parse_args(argv)
+    df = finish_sweep(sweep(a.workload, a.preset, resolve_device(a.device), a.quick, a.rep_ms))
+    with pd.option_context("display.width", 250, "display.max_rows", 500, "display.max_colwidth", 70):
+        for site, g in df.groupby("site", sort=False):
+            print(f"\n{g['kernel'].iloc[0] + ': ' if 'kernel' in g else ''}{site} ({g['shape'].iloc[0]}, "
+                  f"{g['MB'].iloc[0]:.1f} MB)")
+            cols = [c for c in ("setting", "us", "p20", "p80", "GB/s", "vs compile", "rel_l2", "gate") if c in g]
+            print((g.sort_values("us") if "us" in g else g)[cols].to_string(index=False))
+    if a.out:
+        df.to_csv(a.out, index=False)
+    bad = df[df["gate"].astype(str).str.startswith(("FAIL", "error"))]
+    return 1 if len(bad) else 0
+
+
+def finish_sweep(df: pd.DataFrame) -> pd.DataFrame:
+    """A sweep's rows with GB/s and the speedup over torch.compile's row at the same call site (where timed)."""
+    if "us" in df:
+        df["GB/s"] = df["MB"] * 1e3 / df["us"]
+        comp = df[df["setting"] == "torch.compile"].set_index("site")["us"]
+        df["vs compile"] = df["site"].map(comp) / df["us"]
+    return df
+
+
 def kernel_table(cfg: RunConfig, ceilings: dict | None) -> pd.DataFrame:
     """One row per call site of the workload (Workload.kernel_cases): bytes, the error of eager and of the fused kernel
     against the fp32 reference (the gate), and on a GPU the time and GB/s of eager, torch.compile (inductor, default
