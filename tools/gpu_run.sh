@@ -20,7 +20,9 @@ python3 -m ipykernel install --name python3 >/dev/null
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 rm -rf "$out"; mkdir -p "$out/reports" "$out/artifacts"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/nvidia-smi.csv"
-work=$(mktemp -d)
+# each notebook's own run folder inside OUT: a run cut before it finishes (the machine taken back, a killed call)
+# still leaves papermill's executed notebook, saved after every cell with its cells' durations, where OUT is packed
+work="$out/work"; mkdir -p "$work"
 rc=0
 for spec in "$@"; do
   read -r nb tag rest <<< "$spec"
@@ -39,6 +41,6 @@ for spec in "$@"; do
   find "$art" -path '*/iteration/*' -delete 2>/dev/null
   cp data/ceilings/*.json "$out/" 2>/dev/null
   # bundle after every notebook: what finished comes back even if a later one is killed
-  tar -C "$out" --exclude=bundle.tgz -czf "$out.tgz" . && mv "$out.tgz" "$out/bundle.tgz"
+  tar -C "$out" --exclude=bundle.tgz --exclude=./work -czf "$out.tgz" . && mv "$out.tgz" "$out/bundle.tgz"
 done
 exit $rc
