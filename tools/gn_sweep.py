@@ -2,7 +2,8 @@
 channels-last call sites of a workload's kernel table, against torch.compile of the model's op sequence.
 
 Every setting is gated against the fp32 reference like notebook 05 (relative L2 within the dtype's tolerance) before
-its time counts; times are medians with p20-p80 of CUDA-graph replays with the L2 flushed (notebook 05's timing, after bench.spin_up). Prints the
+its time counts; times are medians with p20-p80 of CUDA-graph replays with the L2 flushed (notebook 05's timing,
+after bench.spin_up). Prints the
 table sorted by time per call site and writes it as CSV.
 
     PYTHONPATH=$PWD python3 tools/gn_sweep.py --workload wma --out /tmp/gn_sweep.csv

@@ -193,9 +193,9 @@ def _triton_kernels(df: pd.DataFrame) -> list[str]:
                  "fused us": _spread(f, "{:.1f}"),
                  **{f"{i} GB/s": _val(r, f"{i}_gbps", "{:,.0f}", f["variant"]) for i in ("eager", "compile", "fused")}}
                 for _, f in fused.iterrows()]
+        how = "CUDA-graph replay" if _graph_timed(fused) else "do_bench"
         parts.append(f"\n**05 · fused Triton kernels, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** ({_device(r)}; "
-                     f"{'CUDA-graph replay' if _graph_timed(fused) else 'do_bench'} with the L2 flushed, median (p20-p80); "
-                     f"GB/s of the bytes the op must move)\n")
+                     f"{how} with the L2 flushed, median (p20-p80); GB/s of the bytes the op must move)\n")
         parts.append(_table(rows))
     return parts
 

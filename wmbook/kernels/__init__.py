@@ -103,5 +103,5 @@ def check_dtype(name: str, t: torch.Tensor, allowed=(torch.float32, torch.bfloat
         raise ValueError(f"{name} has dtype {t.dtype}; allowed: {[str(d) for d in allowed]}")
 
 
-__all__ = ["check_dtype", "check_rows", "row_warps", "interpreting", "is_channels_last", "modulation_frames", "modulation_strides", "next_pow2",
-           "runs_triton", "triton_available"]
+__all__ = ["check_dtype", "check_rows", "interpreting", "is_channels_last", "modulation_frames", "modulation_strides",
+           "next_pow2", "row_warps", "runs_triton", "triton_available"]

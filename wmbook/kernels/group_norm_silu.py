@@ -364,7 +364,8 @@ def group_norm_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, n
 
 
 # elements of a channels-last tile (positions x channels) loaded at once: 8192 from tools/gn_sweep.py on the H100 at
-# 9931fae (the UNet's two channels-last sites, 16x320x40x64 bf16: 47-48 us against 68-102 us with 2048; compile 52-57 us)
+# 9931fae (the UNet's two channels-last sites, 16x320x40x64 bf16: 47-48 us against 68-102 us with 2048; compile
+# 52-57 us)
 _CL_TILE = 8192
 _CL_PROGRAMS = 1024  # programs per launch the channels-last launcher aims at (each loops over ITERS tiles)
 _CL_MERGE = 4096  # (span, channel) partial statistics the finalize kernel merges at once

@@ -67,7 +67,8 @@ TIMED_DO_BENCH = "do_bench, L2 flushed (capture failed)"
 
 
 def _bench(fn, rep_ms: float, device: torch.device) -> tuple[float, float, float, str]:
-    """(median, p20, p80 in ms, how it was timed) of fn's GPU work on a CUDA device, with cold caches and without the host's launch path.
+    """(median, p20, p80 in ms, how it was timed) of fn's GPU work on a CUDA device, with cold caches and without the
+    host's launch path.
 
     fn is captured once in a CUDA graph (after three warm-up calls: compile, autotuning) and replayed between CUDA
     events, each replay after a 256 MB write that evicts the L2 (as triton.testing.do_bench flushes it). Timing the
