@@ -83,12 +83,13 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_fn(fn, *, warmup: int = 3, repeats: int = 10, device=None, sync: bool = True) -> Samples:
+def time_fn(fn, *, warmup: int = 3, repeats: int = 10, device=None, sync: bool = True, before=None) -> Samples:
     """Time fn() `repeats` times after `warmup` untimed calls.
 
     CUDA with sync=True: a pair of CUDA events around each call, one synchronize at the end.
     CPU, or sync=False: host perf_counter around each call (sync=False on CUDA measures
     host/launch time only, nothing waits for the device).
+    `before()`: called before each timed call, outside the timed span (e.g. a write that flushes the L2).
     """
     if not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
@@ -106,6 +107,8 @@ def time_fn(fn, *, warmup: int = 3, repeats: int = 10, device=None, sync: bool =
             for _ in range(repeats):
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
+                if before is not None:
+                    before()
                 start.record()
                 fn()
                 end.record()
@@ -115,6 +118,8 @@ def time_fn(fn, *, warmup: int = 3, repeats: int = 10, device=None, sync: bool =
 
     times = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)

@@ -253,11 +253,6 @@ def plot_timelines(lad, rows=None, span_ms: float | None = None):
     return fig
 
 
-def result_rows(cfg: RunConfig, lad) -> list[dict]:
-    """Each measured row's results rows (row_results), in ladder order."""
-    return [x for r in lad.rows[1:] for x in row_results(cfg, r)]
-
-
 def row_results(cfg: RunConfig, r) -> list[dict]:
     """One measured ladder row's forward time (with its spread), GPU busy time, launches per forward, end-to-end
     metric, first-frame latency, run seconds, PSNR and peak memory, as results rows."""

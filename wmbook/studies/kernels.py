@@ -70,59 +70,33 @@ def _bench(fn, rep_ms: float, device: torch.device) -> tuple[float, float, float
     """(median, p20, p80 in ms, how it was timed) of fn's GPU work on a CUDA device, with cold caches and without the
     host's launch path.
 
-    fn is captured once in a CUDA graph (after three warm-up calls: compile, autotuning) and replayed between CUDA
-    events, each replay after a 256 MB write that evicts the L2 (as triton.testing.do_bench flushes it). Timing the
-    graph, not fn, matters for kernels of a few microseconds: a Python launcher (argument checks, Triton's binder, a
-    compiled graph's guards) can take longer to launch them than they take to run, and do_bench would then time the
-    GPU waiting for the host (notebook 06 is where launch overhead is the subject). fn that cannot be captured falls
-    back to do_bench. Starts after 100 ms of busy GPU (wmbook.bench.spin_up: clocks drop while compile runs)."""
-    from ..bench import spin_up
+    fn runs through wmbook.graphs.GraphedCallable (three eager warm-up calls: compile, autotuning; then captured) and
+    its replays are timed with bench.time_fn's CUDA events, each after a 256 MB write that evicts the L2 (as
+    triton.testing.do_bench flushes it), outside the timed span. Timing the graph, not fn, matters for kernels of a
+    few microseconds: a Python launcher (argument checks, Triton's binder, a compiled graph's guards) can take
+    longer to launch them than they take to run, and do_bench would then time the GPU waiting for the host
+    (notebook 06 is where launch overhead is the subject). fn that cannot be captured falls back to do_bench. Starts
+    after 100 ms of busy GPU (wmbook.bench.spin_up: clocks drop while compile runs)."""
+    from ..bench import spin_up, time_fn
+    from ..graphs import GraphedCallable
 
     spin_up(device, 100.0)
     with torch.cuda.device(device):
-        try:
-            graph = _capture(fn)
-        except Exception:  # noqa: BLE001 - a capture failure only changes how it is timed
+        graphed = GraphedCallable(fn, name="kernel timing", warmup=3, clone_outputs=False, device=device)
+        for _ in range(4):  # three eager calls, then the capture
+            graphed()
+        if not graphed.captured:
             from triton.testing import do_bench
 
-            torch.cuda.synchronize()
             med, p20, p80 = do_bench(fn, warmup=25, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
             return float(med), float(p20), float(p80), TIMED_DO_BENCH
         flush = torch.empty(256 << 20, dtype=torch.int8, device=device)
-        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(5)]
-        for a, b in ev:  # a first estimate of one replay, to size the run to rep_ms
-            flush.zero_()
-            a.record()
-            graph.replay()
-            b.record()
-        torch.cuda.synchronize()
-        est = max(1e-3, min(a.elapsed_time(b) for a, b in ev))
-        n = int(min(2000, max(20, rep_ms / est)))
-        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-        for a, b in ev:
-            flush.zero_()
-            a.record()
-            graph.replay()
-            b.record()
-        torch.cuda.synchronize()
-        ms = torch.tensor([a.elapsed_time(b) for a, b in ev], dtype=torch.float64)
-        del graph, flush
-    q = torch.quantile(ms, torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64))
-    return float(q[0]), float(q[1]), float(q[2]), TIMED_GRAPH
-
-
-def _capture(fn):
-    """fn captured in a CUDA graph, after three warm-up calls on a side stream (what torch.cuda.graphs asks)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
+        est = time_fn(graphed, warmup=0, repeats=5, device=device, before=flush.zero_).min  # sizes the run to rep_ms
+        s = time_fn(graphed, warmup=0, repeats=int(min(2000, max(20, rep_ms / max(est, 1e-3)))), device=device,
+                    before=flush.zero_)
+        graphed.reset()
+        del flush
+    return s.median, s.p20, s.p80, TIMED_GRAPH
 
 
 def sweep_cli(sweep, doc: str, workloads: list[str], quick_help: str, argv=None) -> int:
