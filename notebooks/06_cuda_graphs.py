@@ -126,7 +126,8 @@ wd.table(study.e2e_table(lad), caption="End to end")
 # against the run's span from first to last kernel. With the decode on a second stream, its kernels (second lane) run
 # beside the DiT's. For a streaming workload the table also gives the idle share inside the steady blocks (the first
 # block, with its other shapes, left out; each block's window runs from its first kernel to the next block's), which
-# is what the goal of under 5% is about.
+# is what the goal of under 5% is about. A UNet workload's profiled run has at most 10 DDIM steps per pass
+# (`study.TRACE_DDIM_STEPS`): every step repeats the same kernels, and a full 50-step trace is too large to keep.
 
 # %%
 if cfg.device.type == "cuda":

@@ -306,3 +306,36 @@ def test_ladder_stores_each_row_as_it_finishes(mg2_ref, monkeypatch, tmp_path):
     df = results.read(path)
     assert set(df["variant"]) == {"bf16"} and {"forward_ms", "fps"} <= set(df["metric"])
     assert df.loc[df["metric"] == "forward_ms", "median"].notna().all()
+
+
+def test_stack_row_anchors_later_rows_to_the_eager_model_at_its_precision(mg2_ref, monkeypatch):
+    # a ladder on top of a known stack (notebooks 05 and 06: from_row > 1) gates its later rows against the eager
+    # model at the stack's precision (its precision variants alone), or the stack's own error where that is larger:
+    # a compiled stack is more accurate than eager bf16 (inductor skips the model's intermediate roundings), and a
+    # kernel rounding where the model rounds must not fail for that (H100, notebook 05, 665a961)
+    import wmbook.variants.ladder as ladder_mod
+
+    real, seen = ladder_mod._eager_anchor, []
+
+    def spy(ref, wl, stack, *args):
+        seen.append([v.name for v in stack])
+        err = real(ref, wl, stack, *args)
+        seen.append(err)
+        return err
+
+    monkeypatch.setattr(ladder_mod, "_eager_anchor", spy)
+    settings = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager")
+    lad = run_ladder("mg2", "tiny", ["bf16", "action-hoist", "kv-slot-write"], device=CPU, reference=mg2_ref,
+                     settings=settings, from_row=2)
+    assert seen[0] == ["bf16", "action-hoist"] and 0 < seen[1] < 0.05  # called with the whole stack row's stack
+    eager_bf16 = ladder_mod.apply_stack(mg2_ref, "mg2", ["bf16"], CPU)[0]
+    with torch.no_grad():
+        ref_out = ladder_mod._outputs(MG2.forward_probe(mg2_ref).forward())
+        out = ladder_mod._outputs(MG2.forward_probe(eager_bf16).forward())
+    err = check.ladder_gate(out, ref_out, dtype="bf16").vs_fp32.rel_l2
+    assert seen[1] == pytest.approx(err, rel=1e-6)  # the precision variants alone, eager
+    stack_row, last = lad.rows[1], lad.rows[2]
+    anchor = max(stack_row.rel_l2_vs_fp32, err)
+    expect = min(last.budget_rel_l2, max(anchor * check.SAME_PRECISION_MAX_RATIO,
+                                         check.PRECISION_BUDGET_REL_L2["fp32"]))
+    assert last.allowed_rel_l2 == pytest.approx(expect)

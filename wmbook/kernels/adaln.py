@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_rows, modulation_frames, modulation_strides, next_pow2, row_warps, runs_triton
+from . import check_rows, define_op, launch, modulation_frames, modulation_strides, next_pow2, row_warps, runs_triton
 
 try:
     import triton
@@ -87,14 +87,15 @@ def adaln_modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, ep
     x2 = x.contiguous().view(b * n, c)
     out = torch.empty_like(x2)
     (sh, sc), sb, sf = modulation_strides(b, f, c, shift, scale)  # read in place (chunks of one tensor)
-    _adaln_modulate_kernel[(-(-(b * n) // rows),)](x2, sh, sc, out, b * n, c, n // f, f, sb, sf, eps, BLOCK_C=block,
-                                                   ROWS=rows, num_warps=num_warps or row_warps(block, rows))
+    launch(_adaln_modulate_kernel)[(-(-(b * n) // rows),)](x2, sh, sc, out, b * n, c, n // f, f, sb, sf, eps,
+                                                           BLOCK_C=block, ROWS=rows,
+                                                           num_warps=num_warps or row_warps(block, rows))
     return out.view(b, n, c)
 
 
-@torch.library.custom_op("wmbook::adaln_modulate", mutates_args=())
+@define_op("wmbook::adaln_modulate")
 def adaln_modulate_op(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
-    """The custom op torch.compile sees: the Triton kernel where it runs, else the reference."""
+    """The op torch.compile sees (define_op): the Triton kernel where it runs, else the reference."""
     if runs_triton(x.device) and triton is not None:
         return adaln_modulate(x, shift, scale, eps)
     return adaln_modulate_ref(x, shift, scale, eps)

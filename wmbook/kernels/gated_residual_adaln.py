@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from . import check_dtype, check_rows, modulation_frames, modulation_strides, next_pow2, row_warps, runs_triton
+from . import (check_dtype, check_rows, define_op, launch, modulation_frames, modulation_strides, next_pow2, row_warps,
+               runs_triton)
 
 try:
     import triton
@@ -113,16 +114,16 @@ def gated_residual_adaln(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, s
     # read in place: chunks of the block's modulation sum, or norm3's adaLN expanded over batch and frames
     (g,), gsb, gsf = modulation_strides(b, f, c, gate)
     (sh, sc), sb, sf = modulation_strides(b, f, c, shift, scale)
-    _gated_residual_adaln_kernel[(-(-(b * n) // rows),)](
+    launch(_gated_residual_adaln_kernel)[(-(-(b * n) // rows),)](
         x2, y2, g, sh, sc, x_out, h_out, c, n // f, f, gsb, gsf, sb, sf, b * n, eps, BLOCK_C=block, ROWS=rows,
         num_warps=num_warps or row_warps(block, rows))
     return x_out.view(b, n, c), h_out.view(b, n, c)
 
 
-@torch.library.custom_op("wmbook::gated_residual_adaln", mutates_args=())
+@define_op("wmbook::gated_residual_adaln")
 def gated_residual_adaln_op(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, shift: torch.Tensor,
                             scale: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The custom op torch.compile sees: the Triton kernel where it runs, else the reference."""
+    """The op torch.compile sees (define_op): the Triton kernel where it runs, else the reference."""
     if runs_triton(x.device) and triton is not None:
         return gated_residual_adaln(x, y, gate, shift, scale, eps)
     return gated_residual_adaln_ref(x, y, gate, shift, scale, eps)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_dtype, is_channels_last, next_pow2, runs_triton
+from . import check_dtype, define_op, is_channels_last, launch, next_pow2, runs_triton
 
 try:
     import triton
@@ -355,11 +355,11 @@ def group_norm_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, n
     part = torch.empty(b * num_groups, chunks, 2, device=x.device, dtype=torch.float32)
     a = add.reshape(b, c).contiguous() if add is not None else x  # x: a pointer never read
     grid = (b * num_groups, chunks)
-    _group_norm_silu_stats_kernel[grid](x, a, part, c, s, num_groups, cg, chunks, HAS_ADD=add is not None,
-                                        CHANNELS_LAST=cl, BLOCK=block, ITERS=iters, num_warps=4)
-    _group_norm_silu_kernel[grid](x, a, weight.contiguous(), bias.contiguous(), part, out, c, s, num_groups, cg,
-                                  chunks, eps, HAS_ADD=add is not None, CHANNELS_LAST=cl, BLOCK=block, ITERS=iters,
-                                  BLOCK_P=next_pow2(chunks), num_warps=4)
+    launch(_group_norm_silu_stats_kernel)[grid](x, a, part, c, s, num_groups, cg, chunks, HAS_ADD=add is not None,
+                                                CHANNELS_LAST=cl, BLOCK=block, ITERS=iters, num_warps=4)
+    launch(_group_norm_silu_kernel)[grid](
+        x, a, weight.contiguous(), bias.contiguous(), part, out, c, s, num_groups, cg, chunks, eps,
+        HAS_ADD=add is not None, CHANNELS_LAST=cl, BLOCK=block, ITERS=iters, BLOCK_P=next_pow2(chunks), num_warps=4)
     return out
 
 
@@ -408,17 +408,18 @@ def _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out, tile: int | 
     grid = (b * spans, -(-c // block_c))
     kw = dict(HAS_ADD=add is not None, BLOCK_S=block_s, BLOCK_C=block_c, ITERS=iters,
               num_warps=num_warps or _CL_WARPS)
-    _gn_cl_stats_kernel[grid](x, a, part, c, s, spans, **kw)
-    _gn_cl_finalize_kernel[(b * num_groups,)](part, weight.contiguous(), scale, mean, c, s, num_groups, cg, spans,
-                                              eps, BLOCK_S=block_s * iters, BLOCK_T=block_t,
-                                              T_ITERS=-(-spans // block_t), BLOCK_CG=next_pow2(cg), num_warps=4)
-    _gn_cl_apply_kernel[grid](x, a, scale, mean, bias.contiguous(), out, c, s, spans, **kw)
+    launch(_gn_cl_stats_kernel)[grid](x, a, part, c, s, spans, **kw)
+    launch(_gn_cl_finalize_kernel)[(b * num_groups,)](
+        part, weight.contiguous(), scale, mean, c, s, num_groups, cg, spans, eps, BLOCK_S=block_s * iters,
+        BLOCK_T=block_t, T_ITERS=-(-spans // block_t), BLOCK_CG=next_pow2(cg), num_warps=4)
+    launch(_gn_cl_apply_kernel)[grid](x, a, scale, mean, bias.contiguous(), out, c, s, spans, **kw)
     return out
 
-@torch.library.custom_op("wmbook::group_norm_silu", mutates_args=())
+
+@define_op("wmbook::group_norm_silu")
 def group_norm_silu_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, num_groups: int, eps: float,
                        add: torch.Tensor | None) -> torch.Tensor:
-    """The custom op torch.compile sees: the Triton kernel where it runs, else the reference (in x's layout)."""
+    """The op torch.compile sees (define_op): the Triton kernel where it runs, else the reference (in x's layout)."""
     if runs_triton(x.device) and triton is not None:
         return group_norm_silu(x, weight, bias, num_groups, eps, add)
     fmt = (torch.channels_last if x.dim() == 4 else torch.channels_last_3d) if is_channels_last(x) else None

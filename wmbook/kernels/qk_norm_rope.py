@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_dtype, next_pow2, runs_triton
+from . import check_dtype, define_op, launch, next_pow2, runs_triton
 
 try:
     import triton
@@ -101,15 +101,15 @@ def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: 
     cs = cos.reshape(n, d // 2).contiguous()
     sn = sin.reshape(n, d // 2).contiguous()
     block = next_pow2(max(c, 2))
-    _qk_norm_rope_kernel[(b * n,)](x2, w, cs, sn, out, c, n, d // 2, eps, BLOCK_C=block,
+    launch(_qk_norm_rope_kernel)[(b * n,)](x2, w, cs, sn, out, c, n, d // 2, eps, BLOCK_C=block,
                                    num_warps=4 if block <= 2048 else 8)
     return out.view(b, n, num_heads, d)
 
 
-@torch.library.custom_op("wmbook::qk_norm_rope", mutates_args=())
+@define_op("wmbook::qk_norm_rope")
 def qk_norm_rope_op(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int,
                     eps: float) -> torch.Tensor:
-    """The custom op torch.compile sees: the Triton kernel where it runs, else the reference."""
+    """The op torch.compile sees (define_op): the Triton kernel where it runs, else the reference."""
     if runs_triton(x.device) and triton is not None:
         return qk_norm_rope(x, weight, cos, sin, num_heads, eps)
     return qk_norm_rope_ref(x, weight, cos, sin, num_heads, eps)

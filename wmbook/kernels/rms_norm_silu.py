@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from . import check_dtype, is_channels_last, next_pow2, runs_triton
+from . import check_dtype, define_op, is_channels_last, launch, next_pow2, runs_triton
 
 try:
     import triton
@@ -118,15 +118,15 @@ def rms_norm_silu(x: torch.Tensor, gamma: torch.Tensor, bias: torch.Tensor | flo
     tile = block_s * block_c
     g = gamma.reshape(c).contiguous()
     bb = bias.reshape(c).contiguous() if bias is not None else g  # g: a pointer never read
-    _rms_norm_silu_kernel[(triton.cdiv(s, block_s), b)](x, g, bb, out, c, s, c**0.5, eps, HAS_BIAS=bias is not None,
-                                                       CHANNELS_LAST=cl, BLOCK_S=block_s, BLOCK_C=block_c,
-                                                       num_warps=4 if tile <= 4096 else 8 if tile <= 16384 else 16)
+    launch(_rms_norm_silu_kernel)[(triton.cdiv(s, block_s), b)](
+        x, g, bb, out, c, s, c**0.5, eps, HAS_BIAS=bias is not None, CHANNELS_LAST=cl, BLOCK_S=block_s, BLOCK_C=block_c,
+        num_warps=4 if tile <= 4096 else 8 if tile <= 16384 else 16)
     return out
 
 
-@torch.library.custom_op("wmbook::rms_norm_silu", mutates_args=())
+@define_op("wmbook::rms_norm_silu")
 def rms_norm_silu_op(x: torch.Tensor, gamma: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """The custom op torch.compile sees: the Triton kernel where it runs, else the reference (in x's layout)."""
+    """The op torch.compile sees (define_op): the Triton kernel where it runs, else the reference (in x's layout)."""
     if runs_triton(x.device) and triton is not None:
         return rms_norm_silu(x, gamma, bias, eps)
     fmt = (torch.channels_last if x.dim() == 4 else torch.channels_last_3d) if is_channels_last(x) else None

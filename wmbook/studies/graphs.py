@@ -358,14 +358,27 @@ def interpret(cfg: RunConfig, lad, checks: pd.DataFrame | None = None, idle: pd.
 # --- whole generations before and after: GPU idle and the streams ------------------------------------------------------
 
 
+TRACE_DDIM_STEPS = 10  # DDIM steps per pass of a profiled whole generation (UNet workloads)
+
+
+def trace_size(cfg: RunConfig) -> E2ESize:
+    """The end-to-end size of a profiled whole generation: the timed runs' blocks, at most TRACE_DDIM_STEPS DDIM
+    steps per pass. Every step repeats the same kernels, so the idle share needs few of them; a 50-step wma run
+    under the profiler is ~280,000 kernels for the compiled base row, and its trace took the notebook's kernel
+    down (H100, 665a961, after 916 s)."""
+    size = e2e_size(cfg)
+    return E2ESize(blocks=size.blocks, ddim_steps=min(size.ddim_steps, TRACE_DDIM_STEPS))
+
+
 def generation_traces(lad, cfg: RunConfig, which=(0, -1)) -> dict:
-    """One profiled end-to-end run (warm) of the first and last measured rows (their kept pipelines): {row: trace}."""
+    """One profiled end-to-end run (warm) of the first and last measured rows (their kept pipelines), at
+    trace_size: {row: trace}."""
     from ..profiling.collect import profile_calls
 
     rows = [r for r in lad.rows[1:] if r.pipeline is not None]
     picked = {id(rows[i]): rows[i] for i in which if rows and -len(rows) <= i < len(rows)}
     out = {}
-    size = e2e_size(cfg)
+    size = trace_size(cfg)
     for r in picked.values():
         run = lambda: cfg.workload.end_to_end(r.pipeline, cfg.seed, size)  # noqa: E731
         run()

@@ -1,0 +1,64 @@
+"""How the kernels' ops are defined (wmbook.kernels.define_op): triton_op where kernels compile, so torch.compile
+launches them from its own code instead of calling an opaque custom op through the Python launcher (about 0.2 ms of
+host time a call on the H100); custom_op under the Triton interpreter, which cannot run a kernel on fake tensors."""
+
+import os
+
+import pytest
+import torch
+
+from wmbook import kernels
+from wmbook.kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu
+
+GPU = torch.cuda.is_available() and not kernels.interpreting()
+
+
+def test_interpreter_and_switch_keep_custom_op(monkeypatch):
+    if kernels.interpreting():  # the CPU test run
+        assert not kernels.uses_triton_op()
+    monkeypatch.setenv("WMBOOK_TRITON_OP", "0")
+    assert not kernels.uses_triton_op()
+    monkeypatch.setenv("WMBOOK_TRITON_OP", "1")
+    assert kernels.uses_triton_op() == (kernels.triton_available() and not kernels.interpreting())
+
+
+def _cases(dev):
+    g = torch.Generator(device="cpu").manual_seed(0)
+
+    def r(*s, dtype=torch.bfloat16):
+        return torch.randn(*s, generator=g).to(dev, dtype)
+
+    x, y = r(1, 24, 64), r(1, 24, 64)
+    mods = [r(1, 3, 1, 64, dtype=torch.float32) for _ in range(3)]
+    cos, sin = torch.rand(24, 8, generator=g).to(dev), torch.rand(24, 8, generator=g).to(dev)
+    xc = r(2, 32, 3, 6, 5)
+    xl = r(2, 32, 6, 5).contiguous(memory_format=torch.channels_last)
+    w, b = r(32, dtype=torch.float32), r(32, dtype=torch.float32)
+    return {
+        "adaln_modulate": (adaln.adaln_modulate_op, (x, mods[0], mods[1], 1e-6)),
+        "gated_residual_adaln": (gated_residual_adaln.gated_residual_adaln_op, (x, y, *mods, 1e-6)),
+        "qk_norm_rope": (qk_norm_rope.qk_norm_rope_op, (x, r(64, dtype=torch.float32), cos, sin, 4, 1e-6)),
+        "rms_norm_silu": (rms_norm_silu.rms_norm_silu_op, (xc, r(32, 1, 1, 1, dtype=torch.float32), None, 1e-12)),
+        "group_norm_silu": (group_norm_silu.group_norm_silu_op, (xc, w, b, 8, 1e-5, None)),
+        "group_norm_silu channels-last": (group_norm_silu.group_norm_silu_op, (xl, w, b, 8, 1e-5, None)),
+    }
+
+
+@pytest.mark.skipif(not GPU, reason="triton_op compiles kernels on a CUDA GPU (the CPU tests run the interpreter)")
+@pytest.mark.parametrize("name", list(_cases("cpu")))
+def test_compiled_op_launches_the_kernel_inline_and_matches_eager(name):
+    from torch._inductor.utils import run_and_get_code
+
+    assert kernels.uses_triton_op()
+    op, args = _cases(torch.device("cuda"))[name]
+    torch.library.opcheck(op, args)
+    eager = op(*args)
+    torch._dynamo.reset()
+    out, code = run_and_get_code(torch.compile(lambda *a: op(*a), backend="inductor", fullgraph=True), *args)
+    eager, out = (eager if isinstance(eager, tuple) else (eager,)), (out if isinstance(out, tuple) else (out,))
+    for e, o in zip(eager, out):
+        torch.testing.assert_close(o.float(), e.float(), rtol=0, atol=0)
+        assert o.stride() == e.stride()
+    src = "\n".join(code)
+    assert "torch.ops.wmbook" not in src, "the op stayed opaque: compiled code calls it through the dispatcher"
+    assert os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
