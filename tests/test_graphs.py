@@ -246,3 +246,23 @@ def test_reduce_overhead_row_notes_why_inductor_skipped_its_graphs():
     lad = SimpleNamespace(rows=[SimpleNamespace(), SimpleNamespace(variant="base", note="x"), row])
     assert skipped_graphs(lad) == ["`base, compiled with mode reduce-overhead`: inductor skipped its CUDA graphs due "
                                    "to mutated inputs (6 instances): this row runs without them."]
+
+
+def test_run_goal_and_trace_size():
+    import pandas as pd
+
+    from wmbook.studies import graphs as study06
+
+    e = pd.DataFrame({"gate": ["pass", "pass", "FAIL"], "frames judged": [True, True, True],
+                      "run s": [7.77, 6.55, 1.0]}, index=["base", "+ cuda-graphs", "+ broken"])
+    f = pd.DataFrame({"wall / busy": [1.07, 1.00, 1.0], "GPU busy ms": [63.1, 62.9, 10.0]}, index=e.index)
+    short = study06._run_goal(e, f)
+    assert "`+ cuda-graphs`" in short[0] and "1.19x, short of the goal of 2x" in short[0]  # the failed row not counted
+    assert "62.9 ms" in short[1] and "GPU work" in short[1]
+    met = study06._run_goal(e.assign(**{"run s": [7.77, 3.5, 1.0]}), f)
+    assert len(met) == 1 and "2.22x, the goal of 2x" in met[0]
+    assert study06._run_goal(e.iloc[:1], f) == []
+    cfg = study06.validate(workload="wma", preset="tiny-wma", device="cpu", e2e_ddim_steps=50)
+    assert study06.trace_size(cfg).ddim_steps == study06.TRACE_DDIM_STEPS
+    assert study06.trace_size(study06.validate(workload="wma", preset="tiny-wma", device="cpu",
+                                               e2e_ddim_steps=3)).ddim_steps == 3

@@ -100,7 +100,8 @@ def gated_residual_adaln(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, s
                          scale: torch.Tensor, eps: float = 1e-6, rows: int = 1,
                          num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The Triton launcher: `rows` token rows per program (a power of two; 1 by default: one program per row), each
-    row in one block (C <= 16384); tools/row_sweep.py sweeps rows and num_warps on a GPU."""
+    row in one block (C <= 16384); tools/row_sweep.py sweeps rows and num_warps on a GPU (on the H100 it kept the
+    default: data/reports/h100/row_sweep-mg2-665a961.csv)."""
     f = _check(x, y, gate, shift, scale)
     b, n, c = x.shape
     if c > 16384:
