@@ -429,3 +429,48 @@ def test_compile_warmup_is_outside_the_budget_and_leaves_training_unchanged(bank
     for k in weights[0]:
         torch.testing.assert_close(weights[1][k].float(), weights[0][k].float(), rtol=2e-2, atol=1e-3, msg=k)
     torch._dynamo.reset()
+
+
+def test_frame_stride_spaces_windows_actions_and_heldout_cases(bank):
+    # world-wma's frames are frame_stride rendered frames apart in training and in the held-out cases alike, and a
+    # step's action is the mean over the rendered frames it spans
+    import numpy as np
+
+    from wmbook.presets import WMA_PRESETS
+    from wmbook.train.objectives import window_frames
+    from wmbook.world.env import strided_actions
+
+    p = tiny_world_wma()
+    s, n_obs, t = p.frame_stride, p.n_obs_steps, p.frames
+    assert s == WMA_PRESETS["world-wma"].frame_stride == 3
+    assert window_frames(p) == (n_obs + t - 1) * s + 1
+    with pytest.raises(ValueError, match="frame_stride=0 is not allowed"):
+        p.with_(frame_stride=0)
+    a = bank.action.numpy()
+    np.testing.assert_allclose(strided_actions(a[0], 2, 4, 3), a[0, 2:14].reshape(4, 3, -1).mean(1), rtol=1e-6)
+    assert np.array_equal(strided_actions(a[0], 5, 4, 1), a[0, 5:9])
+    both = strided_actions(bank.action[:2], torch.tensor([2, 7]), 4, 3)
+    np.testing.assert_allclose(both[1].numpy(), a[1, 7:19].reshape(4, 3, -1).mean(1), rtol=1e-6)
+    with pytest.raises(ValueError, match="need 14 frames"):
+        strided_actions(a[0, :10], 2, 4, 3)
+
+    obj = WMAObjective(_pipe("wma"), bank)
+    batch = obj.sample_batch(torch.Generator().manual_seed(5), 4)
+    e, idx = bank.windows(torch.Generator().manual_seed(5), 4, n_obs + t, stride=s)
+    assert (idx.diff(dim=1) == s).all() and torch.equal(batch["frames"], bank.frames[e[:, None], idx])
+    for b in range(4):
+        for j in range(n_obs + t - 1):
+            i0 = int(idx[b, 0]) + j * s
+            torch.testing.assert_close(batch["action"][b, j], bank.action[e[b], i0:i0 + s].mean(0))
+    assert not batch["action"][:, -1].any()  # the window's last frame takes no action
+
+    pipe = _pipe("wma")
+    case = weval.heldout_case("wma", pipe, 0)
+    start = (n_obs + 6) * s
+    ep = weval.heldout_episode(0, start + t * s + 1)
+    assert case.start == start and np.array_equal(case.last, ep.frames[start])
+    assert np.array_equal(case.target, ep.frames[start + s:start + t * s + 1:s]) and len(case.target) == t
+    obs = case.inputs.observation_images[0].permute(1, 2, 3, 0)  # [n_obs, H, W, 3]
+    want = torch.from_numpy(ep.frames[start - (n_obs - 1) * s:start + 1:s]).float() / 127.5 - 1
+    torch.testing.assert_close(obs, want)
+    torch.testing.assert_close(case.world_actions[0], torch.from_numpy(strided_actions(ep.action, start, t, s)))

@@ -282,6 +282,7 @@ def train(cfg: TrainConfig, bank=None) -> dict:
 
     meta = {
         "preset": pipe.preset.name, "workload": cfg.workload, "git_commit": git_commit(), "data_seed": cfg.data_seed,
+        "frame_stride": getattr(pipe.preset, "frame_stride", 1),
         "seed": cfg.seed, "episodes": cfg.episodes, "episode_frames": cfg.episode_frames, "batch": cfg.batch,
         "lr": cfg.lr, "ema": cfg.ema, "change_weight": cfg.change_weight,
         "decision_fraction": cfg.decision_fraction, "compile": cfg.compile,

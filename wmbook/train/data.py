@@ -61,14 +61,17 @@ class EpisodeBank:
                                                               for c in cols[1:])
         self.device = torch.device(device)
 
-    def windows(self, gen: torch.Generator, batch: int, length: int, min_start: int = 0):
-        """Random windows: (episode idx [B], frame idx [B, length]) drawn with `gen` (on the bank's device)."""
-        hi = self.length - length + 1
+    def windows(self, gen: torch.Generator, batch: int, length: int, min_start: int = 0, stride: int = 1):
+        """Random windows of `length` frames `stride` rendered frames apart: (episode idx [B], frame idx [B, length])
+        drawn with `gen` (on the bank's device)."""
+        span = (length - 1) * stride + 1
+        hi = self.length - span + 1
         if hi <= min_start:
-            raise ValueError(f"windows of {length} frames (from {min_start}) do not fit episodes of {self.length}")
+            raise ValueError(f"windows of {length} frames {stride} apart ({span} rendered frames, from {min_start}) "
+                             f"do not fit episodes of {self.length}")
         e = torch.randint(0, self.episodes, (batch,), generator=gen, device=self.device)
         s = torch.randint(min_start, hi, (batch,), generator=gen, device=self.device)
-        return e, s[:, None] + torch.arange(length, device=self.device)[None, :]
+        return e, s[:, None] + stride * torch.arange(length, device=self.device)[None, :]
 
     @staticmethod
     def to_video(frames_u8: torch.Tensor) -> torch.Tensor:

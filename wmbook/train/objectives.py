@@ -49,13 +49,13 @@ def change_weights(x0: torch.Tensor, prev: torch.Tensor, strength: float) -> tor
 
 
 def window_frames(p) -> int:
-    """Frames one training sample spans at preset p: 1 + 4(F - 1) (causal DiT, F latent frames of default_blocks
-    blocks) or n_obs + frames (WMA)."""
+    """Rendered frames one training sample spans at preset p: 1 + 4(F - 1) (causal DiT, F latent frames of
+    default_blocks blocks) or n_obs + frames frames `frame_stride` apart (WMA): (n_obs + frames - 1) stride + 1."""
     from ..models.vae import pixel_frames_for
     from ..presets import WMAPreset
 
     if isinstance(p, WMAPreset):
-        return p.n_obs_steps + p.frames
+        return (p.n_obs_steps + p.frames - 1) * getattr(p, "frame_stride", 1) + 1
     return pixel_frames_for(p.default_blocks * p.num_frame_per_block, True)
 
 
@@ -175,8 +175,8 @@ class WMAObjective:
         with torch.no_grad():
             self.text_empty = pipe.text([""]).float()
             self.text_instr = pipe.text([DEFAULT_INSTRUCTION]).float()
-        self.window = p.n_obs_steps + p.frames
-        check_episode_frames(bank.length, self.window)
+        self.window, self.stride = p.n_obs_steps + p.frames, getattr(p, "frame_stride", 1)
+        check_episode_frames(bank.length, window_frames(p))
         # the UNet's 0.1 dropout (upstream's fine-tuning setting) only slows a minutes-long run on unlimited rendered
         # data; inference (eval mode) never drops, so this changes training only
         for mod in self.model.modules():
@@ -193,10 +193,14 @@ class WMAObjective:
         return self.model.parameters()
 
     def sample_batch(self, gen: torch.Generator, batch: int) -> dict:
+        from ..world.env import strided_actions
+
         bk = self.bank
-        e, idx = bk.windows(gen, batch, self.window)
-        return {"frames": bk.frames[e[:, None], idx], "state": bk.state[e[:, None], idx],
-                "action": bk.action[e[:, None], idx]}
+        e, idx = bk.windows(gen, batch, self.window, stride=self.stride)
+        # step j's action: the mean over the rendered frames it spans (the window's last frame takes none: zeros)
+        acts = strided_actions(bk.action[e], idx[:, 0], self.window - 1, self.stride)
+        acts = torch.cat([acts, acts.new_zeros(batch, 1, acts.shape[-1])], dim=1)
+        return {"frames": bk.frames[e[:, None], idx], "state": bk.state[e[:, None], idx], "action": acts}
 
     def encode_frames(self, video: torch.Tensor) -> torch.Tensor:
         """[B, 3, T, H, W] -> scaled codec latents [B, C, T, h, w] (per frame, as the pipeline encodes)."""

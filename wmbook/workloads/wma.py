@@ -75,9 +75,12 @@ class WMAWorkload(Workload):
         return WMAInteractionPipeline(preset, device=device, dtype=dtype, vae_dtype=vae_dtype, seed=seed)
 
     def world_case(self, pipe, episode_for, seed: int, start, num_blocks, sample_seed: int):
-        """Observation: frames (and states) start - n_obs + 1 .. start (default start n_obs + 6: the agent already
-        moves); the world-model pass gets the true actions taken at frames start .. start + T - 1 (the decision pass
-        still runs, as in the reference iteration); target: frames start + 1 .. start + T."""
+        """With s the preset's frame_stride (1 unless a world preset sets it): observation: frames (and states)
+        start - (n_obs - 1) s .. start, s apart (default start (n_obs + 6) s: the agent already moves); the
+        world-model pass gets the true actions of the T steps from start (each the mean over the s rendered frames it
+        spans; the decision pass still runs, as in the reference iteration); target: frames start + s .. start + T s,
+        s apart."""
+        from ..world.env import strided_actions
         from ..pipelines.ddim import DEFAULT_INSTRUCTION
         from ..world.env import ACTION_DIM, STATE_DIM
         from ..world.eval import Case
@@ -85,22 +88,22 @@ class WMAWorkload(Workload):
         p, dev = pipe.preset, pipe.device
         if num_blocks is not None:
             raise ValueError("num_blocks is an mg2 option; the wma workload predicts the preset's `frames` frames")
-        n_obs, t = p.n_obs_steps, p.frames
-        start = n_obs + 6 if start is None else start
-        if isinstance(start, bool) or not isinstance(start, int) or start < n_obs - 1:
-            raise ValueError(f"start={start!r} is not allowed; allowed values: an integer >= {n_obs - 1}")
+        n_obs, t, s = p.n_obs_steps, p.frames, getattr(p, "frame_stride", 1)
+        start = (n_obs + 6) * s if start is None else start
+        if isinstance(start, bool) or not isinstance(start, int) or start < (n_obs - 1) * s:
+            raise ValueError(f"start={start!r} is not allowed; allowed values: an integer >= {(n_obs - 1) * s}")
         if (p.agent_state_dim, p.agent_action_dim) != (STATE_DIM, ACTION_DIM):
             raise ValueError(f"preset {p.name!r} has state/action dims {p.agent_state_dim}/{p.agent_action_dim}; the "
                              f"world's are {(STATE_DIM, ACTION_DIM)}")
-        ep = episode_for(start + t + 1)
-        obs = slice(start - n_obs + 1, start + 1)
+        ep = episode_for(start + t * s + 1)
+        obs = slice(start - (n_obs - 1) * s, start + 1, s)
         images = torch.from_numpy(ep.frames[obs]).permute(3, 0, 1, 2).float() / 127.5 - 1  # [3, n_obs, H, W]
         inputs = WMAInputs(seed=sample_seed, observation_images=images[None].to(dev),
                            observation_states=torch.from_numpy(ep.state[obs])[None].to(dev),
                            actions=torch.zeros(1, p.horizon, p.agent_action_dim, device=dev),
                            instruction=DEFAULT_INSTRUCTION)
-        acts = torch.from_numpy(ep.action[start:start + t])[None].to(dev)
-        tgt = slice(start + 1, start + t + 1)
+        acts = torch.from_numpy(strided_actions(ep.action, start, t, s))[None].to(dev)
+        tgt = slice(start + s, start + t * s + 1, s)
         return Case(workload=self.name, seed=int(seed), start=start, inputs=inputs, target=ep.frames[tgt],
                     target_xy=ep.agent_xy[tgt], target_visible=ep.agent_visible[tgt], last=ep.frames[start],
                     world_actions=acts)

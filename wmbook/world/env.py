@@ -282,3 +282,24 @@ def locate_agent(frames: np.ndarray, min_pixels: int = 3) -> np.ndarray:
     out = np.stack([x, y], axis=1).astype(np.float32)
     out[n < min_pixels] = np.nan
     return out
+
+
+def strided_actions(action, start, steps: int, stride: int):
+    """The actions of `steps` model steps of `stride` rendered frames each, from frame `start` on: step j is the mean
+    of action[start + j * stride : start + (j + 1) * stride] (the frames it spans; stride 1: the actions themselves).
+    `action` [..., L, A] (numpy or torch, L covering start + steps * stride), `start` an int or a tensor of shape
+    action.shape[:-2] (one start per leading index): [..., steps, A]."""
+    import torch
+
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+        raise ValueError(f"stride={stride!r} is not allowed; allowed values: an integer >= 1")
+    if isinstance(start, int):
+        chunk = action[..., start:start + steps * stride, :]
+        if chunk.shape[-2] != steps * stride:
+            raise ValueError(f"{steps} steps of stride {stride} from frame {start} need {start + steps * stride} "
+                             f"frames; the actions have {action.shape[-2]}")
+        return chunk.reshape(*chunk.shape[:-2], steps, stride, chunk.shape[-1]).mean(-2)
+    idx = start[..., None] + torch.arange(steps * stride, device=start.device)  # [..., steps * stride]
+    chunk = torch.gather(action, -2, idx[..., None].expand(*idx.shape, action.shape[-1]))
+    return chunk.unflatten(-2, (steps, stride)).mean(-2)
+

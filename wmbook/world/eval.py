@@ -77,7 +77,8 @@ def heldout_case(workload, pipe, seed: int, *, start: int | None = None, num_blo
     """The pipeline inputs of held-out episode `seed` and the ground truth to score a prediction against.
 
     start: index of the last conditioning frame (default: 0 for mg2, an episode's start with the agent at rest;
-    n_obs + 6 for wma, so the agent already moves); num_blocks (mg2): blocks to generate (default: the preset's);
+    (n_obs + 6) x frame_stride for wma, so the agent already moves); num_blocks (mg2): blocks to generate
+    (default: the preset's);
     sample_seed: the seed of the sampling noise (default: `seed`)."""
     from .env import VIEW
     from .weights import workload_of
