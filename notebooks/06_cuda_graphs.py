@@ -32,7 +32,9 @@
 # the fp32 reference (a graph replays the same kernels, so its error equals the base row's). torch.compile's own CUDA
 # graphs (`mode="reduce-overhead"`) are measured as a comparison row, with its pitfall handled (each forward starts a
 # new graph step and hands out copies of its outputs, which the next replay would overwrite). Timing: warm-up
-# excluded, CUDA events, median with p20-p80.
+# excluded, CUDA events, median with p20-p80. On a GPU, after the graphs, `+ triton-fused` adds
+# [05 · Triton kernels](05_triton_kernels.ipynb)' fused kernels: once a forward replays at its GPU busy time, the GPU
+# time they save is wall time saved.
 #
 # **Target** (the workbook's own, for `mg2` at the real shape on an H100 in bf16, full Wan decoder counted): 60 FPS,
 # i.e. a steady block of 12 pixel frames in 200 ms; a replayed forward within 1.10x of its GPU busy time. Start from

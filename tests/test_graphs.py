@@ -266,3 +266,15 @@ def test_run_goal_and_trace_size():
     assert study06.trace_size(cfg).ddim_steps == study06.TRACE_DDIM_STEPS
     assert study06.trace_size(study06.validate(workload="wma", preset="tiny-wma", device="cpu",
                                                e2e_ddim_steps=3)).ddim_steps == 3
+
+
+def test_graph_rows_add_the_fused_kernels_after_the_graphs_on_a_gpu():
+    import dataclasses
+
+    from wmbook.studies import graphs as study06
+
+    for wl, preset in (("mg2", "tiny"), ("wma", "tiny-wma")):
+        cpu = study06.validate(workload=wl, preset=preset, device="cpu")
+        assert "triton-fused" not in study06.graph_steps(cpu) and "cuda-graphs" not in study06.graph_steps(cpu)
+        gpu = study06.graph_steps(dataclasses.replace(cpu, device=torch.device("cuda")))
+        assert gpu.index("triton-fused") == gpu.index("cuda-graphs") + 1

@@ -83,7 +83,11 @@ def base_stack(cfg: RunConfig) -> list[str]:
 # first, then the captured denoiser; the workload's decoder rows follow (Workload.decoder_ladder). decode-overlap (the
 # decode on a second stream) is not among them: it cannot follow vae-compile (see its error) and with the eager step it
 # bought 1-3% (tools/overlap_check.py); pass `steps` to add it
-GRAPH_STEPS = (("static-caches", False), ("ring-kv-cache", False), ("skip-unused-decode", False), ("cuda-graphs", True))
+# (variant, GPU only). triton-fused (notebook 05's kernels) after the graphs: once the forward replays at its GPU busy
+# time, GPU time is what the wall time is, and the kernels' saving shows (on the H100 at b50f9e1 they took 0.7 ms of
+# GPU time off the mg2 forward, but added launches that a launch-bound forward pays for)
+GRAPH_STEPS = (("static-caches", False), ("ring-kv-cache", False), ("skip-unused-decode", False), ("cuda-graphs", True),
+               ("triton-fused", True))
 
 
 def graph_steps(cfg: RunConfig) -> list[str]:
