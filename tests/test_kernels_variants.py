@@ -148,3 +148,20 @@ def test_fp8_variant_within_budget_on_gpu():
     ref_out = _flat(wl.forward_probe(pipe).forward())
     err = ((_flat(wl.forward_probe(f8).forward()) - ref_out).norm() / ref_out.norm()).item()
     assert err < 0.1, (err, ctx.notes)
+
+
+def test_interpretation_says_when_a_row_saves_gpu_time_but_not_wall_time():
+    # the H100 rows of notebook 05 at mg2-universal (b50f9e1): the kernels took 0.7 ms of GPU time off a forward whose
+    # wall time is launch-bound, and added launches
+    from wmbook.bench import Samples
+    from wmbook.variants.ladder import LadderRow
+
+    def row(name, ms, busy, launches):
+        return LadderRow(stack=[], tolerance="bf16", forward=Samples([ms] * 3), flops=1.0, gpu_busy_ms=busy,
+                         launches=launches, e2e_value=30.0, gate="pass", variant=name)
+
+    base, fused = row("base", 31.95, 23.15, 1235), row("+ triton-fused", 34.67, 22.46, 1370)
+    text = study._launch_bound(base, fused)
+    assert "saves 0.69 ms of GPU time but not wall time, +135 launches" in text and "1.38x" in text
+    assert study._launch_bound(base, row("+ faster", 30.0, 22.46, 1235)) == ""  # wall time saved too
+    assert study._launch_bound(row("bound by GPU", 23.5, 23.15, 6), fused) == ""  # a base that is not launch-bound

@@ -315,6 +315,20 @@ def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
                 from_row=n_base, on_row=store_each_row(cfg))
 
 
+def _launch_bound(first, r) -> str:
+    """A clause for a row that saves GPU time but not wall time on a base whose forward is launch-bound (wall over
+    1.2x its GPU busy time): the saving shows once the forward replays as a CUDA graph (notebook 06)."""
+    fb, rb = first.gpu_busy_ms, r.gpu_busy_ms
+    if not (fb == fb and rb == rb and rb < fb and r.forward.median >= first.forward.median
+            and first.forward.median > 1.2 * fb):
+        return ""
+    more = (f", {r.launches - first.launches:+.0f} launches per forward"
+            if r.launches == r.launches and first.launches == first.launches else "")
+    return (f" It saves {fb - rb:.2f} ms of GPU time but not wall time{more}: the base forward is launch-bound "
+            f"({first.forward.median / fb:.2f}x its GPU busy time), so the saving shows when the forward replays as "
+            f"a CUDA graph (notebook 06's `+ triton-fused` row).")
+
+
 def interpret(cfg: RunConfig, tab: pd.DataFrame | None, lad=None) -> str:
     """What the numbers say, from the numbers."""
     lines = []
@@ -340,7 +354,7 @@ def interpret(cfg: RunConfig, tab: pd.DataFrame | None, lad=None) -> str:
                     if r.gpu_busy_ms == r.gpu_busy_ms and first.gpu_busy_ms == first.gpu_busy_ms else "")
             lines.append(f"- `{r.variant}`: forward {first.forward.median:.1f} -> {r.forward.median:.1f} ms"
                          + (f", {busy}" if busy else "") + f", {cfg.workload.metric.label} "
-                         f"{first.e2e_value:.3g} -> {r.e2e_value:.3g}.")
+                         f"{first.e2e_value:.3g} -> {r.e2e_value:.3g}." + _launch_bound(first, r))
     return "\n".join(lines)
 
 
