@@ -21,8 +21,9 @@
 # same op sequence, and how much do fp8 GEMMs take off the rest?
 #
 # **How.** Each kernel in `wmbook/kernels/` is a Triton kernel with its launcher, an fp32 reference and a
-# `torch.library` custom op (`wmbook::<name>`, with a fake implementation, so torch.compile traces it and a CUDA graph
-# captures it). Inference only. First each kernel at the workload's real call sites (`Workload.kernel_cases`): the
+# `torch.library` op (`wmbook::<name>`): a `triton_op` on a GPU, so torch.compile traces into it and launches the
+# kernel from its own code (an opaque custom op cost about 0.2 ms of host time per call on the H100), a `custom_op`
+# under the CPU interpreter; a CUDA graph captures it either way. Inference only. First each kernel at the workload's real call sites (`Workload.kernel_cases`): the
 # model's own unfused op sequence (eager), `torch.compile` of that sequence, and the kernel, each captured in a CUDA
 # graph and timed by replaying it with the L2 cache flushed before every replay (median, p20-p80): the GPU time of the
 # kernels, not of their Python launch path (a few-microsecond kernel can take longer to launch than to run; launch

@@ -1,7 +1,8 @@
 """Notebook 05's fused Triton kernels swapped into the reference models from outside (the `triton-fused` and
-`vae-triton-fused` variants). Each swap calls the kernel's torch.library custom op (`torch.ops.wmbook.*`), so
-torch.compile traces through it without a graph break and a CUDA graph captures its launch; where Triton does not
-run (a CPU without the interpreter) the op computes its fp32 reference. Inference only.
+`vae-triton-fused` variants). Each swap calls the kernel's torch.library op (`torch.ops.wmbook.*`; a triton_op on a
+GPU, wmbook.kernels.define_op), so torch.compile traces it without a graph break and a CUDA graph captures its
+launch; where Triton does not run (a CPU without the interpreter) the op computes its fp32 reference. Inference
+only.
 
 - causal DiT block (FusedDiTBlock): norm1 / norm2 + per-frame modulate -> `adaln_modulate`; the self-attention's
   gated residual + norm3 (an affine LayerNorm is an adaLN with scale = weight - 1, shift = bias) ->
@@ -21,7 +22,7 @@ from ..profiling.labels import detail_label as dl
 from .swaps import swap_class
 
 
-# importing the kernel modules registers their custom ops (torch.ops.wmbook.*); this module is imported only when a
+# importing the kernel modules registers their ops (torch.ops.wmbook.*); this module is imported only when a
 # fused variant is applied
 from ..kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu  # noqa: E402,F401
 
