@@ -127,9 +127,20 @@ def test_group_norm_silu_channels_last_settings_tools_sweep(poisoned, setting):
     assert gns._cl_blocks(40, 30, 2, 4096, 8, 1024)[1] == 64 and gns._cl_blocks(40, 30, 2, 64, 3, 16)[1] == 16
 
 
+@pytest.mark.parametrize("setting", [dict(block=4096, programs=4096, num_warps=8), dict(block=16, programs=3, num_warps=2)])
+def test_group_norm_silu_channels_first_settings_tools_sweep(poisoned, setting):
+    """The channels-first launcher's settings that tools/gn_sweep.py sweeps give the same result (one chunk per
+    group of a whole block; many chunks of 16 elements)."""
+    x, weight, bias, add = _inputs((2, 40, 5, 6), torch.float32, False, True, seed=6)
+    got = gns._group_norm_silu_cf(x, weight, bias, 4, 1e-5, add, torch.empty_like(x), **setting)
+    h = (x + add[..., None, None]).double()
+    want = torch.nn.functional.silu(torch.nn.functional.group_norm(h, 4, weight.double(), bias.double(), 1e-5))
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_gn_sweep_tool_gates_every_setting():
-    """tools/gn_sweep.py on the CPU (the kernels in the interpreter, no timing): every quick setting at both
-    channels-last UNet call sites of tiny-wma passes the gate."""
+    """tools/gn_sweep.py on the CPU (the kernels in the interpreter, no timing): every quick setting at every
+    group_norm_silu call site of tiny-wma (channels-last and channels-first launchers) passes the gate."""
     import importlib.util
     from pathlib import Path
 
@@ -138,5 +149,7 @@ def test_gn_sweep_tool_gates_every_setting():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     df = mod.sweep("wma", None, torch.device("cpu"), quick=True, rep_ms=1.0)
-    assert len(df) == 2 * len(mod.settings(True)) == 16
+    n = df.groupby("layout")["site"].nunique()
+    assert n["channels-last"] == 2 and n.drop("channels-last").sum() >= 2  # the UNet's and the temporal/VAE sites
+    assert len(df) == sum(k * len(mod.settings(True, layout)) for layout, k in n.items())
     assert set(df["gate"]) == {"pass"}, df[["site", "setting", "gate"]]

@@ -325,13 +325,13 @@ def group_norm_silu_bytes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     return 2 * x.numel() * x.element_size() + params
 
 
-def _split(groups: int, n: int) -> tuple[int, int, int]:
+def _split(groups: int, n: int, block: int | None = None, programs: int | None = None) -> tuple[int, int, int]:
     """(BLOCK, ITERS, chunks): each of `groups` groups of n elements split into chunks of ITERS blocks of BLOCK
-    (both powers of two: few compiled variants), so that about _TARGET_PROGRAMS programs run, at most _MAX_CHUNKS
-    per group."""
-    block = max(16, min(_BLOCK, next_pow2(n)))
+    (both powers of two: few compiled variants), so that about `programs` (_TARGET_PROGRAMS) programs run, at most
+    _MAX_CHUNKS per group; `block` overrides _BLOCK."""
+    block = max(16, min(block or _BLOCK, next_pow2(n)))
     blocks = -(-n // block)
-    want = max(1, min(blocks, _MAX_CHUNKS, -(-_TARGET_PROGRAMS // groups)))
+    want = max(1, min(blocks, _MAX_CHUNKS, -(-(programs or _TARGET_PROGRAMS) // groups)))
     iters = next_pow2(-(-blocks // want))
     return block, iters, -(-blocks // iters)
 
@@ -351,15 +351,27 @@ def group_norm_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, n
         return out
     if cl:
         return _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out)
-    block, iters, chunks = _split(b * num_groups, cg * s)
+    return _group_norm_silu_cf(x, weight, bias, num_groups, eps, add, out)
+
+
+def _group_norm_silu_cf(x, weight, bias, num_groups, eps, add, out, block: int | None = None,
+                        programs: int | None = None, num_warps: int = 4):
+    """The channels-first launcher (x contiguous): per-chunk statistics of each group, then the normalizing kernel
+    merging them. block / programs / num_warps override _BLOCK / _TARGET_PROGRAMS / 4 (tools/gn_sweep.py sweeps them
+    on a GPU)."""
+    b, c = x.shape[:2]
+    s = x.numel() // (b * c)
+    cg = c // num_groups
+    block, iters, chunks = _split(b * num_groups, cg * s, block, programs)
     part = torch.empty(b * num_groups, chunks, 2, device=x.device, dtype=torch.float32)
     a = add.reshape(b, c).contiguous() if add is not None else x  # x: a pointer never read
     grid = (b * num_groups, chunks)
     launch(_group_norm_silu_stats_kernel)[grid](x, a, part, c, s, num_groups, cg, chunks, HAS_ADD=add is not None,
-                                                CHANNELS_LAST=cl, BLOCK=block, ITERS=iters, num_warps=4)
+                                                CHANNELS_LAST=False, BLOCK=block, ITERS=iters, num_warps=num_warps)
     launch(_group_norm_silu_kernel)[grid](
         x, a, weight.contiguous(), bias.contiguous(), part, out, c, s, num_groups, cg, chunks, eps,
-        HAS_ADD=add is not None, CHANNELS_LAST=cl, BLOCK=block, ITERS=iters, BLOCK_P=next_pow2(chunks), num_warps=4)
+        HAS_ADD=add is not None, CHANNELS_LAST=False, BLOCK=block, ITERS=iters, BLOCK_P=next_pow2(chunks),
+        num_warps=num_warps)
     return out
 
 
