@@ -115,6 +115,21 @@ wd.appendix(t, "the rows, every column")
 wd.table(study.forward_table(lad), caption="Per forward: wall time vs GPU busy time")
 
 # %% [markdown]
+# ### Where the GPU time goes
+# Kernel time per forward by operator category, from one profiled forward per row (on a GPU). Once a forward replays
+# at its GPU busy time, these are what is left to shrink: notebook 05's kernels take from normalization and
+# elementwise, low precision from GEMM and convolution.
+
+# %%
+cats = lad.categories()
+if len(cats):
+    display(wd.table(cats, caption="GPU kernel ms per forward by category", units={c: "ms" for c in cats.columns}))
+    lad.plot_categories()
+    plt.show()
+else:
+    print("no GPU kernel times by category (a CPU run)")
+
+# %% [markdown]
 # ### End to end
 # FPS counts every forward of a block and the VAE decode (README: definitions); for the UNet, `run s` is one
 # interaction iteration (two DDIM passes and their decodes).

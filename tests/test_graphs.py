@@ -278,3 +278,18 @@ def test_graph_rows_add_the_fused_kernels_after_the_graphs_on_a_gpu():
         assert "triton-fused" not in study06.graph_steps(cpu) and "cuda-graphs" not in study06.graph_steps(cpu)
         gpu = study06.graph_steps(dataclasses.replace(cpu, device=torch.device("cuda")))
         assert gpu.index("triton-fused") == gpu.index("cuda-graphs") + 1
+
+
+def test_row_results_store_the_kernel_categories():
+    from wmbook.bench import Samples
+    from wmbook.studies import graphs as study06
+    from wmbook.variants.ladder import LadderRow
+
+    cfg = study06.validate(workload="wma", preset="tiny-wma", device="cpu")
+    r = LadderRow(stack=[], tolerance="bf16", forward=Samples([63.1, 63.0, 63.2]), flops=1.0, gpu_busy_ms=62.9,
+                  categories={"convolution": 24.0, "normalization": 18.5, "attention": float("nan")}, gate="pass")
+    rows = {x["metric"]: x for x in study06.row_results(cfg, r)}
+    assert rows["category_ms:convolution"]["value"] == 24.0 and rows["category_ms:normalization"]["unit"] == "ms"
+    assert "category_ms:attention" not in rows and rows["forward_ms"]["value"] == pytest.approx(63.1)
+    assert not [m for m in study06.row_results(cfg, LadderRow(stack=[], tolerance="bf16", forward=Samples([1.0]),
+                                                                 flops=1.0)) if m["metric"].startswith("category")]

@@ -259,7 +259,9 @@ def plot_timelines(lad, rows=None, span_ms: float | None = None):
 
 def row_results(cfg: RunConfig, r) -> list[dict]:
     """One measured ladder row's forward time (with its spread), GPU busy time, launches per forward, end-to-end
-    metric, first-frame latency, run seconds, PSNR and peak memory, as results rows."""
+    metric, first-frame latency, run seconds, PSNR and peak memory, and its GPU kernel ms per forward by category
+    (`category_ms:<category>`, a GPU run's profiled forward: what the kernel goals of notebook 05 count), as results
+    rows."""
     from ..variants.ladder import effective
 
     common = dict(notebook=cfg.notebook, workload=cfg.workload.name, preset=cfg.preset.name, params=cfg.params(),
@@ -274,6 +276,10 @@ def row_results(cfg: RunConfig, r) -> list[dict]:
                                 ("psnr_db", r.psnr_db, "dB"), ("peak_memory_gib", r.peak_memory_gib, "GiB")):
         if metric and value is not None and np.isfinite(value):
             out.append(results_store.make_row(metric=metric, value=float(value), unit=unit, variant=v, **common))
+    for cat, ms in (r.categories or {}).items():
+        if ms is not None and np.isfinite(ms):
+            out.append(results_store.make_row(metric=f"category_ms:{cat}", value=float(ms), unit="ms", variant=v,
+                                              **common))
     return out
 
 
