@@ -182,11 +182,7 @@ if lad is not None:
 # shows what is left to remove: the floor only counts GEMM and attention FLOPs at the measured GEMM ceiling.
 
 # %%
-if lad is not None and not lad.categories().empty:
-    cats = lad.categories()
-    display(wd.table(cats, caption="GPU kernel ms per forward by category", units={c: "ms" for c in cats.columns}))
-    lad.plot_categories()
-    plt.show()
+wd.categories(lad)
 
 # %% [markdown]
 # ### Try a stack yourself

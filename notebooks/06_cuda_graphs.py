@@ -121,13 +121,7 @@ wd.table(study.forward_table(lad), caption="Per forward: wall time vs GPU busy t
 # elementwise, low precision from GEMM and convolution.
 
 # %%
-cats = lad.categories()
-if len(cats):
-    display(wd.table(cats, caption="GPU kernel ms per forward by category", units={c: "ms" for c in cats.columns}))
-    lad.plot_categories()
-    plt.show()
-else:
-    print("no GPU kernel times by category (a CPU run)")
+wd.categories(lad)
 
 # %% [markdown]
 # ### End to end

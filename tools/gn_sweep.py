@@ -21,9 +21,8 @@ import sys
 import pandas as pd
 import torch
 
-from wmbook import workloads
 from wmbook.kernels import group_norm_silu as gns
-from wmbook.studies.kernels import GATE_REL_L2, _bench, _rel_l2, sweep_cli
+from wmbook.studies.kernels import sweep_cli, sweep_sites
 
 TILES = (1024, 2048, 4096, 8192)
 PROGRAMS = (264, 528, 1056, 2112)
@@ -43,49 +42,20 @@ def settings(quick: bool, layout: str = "channels-last") -> list[dict]:
     return [dict(tile=t, programs=p, max_block_c=c, num_warps=w) for t, p, c, w in grid]
 
 
+def _runner(case, inputs, s):
+    """The setting's launcher call: channels-last sites through the channels-last launcher, the others (contiguous)
+    through the channels-first one."""
+    cl = case.layout == "channels-last"
+    launcher = gns._group_norm_silu_cl if cl else gns._group_norm_silu_cf
+    x = inputs["x"] if cl else inputs["x"].contiguous()
+    w, b, add, groups, eps = (inputs["weight"], inputs["bias"], inputs["add"], case.extra["num_groups"],
+                              case.extra["eps"])
+    return lambda: launcher(x, w, b, groups, eps, add, torch.empty_like(x), **s)
+
+
 def sweep(workload: str, preset: str | None, device: torch.device, quick: bool, rep_ms: float) -> pd.DataFrame:
-    wl = workloads.get(workload)
-    p = wl.presets[preset or (wl.real_preset if device.type == "cuda" else wl.tiny_preset)]
-    cases = [c for c in wl.kernel_cases(p) if c.kernel == "group_norm_silu"]
-    if not cases:
-        raise SystemExit(f"no group_norm_silu call site in {workload}/{p.name}'s kernel table")
-    gpu = device.type == "cuda"
-    rows = []
-    for case in cases:
-        inputs = case.make(device, case.dtype, 0)
-        groups, eps = case.extra["num_groups"], case.extra["eps"]
-        with torch.inference_mode():
-            ref = case.ref(**inputs)
-            tol = max(2 * _rel_l2(case.eager(**inputs), ref), GATE_REL_L2.get(case.dtype, 1e-2))
-            base = {"site": case.site, "shape": "x".join(map(str, case.shape)), "layout": case.layout,
-                    "MB": case.nbytes(**inputs) / 1e6}
-            if gpu:
-                compiled = torch.compile(case.eager, dynamic=False)
-                compiled(**inputs)
-                med, p20, p80, _ = _bench(lambda: compiled(**inputs), rep_ms, device)
-                rows.append(base | {"setting": "torch.compile", "us": med * 1e3, "p20": p20 * 1e3, "p80": p80 * 1e3,
-                                    "rel_l2": _rel_l2(compiled(**inputs), ref), "gate": "reference"})
-                torch._dynamo.reset()
-            launcher = gns._group_norm_silu_cl if case.layout == "channels-last" else gns._group_norm_silu_cf
-            for s in settings(quick, case.layout):
-                x, w, b, add = inputs["x"], inputs["weight"], inputs["bias"], inputs["add"]
-                x = x if case.layout == "channels-last" else x.contiguous()
-
-                def run(s=s, x=x):
-                    return launcher(x, w, b, groups, eps, add, torch.empty_like(x), **s)
-
-                try:
-                    err = _rel_l2(run(), ref)
-                except Exception as e:  # noqa: BLE001  (a setting Triton cannot compile is a finding, not a crash)
-                    rows.append(base | {"setting": _name(s), "gate": f"error: {type(e).__name__}: {e}"[:200]})
-                    continue
-                row = base | {"setting": _name(s), "rel_l2": err, "gate": "pass" if err <= tol else "FAIL"}
-                if gpu and row["gate"] == "pass":
-                    med, p20, p80, _ = _bench(run, rep_ms, device)
-                    row |= {"us": med * 1e3, "p20": p20 * 1e3, "p80": p80 * 1e3}
-                rows.append(row)
-        del inputs, ref
-    return pd.DataFrame(rows)
+    return sweep_sites(workload, preset, device, ("group_norm_silu",), lambda case: settings(quick, case.layout),
+                       _runner, _name, rep_ms)
 
 
 def _name(s: dict) -> str:

@@ -23,9 +23,8 @@ import sys
 import pandas as pd
 import torch
 
-from wmbook import workloads
 from wmbook.kernels import check_rows, next_pow2
-from wmbook.studies.kernels import GATE_REL_L2, _bench, _rel_l2, sweep_cli
+from wmbook.studies.kernels import sweep_cli, sweep_sites
 
 KERNELS = ("adaln_modulate", "gated_residual_adaln")
 ROWS = (1, 2, 4, 8)
@@ -46,43 +45,8 @@ def settings(quick: bool, channels: int) -> list[dict]:
 
 
 def sweep(workload: str, preset: str | None, device: torch.device, quick: bool, rep_ms: float) -> pd.DataFrame:
-    wl = workloads.get(workload)
-    p = wl.presets[preset or (wl.real_preset if device.type == "cuda" else wl.tiny_preset)]
-    cases = [c for c in wl.kernel_cases(p) if c.kernel in KERNELS]
-    if not cases:
-        raise SystemExit(f"no {' / '.join(KERNELS)} call site in {workload}/{p.name}'s kernel table")
-    gpu = device.type == "cuda"
-    rows = []
-    for case in cases:
-        inputs = case.make(device, case.dtype, 0)
-        with torch.inference_mode():
-            ref = case.ref(**inputs)
-            tol = max(2 * _rel_l2(case.eager(**inputs), ref), GATE_REL_L2.get(case.dtype, 1e-2))
-            base = {"kernel": case.kernel, "site": case.site, "shape": "x".join(map(str, case.shape)),
-                    "MB": case.nbytes(**inputs) / 1e6}
-            if gpu:
-                compiled = torch.compile(case.eager, dynamic=False)
-                compiled(**inputs)
-                med, p20, p80, how = _bench(lambda: compiled(**inputs), rep_ms, device)
-                rows.append(base | {"setting": "torch.compile", "us": med * 1e3, "p20": p20 * 1e3, "p80": p80 * 1e3,
-                                    "rel_l2": _rel_l2(compiled(**inputs), ref), "gate": "reference", "timing": how})
-                torch._dynamo.reset()
-            for s in settings(quick, case.shape[-1]):
-                def run(s=s):
-                    return case.fused(**inputs, **s)
-
-                try:
-                    err = _rel_l2(run(), ref)
-                except Exception as e:  # noqa: BLE001  (a setting Triton cannot compile is a finding, not a crash)
-                    rows.append(base | {"setting": _name(s), "gate": f"error: {type(e).__name__}: {e}"[:200]})
-                    continue
-                row = base | {"setting": _name(s), "rel_l2": err, "gate": "pass" if err <= tol else "FAIL"}
-                if gpu and row["gate"] == "pass":
-                    med, p20, p80, how = _bench(run, rep_ms, device)
-                    row |= {"us": med * 1e3, "p20": p20 * 1e3, "p80": p80 * 1e3, "timing": how}
-                rows.append(row)
-        del inputs, ref
-    return pd.DataFrame(rows)
+    return sweep_sites(workload, preset, device, KERNELS, lambda case: settings(quick, case.shape[-1]),
+                       lambda case, inputs, s: lambda: case.fused(**inputs, **s), _name, rep_ms)
 
 
 def _name(s: dict) -> str:

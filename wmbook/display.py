@@ -331,6 +331,21 @@ def series(values: Mapping, caption: str | None = None, units: Mapping[str, str]
 _APPENDIX: list[tuple[str, pd.DataFrame]] = []
 
 
+def categories(lad) -> None:
+    """A ladder's GPU kernel ms per forward by category (Ladder.categories) as a table and its stacked bars; a line
+    saying why there are none (no ladder, or a CPU run) otherwise. Notebooks 04, 05 and 06 show it per row."""
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    cats = lad.categories() if lad is not None else pd.DataFrame()
+    if cats.empty:
+        print("no GPU kernel times by category (no ladder, or a CPU run)")
+        return
+    display(table(cats, caption="GPU kernel ms per forward by category", units={c: "ms" for c in cats.columns}))
+    lad.plot_categories()
+    plt.show()
+
+
 def appendix(df: pd.DataFrame, title: str, note: bool = True) -> None:
     """Keep a wide raw frame for the appendix (wd.show_appendix() at the notebook's end shows every one, all
     columns); shows a one-line pointer here."""

@@ -102,26 +102,40 @@ def row_warps(block: int, rows: int = 1) -> int:
 def uses_triton_op() -> bool:
     """Whether the kernels' ops are torch.library.triton_op (Triton present, not the interpreter, and not turned off
     with WMBOOK_TRITON_OP=0) rather than custom_op. A custom_op is opaque to torch.compile: every call goes through
-    the dispatcher, the Python launcher and Triton's binder, about 0.2 ms of host time per call, measured on the H100
-    (notebook 05, mg2-universal, 665a961: +136 launches made the compiled forward 71.8 ms instead of 39.6 with less
-    GPU time). A triton_op is traced into: inductor launches the kernel from its generated code. The interpreter
-    cannot run a kernel on fake tensors, so it keeps the custom_op."""
+    the dispatcher, the Python launcher and Triton's binder (on the H100, notebook 05, mg2-universal, 665a961: 136
+    more launches per forward made the compiled forward 71.8 ms instead of 39.6 with less GPU time, about 0.24 ms
+    each). A triton_op is traced into: inductor launches the kernel from its generated code. The interpreter cannot
+    run a kernel on fake tensors, so it keeps the custom_op."""
     return triton_available() and not interpreting() and os.environ.get("WMBOOK_TRITON_OP", "1") != "0"
 
 
+_KIND: list[bool] = []  # the kind of op define_op made (decided once, at the first definition), which launch() follows
+_WRAPPED: dict = {}  # kernel -> its wrap_triton wrapper, made once
+
+
+def _triton_ops() -> bool:
+    if not _KIND:
+        _KIND.append(uses_triton_op())
+    return _KIND[0]
+
+
 def define_op(name: str):
-    """Decorator defining the kernel op `name` (no mutated arguments): triton_op or custom_op (uses_triton_op)."""
-    if uses_triton_op():
+    """Decorator defining the kernel op `name` (no mutated arguments): triton_op or custom_op (uses_triton_op, decided
+    once for every op)."""
+    if _triton_ops():
         return torch.library.triton_op(name, mutates_args=())
     return torch.library.custom_op(name, mutates_args=())
 
 
 def launch(kernel):
-    """A @triton.jit kernel as an op's launcher calls it: wrapped (torch.library.wrap_triton) when the op is a
-    triton_op, so that tracing records the launch; outside tracing the wrapper runs the kernel."""
-    if uses_triton_op():
-        return torch.library.wrap_triton(kernel)
-    return kernel
+    """A @triton.jit kernel as an op's launcher calls it: wrapped (torch.library.wrap_triton, once per kernel) when
+    the ops are triton_ops, so that tracing records the launch; outside tracing the wrapper runs the kernel."""
+    if not _triton_ops():
+        return kernel
+    w = _WRAPPED.get(kernel)
+    if w is None:
+        w = _WRAPPED[kernel] = torch.library.wrap_triton(kernel)
+    return w
 
 
 def check_dtype(name: str, t: torch.Tensor, allowed=(torch.float32, torch.bfloat16, torch.float16)) -> None:

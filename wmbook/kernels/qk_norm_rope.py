@@ -102,7 +102,7 @@ def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: 
     sn = sin.reshape(n, d // 2).contiguous()
     block = next_pow2(max(c, 2))
     launch(_qk_norm_rope_kernel)[(b * n,)](x2, w, cs, sn, out, c, n, d // 2, eps, BLOCK_C=block,
-                                   num_warps=4 if block <= 2048 else 8)
+                                           num_warps=4 if block <= 2048 else 8)
     return out.view(b, n, num_heads, d)
 
 

@@ -99,6 +99,57 @@ def _bench(fn, rep_ms: float, device: torch.device) -> tuple[float, float, float
     return s.median, s.p20, s.p80, TIMED_GRAPH
 
 
+def sweep_sites(workload: str, preset: str | None, device: torch.device, kernels: tuple[str, ...], settings_of,
+                runner, name, rep_ms: float) -> pd.DataFrame:
+    """The launcher-setting sweeps' loop (tools/gn_sweep.py, tools/row_sweep.py): at each of the workload's kernel
+    call sites of `kernels` (the preset's, default the real one on a GPU, the tiny one on a CPU), torch.compile of
+    the model's op sequence as the reference row (GPU only), then each setting of settings_of(case): runner(case,
+    inputs, setting) -> a 0-arg callable, gated against the fp32 reference like notebook 05 (relative L2 within twice
+    the eager sequence's, at least GATE_REL_L2) and timed with _bench when it passes (GPU only); a setting Triton
+    cannot compile is a row with its error, not a crash. Rows: kernel, site, shape, layout, MB, setting (name(s)),
+    us, p20, p80, timing, rel_l2, gate."""
+    from .. import workloads
+
+    wl = workloads.get(workload)
+    p = wl.presets[preset or (wl.real_preset if device.type == "cuda" else wl.tiny_preset)]
+    cases = [c for c in wl.kernel_cases(p) if c.kernel in kernels]
+    if not cases:
+        raise SystemExit(f"no {' / '.join(kernels)} call site in {workload}/{p.name}'s kernel table")
+    gpu = device.type == "cuda"
+    rows = []
+    for case in cases:
+        inputs = case.make(device, case.dtype, 0)
+        with torch.inference_mode():
+            ref = case.ref(**inputs)
+            tol = max(2 * _rel_l2(case.eager(**inputs), ref), GATE_REL_L2.get(case.dtype, 1e-2))
+            base = {"kernel": case.kernel, "site": case.site, "shape": "x".join(map(str, case.shape)),
+                    "layout": case.layout, "MB": case.nbytes(**inputs) / 1e6}
+            timed = []
+            if gpu:
+                compiled = torch.compile(case.eager, dynamic=False)
+                compiled(**inputs)
+                timed.append((base | {"setting": "torch.compile", "rel_l2": _rel_l2(compiled(**inputs), ref),
+                                      "gate": "reference"}, lambda: compiled(**inputs)))
+            for s in settings_of(case):
+                run = runner(case, inputs, s)
+                try:
+                    err = _rel_l2(run(), ref)
+                except Exception as e:  # noqa: BLE001  (a setting Triton cannot compile is a finding, not a crash)
+                    rows.append(base | {"setting": name(s), "gate": f"error: {type(e).__name__}: {e}"[:200]})
+                    continue
+                timed.append((base | {"setting": name(s), "rel_l2": err, "gate": "pass" if err <= tol else "FAIL"},
+                              run))
+            for row, run in timed:
+                if gpu and row["gate"] in ("pass", "reference"):
+                    med, p20, p80, how = _bench(run, rep_ms, device)
+                    row |= {"us": med * 1e3, "p20": p20 * 1e3, "p80": p80 * 1e3, "timing": how}
+                rows.append(row)
+            if gpu:
+                torch._dynamo.reset()
+        del inputs, ref
+    return pd.DataFrame(rows)
+
+
 def sweep_cli(sweep, doc: str, workloads: list[str], quick_help: str, argv=None) -> int:
     """The command line of the launcher-setting sweeps (tools/gn_sweep.py, tools/row_sweep.py): runs
     sweep(workload, preset, device, quick, rep_ms) -> rows with site, shape, MB, setting, us, p20, p80, rel_l2, gate

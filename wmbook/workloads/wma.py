@@ -80,9 +80,8 @@ class WMAWorkload(Workload):
         world-model pass gets the true actions of the T steps from start (each the mean over the s rendered frames it
         spans; the decision pass still runs, as in the reference iteration); target: frames start + s .. start + T s,
         s apart."""
-        from ..world.env import strided_actions
         from ..pipelines.ddim import DEFAULT_INSTRUCTION
-        from ..world.env import ACTION_DIM, STATE_DIM
+        from ..world.env import ACTION_DIM, STATE_DIM, strided_actions
         from ..world.eval import Case
 
         p, dev = pipe.preset, pipe.device

@@ -302,4 +302,3 @@ def strided_actions(action, start, steps: int, stride: int):
     idx = start[..., None] + torch.arange(steps * stride, device=start.device)  # [..., steps * stride]
     chunk = torch.gather(action, -2, idx[..., None].expand(*idx.shape, action.shape[-1]))
     return chunk.unflatten(-2, (steps, stride)).mean(-2)
-
