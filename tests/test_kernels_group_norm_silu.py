@@ -55,6 +55,7 @@ def test_group_norm_silu_matches_reference(poisoned, dtype, channels_last, shape
 def test_group_norm_silu_one_chunk_loops_over_the_group(poisoned, monkeypatch):
     """With one program per group, each program walks its whole group in blocks (Chan's merge inside a program)."""
     monkeypatch.setattr(gns, "_TARGET_PROGRAMS", 1)
+    monkeypatch.setattr(gns, "_BLOCK", 1024)
     assert gns._split(2, 2 * 4 * 32 * 33) == (1024, 16, 1)  # 9 blocks a group, 16 iterations: 7 empty
     for channels_last in (False, True):
         x, weight, bias, add = _inputs((1, 4, 4, 32, 33), torch.float32, channels_last, True, seed=7)

@@ -32,8 +32,12 @@ except ImportError:  # the custom op falls back to the reference
     triton = None
 
 
-_BLOCK = 1024  # elements of a group loaded at once
-_TARGET_PROGRAMS = 1024  # programs per launch the launcher splits the groups into chunks to reach
+# the channels-first launcher's defaults, from tools/gn_sweep.py on the H100 at 68ba953
+# (data/reports/h100/gn_sweep-wma-68ba953.csv): 2048 / 4096 / 4 warps was best at the wma temporal conv block
+# (1x320x16x40x64 bf16: 39.9 us against 50.7 us with 1024 / 1024; compile 43.1 us) and within 0.5 us of the best at
+# the SD VAE decoder (1x128x320x512 fp32: 100.4 us against 121.6 us; compile 102.0 us)
+_BLOCK = 2048  # elements of a group loaded at once
+_TARGET_PROGRAMS = 4096  # programs per launch the launcher splits the groups into chunks to reach
 _MAX_CHUNKS = 256  # chunks per group at most: the normalizing kernel merges them in one block
 
 
