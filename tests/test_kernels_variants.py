@@ -165,3 +165,20 @@ def test_interpretation_says_when_a_row_saves_gpu_time_but_not_wall_time():
     assert "saves 0.69 ms of GPU time but not wall time, +135 launches" in text and "1.38x" in text
     assert study._launch_bound(base, row("+ faster", 30.0, 22.46, 1235)) == ""  # wall time saved too
     assert study._launch_bound(row("bound by GPU", 23.5, 23.15, 6), fused) == ""  # a base that is not launch-bound
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the ops are triton_ops traced by inductor only on a CUDA GPU")
+@pytest.mark.parametrize("compile_step", ["compile-whole", "compile-regional"])
+def test_triton_fused_under_compile_on_gpu(ref, compile_step):
+    """The fused ops traced by inductor inside the whole denoiser, in the ladders' order (compile, then
+    triton-fused): it compiles and matches the eager fused model. At 5880f6e the real wma UNet failed this way on the
+    H100 (an inductor KeyError in its scheduler) while every op compiled alone (tests/test_kernels_ops.py)."""
+    wl, pipe = ref
+    stack = ["bf16", "norm-input-dtype", "channels-last"]
+    eager, _ = apply_stack(pipe, wl, [*stack, "triton-fused"], DEV)
+    a = _flat(wl.forward_probe(eager).forward())
+    torch._dynamo.reset()
+    comp, _ = apply_stack(pipe, wl, [*stack, compile_step, "triton-fused"], DEV, "inductor")
+    b = _flat(wl.forward_probe(comp).forward())
+    assert torch.isfinite(b).all()
+    assert ((a - b).norm() / a.norm()).item() < 3e-2

@@ -81,9 +81,11 @@ def result_rows(cfg, ladder=None, compile_df=None, attention_best=None) -> list[
         for _, r in ladder.table().iterrows():
             v = r["stack"] if r["stack"] != "-" else "fp32-eager"
             extra = dict(gate=r["gate"], rel_l2_vs_fp32=r["rel_l2_vs_fp32"])
+            failed = r["gate"] == "error"  # a row that failed to apply, compile or run: no time, the error noted
             rows.append(results_store.make_row(metric="forward_ms", value=r["forward_ms"], unit="ms", variant=v,
-                                               **common, **extra) | {"p20": r["forward_p20"], "p80": r["forward_p80"],
-                                                                      "median": r["forward_ms"], "n": cfg.repeats})
+                                               **common, **extra, **({"note": r["note"]} if failed else {}))
+                        | {"p20": r["forward_p20"], "p80": r["forward_p80"], "median": r["forward_ms"],
+                           "n": 0 if failed else cfg.repeats})
             for m, unit in _LADDER_METRICS:
                 if _finite(r[m]):
                     name, unit = (r["e2e_metric"], cfg.workload.metric.unit) if m == "e2e_value" else (m, unit)
@@ -186,7 +188,7 @@ def interpret(cfg, ladder=None, compile_df=None, vae=None, hygiene=None) -> str:
     """Sentences computed from the measurements, checked against the workload's goals."""
     from ..variants.tables import casts
 
-    lines = _ladder_lines(cfg, ladder) if ladder is not None else []
+    lines = [*_ladder_lines(cfg, ladder), *ladder.failures()] if ladder is not None else []
     if compile_df is not None and len(compile_df) and "cold_s" in compile_df:
         lines += _compile_lines(cfg, compile_df)
     if vae is not None and len(vae):

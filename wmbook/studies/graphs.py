@@ -268,6 +268,9 @@ def row_results(cfg: RunConfig, r) -> list[dict]:
                   warmup=cfg.warmup, repeats=cfg.repeats)
     v = " + ".join(s.name for s in effective(r.stack))
     extra = dict(gate=r.gate, rel_l2_vs_fp32=r.rel_l2_vs_fp32)
+    if r.gate == "error":  # a row that failed (ladder._failed_row): the failure is the result, with no time
+        return [results_store.make_row(metric="forward_ms", value=float("nan"), unit="ms", variant=v, note=r.note,
+                                       **common, **extra)]
     out = [results_store.make_row(metric="forward_ms", value=r.forward.median, unit="ms", variant=v,
                                   timing=r.forward, **common, **extra)]
     for metric, value, unit in (("gpu_busy_ms", r.gpu_busy_ms, "ms"), ("launches_per_forward", r.launches, "count"),
@@ -332,11 +335,11 @@ def interpret(cfg: RunConfig, lad, checks: pd.DataFrame | None = None, idle: pd.
         else:
             lines.append("CUDA-graph capture needs a GPU: on this device the notebook checked the static caches "
                          "only.")
-    lines += skipped_graphs(lad)
+    lines += skipped_graphs(lad) + lad.failures()
     e = e2e_table(lad)
     if len(e) and cfg.workload.metric.name in e:
         m = cfg.workload.metric
-        vals = e[m.name]
+        vals = e[m.name].dropna()
         lines.append(f"End to end ({m.label}): " + ", ".join(f"{i}: {v:.3g}" for i, v in vals.items()) + ".")
         ok = e[e["gate"].isin(["pass", "reference"]) & e["frames judged"]][m.name].dropna()  # the goal counts the
         if m.name == "fps" and len(ok) and not cfg.tiny:  # full decoder: a stand-in's rate is told apart below

@@ -395,9 +395,13 @@ def interpret(cfg: RunConfig, tab: pd.DataFrame | None, lad=None) -> str:
                              f"{r['fused vs eager']:.2f}x eager.")
         else:
             lines.append("- On a CPU the kernels ran in Triton's interpreter: correctness only, no speed.")
+    if lad is not None:
+        lines += [f"- {f}" for f in lad.failures()]
     if lad is not None and len(lad.rows) > 1:
         first = lad.rows[1]
         for r in lad.rows[2:]:
+            if r.gate == "error":  # said above (lad.failures)
+                continue
             if r.gate != "pass":
                 lines.append(f"- `{r.variant}` failed the gate ({r.gate}); its time does not count.")
                 continue

@@ -147,6 +147,11 @@ class Ladder:
     def table(self) -> pd.DataFrame:
         return pd.DataFrame([r.record() for r in self.rows], columns=LADDER_COLUMNS).set_index("row")
 
+    def failures(self) -> list[str]:
+        """A sentence per row that failed to apply, compile or run (gate "error"; the later rows went on without
+        its variant)."""
+        return [f"`{r.variant}` failed and has no time: {r.note}." for r in self.rows if r.gate == "error"]
+
     def categories(self) -> pd.DataFrame:
         """GPU kernel ms per forward by category (rows: ladder rows; empty off CUDA): which kernels each step
         removed and what is left between the row and the FLOP floor."""
@@ -205,7 +210,10 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
     `comparisons`: {label: stack} measured after the ladder with the last row's gate, shown below it (not
     cumulative: e.g. the same stack with torch.compile's own CUDA graphs instead of ours).
     `on_row(row)`: called with each measured row as soon as it is finished (the notebooks store its results rows
-    then, so a run cut by a time limit or an error keeps the rows it measured)."""
+    then, so a run cut by a time limit or an error keeps the rows it measured).
+    A row after the first measured one whose variant fails to apply, compile or run (an inductor error, an
+    out-of-memory) is kept as a row with gate "error" and the error in its note, and the later rows go on without that
+    variant; the reference and the first measured row still raise (nothing to measure against)."""
     if isinstance(from_row, bool) or not isinstance(from_row, int) or from_row < 1:
         raise ValueError(f"from_row={from_row!r} is not allowed; allowed values: an integer >= 1")
     wl = get(workload)
@@ -220,14 +228,24 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
     try:
         if from_row > len(vs):
             raise ValueError(f"from_row={from_row} is past the last row ({len(vs)})")
+        applied: list = []  # the variants of the last row that ran (a failed row's variant is left out of later rows)
         for i in tqdm([0, *range(from_row, len(vs) + 1)], desc=f"ladder {wl.name}", leave=False):
             flags.restore()
-            stack = vs[:i]
+            stack = vs[:i] if i <= from_row else [*applied, vs[i - 1]]
             changes_precision = i > 0 and (_changes_precision(stack[-1])
                                            or (i == from_row and any(_changes_precision(v) for v in stack)))
+            saved = (gate_ref.same_precision, gate_ref.same_precision_rel_l2) if gate_ref is not None else None
             if gate_ref is not None and changes_precision:  # this row is gated against fp32 alone
                 gate_ref.same_precision, gate_ref.same_precision_rel_l2 = None, None
-            row, out, frames = measure(ref, wl, stack, device, settings, gate_ref)
+            try:
+                row, out, frames = measure(ref, wl, stack, device, settings, gate_ref)
+            except Exception as e:  # noqa: BLE001 - any failure of one later row: recorded, the ladder goes on
+                if i <= from_row:
+                    raise
+                row, out = _failed_row(stack, e, device), None
+                gate_ref.same_precision, gate_ref.same_precision_rel_l2 = saved
+            else:
+                applied = stack
             if i == 0:
                 outs = _outputs(out)
                 outs = outs if isinstance(outs, list) else [outs]
@@ -235,7 +253,7 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
                                      f"the fp32 reference ({wl.name}, {preset.name})")
                 gate_ref = GateReference(forward=out, frames=frames, same_precision=out, same_precision_rel_l2=0.0)
                 base_ms, base_e2e = row.forward.median, row.e2e_value
-            elif changes_precision:  # later rows: no less accurate than the eager model at this precision
+            elif changes_precision and row.gate != "error":  # later rows: no less accurate than eager at this precision
                 anchor = row.rel_l2_vs_fp32
                 if i == from_row and i > 1:  # a stack measured as one row: its eager precision is the anchor
                     anchor = max(anchor, _eager_anchor(ref, wl, stack, device, settings, gate_ref))
@@ -247,8 +265,8 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             if floor == floor:
                 lad.floor_ms = floor
             row.finish(floor, base_ms, base_e2e, wl.metric)
-            for r in lad.rows:  # keep the first measured row's and the latest row's pipelines only
-                if r.row != from_row:
+            for r in lad.rows if row.gate != "error" else []:  # keep the first measured row's and the latest
+                if r.row != from_row:  # measured row's pipelines only
                     r.pipeline = None
             lad.rows.append(row)
             if on_row is not None and i > 0:
@@ -259,7 +277,10 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
                 torch.cuda.empty_cache()
         for label, stack in extra.items():
             flags.restore()
-            row, out, _ = measure(ref, wl, stack, device, settings, gate_ref)
+            try:
+                row, out, _ = measure(ref, wl, stack, device, settings, gate_ref)
+            except Exception as e:  # noqa: BLE001 - a failed comparison is shown as such, like a failed row
+                row, out = _failed_row(stack, e, device), None
             row.row, row.variant = len(lad.rows), label
             row.pipeline = None
             row.finish(lad.floor_ms, base_ms, base_e2e, wl.metric)
@@ -270,6 +291,15 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
     finally:
         flags.restore()
     return lad
+
+
+def _failed_row(stack: list, error: BaseException, device: torch.device) -> LadderRow:
+    """The row of a stack that failed to apply, compile or run: no times, gate "error", the error in the note."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # raises here if the failure left the device unusable (the ladder cannot go on)
+    first = (str(error).strip().splitlines() or [""])[0]
+    return LadderRow(stack=list(stack), tolerance=tolerance_for(stack), forward=Samples(), flops=math.nan, gate="error",
+                     note=f"{type(error).__name__}: {first[:300]} (left out of the later rows)")
 
 
 def flop_floor_ms(flops: float, ceilings: dict | None) -> float:
