@@ -167,8 +167,9 @@ def _step_reduction(df: pd.DataFrame) -> list[str]:
                           "speedup": _num(k["value"], "{:.2f}x"),
                           "criterion": k["_criterion"]})
         crit = "quality against ground truth" if has_gt else "deviation from the full-step output (solver error)"
+        base = json.loads(points["params"].iloc[0] or "{}").get("base") or "eager"
         parts.append(f"\n**03 · step reduction, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** ({_device(r)}; "
-                     f"{label} median (p20-p80); knee by {crit})\n")
+                     f"on the `{base}` pipeline; {label} median (p20-p80); knee by {crit})\n")
         parts.append(_table(rows))
         if knees:
             parts.append(f"\n**03 · knees, {r['preset'].iloc[0]}**\n")
