@@ -261,6 +261,20 @@ def test_notebook_03_study_without_ground_truth(tmp_path, monkeypatch):
     assert knee["sampling"] == {"solver": "ddim", "decision_steps": 1, "world_steps": 1} and knee["speedup"] > 0
     assert steps.stored_knee("wma", "tiny-wma", curve="nope", path=cfg.results_path) is None
     steps.plot_frontier(sw)
+    # against notebook 01's stored fp32 eager run of the same preset on the same GPU model (a GPU run's yardstick)
+    assert steps._vs_fp32_eager(sw, "GPU X", path=cfg.results_path) == []  # none stored: nothing said
+    base = dict(notebook="01_baseline_profiling", workload="wma", preset="tiny-wma", variant="eager",
+                metric="iteration_s", unit="s")
+    full = sw.reference.metric.median
+    results.append([results.make_row(**base, value=full * 4, params={"dtype": "fp32"}) | {"median": full * 4},
+                    results.make_row(**base, value=full * 2, params={"dtype": "bf16"}) | {"median": full * 2}],
+                   cfg.results_path)
+    df = results.read(cfg.results_path)
+    df.loc[df["notebook"] == "01_baseline_profiling", "device_name"] = "GPU X"
+    df.to_csv(cfg.results_path, index=False)
+    said = steps._vs_fp32_eager(sw, "GPU X", path=cfg.results_path)
+    assert len(said) == 1 and f"`{sw.reference.point.label}` 4.0x" in said[0], said  # the fp32 row, not the bf16 one
+    assert steps._vs_fp32_eager(sw, "GPU Y", path=cfg.results_path) == []  # another GPU model: not comparable
 
     # a world preset with ground truth: the interface of wmbook.world.eval, faked
     import sys

@@ -477,9 +477,30 @@ def interpret(sweep: Sweep) -> str:
         lines.append(s + ".")
     if cfg.device.type == "cpu":
         lines.append("Times on a CPU at a tiny preset say nothing about a GPU; the GPU run is what counts.")
+    else:
+        lines += _vs_fp32_eager(sweep, dev)
     lines.append("Only the number of denoiser forwards changes between points at equal solver: time scales with it "
                  "(the decode and conditioning do not), so a point's speedup is at most the ratio of forwards.")
     return "\n\n".join(lines)
+
+
+def _vs_fp32_eager(sweep: Sweep, device_name: str, path=None) -> list[str]:
+    """A sentence comparing the sweep with notebook 01's stored fp32 eager run of the same preset on the same GPU
+    model (the issue's yardstick: the full-step fp32 eager iteration), when the results store has one."""
+    cfg, ax = sweep.cfg, sweep.axis
+    df = results_store.read(path, notebook="01_baseline_profiling", workload=cfg.workload.name,
+                            preset=cfg.preset.name, variant="eager", metric=ax.metric, device_name=device_name)
+    df = df[[results_store.params_of(r).get("dtype") == "fp32" for _, r in df.iterrows()]]
+    if not len(df):
+        return []
+    base = df.sort_values("timestamp").iloc[-1]
+    b = float(base["median"])
+    pts = [sweep.reference, *(r for r in sweep.results if r is not sweep.reference)]
+    times = ", ".join(f"`{r.point.label}` {(r.metric.median / b if ax.higher_is_better else b / r.metric.median):.1f}x"
+                      for r in pts[:8])
+    return [f"Against notebook 01's fp32 eager run on this GPU model ({b:.3g} {ax.unit}, commit {base['git_commit']}, "
+            f"{base['timestamp'][:10]}): {times}{' ...' if len(pts) > 8 else ''} (speed only: the quality budget is "
+            f"judged against this sweep's full-step run)."]
 
 
 def stored_knee(workload: str, preset: str, curve: str | None = None, path=None) -> dict | None:
