@@ -239,7 +239,7 @@ if triton is not None:
         cc = tl.arange(0, BLOCK_CG)
         c = g * Cg + cc
         cm = cc < Cg
-        n_total = S * Cg * 1.0  # fp32 whether S and Cg arrive as scalars or as constexprs (inductor's analysis)
+        n_total = S * Cg * 1.0  # fp32 even as constants (inductor's analysis: test_kernels_inductor_analysis.py)
         acc = tl.zeros([BLOCK_T, BLOCK_CG], dtype=tl.float32)
         for k in range(T_ITERS):  # pass 1: the group's mean (tile counts as weights)
             t = k * BLOCK_T + tl.arange(0, BLOCK_T)

@@ -1,0 +1,126 @@
+"""Every Triton kernel of wmbook.kernels can be read by inductor's analysis of user-defined Triton kernels.
+
+torch.compile traces our triton_ops (wmbook.kernels.define_op) and works out which arguments each launch writes by
+compiling the kernel to TTIR with every scalar argument made a constant (torch 2.11, the GPU hosts' version). A kernel
+that compiles with runtime scalars but not with constant ones (`(S * Cg).to(tl.float32)`: a Python int has no `.to`)
+makes inductor assume that every argument is written. On the H100 at 5880f6e the GroupNorm finalize kernel did that,
+and compiling the wma UNet with the fused kernels failed in inductor's scheduler (KeyError 'op282').
+
+This test runs on the CPU: it records the launches of each op at tiny shapes under the Triton interpreter, then
+compiles each launched kernel to TTIR for an sm_90 target with its scalars as constants, as that analysis does.
+"""
+
+import pytest
+import torch
+
+from wmbook import kernels
+
+triton = pytest.importorskip("triton")
+
+pytestmark = pytest.mark.skipif(not kernels.interpreting(),
+                                reason="records launches under the Triton interpreter (the CPU test run)")
+
+_PTR = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.int64: "*i64",
+        torch.int32: "*i32", torch.uint8: "*u8", torch.bool: "*i1"}
+
+
+def _launches(monkeypatch) -> list[tuple]:
+    """(python function, {arg name: value}) of every kernel launch the ops' tiny cases make."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from test_kernels_ops import _cases  # pytest puts tests/ on the path (no package)
+
+    seen, real = [], InterpretedFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        names = self.arg_names
+        seen.append((self.fn, {**dict(zip(names, args)), **{k: v for k, v in kwargs.items() if k in names}}))
+        return real(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    monkeypatch.setattr(InterpretedFunction, "run", run)
+    for op, args in _cases(torch.device("cpu")).values():
+        op(*args)
+    monkeypatch.undo()
+    return seen
+
+
+def _ttir_with_constant_scalars(fn, values: dict):
+    """TTIR of `fn` for an sm_90 target, its tensors as pointers and every other argument a constant."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import ASTSource, make_backend
+    from triton.runtime.jit import JITFunction
+
+    jit = fn if isinstance(fn, JITFunction) else JITFunction(fn)
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    options = backend.parse_options({})
+    sig, consts = {}, {}
+    for i, name in enumerate(jit.arg_names):
+        v = values[name]
+        if isinstance(v, str) and v.startswith("*"):  # a pointer type
+            sig[name] = v
+        else:  # a scalar or a constexpr: a constant, as the analysis makes it
+            sig[name], consts[(i,)] = "constexpr", v
+    ctx = triton._C.libtriton.ir.context()
+    backend.load_dialects(ctx)
+    src = ASTSource(jit, sig, consts)
+    return src.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(), ctx)
+
+
+# run without the interpreter (it patches triton.language while it runs kernels, and makes @triton.jit give
+# interpreted functions): import the kernel modules afresh and compile each recorded launch
+_CHILD = """
+import importlib, json, sys
+from tests.test_kernels_inductor_analysis import _ttir_with_constant_scalars
+for k in json.load(sys.stdin):
+    fn = getattr(importlib.import_module(k["module"]), k["name"])
+    try:
+        _ttir_with_constant_scalars(fn, k["values"])
+        print("ok", k["name"])
+    except Exception as e:
+        print("FAIL", k["name"], type(e).__name__, str(e).strip().splitlines()[-1][:200])
+"""
+
+
+def test_every_kernel_compiles_to_ttir_with_constant_scalars(monkeypatch):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton.backends.nvidia")
+    specs = {}
+    for fn, values in _launches(monkeypatch):
+        vals = {n: (_PTR[v.dtype] if isinstance(v, torch.Tensor) else v) for n, v in values.items()}
+        specs.setdefault(fn.__qualname__, {"module": fn.__module__, "name": fn.__name__, "values": vals})
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(list(specs.values())), text=True,
+                         capture_output=True, env=env, cwd=root, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert not [x for x in lines if not x.startswith("ok ")], lines
+    done = {x.split()[1] for x in lines}
+    # every kernel the ops launch at these shapes was checked: both GroupNorm layouts (channels-first stats +
+    # normalize, channels-last stats + finalize + apply) and the others
+    assert {"_gn_cl_finalize_kernel", "_gn_cl_stats_kernel", "_gn_cl_apply_kernel", "_group_norm_silu_stats_kernel",
+            "_group_norm_silu_kernel"} <= done and len(done) == len(specs) >= 9, sorted(done)
+
+
+def test_the_check_catches_a_scalar_only_cast():
+    """The form that failed on the H100: a cast of an expression of scalar arguments alone."""
+    import triton.language as tl
+    from triton.compiler.errors import CompilationError
+
+    def bad(out_ptr, S, Cg):
+        tl.store(out_ptr, (S * Cg).to(tl.float32))
+
+    def good(out_ptr, S, Cg):
+        tl.store(out_ptr, S * Cg * 1.0)
+
+    pytest.importorskip("triton.backends.nvidia")
+    _ttir_with_constant_scalars(good, dict(out_ptr="*fp32", S=7, Cg=3))
+    with pytest.raises(CompilationError, match="has no attribute 'to'"):
+        _ttir_with_constant_scalars(bad, dict(out_ptr="*fp32", S=7, Cg=3))
