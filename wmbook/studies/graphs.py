@@ -349,7 +349,7 @@ def interpret(cfg: RunConfig, lad, checks: pd.DataFrame | None = None, idle: pd.
                             f"short of the {GOAL_FPS:.0f} FPS goal, which needs a steady block in "
                             f"{12 / GOAL_FPS * 1e3:.0f} ms."))
         if not m.higher_is_better and not cfg.tiny:
-            lines += _run_goal(e, f)
+            lines += _run_goal(e, f, {r.variant: r.categories for r in lad.rows})
         stand_in = e[e["gate"].isin(["pass"]) & ~e["frames judged"]][m.name].dropna()
         for row, v in stand_in.items():
             lines.append(f"With the stand-in decoder instead (`{row}`; random weights, so its frames are not judged "
@@ -371,9 +371,10 @@ def interpret(cfg: RunConfig, lad, checks: pd.DataFrame | None = None, idle: pd.
     return " ".join(lines)
 
 
-def _run_goal(e: pd.DataFrame, f: pd.DataFrame) -> list[str]:
+def _run_goal(e: pd.DataFrame, f: pd.DataFrame, categories: dict | None = None) -> list[str]:
     """The whole run's seconds of the best gated row against the base stack's (GOAL_RUN_SPEEDUP), and, where that
-    row's forward already replays at its GPU busy time, what is left: GPU work, not launches."""
+    row's forward already replays at its GPU busy time, what is left: GPU work, not launches, with the GPU busy time
+    a forward would need and where that row's GPU time goes (`categories`: {row: {category: ms}}, a GPU run's)."""
     ok = e[e["gate"].isin(["pass", "reference"]) & e["frames judged"]]["run s"].dropna()
     if len(ok) < 2:
         return []
@@ -387,6 +388,12 @@ def _run_goal(e: pd.DataFrame, f: pd.DataFrame) -> list[str]:
         out.append(f"Its forward replays at {r['wall / busy']:.2f}x its GPU busy time of {r['GPU busy ms']:.3g} ms: "
                    f"what is left is GPU work, so the rest of the way is fewer or cheaper kernels (notebook 05's "
                    f"kernels and low precision) or fewer forwards (notebook 03's step counts), not launches.")
+        need = r["GPU busy ms"] * (base / GOAL_RUN_SPEEDUP) / ok[best]  # the run scales with its GPU work
+        cats = sorted((categories or {}).get(best, {}).items(), key=lambda kv: -kv[1])[:4]
+        total = sum((categories or {}).get(best, {}).values())
+        out.append(f"At the same share of the run, the goal needs about {need:.3g} ms of GPU work per forward"
+                   + (": its GPU time goes to " + ", ".join(f"{c} {ms:.3g} ms ({ms / total:.0%})" for c, ms in cats)
+                      if cats and total > 0 else "") + ".")
     return out
 
 
