@@ -128,7 +128,8 @@ def test_group_norm_silu_channels_last_settings_tools_sweep(poisoned, setting):
     assert gns._cl_blocks(40, 30, 2, 4096, 8, 1024)[1] == 64 and gns._cl_blocks(40, 30, 2, 64, 3, 16)[1] == 16
 
 
-@pytest.mark.parametrize("setting", [dict(block=4096, programs=4096, num_warps=8), dict(block=16, programs=3, num_warps=2)])
+@pytest.mark.parametrize("setting", [dict(block=4096, programs=4096, num_warps=8),
+                                     dict(block=16, programs=3, num_warps=2)])
 def test_group_norm_silu_channels_first_settings_tools_sweep(poisoned, setting):
     """The channels-first launcher's settings that tools/gn_sweep.py sweeps give the same result (one chunk per
     group of a whole block; many chunks of 16 elements)."""

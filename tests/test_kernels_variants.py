@@ -163,7 +163,7 @@ def test_interpretation_says_when_a_row_saves_gpu_time_but_not_wall_time():
     base, fused = row("base", 31.95, 23.15, 1235), row("+ triton-fused", 34.67, 22.46, 1370)
     text = study._launch_bound(base, fused)
     assert "saves 0.69 ms of GPU time but not wall time, +135 launches" in text and "1.38x" in text
-    assert study._launch_bound(base, row("+ faster", 30.0, 22.46, 1235)) == ""  # wall time saved too
+    assert study._launch_bound(base, row("+ faster", 30.0, 22.46, 1235)) == ""  # saves wall time too
     assert study._launch_bound(row("bound by GPU", 23.5, 23.15, 6), fused) == ""  # a base that is not launch-bound
 
 

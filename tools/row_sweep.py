@@ -8,8 +8,9 @@ keep their one-row default until this sweep says otherwise. On the H100 at 665a9
 (data/reports/h100/row_sweep-mg2-665a961.csv): adaln_modulate 12.9 us (12.6-13.3) at 1 row / 4 warps, the next best
 13.2 (2 rows / 8 warps), compile 16.5; gated_residual_adaln 17.8 (17.5-18.4), next 17.9 (2 rows / 8 warps), compile
 24.1; 8 rows per program was slower than compile for adaln_modulate at every warp count. Every setting is gated
-against the fp32 reference like notebook 05 before its time counts; times are CUDA-graph replays with the L2 flushed (notebook 05's timing, after
-bench.spin_up), median with p20-p80. Prints the table per call site, sorted by time, and writes it as CSV.
+against the fp32 reference like notebook 05 before its time counts; times are CUDA-graph replays with the L2
+flushed (notebook 05's timing, after bench.spin_up), median with p20-p80. Prints the table per call site, sorted
+by time, and writes it as CSV.
 
     PYTHONPATH=$PWD python3 tools/row_sweep.py --out /tmp/row_sweep.csv
     PYTHONPATH=$PWD python3 tools/row_sweep.py --quick        # 4 settings (a smoke run, e.g. the CPU interpreter)

@@ -156,6 +156,10 @@ class WMAPreset:
     init_attn_heads: int = 8  # the extra temporal transformer after the stem conv (addition_attention)
     norm_groups: int = 32
     default_fs: int = 10  # frame-stride condition (fps_embedding)
+    # rendered frames from one of the model's frames to the next (observed and predicted alike) where a preset is
+    # trained and scored on rendered episodes (wmbook.world); a step's action is the mean of the rendered frames'
+    # actions it spans (wmbook.world.env.strided_actions). 1: consecutive frames; world-wma sets 3
+    frame_stride: int = 1
     num_stem_token: int = 16  # tokens per action step out of the action-token projector
     # upstream builds the output blocks' cross-attention without agent_action_context_len, so they slice the
     # context with its default (16 tokens as "action", the rest shifted); kept for checkpoint fidelity
@@ -210,6 +214,10 @@ class WMAPreset:
     head_beta_end: float = 0.02
     head_beta_schedule: str = "squaredcos_cap_v2"
     tiny: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.frame_stride, bool) or not isinstance(self.frame_stride, int) or self.frame_stride < 1:
+            raise ValueError(f"frame_stride={self.frame_stride!r} is not allowed; allowed values: an integer >= 1")
 
     @property
     def latent_hw(self) -> tuple[int, int]:
@@ -293,17 +301,9 @@ class WorldWMAPreset(WMAPreset):
     # reference). Not v: the 48-channel latents (and the 48 channels of the observation beside them) enter a
     # 40-channel stem and leave a 40-channel head, so the noise a v target carries cannot be reproduced (Li & He 2025)
     model_output: str = "x0-residual"
-    # rendered frames from one of the model's frames to the next (observed and predicted alike), as UnifoLM samples
-    # its videos with a frame stride: the world renders at a rate where over 8 consecutive frames the agent hardly
-    # moves: on 8 held-out episodes copy-last scores 19.67 dB / SSIM 0.471 / agent error 6.8 px at stride 1 and
-    # 16.47 dB / 0.286 / 16.2 px at stride 3 (world-wma); at stride 1 none of seven trained runs beat copy-last
-    # (data/weights/README.md) and action following hardly shows. A step's action is the mean of the rendered
-    # frames' actions it spans (wmbook.world.env.strided_actions)
-    frame_stride: int = 1
 
     def __post_init__(self):
-        if isinstance(self.frame_stride, bool) or not isinstance(self.frame_stride, int) or self.frame_stride < 1:
-            raise ValueError(f"frame_stride={self.frame_stride!r} is not allowed; allowed values: an integer >= 1")
+        super().__post_init__()
         if self.model_output not in WORLD_WMA_OUTPUTS:
             raise ValueError(f"model_output={self.model_output!r} is not allowed; allowed values: "
                              f"{list(WORLD_WMA_OUTPUTS)}")
@@ -336,7 +336,12 @@ WMA_PRESETS["world-wma"] = WorldWMAPreset(
     resampler_heads=2, resampler_dim_head=32, resampler_queries=4, head_down_dims=(16, 32, 64, 64),
     head_kernel_size=3, head_step_embed_dim=32, head_act_proj_dim=8, obs_widths=(16, 16, 32, 32), obs_spatial_kp=16,
     vae_block_out_channels=(32, 32, 32, 32), vae_layers_per_block=1, vae_norm_groups=8,
-    vae="s2d4", codec_spatial=4, weights="world-wma.pt", frame_stride=3,
+    vae="s2d4", codec_spatial=4, weights="world-wma.pt",
+    # UnifoLM samples its videos with a frame stride; the world renders at a rate where over 8 consecutive frames the
+    # agent hardly moves: on 8 held-out episodes copy-last scores 19.67 dB / SSIM 0.471 / agent error 6.8 px at stride
+    # 1 and 16.47 dB / 0.286 / 16.2 px at stride 3; at stride 1 none of seven trained runs beat copy-last
+    # (data/weights/README.md) and action following hardly shows
+    frame_stride=3,
     # no DynamiCrafter x0 rescale: trained from scratch, the model need not learn x0 * scale(t); with it, DDIM ends
     # on scale(t_last) x0 (a perfect model: 42.1 dB at 50 steps, 36.1 at 10, 30.8 at 5 on held-out seed 0), a
     # contrast loss notebook 03 would book as step-count error, and DPM-Solver++ / UniPC cannot apply it

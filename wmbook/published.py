@@ -139,7 +139,8 @@ def _step_reduction(df: pd.DataFrame) -> list[str]:
         params = [json.loads(p) if p else {} for p in r["params"]]
         r = r.assign(_sampling=[json.dumps(p.get("sampling"), sort_keys=True) for p in params],
                      _curve=[p.get("curve", "") for p in params], _ref=[bool(p.get("reference")) for p in params],
-                     _criterion=[p.get("criterion", "-") for p in params])
+                     _criterion=[p.get("criterion", "-") for p in params],
+                     _base=[p.get("base") or "eager" for p in params])
         points = r[~r["variant"].str.startswith("knee:") & r["metric"].isin(("fps", "iteration_s"))]
         if not len(points):
             continue
@@ -167,9 +168,8 @@ def _step_reduction(df: pd.DataFrame) -> list[str]:
                           "speedup": _num(k["value"], "{:.2f}x"),
                           "criterion": k["_criterion"]})
         crit = "quality against ground truth" if has_gt else "deviation from the full-step output (solver error)"
-        base = json.loads(points["params"].iloc[0] or "{}").get("base") or "eager"
         parts.append(f"\n**03 · step reduction, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** ({_device(r)}; "
-                     f"on the `{base}` pipeline; {label} median (p20-p80); knee by {crit})\n")
+                     f"on the `{points['_base'].iloc[0]}` pipeline; {label} median (p20-p80); knee by {crit})\n")
         parts.append(_table(rows))
         if knees:
             parts.append(f"\n**03 · knees, {r['preset'].iloc[0]}**\n")

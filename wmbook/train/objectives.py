@@ -55,7 +55,7 @@ def window_frames(p) -> int:
     from ..presets import WMAPreset
 
     if isinstance(p, WMAPreset):
-        return (p.n_obs_steps + p.frames - 1) * getattr(p, "frame_stride", 1) + 1
+        return (p.n_obs_steps + p.frames - 1) * p.frame_stride + 1
     return pixel_frames_for(p.default_blocks * p.num_frame_per_block, True)
 
 
@@ -175,7 +175,7 @@ class WMAObjective:
         with torch.no_grad():
             self.text_empty = pipe.text([""]).float()
             self.text_instr = pipe.text([DEFAULT_INSTRUCTION]).float()
-        self.window, self.stride = p.n_obs_steps + p.frames, getattr(p, "frame_stride", 1)
+        self.window, self.stride = p.n_obs_steps + p.frames, p.frame_stride
         check_episode_frames(bank.length, window_frames(p))
         # the UNet's 0.1 dropout (upstream's fine-tuning setting) only slows a minutes-long run on unlimited rendered
         # data; inference (eval mode) never drops, so this changes training only

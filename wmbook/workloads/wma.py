@@ -87,13 +87,13 @@ class WMAWorkload(Workload):
         p, dev = pipe.preset, pipe.device
         if num_blocks is not None:
             raise ValueError("num_blocks is an mg2 option; the wma workload predicts the preset's `frames` frames")
-        n_obs, t, s = p.n_obs_steps, p.frames, getattr(p, "frame_stride", 1)
-        start = (n_obs + 6) * s if start is None else start
-        if isinstance(start, bool) or not isinstance(start, int) or start < (n_obs - 1) * s:
-            raise ValueError(f"start={start!r} is not allowed; allowed values: an integer >= {(n_obs - 1) * s}")
         if (p.agent_state_dim, p.agent_action_dim) != (STATE_DIM, ACTION_DIM):
             raise ValueError(f"preset {p.name!r} has state/action dims {p.agent_state_dim}/{p.agent_action_dim}; the "
                              f"world's are {(STATE_DIM, ACTION_DIM)}")
+        n_obs, t, s = p.n_obs_steps, p.frames, p.frame_stride
+        start = (n_obs + 6) * s if start is None else start
+        if isinstance(start, bool) or not isinstance(start, int) or start < (n_obs - 1) * s:
+            raise ValueError(f"start={start!r} is not allowed; allowed values: an integer >= {(n_obs - 1) * s}")
         ep = episode_for(start + t * s + 1)
         obs = slice(start - (n_obs - 1) * s, start + 1, s)
         images = torch.from_numpy(ep.frames[obs]).permute(3, 0, 1, 2).float() / 127.5 - 1  # [3, n_obs, H, W]
