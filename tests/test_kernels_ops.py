@@ -21,6 +21,40 @@ def test_interpreter_and_switch_keep_custom_op(monkeypatch):
     assert kernels.uses_triton_op() == (kernels.triton_available() and not kernels.interpreting())
 
 
+# a process without the interpreter, where the ops are triton_ops (it runs no kernel: no GPU needed)
+_LAUNCH_CHILD = """
+from torch._higher_order_ops.triton_kernel_wrap import TraceableTritonKernelWrapper
+from torch._library.triton import set_wrap_triton_enabled
+from wmbook import kernels
+from wmbook.kernels import adaln
+k = adaln._adaln_modulate_kernel
+assert kernels._triton_ops()
+with set_wrap_triton_enabled(False):  # how torch runs an eager call of a triton_op
+    assert kernels.launch(k) is k
+traced = kernels.launch(k)  # how tracing sees it afterwards
+assert isinstance(traced, TraceableTritonKernelWrapper), type(traced)
+print("ok")
+"""
+
+
+def test_launch_wraps_the_kernel_for_tracing_after_an_eager_call():
+    """An eager call of a triton_op launches the kernel itself (torch turns wrap_triton off there); a later traced
+    call must still get the wrapper. Kept from the eager call, the bare kernel was launched on fake tensors when the
+    model was compiled (H100, f07412f), which this catches without a GPU."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton")
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", _LAUNCH_CHILD], text=True, capture_output=True, env=env, cwd=root,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
 def _cases(dev):
     g = torch.Generator(device="cpu").manual_seed(0)
 

@@ -110,7 +110,6 @@ def uses_triton_op() -> bool:
 
 
 _KIND: list[bool] = []  # the kind of op define_op made (decided once, at the first definition), which launch() follows
-_WRAPPED: dict = {}  # kernel -> its wrap_triton wrapper, made once
 
 
 def _triton_ops() -> bool:
@@ -128,14 +127,12 @@ def define_op(name: str):
 
 
 def launch(kernel):
-    """A @triton.jit kernel as an op's launcher calls it: wrapped (torch.library.wrap_triton, once per kernel) when
-    the ops are triton_ops, so that tracing records the launch; outside tracing the wrapper runs the kernel."""
-    if not _triton_ops():
-        return kernel
-    w = _WRAPPED.get(kernel)
-    if w is None:
-        w = _WRAPPED[kernel] = torch.library.wrap_triton(kernel)
-    return w
+    """A @triton.jit kernel as an op's launcher calls it: torch.library.wrap_triton(kernel) when the ops are
+    triton_ops, asked at every launch. Under tracing it gives a wrapper that records the launch; in an eager call of
+    the op (where torch turns the wrapper off for speed) the kernel itself. Kept from one call for the next, the kernel
+    of an eager call was then launched on fake tensors when torch.compile traced the op (the H100 at f07412f: "Cannot
+    access data pointer of Tensor" in every model compiled after its fused ops had run eagerly)."""
+    return torch.library.wrap_triton(kernel) if _triton_ops() else kernel
 
 
 def check_dtype(name: str, t: torch.Tensor, allowed=(torch.float32, torch.bfloat16, torch.float16)) -> None:
