@@ -1,13 +1,19 @@
-"""Every Triton kernel of wmbook.kernels can be read by inductor's analysis of user-defined Triton kernels.
+"""Every Triton kernel of wmbook.kernels can be read by inductor's analysis of user-defined Triton kernels, and the
+analysis finds that each kernel writes its outputs and nothing else.
 
 torch.compile traces our triton_ops (wmbook.kernels.define_op) and works out which arguments each launch writes by
-compiling the kernel to TTIR with every scalar argument made a constant (torch 2.11, the GPU hosts' version). A kernel
-that compiles with runtime scalars but not with constant ones (`(S * Cg).to(tl.float32)`: a Python int has no `.to`)
-makes inductor assume that every argument is written. On the H100 at 5880f6e the GroupNorm finalize kernel did that,
-and compiling the wma UNet with the fused kernels failed in inductor's scheduler (KeyError 'op282').
+compiling the kernel to TTIR with every scalar argument made a constant (torch 2.11, the GPU hosts' version), then
+following each store's address back to the kernel's pointer arguments. Two ways it went wrong on the H100, both
+ending in a KeyError ('op282') in inductor's scheduler when the wma UNet was compiled whole with the fused kernels:
+- at 5880f6e the GroupNorm finalize kernel did not compile with constant scalars (`(S * Cg).to(tl.float32)`: a
+  Python int has no `.to`), and the analysis then assumes that every argument is written;
+- at f07412f the GroupNorm kernels stored through offsets returned by a helper that also took x and add: the analysis
+  counts a call's results as derived from all of its arguments, so x and add were "written" (and inductor copied x
+  before every GroupNorm).
 
-This test runs on the CPU: it records the launches of each op at tiny shapes under the Triton interpreter, then
-compiles each launched kernel to TTIR for an sm_90 target with its scalars as constants, as that analysis does.
+These tests run on the CPU: the first records the launches of each op at tiny shapes under the Triton interpreter and
+compiles each launched kernel to TTIR for an sm_90 target with its scalars as constants, as that analysis does; the
+second traces each op on fake CUDA tensors as torch.compile does and reads the writes the analysis found.
 """
 
 import pytest
@@ -124,3 +130,77 @@ def test_the_check_catches_a_scalar_only_cast():
     _ttir_with_constant_scalars(good, dict(out_ptr="*fp32", S=7, Cg=3))
     with pytest.raises(CompilationError, match="has no attribute 'to'"):
         _ttir_with_constant_scalars(bad, dict(out_ptr="*fp32", S=7, Cg=3))
+
+
+# a process without the interpreter, where the ops are triton_ops: each op traced on fake CUDA tensors with
+# functionalization, as torch.compile traces it, and the arguments each kernel launch is found to write (the
+# functional launch's tensors_to_clone). Inductor's analysis compiles for the active driver's target: an H100's here.
+_WRITES_CHILD = """
+import json
+import torch
+import triton.runtime
+from triton.backends.compiler import GPUTarget
+
+
+class _Sm90:
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+
+triton.runtime.driver.set_active(_Sm90())
+from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.functional_tensor import dispatch_functionalize
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from tests.test_kernels_ops import _cases
+
+cases = _cases(torch.device("cpu"))
+for name in ("group_norm_silu", "group_norm_silu channels-last"):  # with the time-embedding add too
+    op, (x, w, b, g, eps, _) = cases[name]
+    cases[name + " + add"] = (op, (x, w, b, g, eps, torch.randn(x.shape[0], x.shape[1]).to(x.dtype)))
+out = {}
+with FakeTensorMode():
+    for name, (op, args) in cases.items():
+        args = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="cuda") if isinstance(a, torch.Tensor)
+                else a for a in args]
+        gm = make_fx(dispatch_functionalize(lambda *a: op(*a)))(*args)
+        for n in gm.graph.nodes:
+            if n.op == "call_function" and "triton_kernel_wrapper_functional" in str(n.target):
+                k = kernel_side_table.get_kernel(n.kwargs["kernel_idx"])
+                out.setdefault(name, []).append([k.fn.__name__, sorted(n.kwargs["tensors_to_clone"])])
+print(json.dumps(out))
+"""
+
+# what each kernel stores to (its tl.store targets)
+_WRITES = {
+    "_adaln_modulate_kernel": ["out_ptr"], "_gated_residual_adaln_kernel": ["h_out_ptr", "x_out_ptr"],
+    "_qk_norm_rope_kernel": ["out_ptr"], "_rms_norm_silu_kernel": ["out_ptr"],
+    "_group_norm_silu_stats_kernel": ["part_ptr"], "_group_norm_silu_kernel": ["out_ptr"],
+    "_gn_cl_stats_kernel": ["part_ptr"], "_gn_cl_finalize_kernel": ["mean_ptr", "scale_ptr"],
+    "_gn_cl_apply_kernel": ["out_ptr"],
+}
+
+
+def test_inductor_finds_each_kernel_writes_its_outputs_only():
+    """An input the analysis takes for written is copied before every launch, and x of the GroupNorm kernels taken
+    for written broke inductor's scheduler on the wma UNet (H100, f07412f). This fails on the kernels as they were
+    there (x_ptr and add_ptr among the writes of the normalizing and apply kernels, add_ptr of the stats kernel)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton.backends.nvidia")
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", _WRITES_CHILD], text=True, capture_output=True, env=env, cwd=root,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    launched = {k for launches in found.values() for k, _ in launches}
+    assert launched == set(_WRITES), launched  # every kernel was traced (both GroupNorm layouts)
+    wrong = {op: [(k, w) for k, w in launches if w != _WRITES[k]] for op, launches in found.items()}
+    assert not any(wrong.values()), wrong

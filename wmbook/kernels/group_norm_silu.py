@@ -43,33 +43,39 @@ _MAX_CHUNKS = 256  # chunks per group at most: the normalizing kernel merges the
 
 if triton is not None:
 
+    # No helper that takes a pointer returns anything a store's address is computed from: inductor's analysis of
+    # user-defined kernels (torch.compile tracing the triton_ops) counts a call's results as derived from all of its
+    # arguments, so a store through such an offset marks that pointer written. The normalizing kernel's store through
+    # the offset of a load helper made x and add "mutated"; compiling the wma UNet then failed in inductor's scheduler
+    # (H100, 5880f6e and f07412f: KeyError 'op282'). tests/test_kernels_inductor_analysis.py checks every kernel.
+
     @triton.jit
-    def _group_load(
-        x_ptr,  # [B, C, *S], dense in its memory format
-        add_ptr,  # [B, C] contiguous (HAS_ADD), else unused
+    def _group_offsets(
         b,  # batch element (int64)
         g,  # group
-        i,  # [BLOCK] element indices within the group, 0 <= i < Cg * S where m
-        m,  # [BLOCK] mask
+        i,  # [BLOCK] element indices within the group, 0 <= i < Cg * S where masked in
         C,  # channels
         S,  # spatial positions (the product of the dims after C)
         Cg,  # channels per group
-        HAS_ADD: tl.constexpr,
         CHANNELS_LAST: tl.constexpr,
     ):
-        """x (+ add, rounded to x's dtype like the model's `h + emb`) of group elements i in fp32, 0 where masked;
-        also each element's channel and offset."""
+        """Each group element's channel and offset in x (and in the output, which has x's strides)."""
         if CHANNELS_LAST:  # a position's Cg channels are contiguous, positions C apart
             c = g * Cg + i % Cg
             off = b * C * S + (i // Cg) * C + c
         else:  # the group is one contiguous run of Cg * S elements
             c = g * Cg + i // S
             off = b * C * S + g * Cg * S + i
+        return c, off
+
+    @triton.jit
+    def _group_load(x_ptr, add_ptr, b, c, off, m, C, HAS_ADD: tl.constexpr):
+        """x (+ add, rounded to x's dtype like the model's `h + emb`) at the offsets, in fp32, 0 where masked."""
         x = tl.load(x_ptr + off, mask=m, other=0.0)
         if HAS_ADD:
             a = tl.load(add_ptr + b * C + c, mask=m, other=0.0)
             x = (x.to(tl.float32) + a.to(tl.float32)).to(x_ptr.dtype.element_ty)
-        return tl.where(m, x.to(tl.float32), 0.0), c, off
+        return tl.where(m, x.to(tl.float32), 0.0)
 
     @triton.jit
     def _group_norm_silu_stats_kernel(
@@ -98,7 +104,8 @@ if triton is not None:
         for k in range(ITERS):  # Chan's merge of each block's exact (mean, M2)
             i = start + k * BLOCK + tl.arange(0, BLOCK)
             m = i < n  # the last chunk's blocks past the group's end are empty and change nothing
-            x, c, _ = _group_load(x_ptr, add_ptr, b, g, i, m, C, S, Cg, HAS_ADD, CHANNELS_LAST)
+            c, off = _group_offsets(b, g, i, C, S, Cg, CHANNELS_LAST)
+            x = _group_load(x_ptr, add_ptr, b, c, off, m, C, HAS_ADD)
             n_blk = tl.sum(m.to(tl.float32), axis=0)
             mean_blk = tl.sum(x, axis=0) / tl.maximum(n_blk, 1.0)
             d = tl.where(m, x - mean_blk, 0.0)
@@ -149,7 +156,8 @@ if triton is not None:
         for k in range(ITERS):
             i = start + k * BLOCK + tl.arange(0, BLOCK)
             m = i < n
-            x, c, off = _group_load(x_ptr, add_ptr, b, g, i, m, C, S, Cg, HAS_ADD, CHANNELS_LAST)
+            c, off = _group_offsets(b, g, i, C, S, Cg, CHANNELS_LAST)
+            x = _group_load(x_ptr, add_ptr, b, c, off, m, C, HAS_ADD)
             w = tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
             bb = tl.load(bias_ptr + c, mask=m, other=0.0).to(tl.float32)
             y = (x - mean) * rstd * w + bb
@@ -157,31 +165,40 @@ if triton is not None:
             tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
 
     @triton.jit
-    def _cl_program(add_ptr, C, spans, HAS_ADD: tl.constexpr, BLOCK_C: tl.constexpr):
-        """This program's batch element, span and channel indices (grid: batch x spans, channel blocks), and the
-        time-embedding add of those channels in fp32 (HAS_ADD; else unused zeros), loaded once for all its tiles."""
+    def _cl_program(C, spans, BLOCK_C: tl.constexpr):
+        """This program's batch element, span and channel indices (grid: batch x spans, channel blocks)."""
         pid = tl.program_id(0)
         b = (pid // spans).to(tl.int64)
         c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        return b, pid % spans, c
+
+    @triton.jit
+    def _cl_add(add_ptr, b, c, C, HAS_ADD: tl.constexpr, BLOCK_C: tl.constexpr):
+        """The time-embedding add of the program's channels in fp32 (HAS_ADD; else unused zeros), loaded once for all
+        its tiles."""
         if HAS_ADD:
             a = tl.load(add_ptr + b * C + c, mask=c < C, other=0.0).to(tl.float32)
         else:
             a = tl.zeros([BLOCK_C], dtype=tl.float32)
-        return b, pid % spans, c, a
+        return a
 
     @triton.jit
-    def _cl_tile(x_ptr, a, b, span, c, k, C, S, HAS_ADD: tl.constexpr, BLOCK_S: tl.constexpr,
-                 ITERS: tl.constexpr):
-        """Tile k (of ITERS) of the span: the [BLOCK_S, channels] channels-last block of x (+ a, rounded to x's dtype
-        like the model's h + emb) in fp32 (0 where masked), its mask, offsets and position count (0 past the end)."""
+    def _cl_tile(b, span, c, k, C, S, BLOCK_S: tl.constexpr, ITERS: tl.constexpr):
+        """Tile k (of ITERS) of the span: the mask and offsets of its [BLOCK_S, channels] channels-last block and its
+        position count (0 past the end)."""
         s0 = (span * ITERS + k) * BLOCK_S
         s = s0 + tl.arange(0, BLOCK_S)
         m = (s[:, None] < S) & (c[None, :] < C)
         off = b * C * S + s[:, None].to(tl.int64) * C + c[None, :]
+        return m, off, tl.maximum(tl.minimum(BLOCK_S, S - s0), 0)
+
+    @triton.jit
+    def _cl_load(x_ptr, a, off, m, HAS_ADD: tl.constexpr):
+        """The tile of x (+ a, rounded to x's dtype like the model's h + emb) in fp32, 0 where masked."""
         x = tl.load(x_ptr + off, mask=m, other=0.0)
         if HAS_ADD:
             x = (x.to(tl.float32) + a[None, :]).to(x_ptr.dtype.element_ty)
-        return tl.where(m, x.to(tl.float32), 0.0), m, off, tl.maximum(tl.minimum(BLOCK_S, S - s0), 0)
+        return tl.where(m, x.to(tl.float32), 0.0)
 
     @triton.jit
     def _gn_cl_stats_kernel(
@@ -196,12 +213,14 @@ if triton is not None:
         BLOCK_C: tl.constexpr,
         ITERS: tl.constexpr,
     ):
-        b, span, c, a = _cl_program(add_ptr, C, spans, HAS_ADD, BLOCK_C)
+        b, span, c = _cl_program(C, spans, BLOCK_C)
+        a = _cl_add(add_ptr, b, c, C, HAS_ADD, BLOCK_C)
         count = tl.zeros([BLOCK_C], dtype=tl.float32)
         mean = tl.zeros([BLOCK_C], dtype=tl.float32)
         m2 = tl.zeros([BLOCK_C], dtype=tl.float32)
         for k in range(ITERS):  # each tile's exact (mean, M2) per channel, merged into the span's (Chan)
-            x, m, _, n_pos = _cl_tile(x_ptr, a, b, span, c, k, C, S, HAS_ADD, BLOCK_S, ITERS)
+            m, off, n_pos = _cl_tile(b, span, c, k, C, S, BLOCK_S, ITERS)
+            x = _cl_load(x_ptr, a, off, m, HAS_ADD)
             n_blk = n_pos.to(tl.float32)
             mean_blk = tl.sum(x, axis=0) / tl.maximum(n_blk, 1.0)
             d = tl.where(m, x - mean_blk[None, :], 0.0)
@@ -282,12 +301,14 @@ if triton is not None:
         BLOCK_C: tl.constexpr,
         ITERS: tl.constexpr,
     ):
-        b, span, c, a = _cl_program(add_ptr, C, spans, HAS_ADD, BLOCK_C)
+        b, span, c = _cl_program(C, spans, BLOCK_C)
+        a = _cl_add(add_ptr, b, c, C, HAS_ADD, BLOCK_C)
         sc = tl.load(scale_ptr + b * C + c, mask=c < C, other=0.0)
         mu = tl.load(mean_ptr + b * C + c, mask=c < C, other=0.0)
         bb = tl.load(bias_ptr + c, mask=c < C, other=0.0).to(tl.float32)
         for k in range(ITERS):
-            x, m, off, _ = _cl_tile(x_ptr, a, b, span, c, k, C, S, HAS_ADD, BLOCK_S, ITERS)
+            m, off, _ = _cl_tile(b, span, c, k, C, S, BLOCK_S, ITERS)
+            x = _cl_load(x_ptr, a, off, m, HAS_ADD)
             y = (x - mu[None, :]) * sc[None, :] + bb[None, :]  # x - mean first: no cancellation when |mean| >> std
             y = y * tl.sigmoid(y)
             tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
