@@ -55,3 +55,22 @@ def poisoned(monkeypatch):
         return t.fill_(float("nan")) if t.is_floating_point() else t
 
     monkeypatch.setattr(torch, "empty_like", nan_empty_like)
+
+
+@pytest.fixture(scope="session")
+def run_uninterpreted():
+    """run(code, stdin="") -> CompletedProcess of `python -c code` from the repository root without the Triton
+    interpreter (there the kernels' ops are triton_ops, as on a GPU host; nothing in it may launch a kernel)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+
+    def run(code: str, stdin: str = ""):
+        return subprocess.run([sys.executable, "-c", code], input=stdin, text=True, capture_output=True, env=env,
+                              cwd=root, timeout=300)
+
+    return run

@@ -88,23 +88,15 @@ for k in json.load(sys.stdin):
 """
 
 
-def test_every_kernel_compiles_to_ttir_with_constant_scalars(monkeypatch):
+def test_every_kernel_compiles_to_ttir_with_constant_scalars(monkeypatch, run_uninterpreted):
     import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
     pytest.importorskip("triton.backends.nvidia")
     specs = {}
     for fn, values in _launches(monkeypatch):
         vals = {n: (_PTR[v.dtype] if isinstance(v, torch.Tensor) else v) for n, v in values.items()}
         specs.setdefault(fn.__qualname__, {"module": fn.__module__, "name": fn.__name__, "values": vals})
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = Path(__file__).resolve().parents[1]
-    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(list(specs.values())), text=True,
-                         capture_output=True, env=env, cwd=root, timeout=300)
+    out = run_uninterpreted(_CHILD, json.dumps(list(specs.values())))
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
     assert not [x for x in lines if not x.startswith("ok ")], lines
@@ -182,22 +174,14 @@ _WRITES = {
 }
 
 
-def test_inductor_finds_each_kernel_writes_its_outputs_only():
+def test_inductor_finds_each_kernel_writes_its_outputs_only(run_uninterpreted):
     """An input the analysis takes for written is copied before every launch, and x of the GroupNorm kernels taken
     for written broke inductor's scheduler on the wma UNet (H100, f07412f). This fails on the kernels as they were
     there (x_ptr and add_ptr among the writes of the normalizing and apply kernels, add_ptr of the stats kernel)."""
     import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
     pytest.importorskip("triton.backends.nvidia")
-    root = Path(__file__).resolve().parents[1]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", _WRITES_CHILD], text=True, capture_output=True, env=env, cwd=root,
-                         timeout=300)
+    out = run_uninterpreted(_WRITES_CHILD)
     assert out.returncode == 0, out.stderr[-3000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
     launched = {k for launches in found.values() for k, _ in launches}

@@ -37,21 +37,12 @@ print("ok")
 """
 
 
-def test_launch_wraps_the_kernel_for_tracing_after_an_eager_call():
+def test_launch_wraps_the_kernel_for_tracing_after_an_eager_call(run_uninterpreted):
     """An eager call of a triton_op launches the kernel itself (torch turns wrap_triton off there); a later traced
     call must still get the wrapper. Kept from the eager call, the bare kernel was launched on fake tensors when the
     model was compiled (H100, f07412f), which this catches without a GPU."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     pytest.importorskip("triton")
-    root = Path(__file__).resolve().parents[1]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", _LAUNCH_CHILD], text=True, capture_output=True, env=env, cwd=root,
-                         timeout=300)
+    out = run_uninterpreted(_LAUNCH_CHILD)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
 
 
