@@ -133,7 +133,9 @@ wd.table(study.e2e_table(lad), caption="End to end")
 
 # %% [markdown]
 # ### Whole generations before and after: GPU idle time and streams
-# One warm end-to-end run of the first and last rows, profiled: the GPU busy time (the union of every stream's kernels)
+# One warm end-to-end run of the first and last rows, profiled once the rows are measured and before the comparison
+# row (the notebook's kernel died in this profiling on the H100 whenever torch.compile's reduce-overhead graphs had
+# run before it): the GPU busy time (the union of every stream's kernels)
 # against the run's span from first to last kernel. With the decode on a second stream, its kernels (second lane) run
 # beside the DiT's. For a streaming workload the table also gives the idle share inside the steady blocks (the first
 # block, with its other shapes, left out; each block's window runs from its first kernel to the next block's), which
@@ -142,7 +144,7 @@ wd.table(study.e2e_table(lad), caption="End to end")
 
 # %%
 if cfg.device.type == "cuda":
-    gen = study.generation_traces(lad, cfg)
+    gen = lad.generation_traces  # taken by run_ladder before its comparison rows
     idle = study.generation_idle(gen, cfg.workload.labels)
     display(wd.table(idle, caption="GPU idle share of a whole generation, and inside its steady blocks"))
     study.plot_generation_timelines(gen)

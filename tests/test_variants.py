@@ -199,6 +199,17 @@ def test_ladder_rows_gate_and_recompile_fix(mg2_ref):
     assert 0 < t["rel_l2_vs_fp32"].iloc[1] <= 0.03
 
 
+def test_ladder_calls_before_comparisons_between_its_rows_and_the_comparisons(mg2_ref):
+    # notebook 06 profiles whole generations there: before torch.compile's own CUDA graphs run in the process
+    settings = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager")
+    seen = []
+    lad = run_ladder("mg2", "tiny", ["bf16"], device=CPU, reference=mg2_ref, settings=settings,
+                     comparisons={"bf16 + kv-slot-write": ["bf16", "kv-slot-write"]},
+                     before_comparisons=lambda lad: seen.append([r.variant for r in lad.rows]))
+    assert seen == [["fp32 eager (reference)", "+ bf16"]]
+    assert [r.variant for r in lad.rows] == [*seen[0], "bf16 + kv-slot-write"]
+
+
 def _warm_then_steady(ref, names, num_blocks):
     """Compile monitors of a first (warming) and a second end-to-end mg2 run of a fresh copy with `names`."""
     from wmbook.variants.compile import reset_compile_state

@@ -172,7 +172,9 @@ def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
     """The base stack (one row), then each graph step (static caches, CUDA graphs), gated against fp32; with
     reduce_overhead (GPU), the base compiled with mode reduce-overhead as a comparison row. Rows keep their
     pipelines and profiled forwards (for the capture table and the timeline figure). Each row's results rows are
-    stored as soon as it is measured (store_each_row)."""
+    stored as soon as it is measured (store_each_row). The profiled whole generations (generation_traces, in
+    `ladder.generation_traces`) are taken before the comparison rows: on the H100 the notebook's kernel died in that
+    profiling each time it came after the reduce-overhead row (665a961, f07412f), never before it (b1cc15c)."""
     from ..variants.builtin import compile_variant
     from ..variants.ladder import LadderSettings
     from ..variants.ladder import run_ladder as _run
@@ -190,8 +192,12 @@ def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
     from .. import variants
 
     n_base = len(variants.resolve(base, cfg.workload, cfg.device))  # groups (hygiene) expand to their variants
+
+    def traces(lad):
+        lad.generation_traces = generation_traces(lad, cfg)
+
     return _run(cfg.workload, cfg.preset, base + graph_steps(cfg), device=cfg.device, settings=st, reference=ref,
-                from_row=n_base, comparisons=comparisons, on_row=store_each_row(cfg))
+                from_row=n_base, comparisons=comparisons, on_row=store_each_row(cfg), before_comparisons=traces)
 
 
 def forward_table(lad) -> pd.DataFrame:

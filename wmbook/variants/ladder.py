@@ -143,6 +143,7 @@ class Ladder:
     preset: str
     rows: list[LadderRow] = field(default_factory=list)
     floor_ms: float = float("nan")
+    generation_traces: dict = field(default_factory=dict)  # {row: profiled whole generation} (notebook 06, GPU)
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame([r.record() for r in self.rows], columns=LADDER_COLUMNS).set_index("row")
@@ -200,7 +201,8 @@ class Ladder:
 
 
 def run_ladder(workload, preset, steps: list[str], *, device: torch.device, settings: LadderSettings = LadderSettings(),
-               reference=None, from_row: int = 1, comparisons: dict | None = None, on_row=None) -> Ladder:
+               reference=None, from_row: int = 1, comparisons: dict | None = None, on_row=None,
+               before_comparisons=None) -> Ladder:
     """Row 0 is the fp32 eager reference; row i applies steps[:i] (all names checked before any work).
 
     `reference`: the fp32 reference pipeline, if already built (each row works on a deep copy of it).
@@ -211,6 +213,8 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
     cumulative: e.g. the same stack with torch.compile's own CUDA graphs instead of ours).
     `on_row(row)`: called with each measured row as soon as it is finished (the notebooks store its results rows
     then, so a run cut by a time limit or an error keeps the rows it measured).
+    `before_comparisons(ladder)`: called once the ladder's rows are measured, before the comparison rows (notebook 06
+    profiles whole generations of its rows there, before torch.compile's own CUDA graphs run in the process).
     A row after the first measured one whose variant fails to apply, compile or run (an inductor error, an
     out-of-memory) is kept as a row with gate "error" and the error in its note, and the later rows go on without that
     variant; the reference and the first measured row still raise (nothing to measure against)."""
@@ -275,6 +279,9 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             if device.type == "cuda":
                 gc.collect()  # graphed callables hold their pipelines in reference cycles
                 torch.cuda.empty_cache()
+        if before_comparisons is not None:
+            flags.restore()
+            before_comparisons(lad)
         for label, stack in extra.items():
             flags.restore()
             try:
