@@ -74,3 +74,25 @@ def test_notebook_03_points_and_knees(tmp_path):
     assert "| euler [1000,500] (full steps) | - | 100 (98-103) | 1.00x | - | 20.00 |" in md
     assert "| euler [1000] | - | 150 (149-155) | 1.50x | 24.2 | 19.90 |" in md
     assert "| euler | euler [1000] | 2 | 1.50x | PSNR within 0.2 dB |" in md
+
+
+def test_notebook_06_failed_row_keeps_the_run_table(tmp_path):
+    """A row that failed (gate "error": no time, no end-to-end value) is listed with dashes under the run's
+    end-to-end column; it broke the table before (the H100's wma run at f07412f)."""
+    from wmbook import results
+
+    def row(variant, metric, value, **kw):
+        return results.make_row(notebook="06_cuda_graphs", workload="wma", preset="wma", variant=variant,
+                                metric=metric, value=value, unit="ms", params={}, **kw) | {
+            "device_kind": "cuda", "device_name": "Test GPU", "run_id": "r1", "timestamp": "2026-01-01T00:00"}
+
+    base, fused = "bf16 + compile-whole", "bf16 + compile-whole + triton-fused"
+    rows = [row(base, "forward_ms", 70.0, gate="pass"), row(base, "ddim_step_ms", 80.0),
+            row(fused, "forward_ms", float("nan"), gate="error", note="InductorError: KeyError: 'op282'"),
+            row(base + " + vae-compile", "forward_ms", 69.0, gate="pass")]
+    path = tmp_path / "r.csv"
+    results.append(rows, path)
+    md = published.markdown(path).split("**06 · static caches and CUDA graphs, wma / wma**")[1]
+    assert "| ms per DDIM step |" in md.splitlines()[1]
+    assert "| triton-fused | error |" in md and "| 80 |" in md
+    assert "| vae-compile | pass | 69.0 |" in md  # the row after it: one variant on the last row that ran

@@ -240,6 +240,8 @@ def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:
     parts = []
     for r in _latest_runs(df, "06_cuda_graphs"):
         rows, prev, base = [], None, None
+        measured = r.loc[r["metric"].isin(list(e2e_metrics)), "metric"]  # one column name for every row of the run
+        e2e_col = e2e_metrics[measured.iloc[0]] if len(measured) else "end to end"  # (a failed row has no e2e)
         for _, f in r[r["metric"] == "forward_ms"].iterrows():
             v = f["variant"]
             names = v.split(" + ")
@@ -249,7 +251,7 @@ def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:
                 label = names[-1]  # one variant on top of the row before
             else:  # a comparison row (reduce-overhead, the stand-in decoder): what it adds to the base stack
                 label = " + ".join(n for n in names if n not in base)
-            prev = names
+            prev = names if f.get("gate") != "error" else names[:-1]  # later rows go on without a failed variant
             busy = _v(r, "gpu_busy_ms", v)
             e2e = r[(r["variant"] == v) & (r["metric"].isin(list(e2e_metrics)))]
             ratio = float(f["value"]) / float(busy["value"]) if busy is not None else math.nan
@@ -258,8 +260,7 @@ def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:
                          "GPU busy ms": _num(busy["value"] if busy is not None else None, "{:.1f}"),
                          "wall / busy": _num(ratio, "{:.2f}"),
                          "launches / forward": _val(r, "launches_per_forward", "{:.0f}", v),
-                         (e2e_metrics.get(e2e["metric"].iloc[0]) if len(e2e) else "end to end"):
-                             _num(e2e["value"].iloc[0], "{:.3g}") if len(e2e) else "-",
+                         e2e_col: _num(e2e["value"].iloc[0], "{:.3g}") if len(e2e) else "-",
                          "first frame ms": _val(r, "first_frame_ms", "{:.0f}", v),
                          "run s": _val(r, "run_s", "{:.2f}", v),
                          "frames PSNR dB": _val(r, "psnr_db", "{:.1f}", v)})
