@@ -150,7 +150,8 @@ def test_notebook_04_default_ladders():
     wma = ca.default_ladder(ca.validate(workload="wma", device="cpu"))
     hyg = ["norm-input-dtype", "kv-slot-write", "action-hoist", "cross-kv-prefill"]
     assert mg2 == ["tf32", "bf16", *hyg, "action-attn-fused", "compile-regional"]
-    assert wma == ["tf32", "bf16", "norm-input-dtype", "channels-last", "compile-whole"]  # the UNet compiles whole
+    assert wma == ["tf32", "bf16", "norm-input-dtype", "channels-last", "temporal-channels-last",
+                   "compile-whole"]  # the UNet compiles whole
     assert ca.default_ladder(ca.validate(workload="mg2", device="cpu"), "math")[-3] == "attn-math"
     assert "attn-flash" not in ca.default_ladder(ca.validate(workload="mg2", device="cpu"), "flash")  # CUDA only
     with pytest.raises(ValueError, match="e2e_blocks=5 is not allowed for preset 'tiny-sf'"):

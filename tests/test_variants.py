@@ -153,6 +153,32 @@ def test_wma_hygiene_and_channels_last(wma_ref):
     assert check.compare(list(out), list(ref_out), dtype="fp32").passed
 
 
+def test_wma_temporal_channels_last(wma_ref):
+    """The temporal conv blocks take their [B, C, T, h, w] input in channels_last_3d (from a channels-last
+    activation: no copy), their Conv3d weights too; the output equals the reference at fp32; the fused ResBlock
+    (triton-fused) keeps the layout; the reference stays NCDHW. Not a workload with a UNet: not known."""
+    from wmbook.models.wma.unet import ResBlock, TemporalConvBlock
+
+    ref_out = WMA.forward_probe(wma_ref).forward()
+    for stack in (["channels-last", "temporal-channels-last"], ["channels-last", "temporal-channels-last",
+                                                                "triton-fused"]):
+        p, ctx = _applied(wma_ref, "wma", stack)
+        seen = []
+        for m in p.model.diffusion_model.modules():
+            if isinstance(m, TemporalConvBlock):
+                m.register_forward_pre_hook(lambda mod, args: seen.append(args[0]))
+        out = WMA.forward_probe(p).forward()
+        assert seen and all(t.is_contiguous(memory_format=torch.channels_last_3d) and not t.is_contiguous()
+                            for t in seen)
+        conv3d = [m for m in p.model.diffusion_model.modules() if isinstance(m, torch.nn.Conv3d)]
+        assert conv3d and all(c.weight.is_contiguous(memory_format=torch.channels_last_3d) for c in conv3d)
+        blocks = sum(isinstance(m, ResBlock) and m.temporal_conv is not None for m in p.model.modules())
+        assert ctx.notes["temporal-channels-last"].startswith(f"{blocks} temporal conv blocks, {4 * blocks} Conv3d")
+        assert check.compare(list(out), list(ref_out), dtype="fp32").passed
+    assert all(m.temporal_format == torch.contiguous_format for m in wma_ref.model.modules() if isinstance(m, ResBlock))
+    assert "temporal-channels-last" not in variants.known("mg2")
+
+
 def test_gate_budget_and_no_less_accurate():
     torch.manual_seed(0)
     ref = torch.randn(1000, dtype=torch.float64)

@@ -185,6 +185,21 @@ def _channels_last(pipe, ctx: VariantContext):
     ctx.notes["channels-last"] = f"{n} convolution weights in channels-last"
 
 
+@register("temporal-channels-last", family="layout", requires=("unet",),
+          description="the video UNet's temporal conv blocks in channels_last_3d (NDHWC): their Conv3d weights, and "
+                      "each ResBlock's [B, C, T, h, w] view of its activation made contiguous in that layout (of a "
+                      "channels-last activation it already is: no copy in or out, where NCDHW copies it both ways)")
+def _temporal_channels_last(pipe, ctx: VariantContext):
+    from ..models.wma.unet import ResBlock
+
+    blocks = [m for m in ctx.workload.denoiser(pipe).modules() if isinstance(m, ResBlock) and m.temporal_conv is not None]
+    n = 0
+    for b in blocks:
+        b.temporal_format = torch.channels_last_3d
+        n += swaps.to_memory_format(b.temporal_conv, torch.channels_last_3d)
+    ctx.notes["temporal-channels-last"] = f"{len(blocks)} temporal conv blocks, {n} Conv3d weights in channels_last_3d"
+
+
 # --- fused Triton kernels and fp8 GEMMs (notebook 05) ----------------------------------------------------------
 
 

@@ -168,10 +168,7 @@ class FusedResBlock:
                 h = self.out_layers[0](h, add=add)  # FusedGroupNormSiLU; out_layers[1] is an Identity
             h = self.out_layers[3](self.out_layers[2](h))
             h = self.skip_connection(x) + h
-            if self.temporal_conv is not None:
-                h5 = h.unflatten(0, (batch, -1)).transpose(1, 2).contiguous()
-                h = self.temporal_conv(h5).transpose(1, 2).flatten(0, 1)
-            return h
+            return self.temporal(h, batch)
 
 
 def fuse_unet(model: nn.Module) -> dict[str, int]:

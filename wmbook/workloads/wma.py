@@ -249,8 +249,9 @@ class WMAWorkload(Workload):
         return f"iteration of {size.ddim_steps} DDIM steps per pass"
 
     def default_ladder(self, device, attention: str | None) -> list[str]:
-        """tf32 -> bf16 -> the hygiene variants -> channels-last [-> cuDNN benchmark] [-> attention backend]."""
-        steps = ["tf32", "bf16", "hygiene", "channels-last"]
+        """tf32 -> bf16 -> the hygiene variants -> channels-last -> temporal-channels-last [-> cuDNN benchmark]
+        [-> attention backend]."""
+        steps = ["tf32", "bf16", "hygiene", "channels-last", "temporal-channels-last"]
         if device.type == "cuda":
             steps.append("cudnn-benchmark")
         return steps + ([attention] if attention else [])

@@ -258,6 +258,7 @@ class ResBlock(nn.Module):
         self.skip_connection = nn.Identity() if out == channels else nn.Conv2d(channels, out, 1)
         # upstream spells this `temopral_conv`; mapping.py renames it
         self.temporal_conv = TemporalConvBlock(out, groups) if temporal_conv else None
+        self.temporal_format = torch.contiguous_format  # the layout of the temporal conv block's input (NCDHW)
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor, batch: int) -> torch.Tensor:
         # x [(B T), C, h, w]; emb [(B T), E]
@@ -270,10 +271,15 @@ class ResBlock(nn.Module):
                 h = self.out_layers[1](self.out_layers[0](h))
             h = self.out_layers[3](self.out_layers[2](h))
             h = self.skip_connection(x) + h
-            if self.temporal_conv is not None:
-                h5 = h.unflatten(0, (batch, -1)).transpose(1, 2).contiguous()  # [B, C, T, h, w] (see above)
-                h = self.temporal_conv(h5).transpose(1, 2).flatten(0, 1)
+            return self.temporal(h, batch)
+
+    def temporal(self, h: torch.Tensor, batch: int) -> torch.Tensor:
+        """The temporal conv block over h's [B, C, T, h, w] view, made contiguous in `temporal_format` (see above;
+        the variant temporal-channels-last sets channels_last_3d: a channels-last h is that layout already)."""
+        if self.temporal_conv is None:
             return h
+        h5 = h.unflatten(0, (batch, -1)).transpose(1, 2).contiguous(memory_format=self.temporal_format)
+        return self.temporal_conv(h5).transpose(1, 2).flatten(0, 1)
 
 
 class Downsample(nn.Module):
