@@ -63,8 +63,12 @@ def test_vae_triton_fused_frames_equal_reference(ref):
     skip = [n for n in ("skip-unused-decode",) if n in variants.known(wl)]
     base, _ = apply_stack(pipe, wl, skip, DEV)
     dec, ctx = apply_stack(pipe, wl, [*skip, "vae-triton-fused"], DEV)
-    size = E2ESize(blocks=2, ddim_steps=2)
-    a, b = wl.end_to_end(base, 0, size).frames.float(), wl.end_to_end(dec, 0, size).frames.float()
+    if wl.name == "mg2":  # a first and a steady block: the streaming decoder's calls differ
+        size = E2ESize(blocks=2, ddim_steps=2)
+        a, b = wl.end_to_end(base, 0, size).frames.float(), wl.end_to_end(dec, 0, size).frames.float()
+    else:  # the SD VAE decodes frame by frame, each alike: one frame of the world pass's latents
+        z = wl.decoder_latents(base, 0, E2ESize())[:, :, :1]
+        a, b = wl.decode(base, z).float(), wl.decode(dec, z).float()
     assert ((a - b).norm() / a.norm()).item() < 1e-5
     assert int(ctx.notes["vae-triton-fused"].split()[0]) > 0
 

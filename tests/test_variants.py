@@ -156,12 +156,14 @@ def test_wma_hygiene_and_channels_last(wma_ref):
 def test_wma_temporal_channels_last(wma_ref):
     """The temporal conv blocks take their [B, C, T, h, w] input in channels_last_3d (from a channels-last
     activation: no copy), their Conv3d weights too; the output equals the reference at fp32; the fused ResBlock
-    (triton-fused) keeps the layout; the reference stays NCDHW. Not a workload with a UNet: not known."""
+    (triton-fused) runs the same temporal tail; the reference stays NCDHW. Not a workload with a UNet: not known."""
     from wmbook.models.wma.unet import ResBlock, TemporalConvBlock
 
     ref_out = WMA.forward_probe(wma_ref).forward()
-    for stack in (["channels-last", "temporal-channels-last"], ["channels-last", "temporal-channels-last",
-                                                                "triton-fused"]):
+    from wmbook.variants.fused import FusedResBlock
+
+    assert FusedResBlock.forward.__code__.co_names.count("temporal")  # triton-fused's ResBlock shares the tail
+    for stack in (["channels-last", "temporal-channels-last"],):
         p, ctx = _applied(wma_ref, "wma", stack)
         seen = []
         for m in p.model.diffusion_model.modules():
@@ -228,12 +230,19 @@ def test_ladder_rows_gate_and_recompile_fix(mg2_ref):
 def test_ladder_calls_before_comparisons_between_its_rows_and_the_comparisons(mg2_ref):
     # notebook 06 profiles whole generations there: before torch.compile's own CUDA graphs run in the process
     settings = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager")
-    seen = []
-    lad = run_ladder("mg2", "tiny", ["bf16"], device=CPU, reference=mg2_ref, settings=settings,
-                     comparisons={"bf16 + kv-slot-write": ["bf16", "kv-slot-write"]},
-                     before_comparisons=lambda lad: seen.append([r.variant for r in lad.rows]))
-    assert seen == [["fp32 eager (reference)", "+ bf16"]]
-    assert [r.variant for r in lad.rows] == [*seen[0], "bf16 + kv-slot-write"]
+    seen, switches = [], []
+    before = torch.get_float32_matmul_precision()
+
+    def hook(lad):
+        seen.append([r.variant for r in lad.rows])
+        switches.append(torch.get_float32_matmul_precision())  # the rows' global switches (tf32) still on
+
+    lad = run_ladder("mg2", "tiny", ["tf32", "bf16"], device=CPU, reference=mg2_ref, settings=settings,
+                     comparisons={"tf32 + bf16 + kv-slot-write": ["tf32", "bf16", "kv-slot-write"]},
+                     before_comparisons=hook)
+    assert seen == [["fp32 eager (reference)", "+ tf32", "+ bf16"]] and switches == ["high"]
+    assert [r.variant for r in lad.rows] == [*seen[0], "tf32 + bf16 + kv-slot-write"]
+    assert torch.get_float32_matmul_precision() == before  # restored after the ladder
 
 
 def _warm_then_steady(ref, names, num_blocks):

@@ -213,8 +213,9 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
     cumulative: e.g. the same stack with torch.compile's own CUDA graphs instead of ours).
     `on_row(row)`: called with each measured row as soon as it is finished (the notebooks store its results rows
     then, so a run cut by a time limit or an error keeps the rows it measured).
-    `before_comparisons(ladder)`: called once the ladder's rows are measured, before the comparison rows (notebook 06
-    profiles whole generations of its rows there, before torch.compile's own CUDA graphs run in the process).
+    `before_comparisons(ladder)`: called once the ladder's rows are measured, before the comparison rows, with the
+    last row's global switches still on (notebook 06 profiles whole generations of its rows there, before
+    torch.compile's own CUDA graphs run in the process; the first measured row's switches are the same).
     A row after the first measured one whose variant fails to apply, compile or run (an inductor error, an
     out-of-memory) is kept as a row with gate "error" and the error in its note, and the later rows go on without that
     variant; the reference and the first measured row still raise (nothing to measure against)."""
@@ -279,8 +280,7 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             if device.type == "cuda":
                 gc.collect()  # graphed callables hold their pipelines in reference cycles
                 torch.cuda.empty_cache()
-        if before_comparisons is not None:
-            flags.restore()
+        if before_comparisons is not None:  # with the global switches of the last row (tf32, cuDNN benchmark) on
             before_comparisons(lad)
         for label, stack in extra.items():
             flags.restore()
