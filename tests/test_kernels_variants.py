@@ -178,7 +178,8 @@ def test_triton_fused_under_compile_on_gpu(ref, compile_step):
     triton-fused): it compiles and matches the eager fused model. At 5880f6e the real wma UNet failed this way on the
     H100 (an inductor KeyError in its scheduler) while every op compiled alone (tests/test_kernels_ops.py)."""
     wl, pipe = ref
-    stack = ["bf16", "norm-input-dtype", "channels-last"]
+    # notebook 06's base for wma holds temporal-channels-last: the GroupNorm kernels then see NDHWC inputs too
+    stack = ["bf16", "norm-input-dtype", "channels-last", *(["temporal-channels-last"] if wl.name == "wma" else [])]
     eager, _ = apply_stack(pipe, wl, [*stack, "triton-fused"], DEV)
     a = _flat(wl.forward_probe(eager).forward())
     torch._dynamo.reset()
