@@ -261,8 +261,8 @@ def test_run_goal_and_trace_size():
     assert "62.9 ms" in short[1] and "GPU work" in short[1]
     # the GPU work per forward the goal needs at the same share of the run: 62.9 ms x (7.77 / 2) / 6.55 = 37.3 ms
     assert short[2] == "At the same share of the run, the goal needs about 37.3 ms of GPU work per forward."
-    cats = {"+ cuda-graphs": {"convolution": 30.0, "normalization": 15.0, "GEMM/linear": 10.0, "attention": 5.0,
-                              "other": 2.9}}
+    cats = pd.DataFrame({"+ cuda-graphs": {"convolution": 30.0, "normalization": 15.0, "GEMM/linear": 10.0,
+                                           "attention": 5.0, "other": 2.9}}).T  # Ladder.categories()
     said = study06._run_goal(e, f, cats)[2]
     assert said.endswith("its GPU time goes to convolution 30 ms (48%), normalization 15 ms (24%), GEMM/linear 10 ms "
                          "(16%), attention 5 ms (8%).")

@@ -355,7 +355,7 @@ def interpret(cfg: RunConfig, lad, checks: pd.DataFrame | None = None, idle: pd.
                             f"short of the {GOAL_FPS:.0f} FPS goal, which needs a steady block in "
                             f"{12 / GOAL_FPS * 1e3:.0f} ms."))
         if not m.higher_is_better and not cfg.tiny:
-            lines += _run_goal(e, f, {r.variant: r.categories for r in lad.rows})
+            lines += _run_goal(e, f, lad.categories())
         stand_in = e[e["gate"].isin(["pass"]) & ~e["frames judged"]][m.name].dropna()
         for row, v in stand_in.items():
             lines.append(f"With the stand-in decoder instead (`{row}`; random weights, so its frames are not judged "
@@ -377,10 +377,10 @@ def interpret(cfg: RunConfig, lad, checks: pd.DataFrame | None = None, idle: pd.
     return " ".join(lines)
 
 
-def _run_goal(e: pd.DataFrame, f: pd.DataFrame, categories: dict | None = None) -> list[str]:
+def _run_goal(e: pd.DataFrame, f: pd.DataFrame, categories: pd.DataFrame | None = None) -> list[str]:
     """The whole run's seconds of the best gated row against the base stack's (GOAL_RUN_SPEEDUP), and, where that
     row's forward already replays at its GPU busy time, what is left: GPU work, not launches, with the GPU busy time
-    a forward would need and where that row's GPU time goes (`categories`: {row: {category: ms}}, a GPU run's)."""
+    a forward would need and where that row's GPU time goes (`categories`: Ladder.categories(), a GPU run's)."""
     ok = e[e["gate"].isin(["pass", "reference"]) & e["frames judged"]]["run s"].dropna()
     if len(ok) < 2:
         return []
@@ -395,11 +395,12 @@ def _run_goal(e: pd.DataFrame, f: pd.DataFrame, categories: dict | None = None) 
                    f"what is left is GPU work, so the rest of the way is fewer or cheaper kernels (notebook 05's "
                    f"kernels and low precision) or fewer forwards (notebook 03's step counts), not launches.")
         need = r["GPU busy ms"] * (base / GOAL_RUN_SPEEDUP) / ok[best]  # the run scales with its GPU work
-        cats = sorted((categories or {}).get(best, {}).items(), key=lambda kv: -kv[1])[:4]
-        total = sum((categories or {}).get(best, {}).values())
+        row = categories.loc[best] if categories is not None and best in categories.index else pd.Series(dtype=float)
+        total, top = row.sum(), row[row > 0].sort_values(ascending=False).head(4)
         out.append(f"At the same share of the run, the goal needs about {need:.3g} ms of GPU work per forward"
-                   + (": its GPU time goes to " + ", ".join(f"{c} {ms:.3g} ms ({ms / total:.0%})" for c, ms in cats)
-                      if cats and total > 0 else "") + ".")
+                   + (": its GPU time goes to " + ", ".join(f"{c} {ms:.3g} ms ({ms / total:.0%})"
+                                                            for c, ms in top.items())
+                      if len(top) else "") + ".")
     return out
 
 
