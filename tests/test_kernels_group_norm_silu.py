@@ -141,8 +141,9 @@ def test_group_norm_silu_channels_first_settings_tools_sweep(poisoned, setting):
 
 
 def test_gn_sweep_tool_gates_every_setting():
-    """tools/gn_sweep.py on the CPU (the kernels in the interpreter, no timing): every quick setting at every
-    group_norm_silu call site of tiny-wma (channels-last and channels-first launchers) passes the gate."""
+    """tools/gn_sweep.py on DEV (a CPU: the kernels in the interpreter, no timing; a GPU: timed too): every quick
+    setting at every group_norm_silu call site of tiny-wma (channels-last and channels-first launchers) passes the
+    gate."""
     import importlib.util
     from pathlib import Path
 
@@ -150,7 +151,7 @@ def test_gn_sweep_tool_gates_every_setting():
     spec = importlib.util.spec_from_file_location("gn_sweep", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    df = mod.sweep("wma", None, torch.device("cpu"), quick=True, rep_ms=1.0)
+    df = mod.sweep("wma", None, DEV, quick=True, rep_ms=1.0)
     n = df.groupby("layout")["site"].nunique()
     assert n["channels-last"] == 2 and n.drop("channels-last").sum() >= 2  # the UNet's and the temporal/VAE sites
     assert len(df) == sum(k * len(mod.settings(True, layout)) for layout, k in n.items())
