@@ -205,6 +205,48 @@ def test_classify_by_kernel_and_op_names():
     assert classify("some_kernel_nobody_knows", "aten::weird") == "other"
 
 
+@pytest.mark.parametrize("name, want", [
+    # inductor names a kernel after the aten ops it fused: the bias add after a cuDNN convolution and the GroupNorm
+    # statistics of a convolution's output are not convolution work (they were, by the first matching name rule)
+    ("triton_poi_fused_convolution_3", "elementwise/activation"),
+    ("triton_poi_fused__to_copy_add_convolution_silu_4", "elementwise/activation"),
+    ("triton_red_fused_convolution_native_group_norm_0", "normalization"),
+    ("triton_per_fused_native_layer_norm_12", "normalization"),
+    ("triton_per_fused__softmax_2", "reduction"),
+    ("triton_red_fused_mean_1", "reduction"),
+    ("triton_poi_fused__to_copy_clone_5", "copy/cast"),
+    ("triton_poi_fused_cat_7", "copy/cast"),
+    ("triton_poi_fused_add_mul_0", "elementwise/activation"),
+    ("triton_tem_fused_convolution_1", "convolution"),
+    ("triton_tem_fused_addmm_2", "GEMM/linear"),
+    # wmbook's own kernels (compiled: no launching op) and ops (eager: the launching op)
+    ("_gn_cl_apply_kernel", "normalization"),
+    ("_group_norm_silu_stats_kernel", "normalization"),
+    ("_adaln_modulate_kernel", "normalization"),
+    ("_gated_residual_adaln_kernel", "normalization"),
+    ("_qk_norm_rope_kernel", "normalization"),
+])
+def test_classify_inductor_and_wmbook_kernels(name, want):
+    from wmbook.profiling.analysis.categories import inductor_category
+
+    assert classify(name, None) == want
+    assert (inductor_category(name) is None) == (not name.startswith("triton_"))
+
+
+def test_classify_wmbook_ops_by_launching_op():
+    """Every op the package defines (each a normalization with its fused epilogue) is normalization as the launching
+    op of an eager call: a new op must be given its category here."""
+    import re
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "wmbook" / "kernels"
+    ops = {m for f in src.glob("*.py") for m in re.findall(r'define_op\("(wmbook::\w+)"\)', f.read_text())}
+    assert len(ops) >= 5, ops
+    for op in ops:
+        assert classify("any_kernel_name", op) == "normalization", op
+    assert classify("any_kernel_name", "wmbook::something_else") == "other"
+
+
 def test_op_flops_and_bytes():
     assert op_flops("aten::mm", [[64, 32], [32, 16]]) == 2 * 64 * 32 * 16
     assert op_flops("aten::addmm", [[16], [64, 32], [32, 16]]) == 2 * 64 * 32 * 16

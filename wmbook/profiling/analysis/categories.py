@@ -5,8 +5,11 @@ Rule, in order, for a device activity:
 2. a kernel launched inside an SDPA/attention or convolution op (the launching op or any op enclosing it) is
    `attention` / `convolution`: the math SDPA backend launches bmm/softmax kernels and a convolution may
    launch layout transforms, and those kernels belong to the enclosing op (the enclosing-op rule);
-3. else the launching aten op's name decides (`_OP_CATEGORY`), else the kernel's name (`_KERNEL_CATEGORY`)
-   (compiled code often has no launching aten op: inductor's triton_* kernels are classified by name);
+3. else the launching op's name decides (`_OP_CATEGORY`: aten ops, and wmbook's fused ops, all normalizations
+   with their epilogues), else the kernel's name: an inductor kernel (`triton_{poi,red,per,tem}_fused_<ops>_<n>`)
+   by its kind and the ops it fused (`inductor_category`: a pointwise kernel named after the convolution whose bias
+   it adds is elementwise work, not convolution), any other by `_KERNEL_CATEGORY` (compiled code often has no
+   launching aten op);
 4. else `other`.
 On a trace without device activity the same rule runs on aten ops: the enclosing-op rule, then the op name.
 
@@ -36,7 +39,8 @@ _OP_CATEGORY = [
                                r"_scaled_mm|addmv|mv|dot|einsum)$")),
     ("normalization", re.compile(r"^aten::(native_layer_norm|layer_norm|group_norm|native_group_norm|rms_norm|"
                                  r"_fused_rms_norm|batch_norm|native_batch_norm|_batch_norm|instance_norm|"
-                                 r"cudnn_batch_norm)")),
+                                 r"cudnn_batch_norm)|^wmbook::(group_norm_silu|rms_norm_silu|adaln_modulate|"
+                                 r"gated_residual_adaln|qk_norm_rope)$")),
     ("copy/cast", re.compile(r"^aten::(copy_|to|_to_copy|clone|contiguous|cat|stack|_unsafe_view|index_copy_?|"
                              r"slice_scatter|roll|repeat|repeat_interleave|index|index_select|gather|"
                              r"index_put_?|_index_put_impl_|narrow_copy|pad|constant_pad_nd|flip|"
@@ -62,7 +66,8 @@ _KERNEL_CATEGORY = [
     ("GEMM/linear", re.compile(r"gemm|nvjet|cutlass|cublas|sm\d+_xmma|ampere_|hopper_|volta_|turing_|"
                                r"splitKreduce|triton_tem_|_mm_|matmul", re.I)),
     ("normalization", re.compile(r"layer_norm|group_norm|rms_norm|batch_norm|RowwiseMoments|"
-                                 r"ComputeFusedParams|GroupNorm|LayerNorm", re.I)),
+                                 r"ComputeFusedParams|GroupNorm|LayerNorm|"
+                                 r"_gn_cl_|adaln|qk_norm", re.I)),  # the last three: wmbook's kernels
     ("copy/cast", re.compile(r"copy|CatArray|gather|scatter|index|_to_copy|convert|transpose|permute|"
                              r"flip|roll", re.I)),
     ("reduction", re.compile(r"reduce|softmax|triton_red_|triton_per_|Reduce|cumsum|scan|sort", re.I)),
@@ -70,6 +75,32 @@ _KERNEL_CATEGORY = [
                                           r"sigmoid|tanh|exp|_kernel_cuda|distribution|philox|where", re.I)),
 ]
 _CONTEXT_CATEGORIES = ("attention", "convolution")  # an enclosing op of these kinds owns all its kernels
+
+_INDUCTOR = re.compile(r"^triton_(poi|red|per|tem)_fused_(.*?)(?:_\d+)?$")
+_FUSED_NORM = re.compile(r"group_norm|layer_norm|rms_norm|batch_norm|var_mean")
+_FUSED_COPY = re.compile(r"_unsafe_view|_to_copy|clone|copy|cat|stack|permute|transpose|view|expand|slice|select|"
+                         r"unsqueeze|squeeze|index|constant_pad_nd|repeat|roll|flip|as_strided|_")
+
+
+def inductor_category(kernel_name: str) -> str | None:
+    """The category of an inductor-generated Triton kernel from its name, None for any other kernel. Inductor names a
+    kernel by its kind (poi: pointwise, red/per: reduction, tem: a GEMM or convolution template) and the aten ops it
+    fused, so `triton_poi_fused_convolution_3` is the bias add after an extern (cuDNN) convolution and
+    `triton_red_fused_convolution_native_group_norm_0` the GroupNorm statistics of a convolution's output: neither
+    is convolution work. Rules: a template is convolution when it fused one, else GEMM; a kernel that fused a
+    normalization is normalization; any other reduction (a softmax included) is reduction; a pointwise kernel that
+    fused only copies and views is copy/cast, else elementwise."""
+    m = _INDUCTOR.match(kernel_name or "")
+    if m is None:
+        return None
+    kind, ops = m.groups()
+    if kind == "tem":
+        return "convolution" if "convolution" in ops else "GEMM/linear"
+    if _FUSED_NORM.search(ops):
+        return "normalization"
+    if kind in ("red", "per"):
+        return "reduction"
+    return "copy/cast" if ops and not _FUSED_COPY.sub("", ops) else "elementwise/activation"
 
 
 def classify(kernel_name: str, op_name: str | None = None, cat: str = "kernel") -> str:
@@ -81,6 +112,9 @@ def classify(kernel_name: str, op_name: str | None = None, cat: str = "kernel") 
         for name, rx in _OP_CATEGORY:
             if rx.search(op_name):
                 return name
+    by_inductor = inductor_category(kernel_name)
+    if by_inductor is not None:
+        return by_inductor
     for name, rx in _KERNEL_CATEGORY:
         if rx.search(kernel_name or ""):
             return name
