@@ -146,6 +146,11 @@ wd.table(study.gate_table(lad), caption="Relative L2 per field against float64")
 
 # %% [markdown]
 # ### Against the bytes floor
+# The bytes floor is what one step must move at the measured copy bandwidth. On a GPU the table adds a second floor:
+# what replaying a CUDA graph that holds a single one-element kernel costs on this machine, back to back and in host
+# time. A fetch captured as one graph a step cannot cost less in a loop, so the best row is also set against the
+# larger of the two. What to look for: the best row's loop near that larger floor (nothing left to take out of the
+# fetch itself) or well above it (the kernel or the replay path still has work in it).
 
 # %%
 display(wd.table(study.floor_table(setup, lad), caption="Each row against the bytes floor"))

@@ -230,3 +230,48 @@ def test_gpu_stack_with_graph_replays_matches_reference():
     assert term._fetch.captured == 1 and term._fetch.failures == []
     ids, times = term.prepare_query()
     assert gate_state(state, F.get_motion_state(lib64, ids, times.double(), F.no_label)).passed
+
+
+def test_graph_replay_floor_is_none_without_a_gpu():
+    from wmbook.bench import graph_replay_floor
+
+    assert graph_replay_floor("cpu") is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs a GPU")
+def test_graph_replay_floor_on_the_gpu():
+    from wmbook.bench import graph_replay_floor
+
+    rp = graph_replay_floor("cuda", calls=20, rounds=5)
+    assert len(rp.loop.values) == 5 and 0 < rp.ms < 1.0 and 0 < rp.host_ms < 1.0  # microseconds, not milliseconds
+
+
+def test_the_replay_floor_enters_the_floor_table_rows_and_interpretation():
+    """With a measured replay floor (faked here: the CPU has none) the floor table, the results rows and the
+    interpretation give it and the best loop against the larger floor; without one (the CPU run) they leave it out."""
+    import dataclasses
+
+    from wmbook.bench import ReplayFloor, Samples
+    from wmbook.studies import motion as study
+
+    cfg = study.validate(preset="tiny-motion", device="cpu", steps="packed-gather", warmup=1, repeats=3,
+                         scaling_envs="64")
+    s = study.setup(cfg, {"copy_gbps": 100.0, "device_name": "test"})
+    lad = study.run_ladder(s)
+    assert lad.replay is None
+    assert not any("replay" in q for q in study.floor_table(s, lad).index)
+    assert "replays at" not in study.interpret(cfg, s, lad)
+    assert study.step_floor_ms(s, lad) == s.floor_ms()
+
+    floor = 10 * s.floor_ms()
+    lad = dataclasses.replace(lad, replay=ReplayFloor(Samples([floor, floor, floor], "ms"), host_ms=floor / 2))
+    assert study.step_floor_ms(s, lad) == pytest.approx(floor)
+    tab = study.floor_table(s, lad)["value"]
+    best = lad.best()
+    assert tab["step floor ms (the larger floor)"] == pytest.approx(floor)
+    assert tab["best in a loop x step floor"] == pytest.approx(best.loop.median / floor)
+    rows = {r["metric"]: r for r in study.result_rows(cfg, s, lad)}
+    assert rows["graph_replay_floor_ms"]["value"] == pytest.approx(floor)
+    assert rows["graph_replay_host_ms"]["value"] == pytest.approx(floor / 2)
+    text = study.interpret(cfg, s, lad)
+    assert f"replays at {floor * 1e3:.1f} us" in text and "the replay's own cost" in text

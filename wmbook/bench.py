@@ -170,6 +170,42 @@ def host_launch_ms(fn, device=None) -> float:
     return ms
 
 
+@dataclass
+class ReplayFloor:
+    """What one CUDA-graph replay costs on this machine when the graph holds a single one-element kernel: `loop`, ms
+    per replay issued back to back (time_back_to_back), and `host_ms`, the median host time to issue one. No step
+    that replays one graph can cost less in a loop: past the bytes it must move, this is the floor of a captured
+    step (notebook 07's fetch)."""
+
+    loop: Samples
+    host_ms: float
+
+    @property
+    def ms(self) -> float:
+        return self.loop.median
+
+
+def graph_replay_floor(device=None, *, calls: int = 50, rounds: int = 10) -> ReplayFloor | None:
+    """Measure ReplayFloor on a CUDA device (None on any other: there is no graph to replay)."""
+    dev = resolve_device(device)
+    if dev.type != "cuda":
+        return None
+    with torch.cuda.device(dev):
+        x = torch.zeros(1, device=dev)
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):  # warm the kernel up outside the capture, as torch's own recipe does
+            x.add_(1)
+        torch.cuda.current_stream(dev).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            x.add_(1)
+        loop = time_back_to_back(graph.replay, calls=calls, rounds=rounds, warmup=3, device=dev)
+        host = statistics.median(host_launch_ms(graph.replay, dev) for _ in range(rounds))
+        del graph
+    return ReplayFloor(loop, host)
+
+
 def spin_up(device=None, ms: float = 100.0) -> float:
     """Keep a CUDA device busy for about `ms` milliseconds (back-to-back 4096^2 bf16 matmuls), so the next timing
     starts at full clocks: after a quiet spell (a torch.compile, host-side setup) a GPU lowers its clocks, and a

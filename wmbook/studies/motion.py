@@ -17,7 +17,7 @@ import torch
 
 from .. import check
 from .. import results as results_store
-from ..bench import Samples, host_launch_ms, time_back_to_back, time_fn, time_once
+from ..bench import ReplayFloor, Samples, graph_replay_floor, host_launch_ms, time_back_to_back, time_fn, time_once
 from ..motion import variants as mvariants
 from ..motion.fetch import (CALL_STAGES, FETCH_LABEL, STATE_LABEL, STATE_STAGES, MotionState, get_motion_state,
                             no_label, sample_queries, state_layout)
@@ -319,6 +319,7 @@ class MotionLadder:
     rows: list = field(default_factory=list)
     anchors: dict = field(default_factory=dict)  # the eager reference's error per field (the gate's anchor)
     notes: dict = field(default_factory=dict)
+    replay: ReplayFloor | None = None  # a one-kernel CUDA graph's replay cost on this machine (GPU only)
 
     @property
     def reference(self) -> MotionRow:
@@ -392,7 +393,14 @@ def run_ladder(s: MotionSetup) -> MotionLadder:
     ref = lad.reference.fetch.median
     for r in lad.rows:
         r.speedup = ref / r.fetch.median if r.counts else math.nan
+    lad.replay = graph_replay_floor(s.cfg.device, rounds=s.cfg.repeats)
     return lad
+
+
+def step_floor_ms(s: MotionSetup, lad: MotionLadder) -> float:
+    """The least a captured fetch issued once a step can cost in a loop: the larger of the bytes floor and the replay
+    floor (one graph replay issued back to back; the bytes floor alone where there is no GPU)."""
+    return max(s.floor_ms(), lad.replay.ms) if lad.replay is not None else s.floor_ms()
 
 
 def ladder_table(lad: MotionLadder) -> pd.DataFrame:
@@ -441,6 +449,13 @@ def floor_table(s: MotionSetup, lad: MotionLadder) -> pd.DataFrame:
          "bytes floor ms": s.floor_ms(), "eager reference ms": ref.fetch.median,
          "eager x floor": ref.x_floor, f"best ({best.name}) ms": best.fetch.median, "best x floor": best.x_floor,
          "best achieved GB/s": best.gbps}
+    if lad.replay is not None:
+        d |= {"one-kernel graph replay ms, back to back": lad.replay.ms,
+              "one-kernel graph replay, host ms to issue": lad.replay.host_ms,
+              "step floor ms (the larger floor)": step_floor_ms(s, lad)}
+        if best.loop is not None:
+            d |= {f"best ({best.name}) in a loop ms": best.loop.median,
+                  "best in a loop x step floor": best.loop.median / step_floor_ms(s, lad)}
     return pd.DataFrame({"value": d}).rename_axis("quantity")
 
 
@@ -555,6 +570,11 @@ def result_rows(cfg: RunConfig, s: MotionSetup, lad: MotionLadder, scaling: pd.D
                                 ("copy_gbps", s.ceilings["copy_gbps"], "GB/s")):
         rows.append(results_store.make_row(variant="-", metric=metric, value=value, unit=unit, num_envs=s.num_envs,
                                            **common))
+    if lad.replay is not None:
+        rows.append(results_store.make_row(variant="-", metric="graph_replay_floor_ms", value=lad.replay.ms, unit="ms",
+                                           timing=lad.replay.loop, num_envs=s.num_envs, **common))
+        rows.append(results_store.make_row(variant="-", metric="graph_replay_host_ms", value=lad.replay.host_ms,
+                                           unit="ms", num_envs=s.num_envs, **common))
     for _, p in (scaling if scaling is not None else pd.DataFrame()).iterrows():
         rows.append(results_store.make_row(variant=p["stack"], metric="scaling_fetch_ms", value=p["fetch ms"],
                                            unit="ms", num_envs=int(p["num_envs"]), gate=p["gate"], **common))
@@ -616,6 +636,15 @@ def interpret(cfg: RunConfig, s: MotionSetup, lad: MotionLadder, scaling: pd.Dat
             lines.append(f"Issued back to back, as a loop issues one per step, it costs {best.loop.median * us:.1f} us "
                          f"a step (p20 {best.loop.p20 * us:.1f}, p80 {best.loop.p80 * us:.1f}), {lx:.1f}x the bytes "
                          f"floor{goal}{why}; one at a time, with the GPU idle between calls, the two add up.")
+    if lad.replay is not None and best.loop is not None:
+        rp, sf = lad.replay, step_floor_ms(s, lad)
+        lines.append(f"On this machine a CUDA graph holding one one-element kernel replays at {rp.ms * us:.1f} us back "
+                     f"to back (p20 {rp.loop.p20 * us:.1f}, p80 {rp.loop.p80 * us:.1f}; {rp.host_ms * us:.1f} us of "
+                     f"host time to issue one): no fetch captured as one graph a step costs less in a loop. Against "
+                     f"the larger of the two floors ({sf * us:.1f} us) `{best.name}`'s loop is at "
+                     f"{best.loop.median / sf:.1f}x"
+                     + ("; the replay's own cost, not the fetch's bytes, sets that floor." if rp.ms > s.floor_ms()
+                        else "."))
     failed = [r.name for r in lad.rows if r.gate == "FAIL"]
     if failed:
         lines.append(f"Failed the gate (their times do not count): {', '.join(failed)}.")
@@ -646,4 +675,5 @@ __all__ = ["MotionLadder", "MotionRow", "MotionSetup", "SPEC", "StateGate", "cap
            "gate_state",
            "gate_table", "interpret", "ladder_steps", "ladder_table", "library_table", "measure", "plot_ladder",
            "plot_scaling", "plot_stages", "profile_fetch", "reference_state", "result_rows", "run_ladder",
-           "run_scaling", "scaling_slopes", "setup", "skipped", "stage_table", "top_operations", "validate"]
+           "run_scaling", "scaling_slopes", "setup", "skipped", "stage_table", "step_floor_ms", "top_operations",
+           "validate"]
