@@ -397,3 +397,24 @@ def test_stack_row_anchors_later_rows_to_the_eager_model_at_its_precision(mg2_re
     expect = min(last.budget_rel_l2, max(anchor * check.SAME_PRECISION_MAX_RATIO,
                                          check.PRECISION_BUDGET_REL_L2["fp32"]))
     assert last.allowed_rel_l2 == pytest.approx(expect)
+
+
+def test_end_to_end_runs_keep_their_spread(mg2_ref):
+    """Every timed end-to-end run is kept: the row's metric and run seconds are their medians, the table and the
+    results rows carry their p20-p80 (notebook 06's run-time goal compares rows by them)."""
+    from wmbook.studies import graphs as study06
+
+    settings = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(blocks=3), e2e_repeats=3, compile_backend="eager")
+    lad = run_ladder("mg2", "tiny", ["bf16"], device=CPU, reference=mg2_ref, settings=settings)
+    row = lad.rows[-1]
+    assert row.e2e_samples.n == 3 and row.e2e_run_samples.n == 3 and row.e2e_run_samples.unit == "s"
+    assert row.e2e_value == row.e2e_samples.median and row.e2e_run_s == row.e2e_run_samples.median
+    t = lad.table().iloc[-1]
+    assert t["e2e_run_s_p20"] <= t["e2e_run_s"] <= t["e2e_run_s_p80"] and t["e2e_p20"] <= t["e2e_value"] <= t["e2e_p80"]
+    e = study06.e2e_table(lad).iloc[-1]
+    assert e["run s p20"] == row.e2e_run_samples.p20 and e["fps p80"] == row.e2e_samples.p80
+    cfg = study06.validate(workload="mg2", preset="tiny", device="cpu")
+    assert cfg.options.e2e_repeats == 2  # 0 (auto): 2 on a CPU, 3 on a GPU
+    rows = {r["metric"]: r for r in study06.row_results(cfg, row)}
+    assert rows["run_s"]["n"] == 3 and rows["run_s"]["p20"] == row.e2e_run_samples.p20
+    assert rows["fps"]["n"] == 3 and rows["fps"]["p80"] == row.e2e_samples.p80

@@ -262,7 +262,7 @@ def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:
                          "launches / forward": _val(r, "launches_per_forward", "{:.0f}", v),
                          e2e_col: _num(e2e["value"].iloc[0], "{:.3g}") if len(e2e) else "-",
                          "first frame ms": _val(r, "first_frame_ms", "{:.0f}", v),
-                         "run s": _val(r, "run_s", "{:.2f}", v),
+                         "run s": _spread(_v(r, "run_s", v), "{:.2f}"),
                          "frames PSNR dB": _val(r, "psnr_db", "{:.1f}", v)})
         parts.append(f"\n**06 · static caches and CUDA graphs, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** "
                      f"({_device(r)}; base: {r[r['metric'] == 'forward_ms']['variant'].iloc[0]})\n")

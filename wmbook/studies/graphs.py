@@ -39,12 +39,17 @@ def _cross_check(cfg: RunConfig) -> None:
     cfg.workload.check_e2e(cfg.preset, "e2e_blocks", e2e_size(cfg))
 
 
+def _e2e_repeats(v, ctx):
+    return integer(0)(v, ctx) or (3 if ctx["device"].type == "cuda" else 2)
+
+
 # the end-to-end run of every ladder row (notebooks 05 and 06); checked against the preset by _cross_check
 E2E_PARAMS = (
     Param("e2e_blocks", 0, _e2e_blocks, "blocks per end-to-end run (causal DiT); 0: 4 on a GPU, 3 on a CPU"),
     Param("e2e_ddim_steps", 0, integer(0), "DDIM steps per pass in the end-to-end run (UNet); 0: the preset's "
           "default (50 at the real shape: seconds per interaction iteration)"),
-    Param("e2e_repeats", 2, integer(1), "timed end-to-end runs per row"),
+    Param("e2e_repeats", 0, _e2e_repeats, "timed end-to-end runs per row (their median with p20-p80); 0: 3 on a "
+          "GPU, 2 on a CPU"),
 )
 
 SPEC = NotebookSpec(NOTEBOOK, (
@@ -215,12 +220,19 @@ def forward_table(lad) -> pd.DataFrame:
 
 def e2e_table(lad) -> pd.DataFrame:
     """Per measured row: the workload's end-to-end metric (FPS, or ms per DDIM step), first-frame latency
-    (streaming), the whole run's seconds (an interaction iteration for the UNet), PSNR against fp32 (none for a
-    stand-in decoder with random weights: `frames judged` False), peak memory."""
+    (streaming), the whole run's seconds (an interaction iteration for the UNet), each the median of the timed runs
+    with their p20-p80, PSNR against fp32 (none for a stand-in decoder with random weights: `frames judged` False),
+    peak memory."""
+    def spread(smp):
+        return (smp.p20, smp.p80) if smp is not None else (math.nan, math.nan)
+
     rows = []
     for r in lad.rows[1:]:
-        rows.append({"row": r.variant, "gate": r.gate, r.e2e_metric or "e2e": r.e2e_value,
-                     "first frame ms": r.e2e_first_frame_ms, "run s": r.e2e_run_s, "frames PSNR dB": r.psnr_db,
+        m = r.e2e_metric or "e2e"
+        (m20, m80), (s20, s80) = spread(r.e2e_samples), spread(r.e2e_run_samples)
+        rows.append({"row": r.variant, "gate": r.gate, m: r.e2e_value, f"{m} p20": m20, f"{m} p80": m80,
+                     "first frame ms": r.e2e_first_frame_ms, "run s": r.e2e_run_s, "run s p20": s20,
+                     "run s p80": s80, "frames PSNR dB": r.psnr_db,
                      "frames judged": all(v.frames_judged for v in r.stack),
                      "peak GiB": r.peak_memory_gib, "first call s": r.first_call_s})
     return pd.DataFrame(rows).set_index("row")
@@ -279,12 +291,14 @@ def row_results(cfg: RunConfig, r) -> list[dict]:
                                        **common, **extra)]
     out = [results_store.make_row(metric="forward_ms", value=r.forward.median, unit="ms", variant=v,
                                   timing=r.forward, **common, **extra)]
-    for metric, value, unit in (("gpu_busy_ms", r.gpu_busy_ms, "ms"), ("launches_per_forward", r.launches, "count"),
-                                (r.e2e_metric, r.e2e_value, cfg.workload.metric.unit),
-                                ("first_frame_ms", r.e2e_first_frame_ms, "ms"), ("run_s", r.e2e_run_s, "s"),
-                                ("psnr_db", r.psnr_db, "dB"), ("peak_memory_gib", r.peak_memory_gib, "GiB")):
+    for metric, value, unit, timing in (
+            ("gpu_busy_ms", r.gpu_busy_ms, "ms", None), ("launches_per_forward", r.launches, "count", None),
+            (r.e2e_metric, r.e2e_value, cfg.workload.metric.unit, r.e2e_samples),
+            ("first_frame_ms", r.e2e_first_frame_ms, "ms", None), ("run_s", r.e2e_run_s, "s", r.e2e_run_samples),
+            ("psnr_db", r.psnr_db, "dB", None), ("peak_memory_gib", r.peak_memory_gib, "GiB", None)):
         if metric and value is not None and np.isfinite(value):
-            out.append(results_store.make_row(metric=metric, value=float(value), unit=unit, variant=v, **common))
+            out.append(results_store.make_row(metric=metric, value=float(value), unit=unit, variant=v, timing=timing,
+                                              **common))
     for cat, ms in (r.categories or {}).items():
         if ms is not None and np.isfinite(ms):
             out.append(results_store.make_row(metric=f"category_ms:{cat}", value=float(ms), unit="ms", variant=v,

@@ -86,6 +86,8 @@ class LadderRow:
     e2e_value: float = math.nan
     e2e_first_frame_ms: float = math.nan
     e2e_run_s: float = math.nan
+    e2e_samples: Samples | None = None  # the timed end-to-end runs' metric values (e2e_value is their median)
+    e2e_run_samples: Samples | None = None  # and their seconds (e2e_run_s is their median)
     psnr_db: float = math.nan
     gate: str = "reference"
     rel_l2_vs_fp32: float = 0.0
@@ -114,10 +116,12 @@ class LadderRow:
 
     def record(self) -> dict:
         """The row as a flat dict (LADDER_COLUMNS order first)."""
-        skip = ("stack", "forward", "categories", "flops", "pipeline", "trace")
+        skip = ("stack", "forward", "categories", "flops", "pipeline", "trace", "e2e_samples", "e2e_run_samples")
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         d["stack"] = " + ".join(v.name for v in effective(self.stack)) or "-"
         d.update(forward_ms=self.forward.median, forward_p20=self.forward.p20, forward_p80=self.forward.p80)
+        for name, smp in (("e2e", self.e2e_samples), ("e2e_run_s", self.e2e_run_samples)):
+            d[f"{name}_p20"], d[f"{name}_p80"] = (smp.p20, smp.p80) if smp is not None else (math.nan, math.nan)
         return {c: d.get(c) for c in LADDER_COLUMNS}
 
     def finish(self, floor_ms: float, base_forward_ms: float | None, base_e2e: float | None, metric) -> None:
@@ -131,8 +135,8 @@ class LadderRow:
 LADDER_COLUMNS = [
     "row", "variant", "stack", "gate", "tolerance", "rel_l2_vs_fp32", "allowed_rel_l2", "budget_rel_l2",
     "max_rel_same_precision", "mean_rel_same_precision", "forward_ms", "forward_p20", "forward_p80",
-    "speedup", "x_floor", "gpu_busy_ms", "busy_x_floor", "launches", "e2e_metric", "e2e_value", "e2e_speedup",
-    "e2e_first_frame_ms", "e2e_run_s", "psnr_db",
+    "speedup", "x_floor", "gpu_busy_ms", "busy_x_floor", "launches", "e2e_metric", "e2e_value", "e2e_p20", "e2e_p80",
+    "e2e_speedup", "e2e_first_frame_ms", "e2e_run_s", "e2e_run_s_p20", "e2e_run_s_p80", "psnr_db",
     "peak_memory_gib", "first_call_s", "recompiles", "graph_breaks", "decoder", "note",
 ]  # fmt: skip
 
@@ -417,10 +421,11 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
         row.captures = [g.table() for g in graphed_callables(pipe)]
     frames = None
     if runs:
-        vals = sorted(r.value for r in runs)
-        row.e2e_metric, row.e2e_value, frames = runs[0].metric.name, vals[len(vals) // 2], runs[-1].frames
+        row.e2e_samples = Samples([float(r.value) for r in runs], runs[0].metric.unit)
+        row.e2e_run_samples = Samples([float(r.run_s) for r in runs], "s")
+        row.e2e_metric, row.e2e_value, frames = runs[0].metric.name, row.e2e_samples.median, runs[-1].frames
         row.e2e_first_frame_ms = float(np.median([r.first_frame_ms for r in runs]))
-        row.e2e_run_s = float(np.median([r.run_s for r in runs]))
+        row.e2e_run_s = row.e2e_run_samples.median
     if mon is not None:
         row.graph_breaks = _count(mon, "graph_breaks")
         row.recompiles = _count(steady, "recompiles") if steady is not None else _count(mon, "recompiles")
