@@ -37,7 +37,10 @@ def _no_tf32():
 @pytest.fixture(scope="module", params=["mg2", "wma"])
 def ref(request):
     wl = workloads.get(request.param)
-    return wl, wl.reference_pipeline(wl.presets[wl.tiny_preset], DEV)
+    p = wl.presets[wl.tiny_preset]
+    if wl.name == "wma":  # 2 frames instead of 4: the same 133 fused GroupNorm pairs at half the interpreter's time
+        p = dataclasses.replace(p, frames=2)
+    return wl, wl.reference_pipeline(p, DEV)
 
 
 def test_triton_fused_equals_reference(ref):

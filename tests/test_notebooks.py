@@ -124,7 +124,7 @@ def test_notebook_04_tiny_mg2_and_wma(tmp_path):
     runs = run_notebooks(["04_compile_autocast"], out=tmp_path / "r2", progress=False,
                          parameters=common | {"workload": "wma", "preset": "tiny-wma", "sections": "hygiene,ladder",
                                               "ladder": "bf16,hygiene,channels-last,compile-regional",
-                                              "e2e_ddim_steps": 2, "output_dir": str(tmp_path / "a2")})
+                                              "e2e_ddim_steps": 1, "output_dir": str(tmp_path / "a2")})
     assert runs[0].status == "ok", runs[0].error
     df = pd.read_csv(results)
     mg2 = df[df["workload"] == "mg2"]
