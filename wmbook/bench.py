@@ -175,7 +175,8 @@ class ReplayFloor:
     """What one CUDA-graph replay costs on this machine when the graph holds a single one-element kernel: `loop`, ms
     per replay issued back to back (time_back_to_back), and `host_ms`, the median host time to issue one. No step
     that replays one graph can cost less in a loop: past the bytes it must move, this is the floor of a captured
-    step (notebook 07's fetch)."""
+    step (notebook 07's fetch). A bare torch.cuda.CUDAGraph, not wmbook.graphs.GraphedCallable: the floor leaves
+    out the wrapper's own host work, which a captured fetch's loop time then shows."""
 
     loop: Samples
     host_ms: float

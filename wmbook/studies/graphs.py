@@ -223,16 +223,12 @@ def e2e_table(lad) -> pd.DataFrame:
     (streaming), the whole run's seconds (an interaction iteration for the UNet), each the median of the timed runs
     with their p20-p80, PSNR against fp32 (none for a stand-in decoder with random weights: `frames judged` False),
     peak memory."""
-    def spread(smp):
-        return (smp.p20, smp.p80) if smp is not None else (math.nan, math.nan)
-
     rows = []
     for r in lad.rows[1:]:
-        m = r.e2e_metric or "e2e"
-        (m20, m80), (s20, s80) = spread(r.e2e_samples), spread(r.e2e_run_samples)
-        rows.append({"row": r.variant, "gate": r.gate, m: r.e2e_value, f"{m} p20": m20, f"{m} p80": m80,
-                     "first frame ms": r.e2e_first_frame_ms, "run s": r.e2e_run_s, "run s p20": s20,
-                     "run s p80": s80, "frames PSNR dB": r.psnr_db,
+        m, rec = r.e2e_metric or "e2e", r.record()  # the record holds the runs' p20-p80
+        rows.append({"row": r.variant, "gate": r.gate, m: r.e2e_value, f"{m} p20": rec["e2e_p20"],
+                     f"{m} p80": rec["e2e_p80"], "first frame ms": r.e2e_first_frame_ms, "run s": r.e2e_run_s,
+                     "run s p20": rec["e2e_run_s_p20"], "run s p80": rec["e2e_run_s_p80"], "frames PSNR dB": r.psnr_db,
                      "frames judged": all(v.frames_judged for v in r.stack),
                      "peak GiB": r.peak_memory_gib, "first call s": r.first_call_s})
     return pd.DataFrame(rows).set_index("row")

@@ -78,6 +78,7 @@ _CONTEXT_CATEGORIES = ("attention", "convolution")  # an enclosing op of these k
 
 _INDUCTOR = re.compile(r"^triton_(poi|red|per|tem)_fused_(.*?)(?:_\d+)?$")
 _FUSED_NORM = re.compile(r"group_norm|layer_norm|rms_norm|batch_norm|var_mean")
+# copies and views, and the underscores between op names: what is left of a copies-only name is empty
 _FUSED_COPY = re.compile(r"_unsafe_view|_to_copy|clone|copy|cat|stack|permute|transpose|view|expand|slice|select|"
                          r"unsqueeze|squeeze|index|constant_pad_nd|repeat|roll|flip|as_strided|_")
 
