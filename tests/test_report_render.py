@@ -167,7 +167,58 @@ def test_missing_artifact_keeps_its_text(tmp_path):
     c.outputs = [nbformat.v4.new_output("display_data", data={"text/html": wd.link(tmp_path / "gone.json").data})]
     nb.cells = [c]
     ready, copied = render.prepare_for_html(nb, tmp_path / "out", tmp_path / "out" / "artifacts")
-    assert not copied and 'data-wmbook-artifact="missing"' in ready.cells[0].outputs[0]["data"]["text/html"]
+    h = ready.cells[0].outputs[0]["data"]["text/html"]
+    assert not copied and 'data-wmbook-artifact="missing"' in h
+    assert 'title="not kept with this report: gone.json"' in h and str(tmp_path) not in h  # no path of the run's host
+
+
+def test_cross_links_prefer_the_same_workload(tmp_path):
+    for n in ("01_baseline_profiling-mg2-universal", "01_baseline_profiling-wma-bf16", "01_baseline_profiling-wma-fp32",
+              "04_compile_autocast-mg2-universal-compile", "04_compile_autocast-wma", "04_compile_autocast-wma-compile",
+              "05_triton_kernels-mg2-universal.PARTIAL", "05_triton_kernels-wma-kernels", "05_triton_kernels-zz",
+              "03_step_reduction-world-mg2", "03_step_reduction-wma"):
+        (tmp_path / f"{n}.html").write_text("x")
+    link = render._report_link
+    assert link("01_baseline_profiling", tmp_path, "02_bottleneck_breakdown-wma-bf16") == "01_baseline_profiling-wma-bf16.html"
+    assert link("04_compile_autocast", tmp_path, "02_bottleneck_breakdown-wma-bf16") == "04_compile_autocast-wma.html"
+    assert link("04_compile_autocast", tmp_path, "02_bottleneck_breakdown-mg2-universal") == \
+        "04_compile_autocast-mg2-universal-compile.html"
+    assert link("05_triton_kernels", tmp_path, "06_cuda_graphs-mg2-universal") == "05_triton_kernels-zz.html"  # partial last
+    assert link("03_step_reduction", tmp_path, "02_bottleneck_breakdown-wma-bf16") == "03_step_reduction-wma.html"
+    assert link("03_step_reduction", tmp_path, "02_bottleneck_breakdown-world-mg2") == "03_step_reduction-world-mg2.html"
+    assert link("07_motion_data_loading", tmp_path, "02_bottleneck_breakdown-wma") is None
+
+
+def test_publish_renders_into_the_folder_and_refuses_bad_input(tmp_path):
+    from wmbook import published
+
+    folder = tmp_path / "h100"
+    folder.mkdir()
+    (folder / "01_baseline_profiling-wma-bf16.html").write_text("x")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    session = run_dir / "session.html"
+    session.write_text("<p>session</p>")
+    nb = nbformat.v4.new_notebook()
+    c = nbformat.v4.new_code_cell("pass")
+    c.outputs = [nbformat.v4.new_output("display_data", data={"text/html": wd.link(session).data + wd.link(
+        run_dir / "trace.json.gz").data})]
+    nb.cells = [nbformat.v4.new_markdown_cell("See [notebook 01](01_baseline_profiling.ipynb)."), c]
+    executed = run_dir / "02_bottleneck_breakdown.ipynb"
+    nbformat.write(nb, executed)
+    for args, msg in (((run_dir / "nope.ipynb", "02_bottleneck_breakdown-wma"), "executed="),
+                      ((executed, "02_bottleneck_breakdown"), "name="), ((executed, "01_baseline_profiling-wma"), "name="),
+                      ((executed, "02_bottleneck_breakdown-wma"), "folder=")):
+        with pytest.raises(ValueError, match=msg):
+            published.publish(*args, folder=folder if msg != "folder=" else tmp_path / "none")
+    assert sorted(p.name for p in folder.iterdir()) == ["01_baseline_profiling-wma-bf16.html"]  # nothing written
+    out = published.publish(executed, "02_bottleneck_breakdown-wma-bf16", folder=folder)
+    h = out.read_text()
+    assert out == folder / "02_bottleneck_breakdown-wma-bf16.html"
+    assert (folder / "artifacts" / "02_bottleneck_breakdown" / "session.html").read_text() == "<p>session</p>"
+    assert 'href="artifacts/02_bottleneck_breakdown/session.html"' in h
+    assert 'href="01_baseline_profiling-wma-bf16.html"' in h and "not kept with this report: trace.json.gz" in h
+    assert str(run_dir) not in h
 
 
 def test_folder_index(tmp_path):

@@ -3,6 +3,7 @@
     python -m wmbook.published            # print the markdown
     python -m wmbook.published --write    # replace the block between the markers in README.md
     python -m wmbook.published --index data/reports/h100   # that folder's index.html (findings and links)
+    python -m wmbook.published --publish EXECUTED.ipynb 02_bottleneck_breakdown-wma-bf16   # into data/reports/h100
 
 For each notebook, workload, preset and dtype the latest run in data/results/results.csv is shown.
 """
@@ -222,7 +223,9 @@ def _motion_loading(df: pd.DataFrame) -> list[str]:
                 for v, f in ((f["variant"], f) for _, f in r[r["metric"] == "fetch_ms"].iterrows())]
         parts.append(f"\n**07 · motion-data loading, {r['preset'].iloc[0]}** ({_device(r)}; bytes floor "
                      f"{us(_v(r, 'bytes_floor_ms'))} us for {_val(r, 'bytes_per_step', '{:.3g}')} bytes per step at "
-                     f"the measured {_val(r, 'copy_gbps', '{:.0f}')} GB/s)\n")
+                     f"the measured {_val(r, 'copy_gbps', '{:.0f}')} GB/s"
+                     + (f"; a one-kernel CUDA graph replays in {us(_v(r, 'graph_replay_floor_ms'), spread=True)} us "
+                        f"back to back" if _v(r, "graph_replay_floor_ms") is not None else "") + ")\n")
         parts.append(_table(rows))
         sc = r[r["metric"] == "scaling_fetch_ms"].assign(n=lambda d: d["num_envs"].astype(float).astype(int))
         if len(sc):
@@ -562,6 +565,27 @@ def readme_block(readme=None) -> str:
     return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
 
 
+def publish(executed, name: str, folder=H100) -> Path:
+    """Render the executed notebook `executed` as `folder`/`name`.html (wmbook.render.render_html: images embedded,
+    the files it links copied under `folder`/artifacts/<notebook>/, missing ones kept as text, cross-links to the
+    folder's reports of the same workload). Checked before anything is written: the notebook exists and `name`
+    is '<its notebook>-<tag>' (the folder index groups reports by that name)."""
+    import re
+
+    from .render import render_html
+
+    executed, folder = Path(executed), Path(folder)
+    if not executed.is_file() or executed.suffix != ".ipynb":
+        raise ValueError(f"executed={str(executed)!r} is not allowed: not a notebook file; allowed values: an executed "
+                         f"notebook (.ipynb)")
+    stem = executed.stem.removesuffix(".FAILED")
+    if not re.fullmatch(re.escape(stem) + r"-[A-Za-z0-9][A-Za-z0-9_.-]*", name or ""):
+        raise ValueError(f"name={name!r} is not allowed; allowed values: '{stem}-<tag>' (letters, digits, '-', '_', '.')")
+    if not folder.is_dir():
+        raise ValueError(f"folder={str(folder)!r} is not allowed: not a folder; allowed values: an existing folder")
+    return render_html(executed, folder / f"{name}.html")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m wmbook.published", description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="update README.md in place")
@@ -571,7 +595,19 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None,
                     help="with --index: only rows of devices whose name contains this (default: the folder's name when "
                          "a stored device name contains it, e.g. data/reports/h200 -> 'H200')")
+    ap.add_argument("--publish", nargs=2, metavar=("EXECUTED", "NAME"), default=None,
+                    help="render an executed notebook (a GPU run's artifacts/<NB>-<TAG>/<notebook>.ipynb) as "
+                         "FOLDER/NAME.html: the artifacts it links copied under FOLDER/artifacts/<notebook>/, links to "
+                         "files no longer there (traces left on the GPU host) kept as text, links to other notebooks "
+                         "pointed at their reports in FOLDER")
+    ap.add_argument("--to", metavar="FOLDER", default=str(H100), help="with --publish: the folder (data/reports/h100)")
     a = ap.parse_args(argv)
+    if a.publish is not None:
+        try:
+            print(publish(*a.publish, folder=a.to))
+        except ValueError as e:
+            ap.error(str(e))
+        return 0
     if a.index is not None:
         from .render import write_folder_index
 

@@ -81,7 +81,7 @@ def _relink(text: str, report_dir: Path, artifacts: Path | None, copied: list[st
     def sub(m: re.Match) -> str:
         src = Path(unquote(urlparse(m.group(1)).path))
         if not src.exists():
-            return f'<a title="missing: {html.escape(str(src))}" {ARTIFACT_ATTR}="missing"'
+            return f'<a title="not kept with this report: {html.escape(src.name)}" {ARTIFACT_ATTR}="missing"'
         try:
             src.resolve().relative_to(report_dir.resolve())
             target = src
@@ -100,14 +100,25 @@ _NB_LINK = re.compile(r"\]\((\d\d_[A-Za-z0-9_]+)\.ipynb\)")
 
 
 def _report_link(stem: str, report_dir: Path, own: str) -> str | None:
-    """The report in `report_dir` of notebook `stem` (a cross-link target): the one for the same workload as the
-    report `own` ('04_compile_autocast-mg2' -> '-mg2') if there is one, else the first."""
+    """The report in `report_dir` of notebook `stem` (a cross-link target): the one whose name after the notebook's
+    shares the longest start with the report `own`'s ('02_bottleneck_breakdown-wma-bf16' -> '01_...-wma-bf16' if
+    there, else '04_...-wma' before '04_...-mg2-universal'), the shortest name among equals; partial and failed
+    reports last."""
     cands = sorted(p.name for p in report_dir.glob(f"{stem}*.html") if ".FAILED" not in p.name)
     if not cands:
         return None
     suffix = own.split("-", 1)[1] if "-" in own else ""
-    same = [c for c in cands if suffix and c == f"{stem}-{suffix}.html"]
-    return (same or cands)[0]
+
+    def shared(name: str) -> int:  # leading '-'-separated parts in common ('wma' and 'world-mg2' share none)
+        rest = name[len(stem):].removesuffix(".html").lstrip("-").split("-")
+        n = 0
+        for a, b in zip(rest, suffix.split("-") if suffix else []):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    return min(cands, key=lambda c: ("PARTIAL" in c, -shared(c), len(c), c))
 
 
 def prepare_for_html(nb, report_dir: Path, artifacts: Path | None = None, own: str = "") -> tuple[Any, list[str]]:
@@ -171,7 +182,7 @@ def render_html(executed: str | os.PathLike, html_path: str | os.PathLike,
     nb = nbformat.read(executed, as_version=4)
     name = executed.stem.removesuffix(".FAILED")
     art = Path(artifacts) if artifacts is not None else html_path.parent / "artifacts" / name
-    nb, _ = prepare_for_html(nb, html_path.parent, art, own=name)
+    nb, _ = prepare_for_html(nb, html_path.parent, art, own=html_path.stem)
     exporter = HTMLExporter(embed_images=True)
     body, _ = exporter.from_notebook_node(
         nb, resources={"metadata": {"name": executed.stem, "path": str(executed.parent)}}

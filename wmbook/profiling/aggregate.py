@@ -2,8 +2,8 @@
 
     agg = aggregate_reports("profiling_reports/development")  # folders of <name>_<time>_rank<r>.json and/or files
     print(agg.text()); agg.ranks; agg.metrics; agg.stages; agg.paths
-    group_reports(["data/reports/h100/sessions"])       # {session name: [report paths]}
-    aggregate_sessions("data/reports/h100/sessions")    # {session name: AggregateReport}, one per session
+    group_reports(["data/reports/h100/artifacts/02_bottleneck_breakdown"])  # {session name: [report paths]}
+    aggregate_sessions("data/reports/h100/artifacts/02_bottleneck_breakdown")  # {session name: AggregateReport}, one per session
 
 Reports belong to one session when they carry the same session name (report["session"]["name"]).
 Aggregates are written to ./profiling_reports/aggregate/<session>_aggregate.json (+ .html) of the current
