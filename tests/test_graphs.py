@@ -285,6 +285,7 @@ def test_graph_rows_add_the_fused_kernels_after_the_graphs_on_a_gpu():
         assert "triton-fused" not in study06.graph_steps(cpu) and "cuda-graphs" not in study06.graph_steps(cpu)
         gpu = study06.graph_steps(dataclasses.replace(cpu, device=torch.device("cuda")))
         assert gpu.index("triton-fused") == gpu.index("cuda-graphs") + 1
+        assert ("head-conv-gemm" in gpu) == (wl == "wma") and "head-conv-gemm" not in study06.graph_steps(cpu)
 
 
 def test_row_results_store_the_kernel_categories():

@@ -106,6 +106,9 @@ def test_low_precision_rows_say_why_not_on_cpu():
     steps, note = study.kernel_steps(cfg), study.fp8_note(cfg)
     assert "fp8" not in steps and "attn-sage" not in steps
     assert "fp8 row left out" in note and "attn-sage row left out" in note
+    assert steps == ["triton-fused", "vae-triton-fused"]  # the heads' GEMM row is wma's
+    assert study.kernel_steps(study.validate(workload="wma", preset="tiny-wma", device="cpu")) == \
+        ["triton-fused", "head-conv-gemm", "vae-triton-fused"]
     assert cfg.options.ladder is False  # auto: GPU only
     assert "attn-sage" in variants.known("wma") and variants.get("attn-sage").tolerance == "fp8"
 

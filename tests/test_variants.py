@@ -181,6 +181,45 @@ def test_wma_temporal_channels_last(wma_ref):
     assert "temporal-channels-last" not in variants.known("mg2")
 
 
+def test_wma_head_conv_gemm(wma_ref):
+    """The heads' Conv1d / ConvTranspose1d run as GEMMs (+ fold): every one of them in both heads is swapped, the
+    video UNet's convolutions are not, the forward equals the reference's at fp32 and the reference keeps its
+    modules. Each GEMM form against torch's module at odd sizes (stride 2, k 1, output padding, no bias), in
+    float64 and bf16. Not known for mg2."""
+    import copy
+
+    from wmbook.models.wma.action_head import ConditionalUnet1D
+    from wmbook.variants import swaps
+
+    g = torch.Generator().manual_seed(0)
+    for cin, cout, k, s, pad, bias in ((16, 24, 5, 1, 2, True), (24, 24, 3, 2, 1, True), (33, 17, 1, 1, 0, False)):
+        m = torch.nn.Conv1d(cin, cout, k, s, pad, bias=bias).double()
+        x = torch.randn(3, cin, 13, generator=g, dtype=torch.float64)
+        gm = swaps.swap_class(copy.deepcopy(m), swaps.Conv1dAsGemm)
+        torch.testing.assert_close(gm(x), m(x), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(gm.bfloat16()(x.bfloat16()).float(), m(x).float(), rtol=0.05, atol=0.05)
+    for c, k, s, pad, op, bias in ((16, 4, 2, 1, 0, True), (9, 3, 2, 1, 1, False), (8, 5, 3, 2, 0, True)):
+        m = torch.nn.ConvTranspose1d(c, c + 3, k, s, pad, output_padding=op, bias=bias).double()
+        x = torch.randn(2, c, 7, generator=g, dtype=torch.float64)
+        gm = swaps.swap_class(copy.deepcopy(m), swaps.ConvTranspose1dAsGemm)
+        torch.testing.assert_close(gm(x), m(x), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="output_size"):
+        gm(x, output_size=[20])
+
+    ref_out = WMA.forward_probe(wma_ref).forward()
+    p, ctx = _applied(wma_ref, "wma", ["head-conv-gemm"])
+    heads = [m for m in p.model.modules() if isinstance(m, ConditionalUnet1D)]
+    convs = [m for h in heads for m in h.modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.ConvTranspose1d))]
+    assert len(heads) == 2 and convs
+    assert all(isinstance(m, (swaps.Conv1dAsGemm, swaps.ConvTranspose1dAsGemm)) for m in convs)
+    n1 = sum(isinstance(m, torch.nn.Conv1d) for m in convs)
+    assert ctx.notes["head-conv-gemm"] == f"2 heads: {n1} Conv1d, {len(convs) - n1} ConvTranspose1d"
+    assert not any(isinstance(m, (swaps.Conv1dAsGemm, swaps.ConvTranspose1dAsGemm)) for m in wma_ref.model.modules())
+    out = WMA.forward_probe(p).forward()
+    assert check.compare(list(out), list(ref_out), dtype="fp32").passed
+    assert "head-conv-gemm" not in variants.known("mg2")
+
+
 def test_gate_budget_and_no_less_accurate():
     torch.manual_seed(0)
     ref = torch.randn(1000, dtype=torch.float64)

@@ -90,9 +90,11 @@ def base_stack(cfg: RunConfig) -> list[str]:
 # bought 1-3% (tools/overlap_check.py); pass `steps` to add it
 # (variant, GPU only). triton-fused (notebook 05's kernels) after the graphs: once the forward replays at its GPU busy
 # time, GPU time is what the wall time is, and the kernels' saving shows (on the H100 at b50f9e1 they took 0.7 ms of
-# GPU time off the mg2 forward, but added launches that a launch-bound forward pays for)
+# GPU time off the mg2 forward, but added launches that a launch-bound forward pays for); head-conv-gemm (wma: the
+# action and state heads' 1-D convolutions as GEMMs, eager UNet_Action_Head 16 ms of a 98 ms forward at c045e2c)
+# likewise
 GRAPH_STEPS = (("static-caches", False), ("ring-kv-cache", False), ("skip-unused-decode", False), ("cuda-graphs", True),
-               ("triton-fused", True))
+               ("triton-fused", True), ("head-conv-gemm", True))
 
 
 def graph_steps(cfg: RunConfig) -> list[str]:

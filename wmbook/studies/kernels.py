@@ -37,8 +37,8 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("ladder", "auto", _ladder, "the ladder rows on top of notebook 04's best stack; auto: on a GPU only (on a "
           "CPU the interpreted kernels take seconds per forward)"),
     Param("base", "auto", _base, "the stack the rows build on; auto: notebook 04's best (its ladder + compile)"),
-    Param("steps", "auto", _base, "rows added to the base, in order; auto: triton-fused, vae-triton-fused, fp8 "
-          "(where the device has FP8), attn-sage (where sageattention is installed)"),
+    Param("steps", "auto", _base, "rows added to the base, in order; auto: triton-fused, head-conv-gemm (wma), "
+          "vae-triton-fused, fp8 (where the device has FP8), attn-sage (where sageattention is installed)"),
     Param("compile_backend", "auto", _compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
     WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS,
     OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=_cross_check)
@@ -319,14 +319,15 @@ def _low_precision(device) -> dict:
 
 
 def kernel_steps(cfg: RunConfig) -> list[str]:
-    """The rows added to the base: `steps`, or triton-fused, vae-triton-fused, fp8 and attn-sage (the quantized
-    attention comparison row; each low-precision row where it can run)."""
+    """The rows added to the base: `steps`, or triton-fused, head-conv-gemm (wma: the heads' 1-D convolutions as
+    GEMMs), vae-triton-fused, fp8 and attn-sage (the quantized attention comparison row; each low-precision row
+    where it can run)."""
     from .. import variants
 
     if cfg.options.steps is not None:
         return list(cfg.options.steps)
     known = variants.known(cfg.workload)
-    steps = [s for s in ("triton-fused", "vae-triton-fused") if s in known]
+    steps = [s for s in ("triton-fused", "head-conv-gemm", "vae-triton-fused") if s in known]
     steps += [s for s, why in _low_precision(cfg.device).items() if s in known and why is None]
     return steps
 

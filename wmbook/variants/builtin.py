@@ -200,6 +200,23 @@ def _temporal_channels_last(pipe, ctx: VariantContext):
     ctx.notes["temporal-channels-last"] = f"{len(blocks)} temporal conv blocks, {n} Conv3d weights in channels_last_3d"
 
 
+@register("head-conv-gemm", family="kernels", requires=("unet",),
+          description="the action and state heads' 1-D convolutions (ConditionalUnet1D: a few rows of batch x length, "
+                      "up to 2048 channels) as GEMMs over their unfolded windows, the transposed ones as a GEMM and an "
+                      "overlap-add (F.fold): cuBLAS instead of cuDNN's convolution kernels; the same sums")
+def _head_conv_gemm(pipe, ctx: VariantContext):
+    from ..models.wma.action_head import ConditionalUnet1D
+
+    heads = [m for m in ctx.workload.denoiser(pipe).modules() if isinstance(m, ConditionalUnet1D)]
+    if not heads:
+        raise ValueError(f"head-conv-gemm found no 1-D UNet head in the {ctx.workload.name} denoiser")
+    counts: dict[str, int] = {}
+    for h in heads:
+        for k, v in swaps.conv1d_as_gemm(h).items():
+            counts[k] = counts.get(k, 0) + v
+    ctx.notes["head-conv-gemm"] = f"{len(heads)} heads: " + ", ".join(f"{v} {k}" for k, v in counts.items())
+
+
 # --- fused Triton kernels and fp8 GEMMs (notebook 05) ----------------------------------------------------------
 
 

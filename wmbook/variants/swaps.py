@@ -316,3 +316,55 @@ def inputs_in_memory_format(module: nn.Module, fmt: torch.memory_format) -> None
         return (args[0].contiguous(memory_format=fmt), *args[1:])
 
     module.register_forward_pre_hook(hook)
+
+
+# --- 1-D convolutions as GEMMs (the wma action and state heads) ---------------------------------------------------
+
+
+def _plain_1d(m: nn.Module) -> bool:
+    """A 1-D (transposed) convolution a GEMM can stand in for: one group, no dilation, zero padding by an int."""
+    return (m.groups == 1 and m.dilation == (1,) and m.padding_mode == "zeros" and isinstance(m.padding, tuple))
+
+
+class Conv1dAsGemm:
+    """nn.Conv1d as one GEMM over its input's windows: [N, C, L] -> padded, unfolded to [N * L_out, C * k] (one
+    small copy), times the weight viewed [C_out, C * k]. The same sums as the convolution; the GEMM library
+    (cuBLAS) takes them instead of a cuDNN convolution kernel, which the heads' shapes (a few rows of N * L, up
+    to 2048 channels and 42 MB of weight per layer) suit badly."""
+
+    def forward(self, x):
+        k, s, p = self.kernel_size[0], self.stride[0], self.padding[0]
+        n, c, _ = x.shape
+        if p:
+            x = F.pad(x, (p, p))
+        cols = x.unfold(2, k, s)  # [N, C, L_out, k] (a view)
+        lout = cols.shape[2]
+        cols = cols.permute(0, 2, 1, 3).reshape(n * lout, c * k)  # row (n, l), column (c, j): the weight's order
+        w = self.weight.reshape(self.out_channels, c * k)
+        y = cols @ w.t() if self.bias is None else torch.addmm(self.bias, cols, w.t())
+        return y.view(n, lout, self.out_channels).transpose(1, 2).contiguous()
+
+
+class ConvTranspose1dAsGemm:
+    """nn.ConvTranspose1d as one GEMM and an overlap-add: every input position times the weight viewed
+    [C_in, C_out * k] gives its k output taps ([N, C_out * k, L]); F.fold adds the overlapping taps at stride s and
+    crops the padding, which is what a transposed convolution computes."""
+
+    def forward(self, x, output_size=None):
+        if output_size is not None:
+            raise ValueError("ConvTranspose1dAsGemm: output_size is not supported; the heads never pass it")
+        k, s, p, op = self.kernel_size[0], self.stride[0], self.padding[0], self.output_padding[0]
+        n, c, length = x.shape
+        w = self.weight.reshape(c, self.out_channels * k)  # weight [C_in, C_out, k]: column (o, j)
+        taps = (x.transpose(1, 2).reshape(n * length, c) @ w).view(n, length, -1).transpose(1, 2)
+        lout = (length - 1) * s - 2 * p + k + op
+        y = F.fold(taps, output_size=(1, lout), kernel_size=(1, k), stride=(1, s), padding=(0, p)).squeeze(2)
+        return y if self.bias is None else y + self.bias[:, None]
+
+
+def conv1d_as_gemm(model: nn.Module) -> dict[str, int]:
+    """Swap the plain Conv1d / ConvTranspose1d modules of `model` for their GEMM forms; returns the counts."""
+    n = replace_modules(model, lambda m: type(m) is nn.Conv1d and _plain_1d(m), with_mixin(Conv1dAsGemm))
+    t = replace_modules(model, lambda m: type(m) is nn.ConvTranspose1d and _plain_1d(m),
+                        with_mixin(ConvTranspose1dAsGemm))
+    return {"Conv1d": n, "ConvTranspose1d": t}
