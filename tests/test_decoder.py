@@ -43,7 +43,8 @@ def _bench(stack, device="cpu", backend="aot_eager"):
 
 @pytest.mark.parametrize("stack", [["vae-stream-buffers"], ["vae-channels-last"],
                                    ["vae-stream-buffers", "vae-channels-last"],
-                                   ["vae-stream-buffers", "vae-channels-last", "vae-compile"]])
+                                   ["vae-stream-buffers", "vae-channels-last", "vae-compile"],
+                                   ["vae-compile-regional"]])
 def test_decoder_variants_equal_the_reference_decoder(stack):
     """Seeded tiny latents through each stack, over more blocks than the caches reach back, twice (the second stream
     reuses the buffers after reset), split unevenly: the frames equal the reference decoder's."""
@@ -86,6 +87,38 @@ def test_compiled_step_has_no_graph_break_and_recompiles_per_phase_only():
     assert steady.summary()["frame_attempts"] == 0, steady.summary()
 
 
+def test_regional_compile_shares_graphs_between_blocks_of_one_shape():
+    """vae-compile-regional: the steady frames' residual blocks go through one compiled function, a graph per distinct
+    block shape (fewer than the blocks), no graph break; a second stream compiles nothing; stage labels stay (the
+    step between regions is eager); with vae-compile, in either order, it is refused."""
+    from wmbook.variants.compile_monitor import CompileMonitor
+
+    dec = _bench(["vae-channels-last", "vae-compile-regional"])
+    z = torch.randn(1, 16, 9, 8, 8)
+    calls = []
+    real = dec.regions["residual"]
+    dec.regions["residual"] = lambda block, *a: calls.append(block) or real(block, *a)
+    with CompileMonitor() as first:
+        _stream(dec, z, [3, 3, 3])
+    with CompileMonitor() as steady:
+        _stream(dec, z, [3, 3, 3])
+    blocks = {id(b) for b in calls}
+    shapes = {(b.conv1.in_channels, b.conv1.out_channels, type(b.conv_shortcut).__name__) for b in calls}
+    assert len(blocks) > len(shapes) >= 1, (len(blocks), shapes)
+    s1 = first.summary()
+    # one graph per distinct block shape (x the frames per call after a temporal upsampling) + the head + the other
+    # convolutions: fewer than one per block, no limit hit, nothing compiled again by the second stream
+    assert s1["graph_breaks"] == 0 and s1["recompile_limit_hits"] == 0, s1
+    residual = first.frames[first.frames["function"] == "residual_in_windows"]
+    assert 1 <= len(residual) < len(blocks), (len(residual), len(blocks))
+    assert steady.summary()["frame_attempts"] == 0, steady.summary()
+    for stack in (["vae-compile-regional", "vae-compile"], ["vae-stream-buffers", "vae-compile", "vae-compile-regional"]):
+        with pytest.raises(ValueError, match="both compile the decoder"):
+            _bench(stack)
+    with pytest.raises(ValueError, match="stand-in decoder"):
+        _bench(["vae-tiny", "vae-compile-regional"])
+
+
 def test_decode_overlap_refuses_a_compiled_decoder_step():
     """Measured on the H100: an inductor-compiled step on a second stream changed the frames (tools/overlap_check.py)."""
     from types import SimpleNamespace
@@ -126,7 +159,8 @@ def test_tiny_decoder_variants_equal_the_plain_tiny_decoder(stack):
 
 
 def test_decoder_variants_registered_where_they_apply():
-    streaming = {"vae-stream-buffers", "vae-channels-last", "vae-tiny", "decode-overlap", "ring-kv-cache"}
+    streaming = {"vae-stream-buffers", "vae-channels-last", "vae-tiny", "decode-overlap", "ring-kv-cache",
+                 "vae-compile-regional"}
     per_frame = {"vae-compile", "vae-compile-max-autotune", "vae-cuda-graphs"}
     assert streaming | per_frame <= set(variants.known("mg2"))
     assert per_frame <= set(variants.known("wma")) and not streaming & set(variants.known("wma"))
@@ -168,7 +202,8 @@ def test_decoder_table_on_the_tiny_preset():
     dev = torch.device("cpu")
     ref = wl.reference_pipeline(wl.presets["tiny"], dev)
     lat = torch.randn(1, 16, 6, 8, 8, generator=torch.Generator().manual_seed(3))
-    stacks = {k: v for k, v in study.decoder_stacks(wl, dev).items() if "vae-compile" not in v}
+    stacks = {k: v for k, v in study.decoder_stacks(wl, dev).items() if not any(n.startswith("vae-compile") for n in v)}
+    assert "+ vae-compile-regional" in study.decoder_stacks(wl, dev)
     rows = study.run_decoder_table(ref, wl, lat, stacks, warmup=0, repeats=1)
     t = study.decoder_table(rows, wan_decoder_flops(ref.preset), {"gemm_tflops": 1.0})
     assert list(t.index)[0] == "fp32 (reference)" and t["gate"].iloc[0] == "reference"

@@ -457,6 +457,8 @@ def _vae_channels_last(pipe, ctx: VariantContext):
 
 def _vae_compile(mode: str):
     def apply(pipe, ctx: VariantContext):
+        if hasattr(getattr(pipe, "decoder", None), "regions"):
+            raise ValueError("vae-compile and vae-compile-regional both compile the decoder: use one of them")
         step = ctx.workload.decoder_step(pipe)
         eager = getattr(step.owner, step.attr)
         compiled = torch.compile(eager, mode=None if mode == "default" else mode, backend=ctx.compile_backend,
@@ -478,6 +480,30 @@ for _mode, _suffix in (("default", ""), ("max-autotune-no-cudagraphs", "-max-aut
     register(f"vae-compile{_suffix}", family="decoder", requires=("frame_decoder",),
              description=f"torch.compile of the decoder's per-frame step (mode={_mode}; a streaming decoder's steady "
                          f"frames); the first decode pays the compilation")(_vae_compile(_mode))
+
+
+@register("vae-compile-regional", family="decoder", requires=("streaming_decoder",),
+          description="torch.compile of the streaming Wan decoder's regions for its steady frames: each residual "
+                      "block, the head (norm + SiLU + conv_out) and the other causal convolutions, with their cache "
+                      "windows as arguments (vae-stream-buffers comes with it), so blocks of one shape share a compiled "
+                      "graph: a compile per distinct block shape instead of the whole step's; the attention and the "
+                      "resamplers' 2-D convolutions stay eager")
+def _vae_compile_regional(pipe, ctx: VariantContext):
+    from .compile import get_recompile_limit, recompile_limit_name
+    from .vae_stream import RegionalCompiledDecoder
+
+    dec = ctx.workload.streaming_decoder(pipe)
+    if hasattr(dec, "decoder_step"):
+        raise ValueError("vae-compile-regional compiles the Wan decoder's blocks; the stand-in decoder (vae-tiny) has "
+                         "none: use vae-compile")
+    if getattr(dec, "compiled_step", False):
+        raise ValueError("vae-compile-regional and vae-compile both compile the decoder: use one of them")
+    buffered_decoder(dec)
+    swaps.swap_class(dec, RegionalCompiledDecoder).compile_regions(backend=ctx.compile_backend)
+    # one compiled graph per distinct block shape (and layout): more than dynamo's default of 8 for one function
+    setattr(torch._dynamo.config, recompile_limit_name(), max(get_recompile_limit(), 64))
+    ctx.notes["vae-compile-regional"] = f"decoder residual blocks, head and causal convolutions compiled as regions " \
+                                        f"({ctx.compile_backend})"
 
 
 @register("vae-cuda-graphs", family="decoder", requires=("frame_decoder",), gpu_only=True,

@@ -32,6 +32,37 @@ def _no_label(name: str):
     return contextlib.nullcontext()
 
 
+def conv_in_window(conv, x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
+    """x [B, C, T, H, W] through the causal convolution `conv` whose input window `win` holds its past frames: x
+    written into the window's interior, the whole window convolved without padding, the last frames moved to the
+    front for the next call (the window is updated in place)."""
+    past = win.shape[2] - x.shape[2]
+    ph, pw = conv._padding[2], conv._padding[0]
+    h, w = x.shape[3], x.shape[4]
+    win[:, :, past:, ph:ph + h, pw:pw + w].copy_(x)
+    y = F.conv3d(win, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
+    t = x.shape[2]
+    for i in range(past):  # the last `past` frames to the front, in order: no frame is read after it is written
+        win[:, :, i].copy_(win[:, :, t + i])
+    return y
+
+
+def residual_in_windows(block, x: torch.Tensor, win1: torch.Tensor, win2: torch.Tensor) -> torch.Tensor:
+    """A WanResidualBlock on x with its two causal convolutions' input windows: norm, SiLU, conv1, norm, SiLU,
+    conv2, plus the shortcut (a 1x1x1 convolution has no past). What vae-compile-regional compiles: a function of
+    the block's weights and of tensors only, so blocks of the same shape share one compiled graph."""
+    sc = block.conv_shortcut
+    h = x if isinstance(sc, torch.nn.Identity) else F.conv3d(x, sc.weight, sc.bias)
+    x = conv_in_window(block.conv1, block.nonlinearity(block.norm1(x)), win1)
+    x = conv_in_window(block.conv2, block.dropout(block.nonlinearity(block.norm2(x))), win2)
+    return x + h
+
+
+def head_in_window(dec, x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
+    """The decoder's head: its output norm, SiLU and the causal conv_out (with conv_out's window)."""
+    return conv_in_window(dec.conv_out, dec.nonlinearity(dec.norm_out(x)), win)
+
+
 def supports(vae) -> tuple[bool, str]:
     """Whether the buffered step can run this VAE's decoder (the Wan2.1 decoder layout), and why not."""
     dec = vae.decoder
@@ -65,14 +96,15 @@ class BufferedStreamingDecoder:
             w.zero_()  # the stream's first frames see zero past frames (causal padding); addresses kept
 
     # -- one causal convolution ---------------------------------------------------------------------------------
-    def _window(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
-        """conv's input window for x [B, C, T, H, W]. One window per number of frames per call, each allocated once
-        (after the first temporal upsampling the stream's first frame comes alone, the next ones two or four at a
-        time): a steady window never moves, which is what a captured graph needs. The stream's second frame (phase 1)
-        carries the past frames over from the first frame's window."""
+    def _window(self, conv, x: torch.Tensor, phase: int, shape=None) -> torch.Tensor:
+        """conv's input window for x [B, C, T, H, W] (or for an input of `shape`, x giving dtype and device). One
+        window per number of frames per call, each allocated once (after the first temporal upsampling the stream's
+        first frame comes alone, the next ones two or four at a time): a steady window never moves, which is what a
+        captured graph needs. The stream's second frame (phase 1) carries the past frames over from the first
+        frame's window."""
         past = conv._padding[4]  # WanCausalConv3d: (w, w, h, h, 2 * temporal padding, 0), its own padding zeroed
         ph, pw = conv._padding[2], conv._padding[0]
-        b, c, t, h, w = x.shape
+        b, c, t, h, w = shape if shape is not None else x.shape
         key = (id(conv), t)
         win = self.windows.get(key)
         shape = (b, c, past + t, h + 2 * ph, w + 2 * pw)
@@ -86,23 +118,17 @@ class BufferedStreamingDecoder:
 
     def _causal_conv(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
         """x [B, C, T, H, W] through the causal convolution `conv` with its past frames, which it then updates."""
-        win = self._window(conv, x, phase)
-        past = win.shape[2] - x.shape[2]
-        ph, pw = conv._padding[2], conv._padding[0]
-        h, w = x.shape[3], x.shape[4]
-        win[:, :, past:, ph:ph + h, pw:pw + w].copy_(x)
-        y = F.conv3d(win, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
-        t = x.shape[2]
-        for i in range(past):  # the last `past` frames to the front, in order: no frame is read after it is written
-            win[:, :, i].copy_(win[:, :, t + i])
-        return y
+        return conv_in_window(conv, x, self._window(conv, x, phase))
 
     def _residual(self, block, x: torch.Tensor, phase: int) -> torch.Tensor:
-        sc = block.conv_shortcut
-        h = x if isinstance(sc, torch.nn.Identity) else F.conv3d(x, sc.weight, sc.bias)  # 1x1x1: no past
-        x = self._causal_conv(block.conv1, block.nonlinearity(block.norm1(x)), phase)
-        x = self._causal_conv(block.conv2, block.dropout(block.nonlinearity(block.norm2(x))), phase)
-        return x + h
+        return residual_in_windows(block, x, *self._residual_windows(block, x, phase))
+
+    def _residual_windows(self, block, x: torch.Tensor, phase: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The input windows of a residual block's two causal convolutions for input x (conv2 sees conv1's
+        channels at x's frames and size)."""
+        b, _, t, h, w = x.shape
+        return (self._window(block.conv1, x, phase),
+                self._window(block.conv2, x, phase, shape=(b, block.conv1.out_channels, t, h, w)))
 
     def _resample(self, rs, x: torch.Tensor, phase: int) -> torch.Tensor:
         b, c, t, h, w = x.shape
@@ -133,10 +159,45 @@ class BufferedStreamingDecoder:
                 if ub.upsamplers is not None:
                     x = self._resample(ub.upsamplers[0], x, phase)
         with stage("VAE_Dec_Head"):
-            return self._causal_conv(dec.conv_out, dec.nonlinearity(dec.norm_out(x)), phase)
+            return self._head(dec, x, phase)
+
+    def _head(self, dec, x: torch.Tensor, phase: int) -> torch.Tensor:
+        return head_in_window(dec, x, self._window(dec.conv_out, x, phase))
 
     def window_bytes(self) -> int:
         return sum(w.numel() * w.element_size() for w in self.windows.values())
 
 
-__all__ = ["BufferedStreamingDecoder", "supports"]
+class RegionalCompiledDecoder:
+    """BufferedStreamingDecoder whose steady frames (phase 2) run each residual block, the head and every other
+    causal convolution as compiled regions (`vae-compile-regional`): torch.compile of `residual_in_windows`,
+    `head_in_window` and `conv_in_window`, each called with the module and its windows as arguments, so blocks of
+    one shape share a compiled graph (one compile per distinct block shape, not one per block) and the step between
+    regions (the mid block's attention, the resamplers' 2-D convolutions and frame interleave) stays eager. The
+    stream's first two frames run eagerly (their windows are being allocated). Swap it in over a buffered decoder
+    with swap_class, then call `compile_regions`."""
+
+    def compile_regions(self, mode: str | None = None, backend: str = "inductor") -> None:
+        kw = dict(mode=mode, backend=backend, dynamic=False)
+        self.regions = {"residual": torch.compile(residual_in_windows, **kw),
+                        "head": torch.compile(head_in_window, **kw),
+                        "conv": torch.compile(conv_in_window, **kw)}
+
+    def _causal_conv(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
+        if phase != 2:
+            return super()._causal_conv(conv, x, phase)
+        return self.regions["conv"](conv, x, self._window(conv, x, phase))
+
+    def _residual(self, block, x: torch.Tensor, phase: int) -> torch.Tensor:
+        if phase != 2:
+            return super()._residual(block, x, phase)
+        return self.regions["residual"](block, x, *self._residual_windows(block, x, phase))
+
+    def _head(self, dec, x: torch.Tensor, phase: int) -> torch.Tensor:
+        if phase != 2:
+            return super()._head(dec, x, phase)
+        return self.regions["head"](dec, x, self._window(dec.conv_out, x, phase))
+
+
+__all__ = ["BufferedStreamingDecoder", "RegionalCompiledDecoder", "conv_in_window", "head_in_window",
+           "residual_in_windows", "supports"]
