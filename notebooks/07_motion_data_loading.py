@@ -149,7 +149,9 @@ wd.table(study.gate_table(lad), caption="Relative L2 per field against float64")
 # The bytes floor is what one step must move at the measured copy bandwidth. On a GPU the table adds a second floor:
 # what replaying a CUDA graph that holds a single one-element kernel costs on this machine, back to back and in host
 # time. A fetch captured as one graph a step cannot cost less in a loop, so the best row is also set against the
-# larger of the two. What to look for: the best row's loop near that larger floor (nothing left to take out of the
+# larger of the two. It also captures 16 of the best row's fetches in one graph: what a fetch costs when one graph
+# launch serves a whole captured program (an environment step captured whole), so the loop's time splits into the
+# fetch and the launch. What to look for: the best row's loop near the larger floor (nothing left to take out of the
 # fetch itself) or well above it (the kernel or the replay path still has work in it).
 
 # %%

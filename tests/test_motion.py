@@ -239,11 +239,17 @@ def test_graph_replay_floor_is_none_without_a_gpu():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs a GPU")
-def test_graph_replay_floor_on_the_gpu():
+def test_graph_replay_floor_and_calls_in_one_graph_on_the_gpu():
     from wmbook.bench import graph_replay_floor
 
     rp = graph_replay_floor("cuda", calls=20, rounds=5)
     assert len(rp.loop.values) == 5 and 0 < rp.ms < 1.0 and 0 < rp.host_ms < 1.0  # microseconds, not milliseconds
+    from wmbook.bench import time_in_graph
+
+    x = torch.zeros(1, device="cuda")
+    per = time_in_graph(lambda: x.add_(1), 8, rounds=5)
+    assert len(per.values) == 5 and 0 < per.median < 1.0  # microseconds per call
+    assert x.item() >= 8 * 5  # the captured calls ran on every replay (warm-ups too)
 
 
 def test_the_replay_floor_enters_the_floor_table_rows_and_interpretation():
@@ -275,3 +281,25 @@ def test_the_replay_floor_enters_the_floor_table_rows_and_interpretation():
     assert rows["graph_replay_host_ms"]["value"] == pytest.approx(floor / 2)
     text = study.interpret(cfg, s, lad)
     assert f"replays at {floor * 1e3:.1f} us" in text and "the replay's own cost" in text
+    assert lad.in_graph is None and "fetches in one graph" not in text  # nothing captured on the CPU
+
+    # the best row's fetch with IN_GRAPH_K fetches in one graph (faked): table, rows, text, against the loop
+    per = best.loop.median / 4
+    lad = dataclasses.replace(lad, in_graph=Samples([per, per, per], "ms"), in_graph_stack="packed-gather")
+    tab = study.floor_table(s, lad)["value"]
+    assert tab[f"packed-gather, {study.IN_GRAPH_K} fetches in one graph: ms per fetch"] == pytest.approx(per)
+    assert tab["in one graph x bytes floor"] == pytest.approx(per / s.floor_ms())
+    rows = {(r["metric"], r["variant"]): r for r in study.result_rows(cfg, s, lad)}
+    assert rows[("in_graph_fetch_ms", "packed-gather")]["value"] == pytest.approx(per)
+    assert rows[("in_graph_fetch_ms", "packed-gather")]["n"] == 3
+    text = study.interpret(cfg, s, lad)
+    assert f"{study.IN_GRAPH_K} fetches captured in one graph" in text and f"{per * 1e3:.1f} us a fetch" in text
+    assert f"the other {(best.loop.median - per) * 1e3:.1f} us of the loop's step" in text
+
+
+def test_time_in_graph_refuses_a_bad_k_and_needs_a_gpu():
+    from wmbook.bench import time_in_graph
+
+    with pytest.raises(ValueError, match="k=0 is not allowed"):
+        time_in_graph(lambda: None, 0)
+    assert time_in_graph(lambda: None, 4, device="cpu") is None

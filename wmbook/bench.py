@@ -207,6 +207,33 @@ def graph_replay_floor(device=None, *, calls: int = 50, rounds: int = 10) -> Rep
     return ReplayFloor(loop, host)
 
 
+def time_in_graph(fn, k: int = 16, *, rounds: int = 10, warmup: int = 3, device=None) -> Samples | None:
+    """ms per call of `fn` when `k` calls are captured in one CUDA graph and the graph is replayed back to back: the
+    call's cost inside a larger captured program (its kernels and the gaps between them), the graph's launch shared
+    by k calls. Against time_back_to_back of a graph holding one call, it tells the launch's share of a captured
+    step. `fn` takes no arguments and keeps its tensors' addresses (its work on the same buffers each call). None
+    off a CUDA device (nothing to capture)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k={k!r} is not allowed; allowed values: an integer >= 1")
+    dev = resolve_device(device)
+    if dev.type != "cuda":
+        return None
+    with torch.cuda.device(dev):
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):  # warm-up outside the capture (autotuning, workspaces), as torch's recipe does
+            for _ in range(warmup):
+                fn()
+        torch.cuda.current_stream(dev).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(k):
+                fn()
+        loop = time_back_to_back(graph.replay, calls=max(1, 64 // k), rounds=rounds, warmup=3, device=dev)
+        del graph
+    return Samples([v / k for v in loop.values], loop.unit)
+
+
 def spin_up(device=None, ms: float = 100.0) -> float:
     """Keep a CUDA device busy for about `ms` milliseconds (back-to-back 4096^2 bf16 matmuls), so the next timing
     starts at full clocks: after a quiet spell (a torch.compile, host-side setup) a GPU lowers its clocks, and a

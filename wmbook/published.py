@@ -225,7 +225,10 @@ def _motion_loading(df: pd.DataFrame) -> list[str]:
                      f"{us(_v(r, 'bytes_floor_ms'))} us for {_val(r, 'bytes_per_step', '{:.3g}')} bytes per step at "
                      f"the measured {_val(r, 'copy_gbps', '{:.0f}')} GB/s"
                      + (f"; a one-kernel CUDA graph replays in {us(_v(r, 'graph_replay_floor_ms'), spread=True)} us "
-                        f"back to back" if _v(r, "graph_replay_floor_ms") is not None else "") + ")\n")
+                        f"back to back" if _v(r, "graph_replay_floor_ms") is not None else "")
+                     + (f"; {_v(r, 'in_graph_fetch_ms')['variant']}, {_v(r, 'in_graph_fetch_ms')['note']}: "
+                        f"{us(_v(r, 'in_graph_fetch_ms'), spread=True)} us a fetch"
+                        if _v(r, "in_graph_fetch_ms") is not None else "") + ")\n")
         parts.append(_table(rows))
         sc = r[r["metric"] == "scaling_fetch_ms"].assign(n=lambda d: d["num_envs"].astype(float).astype(int))
         if len(sc):

@@ -17,7 +17,8 @@ import pandas as pd
 import torch
 
 from .. import check
-from ..bench import ReplayFloor, Samples, graph_replay_floor, host_launch_ms, time_back_to_back, time_fn, time_once
+from ..bench import (ReplayFloor, Samples, graph_replay_floor, host_launch_ms, time_back_to_back, time_fn, time_in_graph,
+                     time_once)
 from ..motion import variants as mvariants
 from ..motion.fetch import (CALL_STAGES, FETCH_LABEL, STATE_LABEL, STATE_STAGES, MotionState, get_motion_state,
                             no_label, sample_queries, state_layout)
@@ -26,7 +27,7 @@ from ..params import (DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, W
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from .compile import _compile_backend
-from .motion_report import interpret, result_rows  # noqa: F401  (rows and interpretation: motion_report)
+from .motion_report import IN_GRAPH_K, interpret, result_rows  # noqa: F401  (rows and interpretation: motion_report)
 
 NOTEBOOK = "07_motion_data_loading"
 QUAT_FIELDS = ("root_rot", "body_rot_b")  # q and -q are one rotation: compared after taking the reference's sign
@@ -321,6 +322,10 @@ class MotionLadder:
     anchors: dict = field(default_factory=dict)  # the eager reference's error per field (the gate's anchor)
     notes: dict = field(default_factory=dict)
     replay: ReplayFloor | None = None  # a one-kernel CUDA graph's replay cost on this machine (GPU only)
+    # the best row's fetch with IN_GRAPH_K fetches captured in one graph: ms per fetch (GPU only), and that stack
+    in_graph: Samples | None = None
+    in_graph_stack: str = ""
+    in_graph_k: int = IN_GRAPH_K
 
     @property
     def reference(self) -> MotionRow:
@@ -395,7 +400,26 @@ def run_ladder(s: MotionSetup) -> MotionLadder:
     for r in lad.rows:
         r.speedup = ref / r.fetch.median if r.counts else math.nan
     lad.replay = graph_replay_floor(s.cfg.device, rounds=s.cfg.repeats)
+    measure_in_graph(s, lad)
     return lad
+
+
+def measure_in_graph(s: MotionSetup, lad: MotionLadder, k: int = IN_GRAPH_K) -> None:
+    """On a GPU, the best row's fetch (its stack without `cuda-graph`) with `k` fetches captured in one CUDA graph
+    and replayed back to back (bench.time_in_graph): what a fetch costs inside a larger captured program, e.g. an
+    environment step captured whole, where one graph launch serves every kernel of the step. Left out (None) off a
+    GPU or when the fetch cannot be captured (the reason goes to lad.notes)."""
+    if s.cfg.device.type != "cuda" or not lad.rows:
+        return
+    best = lad.best()
+    stack = [n for n in best.stack if n != "cuda-graph"]
+    term = s.term(stack)
+    try:
+        lad.in_graph = time_in_graph(term._fetch, k, rounds=s.cfg.repeats, device=s.cfg.device)
+        lad.in_graph_stack, lad.in_graph_k = " + ".join(mvariants.effective(stack)) or "eager", k
+    except Exception as e:  # noqa: BLE001  (a fetch that cannot be captured: say why, keep the ladder)
+        torch.cuda.synchronize(s.cfg.device)
+        lad.notes["in-graph"] = f"{k} fetches in one graph: capture failed: {type(e).__name__}: {str(e)[:200]}"
 
 
 def step_floor_ms(s: MotionSetup, lad: MotionLadder) -> float:
@@ -457,6 +481,9 @@ def floor_table(s: MotionSetup, lad: MotionLadder) -> pd.DataFrame:
         if best.loop is not None:
             d |= {f"best ({best.name}) in a loop ms": best.loop.median,
                   "best in a loop x step floor": best.loop.median / step_floor_ms(s, lad)}
+    if lad.in_graph is not None:
+        d |= {f"{lad.in_graph_stack}, {lad.in_graph_k} fetches in one graph: ms per fetch": lad.in_graph.median,
+              "in one graph x bytes floor": lad.in_graph.median / s.floor_ms()}
     return pd.DataFrame({"value": d}).rename_axis("quantity")
 
 
