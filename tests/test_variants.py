@@ -1,5 +1,7 @@
 """Variant registry, the transforms on tiny presets, the ladder gate, the cumulative ladder, compile fix."""
 
+import copy
+
 import pytest
 import torch
 
@@ -218,6 +220,38 @@ def test_wma_head_conv_gemm(wma_ref):
     out = WMA.forward_probe(p).forward()
     assert check.compare(list(out), list(ref_out), dtype="fp32").passed
     assert "head-conv-gemm" not in variants.known("mg2")
+
+
+def test_wma_skip_unused_heads(wma_ref):
+    """Each pass runs only the head it is read for: the decision pass's actions, the world-model pass's states, both
+    passes' latents and frames equal the reference's bit for bit; the unread outputs are None; each head runs in one
+    pass only; the forward probe (outside a pass) runs both; the CUDA-graph key tells the two passes apart; the
+    reference keeps its classes."""
+    from wmbook.variants import swaps
+
+    p, ctx = _applied(wma_ref, "wma", ["skip-unused-heads"])
+    unet = p.model.diffusion_model
+    calls = []
+    for name in ("action_unet", "state_unet"):
+        getattr(unet, name).register_forward_hook(lambda m, a, o, name=name: calls.append((name, m.skip)))
+    ref = wma_ref.run_iteration(wma_ref.prepare(seed=0), ddim_steps=2, progress=False)
+    out = p.run_iteration(p.prepare(seed=0), ddim_steps=2, progress=False)
+    want, got = ref.reference(), out.reference()
+    assert set(got) == set(want)
+    for k in want:
+        assert torch.equal(got[k], want[k]), k
+    assert out.decision.states is None and out.world.actions is None
+    assert out.decision.actions is not None and out.world.states is not None
+    ran = [n for n, skipped in calls if not skipped]
+    assert ran.count("action_unet") == 2 and ran.count("state_unet") == 2  # 2 steps each, one pass each
+    assert not unet.action_unet.skip and not unet.state_unet.skip  # reset after the passes
+    probe = WMA.forward_probe(p).forward()
+    assert all(t.abs().sum() > 0 for t in probe[1:])  # both heads outside a pass
+    key = WMA.graph_targets(copy.deepcopy(p))[0].key_fn
+    assert key((), {}) == (False, False)
+    assert not isinstance(wma_ref.model.diffusion_model.action_unet, swaps.SkippableHead)
+    assert ctx.notes["skip-unused-heads"].startswith("decision pass: action head only")
+    assert "skip-unused-heads" not in variants.known("mg2")
 
 
 def test_gate_budget_and_no_less_accurate():

@@ -76,8 +76,8 @@ class PassOutput:
 
     latents: torch.Tensor  # [B, 4, T, h, w]
     frames: torch.Tensor | None  # [B, 3, T, H, W] (None when not decoded)
-    actions: torch.Tensor  # [B, T, A]
-    states: torch.Tensor  # [B, T, S]
+    actions: torch.Tensor | None  # [B, T, A] (None: the pass skipped its action head, skip-unused-heads)
+    states: torch.Tensor | None  # [B, T, S] (None: the pass skipped its state head)
     step_ms: list[float] = field(default_factory=list)  # whole DDIM step
     forward_ms: list[float] = field(default_factory=list)  # the step's UNet forward(s)
     update_ms: list[float] = field(default_factory=list)  # the three scheduler updates

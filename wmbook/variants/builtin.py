@@ -553,6 +553,23 @@ def _decode_overlap(pipe, ctx: VariantContext):
     ctx.notes["decode-overlap"] = "decode on a second stream"
 
 
+@register("skip-unused-heads", family="graphs", requires=("ddim", "unet"),
+          description="each pass runs only the head it is read for: the decision pass its action head (its states "
+                      "are not read), the world-model pass its state head (its actions are not read); half the heads' "
+                      "forwards of an iteration, the same actions, states, latents and frames")
+def _skip_unused_heads(pipe, ctx: VariantContext):
+    from ..models.wma.action_head import ConditionalUnet1D
+
+    unet = getattr(ctx.workload.denoiser(pipe), "diffusion_model", None)
+    heads = [getattr(unet, "action_unet", None), getattr(unet, "state_unet", None)]
+    if not all(isinstance(h, ConditionalUnet1D) for h in heads):
+        raise ValueError(f"skip-unused-heads needs the action and state heads; the {ctx.workload.name} denoiser has none")
+    for h in heads:
+        swaps.swap_class(h, swaps.SkippableHead)
+    swaps.swap_class(pipe, swaps.SkipUnusedHeads)
+    ctx.notes["skip-unused-heads"] = "decision pass: action head only; world-model pass: state head only"
+
+
 @register("skip-unused-decode", family="graphs", requires=("ddim",),
           description="the decision pass's video is not decoded (only its action chunk is used; the world-model pass "
                       "decodes the iteration's frames)")

@@ -272,6 +272,40 @@ class SkipUnusedDecode:
         return super().run_iteration(inputs, **kw)
 
 
+class SkippableHead:
+    """ConditionalUnet1D (an action or state head) that returns zeros of its sample's shape, without running, while
+    `skip` is set (SkipUnusedHeads sets it for the pass that does not read the head)."""
+
+    skip = False
+
+    def forward(self, sample, *args, **kwargs):
+        if self.skip:
+            return torch.zeros_like(sample)
+        return super().forward(sample, *args, **kwargs)
+
+
+class SkipUnusedHeads:
+    """WMAInteractionPipeline whose passes run only the head whose output is read: the decision pass reads its action
+    chunk (the world-model pass's action tokens and the iteration's actions) but not its states; the world-model
+    pass reads its states (the iteration's states) but not its actions. The unread head is skipped for the whole
+    pass (its DDIM update then steps zeros, drawing no noise) and the pass's unread output is None; what is read is
+    the same as the reference's."""
+
+    def sample_pass(self, tag, *args, **kwargs):
+        unet = self.model.diffusion_model
+        skip_action, skip_state = tag == "3", tag == "2"
+        unet.action_unet.skip, unet.state_unet.skip = skip_action, skip_state
+        try:
+            out = super().sample_pass(tag, *args, **kwargs)
+        finally:
+            unet.action_unet.skip = unet.state_unet.skip = False
+        if skip_action:
+            out.actions = None
+        if skip_state:
+            out.states = None
+        return out
+
+
 # --- the action modules' tiny attentions --------------------------------------------------------------------------
 
 

@@ -149,7 +149,12 @@ class WMAWorkload(Workload):
         is drawn eagerly between the two (the same draw as the eager update's), and so is classifier-free
         guidance when on. The multistep solvers ('dpmsolver++', 'unipc') keep their eager update."""
         pipe.device_update = True
-        return [GraphTarget(pipe.model, "forward", "UNet + action/state heads forward"),
+        unet = pipe.model.diffusion_model
+
+        def heads_run(args, kwargs):  # skip-unused-heads: a pass without one head is a graph of its own
+            return getattr(unet.action_unet, "skip", False), getattr(unet.state_unet, "skip", False)
+
+        return [GraphTarget(pipe.model, "forward", "UNet + action/state heads forward", key_fn=heads_run),
                 GraphTarget(pipe, "update_step", "DDIM update (video + action/state heads)")]
 
     def decoder_ladder(self, device) -> list[str]:
