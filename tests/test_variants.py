@@ -276,6 +276,14 @@ def test_gate_budget_and_no_less_accurate():
         check.ladder_gate(ref, ref, anchor_rel_l2=-1.0)
 
 
+def test_compile_note_says_what_a_slow_compile_did():
+    from wmbook.variants.ladder import compile_note
+
+    assert compile_note({"frames_compiled": 3, "recompiles": 0, "recompile_limit_hits": 0, "compile_s": 9.0}) == ""
+    assert compile_note({"frames_compiled": 40, "recompiles": 31, "recompile_limit_hits": 2, "compile_s": 812.4}) == \
+        "compile: 40 graphs, 31 recompiles, 2 recompile-limit hits, 812 s"
+
+
 def test_effective_stack_keeps_the_last_compile():
     vs = resolve(["bf16", "compile-regional", "action-hoist", "compile-regional-dynamic"], "mg2")
     assert [v.name for v in effective(vs)] == ["bf16", "action-hoist", "compile-regional-dynamic"]

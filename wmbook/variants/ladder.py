@@ -429,6 +429,7 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
     if mon is not None:
         row.graph_breaks = _count(mon, "graph_breaks")
         row.recompiles = _count(steady, "recompiles") if steady is not None else _count(mon, "recompiles")
+        row.note = "; ".join(n for n in (row.note, compile_note(mon.summary())) if n)
     if gate_ref is not None:
         res = check.ladder_gate(_outputs(out), _outputs(gate_ref.forward), dtype=row.tolerance,
                                 same_precision_ref=None if gate_ref.same_precision is None
@@ -473,6 +474,17 @@ def _monitor():
     m = CompileMonitor()
     m.__enter__()
     return m
+
+
+def compile_note(summary: dict) -> str:
+    """What a row's compilation did, for its note when it did more than compile each region once: recompiles
+    (a guard that failed: a new shape, a changed attribute) and recompile-limit hits (dynamo gave up and ran the
+    function eagerly), with the compile seconds; empty otherwise. Says why a row's first call took long."""
+    rec, hits = int(summary.get("recompiles", 0)), int(summary.get("recompile_limit_hits", 0))
+    if not rec and not hits:
+        return ""
+    return (f"compile: {int(summary.get('frames_compiled', 0))} graphs, {rec} recompiles, {hits} recompile-limit hits, "
+            f"{float(summary.get('compile_s', 0.0)):.0f} s")
 
 
 def _count(mon, key: str) -> int:
