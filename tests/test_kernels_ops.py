@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from wmbook import kernels
-from wmbook.kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu
+from wmbook.kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu, short_attention
 
 GPU = torch.cuda.is_available() and not kernels.interpreting()
 
@@ -65,6 +65,7 @@ def _cases(dev):
         "rms_norm_silu": (rms_norm_silu.rms_norm_silu_op, (xc, r(32, 1, 1, 1, dtype=torch.float32), None, 1e-12)),
         "group_norm_silu": (group_norm_silu.group_norm_silu_op, (xc, w, b, 8, 1e-5, None)),
         "group_norm_silu channels-last": (group_norm_silu.group_norm_silu_op, (xl, w, b, 8, 1e-5, None)),
+        "short_attention": (short_attention.short_attention_op, (r(6, 16, 2, 32), r(6, 16, 2, 32), r(6, 16, 2, 32))),
     }
 
 

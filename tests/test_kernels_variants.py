@@ -51,6 +51,11 @@ def test_triton_fused_equals_reference(ref):
     assert ((a - b).norm() / a.norm()).item() < 1e-5, ctx.notes
     note = ctx.notes["triton-fused"]
     assert ("DiT blocks" in note) if wl.name == "mg2" else ("ResBlocks with the time-embedding add fused" in note)
+    if wl.name == "wma":  # both self-attentions of every temporal transformer on the short-sequence kernel
+        from wmbook.models.wma.unet import TemporalTransformer
+
+        n = 2 * sum(len(t.transformer_blocks) for t in wl.denoiser(fused).modules() if isinstance(t, TemporalTransformer))
+        assert n and f"{n} temporal self-attentions on short_attention" in note, note
     # the swaps really call the kernels' ops: a model without them differs from one with a poisoned op
     from wmbook.variants import fused as fmod
 
@@ -82,10 +87,15 @@ def test_fused_kernel_really_runs(ref, monkeypatch):
     fused, _ = apply_stack(pipe, wl, ["triton-fused"], DEV)
     from wmbook.kernels import adaln, group_norm_silu
 
-    target = (adaln, "adaln_modulate") if wl.name == "mg2" else (group_norm_silu, "group_norm_silu")
-    monkeypatch.setattr(*target, lambda *a, **k: (_ for _ in ()).throw(RuntimeError("kernel called")))
-    with pytest.raises(RuntimeError, match="kernel called"):
-        wl.forward_probe(fused).forward()
+    from wmbook.kernels import short_attention
+
+    targets = [(adaln, "adaln_modulate")] if wl.name == "mg2" else [(group_norm_silu, "group_norm_silu"),
+                                                                    (short_attention, "short_attention")]
+    for target in targets:
+        with monkeypatch.context() as m:
+            m.setattr(*target, lambda *a, **k: (_ for _ in ()).throw(RuntimeError(f"{target[1]} called")))
+            with pytest.raises(RuntimeError, match=f"{target[1]} called"):
+                wl.forward_probe(fused).forward()
 
 
 def test_kernel_cases_pass_their_gate_at_tiny_shapes(ref):

@@ -4,7 +4,8 @@ own modules), the fused kernel, the fp32 reference and the bytes, on seeded inpu
 A workload lists its cases (`Workload.kernel_cases(preset)`); the builders here know the models' code paths:
 
     dit_cases(...)       the causal DiT block: adaLN modulate, gated residual + adaLN, q/k RMSNorm + RoPE
-    unet_cases(...)      the video UNet's ResBlocks: GroupNorm + SiLU (+ the time embedding), spatial and temporal
+    unet_cases(...)      the video UNet's ResBlocks: GroupNorm + SiLU (+ the time embedding), spatial and temporal;
+                         its temporal self-attention (short sequences)
     wan_decoder_cases()  the Wan VAE decoder's residual blocks: RMS norm + SiLU
     sd_decoder_cases()   the SD VAE decoder's residual blocks: GroupNorm + SiLU
 """
@@ -149,12 +150,14 @@ def _gn_case(site: str, shape: tuple, groups: int, eps: float, add: bool, channe
 
 
 def unet_cases(model_channels: int, latent_hw: tuple[int, int], frames: int, groups: int, batch: int = 1,
-               channels_last: bool = True) -> list[KernelCase]:
+               channels_last: bool = True, head_channels: int = 64) -> list[KernelCase]:
     """The UNet's ResBlocks at the top level (the largest activations): out_layers' GroupNorm + SiLU with the time
     embedding added first (frames folded into the batch, channels-last as notebook 04's stack runs them), and the
-    temporal conv block's GroupNorm + SiLU over [B, C, T, h, w]."""
+    temporal conv block's GroupNorm + SiLU over [B, C, T, h, w]; the temporal transformer's self-attention over the
+    T frames of each of the h x w positions."""
     h, w = latent_hw
     bt = batch * frames
+    heads = max(1, model_channels // head_channels)
     return [
         _gn_case("video UNet ResBlock: h + emb, GroupNorm + SiLU", (bt, model_channels, h, w), groups, 1e-5, True,
                  channels_last, True),
@@ -162,7 +165,24 @@ def unet_cases(model_channels: int, latent_hw: tuple[int, int], frames: int, gro
                  channels_last, True),
         _gn_case("video UNet temporal conv block: GroupNorm + SiLU", (batch, model_channels, frames, h, w), groups,
                  1e-5, False, False, False),
+        _short_attention_case("video UNet temporal transformer: self-attention over the frames",
+                              (batch * h * w, frames, heads, min(head_channels, model_channels))),
     ]
+
+
+def _short_attention_case(site: str, shape: tuple) -> KernelCase:
+    """Self-attention over short sequences [B, L, H, D] (bf16): the model's attention() (SDPA) against the kernel."""
+    from ..models.attention import attention
+    from . import short_attention as sa
+
+    def make(device, dt, seed):
+        r = _gen(device, seed)
+        return dict(q=r(*shape, dtype=dt), k=r(*shape, dtype=dt), v=r(*shape, dtype=dt))
+
+    return KernelCase("short_attention", site, shape, make, lambda q, k, v: attention(q, k, v),
+                      lambda q, k, v: sa.short_attention(q, k, v),
+                      lambda q, k, v: sa.short_attention_ref(q.float(), k.float(), v.float()),
+                      lambda q, k, v: sa.short_attention_bytes(q, k, v), layout="[B, L, H, D]")
 
 
 def sd_decoder_cases(height: int, width: int, channels: int = 128, groups: int = 32) -> list[KernelCase]:

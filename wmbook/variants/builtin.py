@@ -223,7 +223,8 @@ def _head_conv_gemm(pipe, ctx: VariantContext):
 @register("triton-fused", family="kernels",
           description="notebook 05's fused Triton kernels swapped into the denoiser (torch.library ops: compile traces "
                       "them, graphs capture them): the DiT's adaLN modulate, gated residual + adaLN, q/k RMSNorm + "
-                      "RoPE; the UNet's GroupNorm + SiLU (+ the time-embedding add)")
+                      "RoPE; the UNet's GroupNorm + SiLU (+ the time-embedding add) and its temporal self-attention "
+                      "(short sequences, many per program)")
 def _triton_fused(pipe, ctx: VariantContext):
     from . import fused
 

@@ -8,7 +8,8 @@ only.
   gated residual + norm3 (an affine LayerNorm is an adaLN with scale = weight - 1, shift = bias) ->
   `gated_residual_adaln`; the self-attention's q / k RMSNorm + RoPE -> `qk_norm_rope` (FusedQKNormRoPE).
 - video UNet: every GroupNorm followed by SiLU -> `group_norm_silu` (FusedGroupNormSiLU, the SiLU becomes an
-  Identity); the ResBlock's time-embedding add folded into the out_layers' norm (FusedResBlock).
+  Identity); the ResBlock's time-embedding add folded into the out_layers' norm (FusedResBlock); the temporal
+  transformers' self-attentions over the T frames -> `short_attention` (ShortSelfAttention).
 - decoders: each residual block's norm + SiLU pair (Wan: RMS norm -> `rms_norm_silu`; SD: GroupNorm ->
   `group_norm_silu`) and the decoder head's.
 """
@@ -24,7 +25,8 @@ from .swaps import swap_class
 
 # importing the kernel modules registers their ops (torch.ops.wmbook.*); this module is imported only when a
 # fused variant is applied
-from ..kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu  # noqa: E402,F401
+from ..kernels import (adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu,  # noqa: E402,F401
+                       short_attention)
 
 ops = torch.ops.wmbook
 
@@ -171,8 +173,20 @@ class FusedResBlock:
             return self.temporal(h, batch)
 
 
+class ShortSelfAttention:
+    """CrossAttention of a temporal transformer (self-attention over the T frames of each position): q, k and v
+    through `short_attention` (many short sequences per program) instead of SDPA; calls with a context (never in a
+    temporal transformer) keep the module's own path."""
+
+    def forward(self, x, ctx=None):
+        if ctx is not None:
+            return super().forward(x, ctx)
+        q, k, v = (self._heads(f(x)) for f in (self.to_q, self.to_k, self.to_v))
+        return self.to_out(ops.short_attention(q, k, v).flatten(2))
+
+
 def fuse_unet(model: nn.Module) -> dict[str, int]:
-    from ..models.wma.unet import ResBlock
+    from ..models.wma.unet import CrossAttention, ResBlock, TemporalTransformer
 
     pairs = fuse_sequential_gn_silu(model)
     res = 0
@@ -180,7 +194,13 @@ def fuse_unet(model: nn.Module) -> dict[str, int]:
         if isinstance(m, ResBlock) and isinstance(m.out_layers[0], FusedGroupNormSiLU):
             swap_class(m, FusedResBlock)
             res += 1
-    return {"GroupNorm + SiLU pairs": pairs, "ResBlocks with the time-embedding add fused": res}
+    temporal = 0
+    for t in [m for m in model.modules() if isinstance(m, TemporalTransformer)]:
+        for a in [m for m in t.modules() if isinstance(m, CrossAttention) and not m.multi_context]:
+            swap_class(a, ShortSelfAttention)
+            temporal += 1
+    return {"GroupNorm + SiLU pairs": pairs, "ResBlocks with the time-embedding add fused": res,
+            "temporal self-attentions on short_attention": temporal}
 
 
 # --- decoders ------------------------------------------------------------------------------------------------------

@@ -203,10 +203,12 @@ class WMAWorkload(Workload):
 
     # --- measuring -------------------------------------------------------------------------------------
     def kernel_cases(self, preset) -> list:
-        """The video UNet's GroupNorm + SiLU (+ time embedding) at its top level; the SD VAE decoder's."""
+        """The video UNet's GroupNorm + SiLU (+ time embedding) and temporal self-attention at its top level; the SD VAE
+        decoder's GroupNorm + SiLU."""
         from ..kernels.cases import sd_decoder_cases, unet_cases
 
-        return (unet_cases(preset.model_channels, preset.latent_hw, preset.frames, preset.norm_groups)
+        return (unet_cases(preset.model_channels, preset.latent_hw, preset.frames, preset.norm_groups,
+                           head_channels=preset.num_head_channels)
                 + sd_decoder_cases(preset.height, preset.width, preset.vae_block_out_channels[0],
                                    preset.vae_norm_groups))
 
