@@ -7,6 +7,8 @@ On one GPU at a wma preset: the two heads of notebook 04's layout stack (bf16, c
 torch.compile of the whole UNet, which takes minutes) with and without head-conv-gemm, each eager and with each head
 compiled; per row the heads' GPU time (CUDA-graph replays, the L2 flushed: notebook 05's timing, median and p20-p80),
 their relative L2 against the fp32 heads on the same inputs, and the top kernels of one eager call by device time.
+Then the whole UNet forward's GPU time for the layout stack, + head-conv-gemm, + triton-fused (its GroupNorm + SiLU
+and temporal-attention kernels), + both, each gated by its relative L2 against the fp32 reference forward.
 
     PYTHONPATH=$PWD python3 tools/head_bench.py --out /tmp/head_bench.csv
 """
@@ -69,6 +71,8 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default="wma")
     ap.add_argument("--rep-ms", type=float, default=300.0)
     ap.add_argument("--no-compile", action="store_true", help="leave out the compiled rows")
+    ap.add_argument("--no-forward", dest="forward", action="store_false",
+                    help="leave out the whole-forward rows (layout stack, + head-conv-gemm, + triton-fused, + both)")
     ap.add_argument("--out", default=None, help="CSV path")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -108,9 +112,36 @@ def main(argv=None) -> int:
     print(f"\n{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, preset {a.preset}: both heads of one UNet "
           f"forward")
     print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    fwd = forward_rows(wl, ref, dev, a.rep_ms) if a.forward else pd.DataFrame()
+    if len(fwd):
+        print("\nthe whole UNet forward (GPU time, eager stacks captured in a graph; no torch.compile):")
+        print(fwd.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if a.out:
-        df.to_csv(a.out, index=False)
+        pd.concat([df.assign(part="heads"), fwd.assign(part="forward")], ignore_index=True).to_csv(a.out, index=False)
     return 0
+
+
+def forward_rows(wl, ref, dev, rep_ms: float) -> pd.DataFrame:
+    """The whole UNet forward (both heads) of the layout stack, + head-conv-gemm, + triton-fused (the GroupNorm + SiLU
+    and temporal-attention kernels), + both: GPU ms per forward as graph replays with the L2 flushed, and the
+    forward's relative L2 against the fp32 reference's."""
+    from wmbook.studies.kernels import _bench
+
+    with torch.no_grad():
+        want = [t.float() for t in wl.forward_probe(ref).forward()]
+    rows = []
+    for label, extra in (("layout stack", []), ("+ head-conv-gemm", ["head-conv-gemm"]),
+                         ("+ triton-fused", ["triton-fused"]), ("+ both", ["triton-fused", "head-conv-gemm"])):
+        pipe, _ = apply_stack(ref, wl, LAYOUT + extra, dev)
+        probe = wl.forward_probe(pipe)
+        with torch.no_grad():
+            got = [t.float() for t in probe.forward()]
+            rel = max(float((g - w).norm() / w.norm()) for g, w in zip(got, want))
+            med, p20, p80, how = _bench(probe.forward, rep_ms, dev)
+        rows.append({"forward": label, "GPU ms": med, "p20": p20, "p80": p80, "rel_l2 vs fp32": rel, "timing": how})
+        del pipe, probe
+        torch.cuda.empty_cache()
+    return pd.DataFrame(rows)
 
 
 if __name__ == "__main__":
