@@ -234,16 +234,19 @@ def test_classify_inductor_and_wmbook_kernels(name, want):
 
 
 def test_classify_wmbook_ops_by_launching_op():
-    """Every op the package defines (each a normalization with its fused epilogue) is normalization as the launching
-    op of an eager call: a new op must be given its category here."""
+    """Every op the package defines has its category as the launching op of an eager call: the norms with their fused
+    epilogues are normalization, the short-sequence attention is attention. A new op must be given its category
+    here."""
     import re
     from pathlib import Path
 
     src = Path(__file__).resolve().parents[1] / "wmbook" / "kernels"
     ops = {m for f in src.glob("*.py") for m in re.findall(r'define_op\("(wmbook::\w+)"\)', f.read_text())}
-    assert len(ops) >= 5, ops
+    assert len(ops) >= 6, ops
+    other = {"wmbook::short_attention": "attention"}
     for op in ops:
-        assert classify("any_kernel_name", op) == "normalization", op
+        assert classify("any_kernel_name", op) == other.get(op, "normalization"), op
+    assert classify("_short_attention_kernel", None) == "attention"
     assert classify("any_kernel_name", "wmbook::something_else") == "other"
 
 
