@@ -54,16 +54,12 @@ def _cast(args, dtype):
 
 
 def top_kernels(fn, n: int = 8) -> pd.DataFrame:
-    from torch.profiler import ProfilerActivity, profile
+    """The `n` kernels of one call of fn with the most device time (wmbook.profiling's trace and kernel summary)."""
+    from wmbook.profiling import profile_calls
+    from wmbook.profiling.analysis.kernels import kernel_summary
 
     fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    rows = [{"kernel": e.key[:90], "calls": e.count, "device us": e.device_time_total}
-            for e in prof.key_averages() if e.device_time_total > 0]
-    return pd.DataFrame(rows).sort_values("device us", ascending=False).head(n)
+    return kernel_summary(profile_calls(fn), top=n)["kernels"]
 
 
 def main(argv=None) -> int:

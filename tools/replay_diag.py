@@ -5,8 +5,8 @@ one GPU, the host time to issue one replay and the back-to-back time per replay 
 - a graph of one `x.add_(1)` (wmbook.bench.graph_replay_floor's graph), and of 2 and 8 of them (cost per node);
 - the fetch's Triton kernel captured alone in a bare torch.cuda.CUDAGraph, with and without a private pool;
 - the notebook's row (`triton` + `cuda-graph`: wmbook.graphs.GraphedCallable through `term.fetch`);
-- K steps in one graph (fetch, then every robot's time advanced, K times): the fetch's cost per step when it is one
-  part of a larger captured environment step, where the graph's launch is paid once for the whole step.
+- K steps in one graph (fetch, then every robot's time advanced, K times; bench.time_in_graph): the fetch's cost per
+  step when it is one part of a larger captured environment step, where the graph's launch is paid once.
 
 Each graph's node count comes from its debug dump (DOT). Prints a table and writes it as CSV.
 
@@ -26,18 +26,19 @@ import pandas as pd
 import torch
 
 from wmbook import bench
-from wmbook.motion import variants as mvariants
 from wmbook.studies import motion as study
 
 
-def _nodes(capture) -> int | None:
-    """Kernel/memset/memcpy nodes of a graph captured by `capture(g)` with debug mode on (None when unavailable)."""
+def _nodes(fn, calls: int = 1) -> int | None:
+    """Kernel/memset/memcpy nodes of a graph of `calls` calls of fn, from its debug dump (None when unavailable)."""
     g = torch.cuda.CUDAGraph()
     try:
         g.enable_debug_mode()
     except Exception:  # noqa: BLE001
         return None
-    capture(g)
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "g.dot"
         try:
@@ -48,12 +49,12 @@ def _nodes(capture) -> int | None:
     return len(re.findall(r"(?m)^\s*\"?graph_\d+_node_\d+\"?\s*\[", text)) or text.count("label=\"{")
 
 
-def _measure(name: str, fn, dev, calls: int = 50, rounds: int = 20, nodes=None, steps: int = 1) -> dict:
-    loop = bench.time_back_to_back(fn, calls=calls, rounds=rounds, warmup=3, device=dev)
+def _measure(name: str, fn, dev, rounds: int = 20, nodes=None) -> dict:
+    """Host time to issue one call of fn and its back-to-back time per call (fn: a replay or a captured fetch)."""
+    loop = bench.time_back_to_back(fn, calls=50, rounds=rounds, warmup=3, device=dev)
     host = statistics.median(bench.host_launch_ms(fn, dev) for _ in range(rounds))
-    return {"graph": name, "steps per call": steps, "nodes": nodes, "host us / call": host * 1e3,
-            "loop us / call": loop.median * 1e3, "loop p20": loop.p20 * 1e3, "loop p80": loop.p80 * 1e3,
-            "loop us / step": loop.median * 1e3 / steps}
+    return {"graph": name, "steps per call": 1, "nodes": nodes, "host us / call": host * 1e3,
+            "loop us / step": loop.median * 1e3, "loop p20": loop.p20 * 1e3, "loop p80": loop.p80 * 1e3}
 
 
 def main(argv=None) -> int:
@@ -70,29 +71,22 @@ def main(argv=None) -> int:
 
     x = torch.zeros(1, device=dev)
     for n in (1, 2, 8):
-        def body(n=n):
-            for _ in range(n):
-                x.add_(1)
-        body()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            body()
-        rows.append(_measure(f"{n} x add_", g.replay, dev, nodes=_nodes(lambda gg: _cap(gg, body))))
+        g = bench.capture_graph(lambda: x.add_(1), n, device=dev)
+        rows.append(_measure(f"{n} x add_", g.replay, dev, nodes=_nodes(lambda: x.add_(1), n)))
 
     cfg = study.validate(preset=a.preset, device="cuda")
     s = study.setup(cfg, {"copy_gbps": float("nan")})
     term = s.term(["packed-gather", "contiguous-layout", "triton"])
     fetch = term._fetch  # the Triton launch writing the term's output rows in place
-    for _ in range(3):
-        fetch()
-    torch.cuda.synchronize()
     for pool in (False, True):
+        for _ in range(3):
+            fetch()
+        torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, pool=torch.cuda.graph_pool_handle() if pool else None):
             fetch()
         rows.append(_measure(f"triton fetch, bare graph{', private pool' if pool else ''}", g.replay, dev,
-                             nodes=_nodes(lambda gg: _cap(gg, fetch))))
+                             nodes=_nodes(fetch)))
 
     row_term = s.term(["packed-gather", "contiguous-layout", "triton", "cuda-graph"])
     for _ in range(4):
@@ -100,18 +94,15 @@ def main(argv=None) -> int:
     rows.append(_measure("notebook 07 row (GraphedCallable via term.fetch)", row_term.fetch, dev))
     rows.append(_measure("GraphedCallable, called directly", row_term._fetch, dev))
 
+    def step():  # one environment step's share: the fetch, then every robot's time advanced
+        fetch()
+        term.episode_times += term.step_dt
+
     for k in (int(v) for v in a.steps.split(",")):
-        def k_steps(k=k):
-            for _ in range(k):
-                fetch()
-                term.episode_times += term.step_dt
-        k_steps()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            k_steps()
-        rows.append(_measure(f"{k} steps (fetch + advance) in one graph", g.replay, dev, steps=k,
-                             nodes=_nodes(lambda gg: _cap(gg, k_steps))))
+        per = bench.time_in_graph(step, k, rounds=20, device=dev)
+        rows.append({"graph": f"{k} steps (fetch + advance) in one graph", "steps per call": k,
+                     "nodes": _nodes(step, k), "loop us / step": per.median * 1e3, "loop p20": per.p20 * 1e3,
+                     "loop p80": per.p80 * 1e3})
 
     df = pd.DataFrame(rows)
     floor = s.bytes_per_step()
@@ -120,11 +111,6 @@ def main(argv=None) -> int:
     if a.out:
         df.to_csv(a.out, index=False)
     return 0
-
-
-def _cap(g, fn) -> None:
-    with torch.cuda.graph(g):
-        fn()
 
 
 if __name__ == "__main__":

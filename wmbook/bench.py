@@ -186,24 +186,33 @@ class ReplayFloor:
         return self.loop.median
 
 
+def capture_graph(fn, calls: int = 1, *, warmup: int = 1, device=None) -> torch.cuda.CUDAGraph:
+    """A bare CUDA graph of `calls` calls of fn() (no arguments; its tensors keep their addresses), after `warmup`
+    eager calls on a side stream (autotuning, workspaces: torch's own recipe) outside the capture."""
+    dev = resolve_device(device)
+    with torch.cuda.device(dev):
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                fn()
+        torch.cuda.current_stream(dev).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    return graph
+
+
 def graph_replay_floor(device=None, *, calls: int = 50, rounds: int = 10) -> ReplayFloor | None:
     """Measure ReplayFloor on a CUDA device (None on any other: there is no graph to replay)."""
     dev = resolve_device(device)
     if dev.type != "cuda":
         return None
-    with torch.cuda.device(dev):
-        x = torch.zeros(1, device=dev)
-        side = torch.cuda.Stream(dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):  # warm the kernel up outside the capture, as torch's own recipe does
-            x.add_(1)
-        torch.cuda.current_stream(dev).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            x.add_(1)
-        loop = time_back_to_back(graph.replay, calls=calls, rounds=rounds, warmup=3, device=dev)
-        host = statistics.median(host_launch_ms(graph.replay, dev) for _ in range(rounds))
-        del graph
+    x = torch.zeros(1, device=dev)
+    graph = capture_graph(lambda: x.add_(1), device=dev)
+    loop = time_back_to_back(graph.replay, calls=calls, rounds=rounds, warmup=3, device=dev)
+    host = statistics.median(host_launch_ms(graph.replay, dev) for _ in range(rounds))
     return ReplayFloor(loop, host)
 
 
@@ -218,19 +227,8 @@ def time_in_graph(fn, k: int = 16, *, rounds: int = 10, warmup: int = 3, device=
     dev = resolve_device(device)
     if dev.type != "cuda":
         return None
-    with torch.cuda.device(dev):
-        side = torch.cuda.Stream(dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):  # warm-up outside the capture (autotuning, workspaces), as torch's recipe does
-            for _ in range(warmup):
-                fn()
-        torch.cuda.current_stream(dev).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(k):
-                fn()
-        loop = time_back_to_back(graph.replay, calls=max(1, 64 // k), rounds=rounds, warmup=3, device=dev)
-        del graph
+    graph = capture_graph(fn, k, warmup=warmup, device=dev)
+    loop = time_back_to_back(graph.replay, calls=max(1, 64 // k), rounds=rounds, warmup=3, device=dev)
     return Samples([v / k for v in loop.values], loop.unit)
 
 

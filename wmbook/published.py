@@ -221,14 +221,14 @@ def _motion_loading(df: pd.DataFrame) -> list[str]:
                  "GPU busy us": us(_v(r, "gpu_busy_ms", v)),
                  "launches / step": _val(r, "launches_per_fetch", "{:.0f}", v)}
                 for v, f in ((f["variant"], f) for _, f in r[r["metric"] == "fetch_ms"].iterrows())]
+        ig = _v(r, "in_graph_fetch_ms")
         parts.append(f"\n**07 · motion-data loading, {r['preset'].iloc[0]}** ({_device(r)}; bytes floor "
                      f"{us(_v(r, 'bytes_floor_ms'))} us for {_val(r, 'bytes_per_step', '{:.3g}')} bytes per step at "
                      f"the measured {_val(r, 'copy_gbps', '{:.0f}')} GB/s"
                      + (f"; a one-kernel CUDA graph replays in {us(_v(r, 'graph_replay_floor_ms'), spread=True)} us "
                         f"back to back" if _v(r, "graph_replay_floor_ms") is not None else "")
-                     + (f"; {_v(r, 'in_graph_fetch_ms')['variant']}, {_v(r, 'in_graph_fetch_ms')['note']}: "
-                        f"{us(_v(r, 'in_graph_fetch_ms'), spread=True)} us a fetch"
-                        if _v(r, "in_graph_fetch_ms") is not None else "") + ")\n")
+                     + (f"; {ig['variant']}, {ig['note']}: {us(ig, spread=True)} us a fetch" if ig is not None else "")
+                     + ")\n")
         parts.append(_table(rows))
         sc = r[r["metric"] == "scaling_fetch_ms"].assign(n=lambda d: d["num_envs"].astype(float).astype(int))
         if len(sc):
