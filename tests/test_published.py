@@ -96,3 +96,31 @@ def test_notebook_06_failed_row_keeps_the_run_table(tmp_path):
     assert "| ms per DDIM step |" in md.splitlines()[1]
     assert "| triton-fused | error |" in md and "| 80 |" in md
     assert "| vae-compile | pass | 69.0 |" in md  # the row after it: one variant on the last row that ran
+
+
+def test_a_cut_run_leaves_the_published_tables(tmp_path):
+    """A run marked cut (its notebook stopped before the end, no report published) keeps its rows in the store, but
+    the published tables and the index's runs fall back to the latest run that finished; bad input names the run."""
+    import pytest
+
+    from wmbook import results
+
+    def row(run, ts, value):
+        return results.make_row(notebook="06_cuda_graphs", workload="wma", preset="wma", variant="bf16",
+                                metric="forward_ms", value=value, unit="ms", params={}, gate="pass") | {
+            "device_kind": "cuda", "device_name": "Test GPU", "run_id": run, "timestamp": ts}
+
+    path = tmp_path / "r.csv"
+    results.append([row("done1", "2026-01-01T00:00", 61.0), row("cut22", "2026-01-02T00:00", 52.0)], path)
+    assert "| 52.0 |" in published.markdown(path)  # the latest run, before it is marked
+    with pytest.raises(ValueError, match="run_id='nope'"):
+        results.mark_cut("nope", "machine taken back", path)
+    with pytest.raises(ValueError, match="reason"):
+        results.mark_cut("cut22", "", path)
+    results.mark_cut("cut22", "device time ran out after row 4", path)
+    md = published.markdown(path)
+    assert "| 61.0 |" in md and "| 52.0 |" not in md
+    df = results.read(path)
+    assert (df["run_id"] == "cut22").sum() == 2  # its measurement and the mark stay in the store
+    runs = published.published_runs(df)
+    assert set(runs[("06_cuda_graphs", "wma", "wma")]["run_id"]) == {"done1"}

@@ -4,8 +4,10 @@
     python -m wmbook.published --write    # replace the block between the markers in README.md
     python -m wmbook.published --index data/reports/h100   # that folder's index.html (findings and links)
     python -m wmbook.published --publish EXECUTED.ipynb 02_bottleneck_breakdown-wma-bf16   # into data/reports/h100
+    python -m wmbook.published --cut RUN_ID "device time ran out after row 4"   # a run whose notebook did not finish
 
-For each notebook, workload, preset and dtype the latest run in data/results/results.csv is shown.
+For each notebook, workload, preset and dtype the latest run in data/results/results.csv is shown, leaving out runs
+marked cut (wmbook.results.mark_cut: a run stopped before its notebook finished, whose report is not published).
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ def markdown(path=None) -> str:
     """All published tables as markdown."""
     from . import workloads
 
-    df = results.read(path or results.default_path())
+    df = results.without_cut(results.read(path or results.default_path()))
     parts = []
     runs = _latest_runs(df, "01_baseline_profiling")
     for i, wl in enumerate([w for w in workloads.all_workloads() if w.published_columns]):  # those with notebook 01
@@ -523,7 +525,8 @@ def headline(run: pd.DataFrame) -> dict[str, str]:
 def published_runs(df: pd.DataFrame) -> dict[tuple[str, str, str], pd.DataFrame]:
     """{(notebook, workload, preset): rows} of the GPU runs the published tables show: the latest run per notebook,
     workload and preset; for notebook 04 (run in parts) the latest run with a ladder plus each compile
-    configuration's latest measurement."""
+    configuration's latest measurement. Runs marked cut (results.mark_cut) are left out."""
+    df = results.without_cut(df)
     out = {}
     for nb in _HEADLINES:
         if nb == "04_compile_autocast":
@@ -604,7 +607,16 @@ def main(argv=None) -> int:
                          "files no longer there (traces left on the GPU host) kept as text, links to other notebooks "
                          "pointed at their reports in FOLDER")
     ap.add_argument("--to", metavar="FOLDER", default=str(H100), help="with --publish: the folder (data/reports/h100)")
+    ap.add_argument("--cut", nargs=2, metavar=("RUN_ID", "REASON"), default=None,
+                    help="mark a stored run as cut before its notebook finished (its rows stay; the published tables "
+                         "and indexes show the latest run that was not cut)")
     a = ap.parse_args(argv)
+    if a.cut is not None:
+        try:
+            print(results.mark_cut(*a.cut, path=results.default_path()))
+        except ValueError as e:
+            ap.error(str(e))
+        return 0
     if a.publish is not None:
         try:
             print(publish(*a.publish, folder=a.to))

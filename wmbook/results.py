@@ -190,6 +190,35 @@ def append(rows, path=None) -> Path:
     return dest
 
 
+CUT = "run_cut"  # the metric of the row that marks a run as cut before its notebook finished
+
+
+def mark_cut(run_id: str, reason: str, path=None) -> Path:
+    """Mark a stored run as cut (its notebook stopped before the end: the machine taken back, a timeout): one row of
+    metric CUT carrying the reason in `note`. Its rows stay (they were measured), but the published tables and
+    indexes (wmbook.published) show the latest run that was not cut, so a table and its report come from one run."""
+    df = read(path)
+    if not reason:
+        raise ValueError("reason='' is not allowed: say why the run stopped (e.g. 'device time ran out after row 4')")
+    match = df[df["run_id"] == run_id]
+    if not len(match):
+        raise ValueError(f"run_id={run_id!r} is not allowed: no such run in {_resolve(path)}; allowed values: "
+                         f"{sorted(df['run_id'].dropna().unique().tolist())[-10:]} (the last 10)")
+    r = match.iloc[0]
+    row = {k: r[k] for k in ("timestamp", "run_id", "notebook", "workload", "preset", "params", "device_name",
+                             "device_kind", "torch", "git_commit", "hostname") if k in match.columns}
+    row.update(variant="", metric=CUT, value=1.0, unit="", note=reason)
+    return append([row], path)
+
+
+def without_cut(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of runs that were not marked cut (mark_cut)."""
+    if "metric" not in df.columns or not len(df):
+        return df
+    cut = set(df.loc[df["metric"] == CUT, "run_id"])
+    return df[~df["run_id"].isin(cut)]
+
+
 def _fsync_dir(d: Path) -> None:
     try:
         fd = os.open(d, os.O_RDONLY)
