@@ -28,13 +28,14 @@
 # there), is captured on the third call and replayed from then on. A capture that fails runs eagerly and the table
 # says which op synchronized.
 #
-# **The rows** build on notebook 04's best stack (its ladder plus compile), one variant at a time, each gated against
-# the fp32 reference (a graph replays the same kernels, so its error equals the base row's). torch.compile's own CUDA
-# graphs (`mode="reduce-overhead"`) are measured as a comparison row, with its pitfall handled (each forward starts a
-# new graph step and hands out copies of its outputs, which the next replay would overwrite). Timing: warm-up
-# excluded, CUDA events, median with p20-p80. On a GPU, after the graphs, `+ triton-fused` adds
-# [05 · Triton kernels](05_triton_kernels.ipynb)' fused kernels: once a forward replays at its GPU busy time, the GPU
-# time they save is wall time saved.
+# **The rows** build on notebook 04's best stack (its ladder plus compile), with, on a GPU,
+# [05 · Triton kernels](05_triton_kernels.ipynb)' fused kernels for the denoiser (`triton-fused`; wma: `head-conv-gemm`)
+# compiled into it, one variant at a time, each gated against the fp32 reference (a graph replays the same kernels, so
+# its error equals the base row's). Notebook 04's best stack alone is measured as a comparison row: the goal's
+# baseline. torch.compile's own CUDA graphs (`mode="reduce-overhead"`) are measured as a comparison row, with its
+# pitfall handled (each forward starts a new graph step and hands out copies of its outputs, which the next replay
+# would overwrite). Timing: warm-up excluded, CUDA events, median with p20-p80. Once a forward replays at its GPU
+# busy time, the GPU time the kernels save is wall time saved.
 #
 # **Target** (the workbook's own, for `mg2` at the real shape on an H100 in bf16, full Wan decoder counted): 60 FPS,
 # i.e. a steady block of 12 pixel frames in 200 ms; a replayed forward within 1.10x of its GPU busy time. Start from
@@ -45,7 +46,7 @@
 workload = "mg2"       # mg2 (causal DiT + KV cache) | wma (video UNet + DDIM)
 preset = "auto"        # auto: tiny/tiny-wma on CPU, mg2-universal/wma on GPU
 device = "auto"        # auto | cpu | cuda
-base = "auto"          # auto: notebook 04's best stack (its ladder + compile); or comma-separated variant names
+base = "auto"          # auto: notebook 04's best stack (+ notebook 05's denoiser kernels on a GPU); or variant names
 steps = "auto"         # rows added to the base, in order; auto: caches, graphs, the decoder's rows, decode overlap
 reduce_overhead = True  # also measure the base compiled with mode reduce-overhead (GPU only)
 decoder_table = True   # the decoder rows: the same latents through each decoder stack

@@ -275,17 +275,37 @@ def test_run_goal_and_trace_size():
                                                e2e_ddim_steps=3)).ddim_steps == 3
 
 
-def test_graph_rows_add_the_fused_kernels_after_the_graphs_on_a_gpu():
+def test_on_a_gpu_the_base_holds_notebook_05s_kernels_and_the_goal_counts_from_notebook_04s_best():
+    """On a GPU notebook 06 builds on notebook 04's best stack with notebook 05's denoiser kernels compiled into it
+    (one compile, not one per row), adds no kernel rows itself, and measures notebook 04's best stack alone as a
+    comparison row, the baseline of the 2x goal; on a CPU (the interpreter) the base is notebook 04's best. Notebook
+    05's own base never holds the kernels it measures."""
     import dataclasses
 
+    import pandas as pd
+
     from wmbook.studies import graphs as study06
+    from wmbook.studies import kernels as study05
 
     for wl, preset in (("mg2", "tiny"), ("wma", "tiny-wma")):
         cpu = study06.validate(workload=wl, preset=preset, device="cpu")
-        assert "triton-fused" not in study06.graph_steps(cpu) and "cuda-graphs" not in study06.graph_steps(cpu)
-        gpu = study06.graph_steps(dataclasses.replace(cpu, device=torch.device("cuda")))
-        assert gpu.index("triton-fused") == gpu.index("cuda-graphs") + 1
-        assert ("head-conv-gemm" in gpu) == (wl == "wma") and "head-conv-gemm" not in study06.graph_steps(cpu)
+        gpu = dataclasses.replace(cpu, device=torch.device("cuda"))
+        assert study06.base_stack(cpu) == study06.best_of_04(cpu)
+        assert "cuda-graphs" not in study06.graph_steps(cpu)
+        base, best = study06.base_stack(gpu), study06.best_of_04(gpu)
+        kernels = ["triton-fused", "head-conv-gemm"] if wl == "wma" else ["triton-fused"]
+        assert base == [*best[:-1], *kernels, best[-1]] and best[-1].startswith("compile-")
+        rows = study06.graph_steps(gpu)
+        assert "cuda-graphs" in rows and not set(kernels) & set(rows)
+        assert study05.base_stack(gpu) == best and study05.base_stack(cpu) == study06.best_of_04(cpu)
+        given = study06.validate(workload=wl, preset=preset, device="cpu", base="bf16")
+        assert study06.base_stack(dataclasses.replace(given, device=torch.device("cuda"))) == ["bf16"]
+    e = pd.DataFrame({"gate": ["pass", "pass", "pass"], "frames judged": [True, True, True],
+                      "run s": [9.0, 5.5, 12.0]}, index=["base", "+ cuda-graphs", study06.BEST_OF_04])
+    f = pd.DataFrame({"wall / busy": [2.0, 1.0, 2.1], "GPU busy ms": [55.0, 54.0, 59.0]}, index=e.index)
+    said = study06._run_goal(e, f)[0]
+    assert "against 12 s for notebook 04's best stack, measured in this run: 2.18x, the goal of 2x" in said
+    assert "`+ cuda-graphs`" in said
 
 
 def test_row_results_store_the_kernel_categories():

@@ -21,7 +21,7 @@ from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WA
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from .compile import _compile_backend
-from .graphs import E2E_PARAMS, _base, _cross_check, base_stack, e2e_size, store_each_row
+from .graphs import DENOISER_KERNELS, E2E_PARAMS, _base, _cross_check, best_of_04, e2e_size, store_each_row
 
 NOTEBOOK = "05_triton_kernels"
 
@@ -318,6 +318,11 @@ def _low_precision(device) -> dict:
     return {"fp8": fp8_unavailable(device), "attn-sage": sage_unavailable(device)}
 
 
+def base_stack(cfg: RunConfig) -> list[str]:
+    """The stack the kernel rows build on: `base`, or notebook 04's best."""
+    return list(cfg.options.base) if cfg.options.base is not None else best_of_04(cfg)
+
+
 def kernel_steps(cfg: RunConfig) -> list[str]:
     """The rows added to the base: `steps`, or triton-fused, head-conv-gemm (wma: the heads' 1-D convolutions as
     GEMMs), vae-triton-fused, fp8 and attn-sage (the quantized attention comparison row; each low-precision row
@@ -327,7 +332,7 @@ def kernel_steps(cfg: RunConfig) -> list[str]:
     if cfg.options.steps is not None:
         return list(cfg.options.steps)
     known = variants.known(cfg.workload)
-    steps = [s for s in ("triton-fused", "head-conv-gemm", "vae-triton-fused") if s in known]
+    steps = [s for s in (*DENOISER_KERNELS, "vae-triton-fused") if s in known]
     steps += [s for s, why in _low_precision(cfg.device).items() if s in known and why is None]
     return steps
 
