@@ -478,6 +478,13 @@ def test_stack_row_anchors_later_rows_to_the_eager_model_at_its_precision(mg2_re
     expect = min(last.budget_rel_l2, max(anchor * check.SAME_PRECISION_MAX_RATIO,
                                          check.PRECISION_BUDGET_REL_L2["fp32"]))
     assert last.allowed_rel_l2 == pytest.approx(expect)
+    # the reference of a ladder shown from a later row runs end to end once, for its frames (the later rows' PSNR),
+    # without a warm-up run and without an end-to-end time of its own
+    fp32 = lad.rows[0]
+    assert fp32.e2e_value != fp32.e2e_value and fp32.e2e_run_s != fp32.e2e_run_s
+    assert stack_row.psnr_db == stack_row.psnr_db and stack_row.e2e_value == stack_row.e2e_value
+    with pytest.raises(ValueError, match="e2e='yes'"):
+        ladder_mod.measure(mg2_ref, "mg2", [], CPU, settings, None, e2e="yes")
 
 
 def test_end_to_end_runs_keep_their_spread(mg2_ref):
