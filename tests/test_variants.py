@@ -254,6 +254,33 @@ def test_wma_skip_unused_heads(wma_ref):
     assert "skip-unused-heads" not in variants.known("mg2")
 
 
+def test_skip_unused_heads_under_a_whole_compile_adds_no_graphs(wma_ref):
+    """Under torch.compile of the whole UNet the skip flags stay out of the graphs (dynamo skips the head's dispatch
+    frame): the forward with both heads compiles the UNet's graph and the head's, and the forwards of the two passes
+    (one head skipped each) compile nothing more, where guarding on the flags compiled the UNet twice more (about
+    3 minutes each on an H100). The heads that run give what they give in the forward with both."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    p, _ = apply_stack(wma_ref, "wma", ["compile-whole", "skip-unused-heads"], CPU, compile_backend="eager")
+    unet = p.model.diffusion_model
+    probe = WMA.forward_probe(p)
+    with torch.no_grad():
+        both = probe.forward()
+        graphs = counters["stats"]["unique_graphs"]
+        assert 1 <= graphs <= 3  # the UNet up to its heads, the head (both heads share its code), no per-pass graphs
+        unet.action_unet.skip = True  # the world-model pass
+        world = probe.forward()
+        unet.action_unet.skip, unet.state_unet.skip = False, True  # the decision pass
+        decision = probe.forward()
+    unet.state_unet.skip = False
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert torch.equal(world[0], both[0]) and torch.equal(world[2], both[2]) and not world[1].any()
+    assert torch.equal(decision[1], both[1]) and not decision[2].any()
+    torch._dynamo.reset()
+
+
 def test_gate_budget_and_no_less_accurate():
     torch.manual_seed(0)
     ref = torch.randn(1000, dtype=torch.float64)

@@ -116,7 +116,8 @@ def base_stack(cfg: RunConfig) -> list[str]:
 # first, then the captured denoiser; the workload's decoder rows follow (Workload.decoder_ladder). decode-overlap (the
 # decode on a second stream) is not among them: it cannot follow vae-compile (see its error) and with the eager step it
 # bought 1-3% (tools/overlap_check.py); pass `steps` to add it (variant, GPU only). skip-unused-heads (wma: each pass
-# runs only the head it is read for; two compiles of the UNet, one per pass) on a GPU only, to keep the CPU run short.
+# runs only the head it is read for; its flags stay out of the compiled graphs: swaps.SkippableHead) on a GPU only, to
+# keep the CPU run short.
 # Notebook 05's kernels are in the base on a GPU (DENOISER_KERNELS).
 GRAPH_STEPS = (("static-caches", False), ("ring-kv-cache", False), ("skip-unused-decode", False),
                ("skip-unused-heads", True), ("cuda-graphs", True))

@@ -274,10 +274,17 @@ class SkipUnusedDecode:
 
 class SkippableHead:
     """ConditionalUnet1D (an action or state head) that returns zeros of its sample's shape, without running, while
-    `skip` is set (SkipUnusedHeads sets it for the pass that does not read the head)."""
+    `skip` is set (SkipUnusedHeads sets it for the pass that does not read the head).
+
+    Under torch.compile of the whole UNet the flag must not reach a graph: dynamo would guard on it and compile the
+    UNet twice more, once per pass (about 3 minutes each for the wma UNet on an H100). So dynamo skips this frame
+    (`disable(recursive=False)`): the UNet's graph ends where the heads are called, the flag is read in Python, and
+    the head's own forward, which dynamo still processes, is compiled once as a graph of its own. The UNet then costs
+    one compile for both passes and the forward probe."""
 
     skip = False
 
+    @torch._dynamo.disable(recursive=False, reason="skip-unused-heads reads its flag outside the compiled graphs")
     def forward(self, sample, *args, **kwargs):
         if self.skip:
             return torch.zeros_like(sample)
