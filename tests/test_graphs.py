@@ -210,6 +210,36 @@ def test_cuda_graphs_variant_equals_eager_on_the_tiny_dit():
     assert g.captured >= 1 and not g.failures
 
 
+@GPU
+def test_notebook_06_wma_stack_on_the_tiny_unet():
+    """Notebook 06's wma stack on a GPU at the tiny shape, as its H100 run builds it: the base with notebook 05's
+    kernels under inductor's whole-UNet compile, skip-unused-heads (its flags outside the graphs), the captured
+    steps. Each pass's read outputs within bf16 rounding of the same stack without graphs, the graphs captured with
+    no fallback, the unread outputs None."""
+    from wmbook.studies import graphs as study06
+    from wmbook.variants.builtin import graphed_callables
+    from wmbook.variants.ladder import apply_stack
+
+    wl = workloads.get("wma")
+    dev = torch.device("cuda")
+    cfg = study06.validate(workload="wma", preset="tiny-wma", device="cuda")
+    base = study06.base_stack(cfg)
+    assert "triton-fused" in base and "head-conv-gemm" in base and base[-1] == "compile-whole"
+    ref = wl.reference_pipeline(wl.presets["tiny-wma"], dev)
+    plain, _ = apply_stack(ref, wl, [*base, "skip-unused-heads"], dev)
+    graphed, _ = apply_stack(ref, wl, [*base, "skip-unused-heads", "cuda-graphs"], dev)
+    with torch.no_grad():
+        for _ in range(2):  # the second iteration replays what the first captured
+            a = plain.run_iteration(plain.prepare(seed=0), ddim_steps=3, progress=False)
+            b = graphed.run_iteration(graphed.prepare(seed=0), ddim_steps=3, progress=False)
+    assert b.decision.states is None and b.world.actions is None
+    for x, y in ((a.world.latents, b.world.latents), (a.decision.actions, b.decision.actions),
+                 (a.world.states, b.world.states)):
+        torch.testing.assert_close(y.float(), x.float(), rtol=0.05, atol=0.05)
+    gs = graphed_callables(graphed)
+    assert gs and all(g.captured >= 1 and not g.failures for g in gs), [g.failures for g in gs]
+
+
 def test_launch_count_on_the_h100_trace_fixture():
     from pathlib import Path
 
