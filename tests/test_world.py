@@ -264,3 +264,29 @@ def test_shipped_weights_load_strict_and_beat_copy_last(one_thread, wl, preset):
         err = sum(s["agent_err_px"] for s in scores) / 3
         assert err < 0.5 * sum(b["agent_err_px"] for b in bases) / 3, (scores, bases)
         assert min(s["agent_found"] for s in scores) >= 0.8, scores
+
+
+def test_world_steps_eval_tool_scores_each_step_count(tmp_path):
+    """tools/world_steps_eval.py: a world-wma weights file scored on held-out episodes at each DDIM step count against
+    copy-last (one CSV row per episode and prediction); bad step counts are refused naming the option, before the
+    model is built."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("world_steps_eval",
+                                                  Path(__file__).parents[1] / "tools" / "world_steps_eval.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    with pytest.raises(SystemExit, match="--steps='0'"):
+        tool.main(["missing.pt", "--steps", "0"])
+    with pytest.raises(SystemExit, match="--seeds='x'"):
+        tool.main(["missing.pt", "--seeds", "x"])
+    pipe = wweights.build_world_pipeline("wma", "world-wma", device="cpu", dtype="fp32", weights=False)
+    path = wweights.save_weights(pipe, "wma", tmp_path / "w.pt")
+    out = tmp_path / "scores.csv"
+    assert tool.main([str(path), "--seeds", "1", "--steps", "1,2", "--eta", "0", "--out", str(out)]) == 0
+    import pandas as pd
+
+    df = pd.read_csv(out)
+    assert list(df["prediction"]) == ["copy-last", "ddim 1, eta 0", "ddim 2, eta 0"] and set(df["seed"]) == {1}
+    assert df["psnr"].notna().all() and (df["psnr"] > 0).all()

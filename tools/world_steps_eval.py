@@ -1,0 +1,68 @@
+"""Score world-model weights against ground truth at several sampling step counts: held-out episodes of
+wmbook.world, the model's prediction at each DDIM step count (and eta) against the copy-last-frame baseline (PSNR,
+SSIM, the agent's position error). Fewer steps return closer to the model's mean prediction, which PSNR favours
+(data/weights/README.md); choose a step count on episodes other than the held-out ones before a shipping decision.
+
+    PYTHONPATH=$PWD python3 tools/world_steps_eval.py reports/train/world-wma.pt --seeds 0,1,2,3 --steps 1,2,5,10,50
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import pandas as pd
+import torch
+
+
+def _ints(text: str, name: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        vals = []
+    if not vals or min(vals) < 0:
+        raise SystemExit(f"--{name}={text!r} is not allowed; allowed values: comma-separated integers >= 0")
+    return vals
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("weights", help="a world-wma .pt file (wmbook.world.weights format)")
+    ap.add_argument("--seeds", default="0,1,2,3", help="held-out episode seeds")
+    ap.add_argument("--steps", default="1,2,5,10,50", help="DDIM step counts")
+    ap.add_argument("--eta", type=float, default=None, help="DDIM eta (default: the preset's)")
+    ap.add_argument("--out", default=None, help="CSV path")
+    a = ap.parse_args(argv)
+    seeds, steps = _ints(a.seeds, "seeds"), _ints(a.steps, "steps")
+    if min(steps) < 1:
+        raise SystemExit(f"--steps={a.steps!r} is not allowed; allowed values: comma-separated integers >= 1")
+    from wmbook import workloads
+    from wmbook.world import eval as ev
+    from wmbook.world.weights import build_world_pipeline
+
+    wl = workloads.get("wma")
+    cpu = torch.device("cpu")
+    pipe = build_world_pipeline(wl, "world-wma", device=cpu, dtype=torch.float32, vae_dtype=torch.float32,
+                                weights=a.weights)
+    rows = []
+    for sd in seeds:
+        case = ev.heldout_case(wl, pipe, sd)
+        rows.append({"prediction": "copy-last", "seed": sd, **ev.score(ev.copy_last(case), case)})
+        for n in steps:
+            with torch.no_grad():
+                video = ev.predict(wl, pipe, case, ddim_steps=n, eta=a.eta)
+            rows.append({"prediction": f"ddim {n}" + (f", eta {a.eta:g}" if a.eta is not None else ""), "seed": sd,
+                         **ev.score(video, case)})
+    df = pd.DataFrame(rows)
+    cols = [c for c in ("psnr", "ssim", "agent_err_px", "agent_found") if c in df]
+    table = df.groupby("prediction", sort=False)[cols].agg(lambda v: float(np.nanmean(v)))
+    print(f"{a.weights}: held-out episodes {seeds}")
+    print(table.to_string(float_format=lambda v: f"{v:.3f}"))
+    if a.out:
+        df.to_csv(a.out, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
