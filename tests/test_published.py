@@ -124,3 +124,30 @@ def test_a_cut_run_leaves_the_published_tables(tmp_path):
     assert (df["run_id"] == "cut22").sum() == 2  # its measurement and the mark stay in the store
     runs = published.published_runs(df)
     assert set(runs[("06_cuda_graphs", "wma", "wma")]["run_id"]) == {"done1"}
+
+
+def test_notebook_06_with_kernels_in_the_base_names_notebook_04s_best_row(tmp_path):
+    """Where notebook 06's base holds notebook 05's kernels, its comparison row of notebook 04's best stack alone is
+    labelled by what it leaves out, and the index headline gives the run's speedup against it (the 2x goal)."""
+    from wmbook import results
+
+    def row(variant, metric, value):
+        return results.make_row(notebook="06_cuda_graphs", workload="wma", preset="wma", variant=variant,
+                                metric=metric, value=value, unit="ms", params={}, gate="pass") | {
+            "device_kind": "cuda", "device_name": "Test GPU", "run_id": "r6", "timestamp": "2026-01-01T00:00"}
+
+    base = "bf16 + triton-fused + head-conv-gemm + compile-whole"
+    graphs, best04 = base + " + skip-unused-heads + cuda-graphs", "bf16 + compile-whole"
+    rows = [row(base, "forward_ms", 120.0), row(base, "run_s", 11.0),
+            row(base + " + skip-unused-heads", "forward_ms", 90.0), row(base + " + skip-unused-heads", "run_s", 8.0),
+            row(graphs, "forward_ms", 52.0), row(graphs, "run_s", 5.0),
+            row(best04, "forward_ms", 127.0), row(best04, "run_s", 12.0)]
+    path = tmp_path / "r.csv"
+    results.append(rows, path)
+    md = published.markdown(path)
+    assert "| base without triton-fused + head-conv-gemm | pass | 127.0 |" in md
+    assert "| cuda-graphs | pass | 52.0 |" in md
+    runs = published.published_runs(results.read(path))
+    h = published.headline(runs[("06_cuda_graphs", "wma", "wma")])
+    assert h["run s, notebook 04's best stack"] == "12" and h["run s (best row)"] == "5"
+    assert h["run speedup vs notebook 04's best"] == "2.40x"

@@ -257,13 +257,15 @@ def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:
                 label, base = "base", names
             elif prev is not None and names[:-1] == prev:
                 label = names[-1]  # one variant on top of the row before
-            else:  # a comparison row (reduce-overhead, the stand-in decoder): what it adds to the base stack
-                label = " + ".join(n for n in names if n not in base)
+            else:  # a comparison row (reduce-overhead, the stand-in decoder): what it adds to the base stack, or
+                # (notebook 04's best stack where the base holds notebook 05's kernels) what it leaves out
+                label = (" + ".join(n for n in names if n not in base)
+                         or "base without " + " + ".join(n for n in base if n not in names))
             prev = names if f.get("gate") != "error" else names[:-1]  # later rows go on without a failed variant
             busy = _v(r, "gpu_busy_ms", v)
             e2e = r[(r["variant"] == v) & (r["metric"].isin(list(e2e_metrics)))]
             ratio = float(f["value"]) / float(busy["value"]) if busy is not None else math.nan
-            rows.append({"row (base = notebook 04's best stack)": label,
+            rows.append({"row": label,
                          "gate": f.get("gate", ""), "forward ms": _spread(f, "{:.1f}"),
                          "GPU busy ms": _num(busy["value"] if busy is not None else None, "{:.1f}"),
                          "wall / busy": _num(ratio, "{:.2f}"),
@@ -445,8 +447,25 @@ def _headline_05(r: pd.DataFrame) -> dict:
     return out | ladder
 
 
+def _best_of_04_variant(r: pd.DataFrame) -> str | None:
+    """Notebook 06's comparison row of notebook 04's best stack alone (its base then holds notebook 05's kernels):
+    the measured row whose variants are a strict subset of the first row's."""
+    fw = r.loc[r["metric"] == "forward_ms", "variant"].tolist()
+    if not fw:
+        return None
+    base = set(fw[0].split(" + "))
+    return next((v for v in fw[1:] if set(v.split(" + ")) < base), None)
+
+
 def _headline_06(r: pd.DataFrame) -> dict:
     out = _ladder_headline(r, "forward_ms", "{:.3g}", "forward ms")
+    b04 = _best_of_04_variant(r)
+    runs = r[(r["metric"] == "run_s") & (r["variant"] != b04)] if b04 else r.iloc[:0]
+    best_run, base_run = _best_counted(runs, "run_s"), _v(r, "run_s", b04) if b04 else None
+    if best_run is not None and base_run is not None:  # the 2x goal of a workload timed per step (wma)
+        out["run s, notebook 04's best stack"] = _spread(base_run, "{:.3g}")
+        out["run s (best row)"] = _spread(best_run, "{:.3g}")
+        out["run speedup vs notebook 04's best"] = _num(float(base_run["value"]) / float(best_run["value"]), "{:.2f}x")
     best = _best_counted(r, "forward_ms")
     if best is not None:
         busy = _v(r, "gpu_busy_ms", best["variant"])
