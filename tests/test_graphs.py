@@ -336,6 +336,8 @@ def test_on_a_gpu_the_base_holds_notebook_05s_kernels_and_the_goal_counts_from_n
     said = study06._run_goal(e, f)[0]
     assert "against 12 s for notebook 04's best stack, measured in this run: 2.18x, the goal of 2x" in said
     assert "`+ cuda-graphs`" in said
+    failed = study06._run_goal(e.assign(**{"run s": [9.0, 5.5, float("nan")]}), f)
+    assert failed == [f"`{study06.BEST_OF_04}` gave no run time (see its row), so the 2x goal is not judged."]
 
 
 def test_row_results_store_the_kernel_categories():

@@ -424,6 +424,8 @@ def _run_goal(e: pd.DataFrame, f: pd.DataFrame, categories: pd.DataFrame | None 
     a forward would need and where that row's GPU time goes (`categories`: Ladder.categories(), a GPU run's)."""
     runs = e["run s"].dropna()
     ok = e[e["gate"].isin(["pass", "reference"]) & e["frames judged"]]["run s"].dropna()
+    if BEST_OF_04 in e.index and BEST_OF_04 not in runs.index:  # the base holds kernels; the baseline row failed
+        return [f"`{BEST_OF_04}` gave no run time (see its row), so the {GOAL_RUN_SPEEDUP:g}x goal is not judged."]
     if BEST_OF_04 in runs.index:
         base, what = runs[BEST_OF_04], "notebook 04's best stack, measured in this run"
         ok = ok.drop(BEST_OF_04, errors="ignore")
