@@ -281,6 +281,8 @@ def test_world_steps_eval_tool_scores_each_step_count(tmp_path):
         tool.main(["missing.pt", "--steps", "0"])
     with pytest.raises(SystemExit, match="--seeds='x'"):
         tool.main(["missing.pt", "--seeds", "x"])
+    with pytest.raises(SystemExit, match="--device='tpu'"):
+        tool.main(["missing.pt", "--device", "tpu"])
     pipe = wweights.build_world_pipeline("wma", "world-wma", device="cpu", dtype="fp32", weights=False)
     path = wweights.save_weights(pipe, "wma", tmp_path / "w.pt")
     out = tmp_path / "scores.csv"

@@ -32,19 +32,21 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0,1,2,3", help="held-out episode seeds")
     ap.add_argument("--steps", default="1,2,5,10,50", help="DDIM step counts")
     ap.add_argument("--eta", type=float, default=None, help="DDIM eta (default: the preset's)")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (the prediction's device)")
     ap.add_argument("--out", default=None, help="CSV path")
     a = ap.parse_args(argv)
     seeds, steps = _ints(a.seeds, "seeds"), _ints(a.steps, "steps")
     if min(steps) < 1:
         raise SystemExit(f"--steps={a.steps!r} is not allowed; allowed values: comma-separated integers >= 1")
+    if a.device not in ("cpu", "cuda") or (a.device == "cuda" and not torch.cuda.is_available()):
+        raise SystemExit(f"--device={a.device!r} is not allowed; allowed values: cpu, cuda (with a CUDA device)")
     from wmbook import workloads
     from wmbook.world import eval as ev
     from wmbook.world.weights import build_world_pipeline
 
     wl = workloads.get("wma")
-    cpu = torch.device("cpu")
-    pipe = build_world_pipeline(wl, "world-wma", device=cpu, dtype=torch.float32, vae_dtype=torch.float32,
-                                weights=a.weights)
+    pipe = build_world_pipeline(wl, "world-wma", device=torch.device(a.device), dtype=torch.float32,
+                                vae_dtype=torch.float32, weights=a.weights)
     rows = []
     for sd in seeds:
         case = ev.heldout_case(wl, pipe, sd)
