@@ -1,6 +1,6 @@
 """The README's published numbers are generated from the results store and kept in step with it."""
 
-from wmbook import published
+from wmbook import headlines, published
 
 
 def test_readme_block_matches_the_stored_rows():
@@ -122,7 +122,7 @@ def test_a_cut_run_leaves_the_published_tables(tmp_path):
     assert "| 61.0 |" in md and "| 52.0 |" not in md
     df = results.read(path)
     assert (df["run_id"] == "cut22").sum() == 2  # its measurement and the mark stay in the store
-    runs = published.published_runs(df)
+    runs = headlines.published_runs(df)
     assert set(runs[("06_cuda_graphs", "wma", "wma")]["run_id"]) == {"done1"}
 
 
@@ -147,7 +147,7 @@ def test_notebook_06_with_kernels_in_the_base_names_notebook_04s_best_row(tmp_pa
     md = published.markdown(path)
     assert "| base without triton-fused + head-conv-gemm | pass | 127.0 |" in md
     assert "| cuda-graphs | pass | 52.0 |" in md
-    runs = published.published_runs(results.read(path))
-    h = published.headline(runs[("06_cuda_graphs", "wma", "wma")])
+    runs = headlines.published_runs(results.read(path))
+    h = headlines.headline(runs[("06_cuda_graphs", "wma", "wma")])
     assert h["run s, notebook 04's best stack"] == "12" and h["run s (best row)"] == "5"
     assert h["run speedup vs notebook 04's best"] == "2.40x"

@@ -21,7 +21,7 @@ import sys
 import pandas as pd
 import torch
 
-from wmbook import workloads
+from wmbook import check, workloads
 from wmbook.variants.ladder import apply_stack
 
 LAYOUT = ["tf32", "bf16", "norm-input-dtype", "channels-last", "temporal-channels-last", "cudnn-benchmark"]
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
                 return [run[n](*inputs[n]) for n in inputs]
 
             got = dict(zip(inputs, both()))
-            rel = max(float((got[n].float() - want[n].float()).norm() / want[n].float().norm()) for n in inputs)
+            rel = max(check.compare(got[n], want[n]).rel_l2 for n in inputs)
             med, p20, p80, how = _bench(both, a.rep_ms, dev)
             rows.append({"heads": label, "compiled": compiled, "GPU ms": med, "p20": p20, "p80": p80,
                          "rel_l2 vs fp32": rel, "timing": how, "note": ctx.notes.get("head-conv-gemm", "")})
@@ -124,15 +124,14 @@ def forward_rows(wl, ref, dev, rep_ms: float) -> pd.DataFrame:
     from wmbook.studies.kernels import _bench
 
     with torch.no_grad():
-        want = [t.float() for t in wl.forward_probe(ref).forward()]
+        want = wl.forward_probe(ref).forward()
     rows = []
     for label, extra in (("layout stack", []), ("+ head-conv-gemm", ["head-conv-gemm"]),
                          ("+ triton-fused", ["triton-fused"]), ("+ both", ["triton-fused", "head-conv-gemm"])):
         pipe, _ = apply_stack(ref, wl, LAYOUT + extra, dev)
         probe = wl.forward_probe(pipe)
         with torch.no_grad():
-            got = [t.float() for t in probe.forward()]
-            rel = max(float((g - w).norm() / w.norm()) for g, w in zip(got, want))
+            rel = max(check.compare(g, w).rel_l2 for g, w in zip(probe.forward(), want))
             med, p20, p80, how = _bench(probe.forward, rep_ms, dev)
         rows.append({"forward": label, "GPU ms": med, "p20": p20, "p80": p80, "rel_l2 vs fp32": rel, "timing": how})
         del pipe, probe

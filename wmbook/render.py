@@ -262,11 +262,11 @@ def notebook_facts(executed: str | os.PathLike) -> dict:
                              "results": notebook_runs(nb), "headline": {}}
     for rec in facts["results"]:
         try:
-            from . import published, results
+            from . import headlines, results
 
             df = results.read(rec["results_path"], run_id=rec["run_id"])
             if len(df):
-                facts["headline"].update(published.headline(df))
+                facts["headline"].update(headlines.headline(df))
         except Exception as e:  # noqa: BLE001  (a moved results file: the index says so, the report stays)
             facts["headline_error"] = f"{type(e).__name__}: {e}"
     return facts
@@ -490,13 +490,13 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
                        note: str | None = None, device: str | None = None) -> Path:
     """index.html for a folder of rendered reports (e.g. data/reports/h100): per notebook and workload/preset its
     question (from the notebook source), headline numbers (the published runs' results rows,
-    wmbook.published.published_runs), its conclusion (the report's Interpretation section) and links to every
+    wmbook.headlines.published_runs), its conclusion (the report's Interpretation section) and links to every
     report and other file. `device`: only rows whose device name contains it (e.g. 'H100'; the folder's reports
     come from one kind of card, the stored rows from several). Written atomically; nothing else in the folder is
     touched."""
     import nbformat
 
-    from . import published, results
+    from . import headlines, results
     from .paths import REPO_ROOT
 
     folder = Path(folder)
@@ -506,7 +506,7 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
     df = results.read(results_path or results.default_path())
     if device:
         df = df[df["device_name"].astype(str).str.contains(device, case=False, regex=False)]
-    runs = published.published_runs(df)
+    runs = headlines.published_runs(df)
     nb_dir = Path(notebooks) if notebooks is not None else REPO_ROOT / "notebooks"
     questions = {}
     for p in sorted(nb_dir.glob("[0-9][0-9]_*.ipynb")):
@@ -539,7 +539,7 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
                 if f != main:
                     conclusion += f"\n\n(from {f.name})"
                 break
-        head = published.headline(run) if run is not None else {}
+        head = headlines.headline(run) if run is not None else {}
         if run is not None:
             head = head | {"device": str(run["device_name"].iloc[0]),
                            "commit": ", ".join(sorted({str(c)[:7] for c in run["git_commit"] if str(c)})) or "?"}

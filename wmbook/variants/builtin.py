@@ -458,7 +458,7 @@ def _vae_channels_last(pipe, ctx: VariantContext):
 
 def _vae_compile(mode: str):
     def apply(pipe, ctx: VariantContext):
-        if hasattr(getattr(pipe, "decoder", None), "regions"):
+        if "streaming_decoder" in ctx.workload.features and hasattr(ctx.workload.streaming_decoder(pipe), "regions"):
             raise ValueError("vae-compile and vae-compile-regional both compile the decoder: use one of them")
         step = ctx.workload.decoder_step(pipe)
         eager = getattr(step.owner, step.attr)
@@ -490,7 +490,6 @@ for _mode, _suffix in (("default", ""), ("max-autotune-no-cudagraphs", "-max-aut
                       "graph: a compile per distinct block shape instead of the whole step's; the attention and the "
                       "resamplers' 2-D convolutions stay eager")
 def _vae_compile_regional(pipe, ctx: VariantContext):
-    from .compile import get_recompile_limit, recompile_limit_name
     from .vae_stream import RegionalCompiledDecoder
 
     dec = ctx.workload.streaming_decoder(pipe)
@@ -502,9 +501,9 @@ def _vae_compile_regional(pipe, ctx: VariantContext):
     buffered_decoder(dec)
     swaps.swap_class(dec, RegionalCompiledDecoder).compile_regions(backend=ctx.compile_backend)
     # one compiled graph per distinct block shape (and layout): more than dynamo's default of 8 for one function
-    setattr(torch._dynamo.config, recompile_limit_name(), max(get_recompile_limit(), 64))
-    ctx.notes["vae-compile-regional"] = f"decoder residual blocks, head and causal convolutions compiled as regions " \
-                                        f"({ctx.compile_backend})"
+    limit = raise_recompile_limit_for_regions()
+    ctx.notes["vae-compile-regional"] = (f"decoder residual blocks, head and causal convolutions compiled as regions "
+                                         f"({ctx.compile_backend}; recompile limit {limit})")
 
 
 @register("vae-cuda-graphs", family="decoder", requires=("frame_decoder",), gpu_only=True,

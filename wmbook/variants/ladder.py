@@ -380,7 +380,7 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
         reset_compile_state()
     pipe, ctx = apply_stack(ref, wl, stack, device, settings.compile_backend)
     mon = _monitor() if compiled else None  # from the first compiled call on
-    steady = None
+    steady = frames = None
     t0 = time.perf_counter()  # compiled rows: the probe's setup (block 0's forwards for mg2) compiles first
     try:
         probe = wl.forward_probe(pipe, settings.seed)
@@ -426,8 +426,6 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
         from .builtin import graphed_callables
 
         row.captures = [g.table() for g in graphed_callables(pipe)]
-    if e2e != "frames":
-        frames = None
     if runs:
         row.e2e_samples = Samples([float(r.value) for r in runs], runs[0].metric.unit)
         row.e2e_run_samples = Samples([float(r.run_s) for r in runs], "s")
