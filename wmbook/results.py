@@ -196,7 +196,8 @@ CUT = "run_cut"  # the metric of the row that marks a run as cut before its note
 def mark_cut(run_id: str, reason: str, path=None) -> Path:
     """Mark a stored run as cut (its notebook stopped before the end: the machine taken back, a timeout): one row of
     metric CUT carrying the reason in `note`. Its rows stay (they were measured), but the published tables and
-    indexes (wmbook.published, wmbook.headlines) show the latest run that was not cut, so a table and its report come from one run."""
+    indexes (wmbook.published, wmbook.headlines) show the latest run that was not cut, so a table and its report come
+    from one run."""
     df = read(path)
     if not reason:
         raise ValueError("reason='' is not allowed: say why the run stopped (e.g. 'device time ran out after row 4')")
