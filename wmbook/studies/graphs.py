@@ -82,11 +82,12 @@ def best_of_04(cfg: RunConfig) -> list[str]:
     return [*cfg.workload.default_ladder(cfg.device, None), compile_variant(cfg.workload.compile_scope)]
 
 
-# notebook 05's rows that change the denoiser's kernels, not its precision: on a GPU notebook 06 builds on them (the issue:
-# "on top of the best rows of notebook 04, and 05 when it exists"). As graph rows they cost a compile of the whole
-# denoiser each (about 3 minutes for the wma UNet on the H100; notebook 06 at wma did not fit a session's 30 minutes
-# of device time at a2935f1); in the base they are compiled once. vae-triton-fused (the decoder), fp8 and attn-sage
-# (low precision, comparison rows of notebook 05) are not among them.
+# notebook 05's rows that change the denoiser's kernels, not its precision: on a GPU notebook 06 builds on them (the
+# issue: "on top of the best rows of notebook 04, and 05 when it exists"). As graph rows they cost a compile of the
+# whole denoiser each (triton-fused's row took 3.7 minutes on the H100 at 6359a95, its end-to-end runs included;
+# notebook 06 at wma did not fit a session's 30 minutes of device time at a2935f1); in the base they are compiled
+# once. vae-triton-fused (the decoder), fp8 and attn-sage (low precision, comparison rows of notebook 05) are not
+# among them.
 DENOISER_KERNELS = ("triton-fused", "head-conv-gemm")
 
 # the comparison row that keeps notebook 04's best stack alone (the goal's baseline) where the base adds kernels
