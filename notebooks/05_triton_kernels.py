@@ -41,7 +41,7 @@ kernel_table = True    # each kernel at the workload's call sites: eager vs torc
 rep_ms = 200           # milliseconds of repeated calls per kernel timing
 ladder = "auto"        # the ladder rows on top of notebook 04's best stack; auto: on a GPU only
 base = "auto"          # auto: notebook 04's best stack (its ladder + compile); or comma-separated variant names
-steps = "auto"         # rows added to the base; auto: triton-fused, head-conv-gemm (wma), vae-triton-fused, fp8 (where the device has FP8), attn-sage
+steps = "auto"         # rows added to the base; auto: triton-fused, head-conv-gemm (wma), vae-triton-fused, attn-sage, fp8 (where the device has FP8)
 compile_backend = "auto"  # auto: inductor on GPU, aot_eager on CPU | inductor | aot_eager | eager
 warmup = 3             # untimed forwards before timing
 repeats = 10           # timed forwards per row
@@ -106,7 +106,7 @@ else:
     print("no timings on a CPU: the Triton interpreter checks correctness only")
 
 # %% [markdown]
-# ## Ladder: notebook 04's best stack, then the kernels, then fp8 and quantized attention
+# ## Ladder: notebook 04's best stack, then the kernels, then quantized attention and fp8
 # Each row adds one variant and is gated against the fp32 reference; a row that fails the gate is shown but its time
 # does not count. `attn-sage` (SageAttention: Q and K in int8, P.V in fp16) is a comparison row for the attention
 # share of the forward; masked calls, head dims it does not take and key lengths that are not whole 64-key blocks keep

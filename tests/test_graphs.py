@@ -353,3 +353,22 @@ def test_row_results_store_the_kernel_categories():
     assert "category_ms:attention" not in rows and rows["forward_ms"]["value"] == pytest.approx(63.1)
     assert not [m for m in study06.row_results(cfg, LadderRow(stack=[], tolerance="bf16", forward=Samples([1.0]),
                                                                  flops=1.0)) if m["metric"].startswith("category")]
+
+
+def test_row_results_say_where_a_rows_minutes_went():
+    """The first call's seconds (the compile), the whole row's seconds and the row's notes (recompiles, graph breaks,
+    what the variants did) are stored with the row, so a row that eats a run's time limit (notebook 05's fp8 row)
+    can be diagnosed from the results store; a row that did not measure them stores none."""
+    from wmbook.bench import Samples
+    from wmbook.studies import graphs as study06
+    from wmbook.variants.ladder import LadderRow
+
+    cfg = study06.validate(workload="wma", preset="tiny-wma", device="cpu")
+    r = LadderRow(stack=[], tolerance="fp8", forward=Samples([50.0]), flops=1.0, gate="pass", first_call_s=612.5,
+                  row_s=861.0, note="69 linears in fp8 (row-wise dynamic scales); 3 recompiles")
+    rows = {x["metric"]: x for x in study06.row_results(cfg, r)}
+    assert rows["first_call_s"]["value"] == 612.5 and rows["row_s"]["unit"] == "s"
+    assert rows["forward_ms"]["note"] == "69 linears in fp8 (row-wise dynamic scales); 3 recompiles"
+    bare = {x["metric"] for x in study06.row_results(cfg, LadderRow(stack=[], tolerance="bf16",
+                                                                      forward=Samples([1.0]), flops=1.0))}
+    assert not bare & {"first_call_s", "row_s"}

@@ -123,6 +123,14 @@ def test_low_precision_rows_say_why_not_on_cpu():
     assert "attn-sage" in variants.known("wma") and variants.get("attn-sage").tolerance == "fp8"
 
 
+def test_fp8_is_the_last_row_where_both_low_precision_rows_run(monkeypatch):
+    """fp8 is the slowest row to build (14.4 minutes at mg2-universal on the H100): last, so a run cut by its time
+    limit has every other row stored."""
+    monkeypatch.setattr(study, "_low_precision", lambda device: {"attn-sage": None, "fp8": None})
+    assert study.kernel_steps(study.validate(workload="wma", preset="tiny-wma", device="cpu")) == \
+        ["triton-fused", "head-conv-gemm", "vae-triton-fused", "attn-sage", "fp8"]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("sageattention") is None,
                     reason="SageAttention needs a CUDA GPU and the sageattention package (the quant-attn extra)")
 def test_sage_attention_row_on_gpu():

@@ -151,3 +151,24 @@ def test_notebook_06_with_kernels_in_the_base_names_notebook_04s_best_row(tmp_pa
     h = headlines.headline(runs[("06_cuda_graphs", "wma", "wma")])
     assert h["run s, notebook 04's best stack"] == "12" and h["run s (best row)"] == "5"
     assert h["run speedup vs notebook 04's best"] == "2.40x"
+
+
+def test_notebook_06_decoder_table_falls_back_to_the_latest_run_that_has_one(tmp_path):
+    """A run with decoder_table=False (the wma run that fits a session) leaves the decoder table of the latest run
+    that measured it in the README block, labelled with that run's device and commit, instead of dropping it."""
+    from wmbook import results
+
+    def row(run, ts, variant, metric, value, commit):
+        return results.make_row(notebook="06_cuda_graphs", workload="wma", preset="wma", variant=variant,
+                                metric=metric, value=value, unit="ms", params={}, gate="pass") | {
+            "device_kind": "cuda", "device_name": "Test GPU", "run_id": run, "timestamp": ts, "git_commit": commit}
+
+    path = tmp_path / "r.csv"
+    results.append([row("old", "2026-01-01T00:00", "bf16", "forward_ms", 60.0, "aaaaaaa"),
+                    row("old", "2026-01-01T00:00", "decoder: vae-bf16", "decoder_ms_per_block", 5.7, "aaaaaaa"),
+                    row("new", "2026-01-02T00:00", "bf16", "forward_ms", 44.0, "bbbbbbb")], path)
+    md = published.markdown(path)
+    graphs, decoder = md.split("**06 · the decoder, wma / wma**")
+    assert "| 44.0 |" in graphs and "| 60.0 |" not in graphs  # the run table: the latest run
+    assert "from an earlier run: Test GPU" in decoder.splitlines()[0] and "commit aaaaaaa" in decoder.splitlines()[0]
+    assert "| vae-bf16 | pass | 5.7 |" in decoder

@@ -43,9 +43,9 @@ def _nodes(fn, calls: int = 1) -> int | None:
         p = Path(d) / "g.dot"
         try:
             g.debug_dump(str(p))
-        except Exception:  # noqa: BLE001
+            text = p.read_text()
+        except Exception:  # noqa: BLE001  (no dump written: the count is unavailable, not an error)
             return None
-        text = p.read_text()
     return len(re.findall(r"(?m)^\s*\"?graph_\d+_node_\d+\"?\s*\[", text)) or text.count("label=\"{")
 
 

@@ -278,6 +278,14 @@ def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:
                      f"({_device(r)}; base: {r[r['metric'] == 'forward_ms']['variant'].iloc[0]})\n")
         parts.append(_table(rows))
         dec = r[r["metric"] == "decoder_ms_per_block"]
+        src = ""
+        if not len(dec):  # a run without the decoder table (decoder_table=False): the latest run that has one
+            d = df[(df["notebook"] == "06_cuda_graphs") & (df["device_kind"] == "cuda")
+                   & (df["workload"] == r["workload"].iloc[0]) & (df["preset"] == r["preset"].iloc[0])]
+            d = d[d["run_id"].isin(d.loc[d["metric"] == "decoder_ms_per_block", "run_id"])]
+            if len(d):
+                r = d[d["run_id"] == d.sort_values("timestamp")["run_id"].iloc[-1]]
+                dec, src = r[r["metric"] == "decoder_ms_per_block"], f"; from an earlier run: {_device(r)}"
         if len(dec):
             drows = [{"decoder": d["variant"].removeprefix("decoder: "), "gate": d.get("gate", ""),
                       "ms / block": _spread(d, "{:.1f}"),
@@ -286,7 +294,7 @@ def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:
                      for _, d in dec.iterrows()]
             parts.append(f"\n**06 · the decoder, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** (the "
                          f"reference's latents decoded by each stack; ms per "
-                         f"{workloads.get(r['workload'].iloc[0]).decoder_unit})\n")
+                         f"{workloads.get(r['workload'].iloc[0]).decoder_unit}{src})\n")
             parts.append(_table(drows))
     return parts
 

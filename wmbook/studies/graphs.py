@@ -303,8 +303,10 @@ def plot_timelines(lad, rows=None, span_ms: float | None = None):
 
 
 def row_results(cfg: RunConfig, r) -> list[dict]:
-    """One measured ladder row's forward time (with its spread), GPU busy time, launches per forward, end-to-end
-    metric, first-frame latency, run seconds, PSNR and peak memory, and its GPU kernel ms per forward by category
+    """One measured ladder row's forward time (with its spread, and the row's notes: what its variants did, its
+    recompiles and graph breaks), GPU busy time, launches per forward, end-to-end metric, first-frame latency, run
+    seconds, PSNR, peak memory, its first call's and the whole row's seconds, and its GPU kernel ms per forward by
+    category
     (`category_ms:<category>`, a GPU run's profiled forward: what the kernel goals of notebook 05 count), as results
     rows."""
     from ..variants.ladder import effective
@@ -317,12 +319,15 @@ def row_results(cfg: RunConfig, r) -> list[dict]:
         return [results_store.make_row(metric="forward_ms", value=float("nan"), unit="ms", variant=v, note=r.note,
                                        **common, **extra)]
     out = [results_store.make_row(metric="forward_ms", value=r.forward.median, unit="ms", variant=v,
-                                  timing=r.forward, **common, **extra)]
+                                  timing=r.forward, note=r.note or None, **common, **extra)]
     for metric, value, unit, timing in (
             ("gpu_busy_ms", r.gpu_busy_ms, "ms", None), ("launches_per_forward", r.launches, "count", None),
             (r.e2e_metric, r.e2e_value, cfg.workload.metric.unit, r.e2e_samples),
             ("first_frame_ms", r.e2e_first_frame_ms, "ms", None), ("run_s", r.e2e_run_s, "s", r.e2e_run_samples),
-            ("psnr_db", r.psnr_db, "dB", None), ("peak_memory_gib", r.peak_memory_gib, "GiB", None)):
+            ("psnr_db", r.psnr_db, "dB", None), ("peak_memory_gib", r.peak_memory_gib, "GiB", None),
+            # where a row's minutes go (the fp8 row at mg2-universal took 14.4 of them at b50f9e1, between stored
+            # timestamps): its first call (the compile, for compiled rows) and the whole row
+            ("first_call_s", r.first_call_s, "s", None), ("row_s", r.row_s, "s", None)):
         if metric and value is not None and np.isfinite(value):
             out.append(results_store.make_row(metric=metric, value=float(value), unit=unit, variant=v, timing=timing,
                                               **common))

@@ -82,6 +82,7 @@ class LadderRow:
     categories: dict = field(default_factory=dict)  # GPU kernel ms per forward by category
     peak_memory_gib: float = math.nan
     first_call_s: float = math.nan
+    row_s: float = math.nan  # the whole row's wall time: apply, compile, gate, timing, profile, end-to-end runs
     e2e_metric: str = ""
     e2e_value: float = math.nan
     e2e_first_frame_ms: float = math.nan
@@ -379,6 +380,7 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
         from .compile import reset_compile_state
 
         reset_compile_state()
+    t_row = time.perf_counter()
     pipe, ctx = apply_stack(ref, wl, stack, device, settings.compile_backend)
     mon = _monitor() if compiled else None  # from the first compiled call on
     steady = frames = None
@@ -452,6 +454,7 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
             row.psnr_db = check.compare(frames.float(), gate_ref.frames.float(), dtype="fp32", frames=True).psnr
     else:
         row.psnr_db = math.inf
+    row.row_s = time.perf_counter() - t_row
     return row, _detach(out), frames
 
 

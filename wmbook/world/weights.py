@@ -132,7 +132,7 @@ def load_weights(pipe, workload: str, path=None) -> dict:
         full = pipe.text.state_dict()
         key = _token_key(full)
         table = full[key].clone()
-        table[enc["text_token_ids"]] = enc["text_token_rows"].to(table.dtype)
+        table[enc["text_token_ids"].to(table.device)] = enc["text_token_rows"].to(table.device, table.dtype)
         text[key] = table
         load_checked(pipe.text, text, strict=True, what=f"world weights {path.name} (text)")
     return state
