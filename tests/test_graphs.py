@@ -365,10 +365,12 @@ def test_row_results_say_where_a_rows_minutes_went():
 
     cfg = study06.validate(workload="wma", preset="tiny-wma", device="cpu")
     r = LadderRow(stack=[], tolerance="fp8", forward=Samples([50.0]), flops=1.0, gate="pass", first_call_s=612.5,
-                  row_s=861.0, note="69 linears in fp8 (row-wise dynamic scales); 3 recompiles")
+                  row_s=861.0, note="69 linears in fp8 (row-wise dynamic scales); 3 recompiles",
+                  phases_s={"apply": 3.2, "first call": 612.5, "timing": 1.0, "end-to-end runs": 240.4})
     rows = {x["metric"]: x for x in study06.row_results(cfg, r)}
     assert rows["first_call_s"]["value"] == 612.5 and rows["row_s"]["unit"] == "s"
-    assert rows["forward_ms"]["note"] == "69 linears in fp8 (row-wise dynamic scales); 3 recompiles"
+    assert rows["forward_ms"]["note"] == ("69 linears in fp8 (row-wise dynamic scales); 3 recompiles; seconds: "
+                                          "apply 3, first call 612, timing 1, end-to-end runs 240")
     bare = {x["metric"] for x in study06.row_results(cfg, LadderRow(stack=[], tolerance="bf16",
                                                                       forward=Samples([1.0]), flops=1.0))}
     assert not bare & {"first_call_s", "row_s"}

@@ -358,6 +358,9 @@ def test_ladder_rows_gate_and_recompile_fix(mg2_ref):
     assert last["recompiles"] == 0  # the steady end-to-end runs after the warming one
     assert last["first_call_s"] > 0 and last["e2e_metric"] == "fps"
     assert 0 < t["rel_l2_vs_fp32"].iloc[1] <= 0.03
+    r = lad.rows[-1]  # where the row's seconds went, phase by phase, within the whole row's
+    assert list(r.phases_s) == ["apply", "first call", "timing", "profile", "end-to-end warm-up", "end-to-end runs"]
+    assert r.phases_s["first call"] == pytest.approx(r.first_call_s) and sum(r.phases_s.values()) <= r.row_s
 
 
 def test_ladder_calls_before_comparisons_between_its_rows_and_the_comparisons(mg2_ref):

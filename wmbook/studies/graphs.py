@@ -318,8 +318,10 @@ def row_results(cfg: RunConfig, r) -> list[dict]:
     if r.gate == "error":  # a row that failed (ladder._failed_row): the failure is the result, with no time
         return [results_store.make_row(metric="forward_ms", value=float("nan"), unit="ms", variant=v, note=r.note,
                                        **common, **extra)]
+    phases = ", ".join(f"{k} {s:.0f}" for k, s in (r.phases_s or {}).items())
+    note = "; ".join(n for n in (r.note, f"seconds: {phases}" if phases else "") if n)
     out = [results_store.make_row(metric="forward_ms", value=r.forward.median, unit="ms", variant=v,
-                                  timing=r.forward, note=r.note or None, **common, **extra)]
+                                  timing=r.forward, note=note or None, **common, **extra)]
     for metric, value, unit, timing in (
             ("gpu_busy_ms", r.gpu_busy_ms, "ms", None), ("launches_per_forward", r.launches, "count", None),
             (r.e2e_metric, r.e2e_value, cfg.workload.metric.unit, r.e2e_samples),

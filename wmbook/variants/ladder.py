@@ -83,6 +83,7 @@ class LadderRow:
     peak_memory_gib: float = math.nan
     first_call_s: float = math.nan
     row_s: float = math.nan  # the whole row's wall time: apply, compile, gate, timing, profile, end-to-end runs
+    phases_s: dict = field(default_factory=dict)  # seconds per phase of row_s (apply, first call, timing, ...)
     e2e_metric: str = ""
     e2e_value: float = math.nan
     e2e_first_frame_ms: float = math.nan
@@ -138,7 +139,7 @@ LADDER_COLUMNS = [
     "max_rel_same_precision", "mean_rel_same_precision", "forward_ms", "forward_p20", "forward_p80",
     "speedup", "x_floor", "gpu_busy_ms", "busy_x_floor", "launches", "e2e_metric", "e2e_value", "e2e_p20", "e2e_p80",
     "e2e_speedup", "e2e_first_frame_ms", "e2e_run_s", "e2e_run_s_p20", "e2e_run_s_p80", "psnr_db",
-    "peak_memory_gib", "first_call_s", "recompiles", "graph_breaks", "decoder", "note",
+    "peak_memory_gib", "first_call_s", "row_s", "recompiles", "graph_breaks", "decoder", "note",
 ]  # fmt: skip
 
 
@@ -385,25 +386,31 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
     mon = _monitor() if compiled else None  # from the first compiled call on
     steady = frames = None
     t0 = time.perf_counter()  # compiled rows: the probe's setup (block 0's forwards for mg2) compiles first
+    phases = {"apply": t0 - t_row}  # seconds per phase of the row: where a slow row's minutes went
     try:
         probe = wl.forward_probe(pipe, settings.seed)
         with torch.no_grad():
             out = probe.forward()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        first_call_s = time.perf_counter() - t0 if compiled else math.nan
+        phases["first call"] = time.perf_counter() - t0
+        first_call_s = phases["first call"] if compiled else math.nan
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
+        t1 = time.perf_counter()
         with torch.no_grad():
             tm = time_fn(probe.forward, warmup=settings.warmup, repeats=settings.repeats, device=device)
+        phases["timing"] = time.perf_counter() - t1
         row = LadderRow(stack=list(stack), tolerance=tolerance_for(stack), forward=tm, flops=probe.flops,
                         first_call_s=first_call_s,
                         decoder=decoder_setting(pipe, stack),
                         note="; ".join(str(n) for k, n in ctx.notes.items() if not k.startswith("compile:")))
         if device.type == "cuda":  # this row's weights, caches and activations
             row.peak_memory_gib = (torch.cuda.max_memory_allocated(device) - m0) / 2**30
+        t1 = time.perf_counter()
         with torch.no_grad():  # kernels alone: the rest of the wall time is host and launch overhead
             trace = profile_calls(probe.forward, device)
+        phases["profile"] = time.perf_counter() - t1
         if trace is not None:  # and kernel time per category (sums overlaps, unlike busy): where the rest goes
             cats = kernel_summary(trace)["categories"]
             row.gpu_busy_ms = cats.attrs["busy_ms"]
@@ -413,14 +420,19 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
             row.trace, row.pipeline = trace, pipe
         del trace
         runs = []
+        t1 = time.perf_counter()
         if e2e == "frames":
             frames = wl.end_to_end(pipe, settings.seed, settings.e2e).frames
         elif e2e:
             # end to end: one warm-up run (compiles the shapes the probe did not see), then the timed runs, whose
             # recompiles a second monitor counts (the steady-state count the compile goal is about)
             wl.end_to_end(pipe, settings.seed, settings.e2e)
+            phases["end-to-end warm-up"] = time.perf_counter() - t1
+            t1 = time.perf_counter()
             steady = _monitor() if compiled else None
             runs = [wl.end_to_end(pipe, settings.seed, settings.e2e) for _ in range(settings.e2e_repeats)]
+        if e2e:
+            phases["end-to-end runs" if e2e is True else "end-to-end frames"] = time.perf_counter() - t1
     finally:
         for m in (steady, mon):
             if m is not None:
@@ -455,6 +467,7 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
     else:
         row.psnr_db = math.inf
     row.row_s = time.perf_counter() - t_row
+    row.phases_s = phases
     return row, _detach(out), frames
 
 
