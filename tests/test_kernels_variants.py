@@ -3,6 +3,7 @@ run in Triton's interpreter on the CPU), the kernel cases of both workloads pass
 it cannot run here."""
 
 import dataclasses
+import importlib.machinery
 import importlib.util
 
 import pytest
@@ -211,3 +212,47 @@ def test_triton_fused_under_compile_on_gpu(ref, compile_step):
     b = _flat(wl.forward_probe(comp).forward())
     assert torch.isfinite(b).all()
     assert ((a - b).norm() / a.norm()).item() < 3e-2
+
+
+def test_fp8_leaves_inductors_settings_alone(monkeypatch):
+    """torchao's float8 config turns on inductor's coordinate-descent tuning process-wide unless told not to (its
+    recommended_inductor_config_setter, never restored): every later compile in the process would benchmark each
+    kernel's launch configurations. The fp8 variant asks it not to, and quantizes only the large bf16 linears. A
+    stand-in torchao (the CPU has no FP8 path) records what the variant asks for."""
+    import sys
+    import types
+
+    import torch._inductor.config as inductor_config
+    from wmbook import variants
+    from wmbook.variants import VariantContext
+    from wmbook.variants import builtin
+
+    asked, quantized = {}, []
+
+    class Config:
+        def __init__(self, granularity=None, set_inductor_config=True):
+            asked.update(granularity=granularity, set_inductor_config=set_inductor_config)
+            if set_inductor_config:  # what torchao does with the default
+                inductor_config.coordinate_descent_tuning = True
+
+    def quantize_(model, config, filter_fn):
+        quantized.extend(n for n, m in model.named_modules() if filter_fn(m, n))
+
+    fake = types.ModuleType("torchao.quantization")
+    fake.Float8DynamicActivationFloat8WeightConfig, fake.PerRow, fake.quantize_ = Config, object, quantize_
+    top = types.ModuleType("torchao")
+    for m in (top, fake):
+        m.__spec__ = importlib.machinery.ModuleSpec(m.__name__, None)
+    monkeypatch.setitem(sys.modules, "torchao", top)
+    monkeypatch.setitem(sys.modules, "torchao.quantization", fake)
+    monkeypatch.setattr(builtin, "fp8_unavailable", lambda device: None)
+    monkeypatch.setattr(inductor_config, "coordinate_descent_tuning", False)
+
+    wl = workloads.get("mg2")
+    preset = wl.presets[wl.real_preset].with_(name="mg2-1-layer", num_layers=1)
+    pipe = wl.reference_pipeline(preset, CPU)
+    wl.denoiser(pipe).to(torch.bfloat16)
+    ctx = VariantContext(workload=wl, device=CPU)
+    variants.get("fp8").apply(pipe, ctx)
+    assert asked["set_inductor_config"] is False and inductor_config.coordinate_descent_tuning is False
+    assert quantized and all("." in n for n in quantized) and "linears in fp8" in ctx.notes["fp8"]

@@ -79,6 +79,20 @@ def test_global_flags_restore():
     assert torch.backends.cudnn.benchmark == flags.cudnn_benchmark and get_attention_backend() == "auto"
 
 
+def test_global_flags_restore_what_a_library_turns_on_in_inductor():
+    """torchao's quantization configs switch inductor's coordinate-descent tuning (and more) on process-wide by
+    default; GlobalFlags puts those settings back, so no later row compiles with them."""
+    import torch._inductor.config as ic
+
+    before = (ic.coordinate_descent_tuning, ic.coordinate_descent_check_all_directions, ic.triton.unique_kernel_names)
+    flags = GlobalFlags()
+    ic.coordinate_descent_tuning = ic.coordinate_descent_check_all_directions = True
+    ic.triton.unique_kernel_names = not before[2]
+    flags.restore()
+    assert (ic.coordinate_descent_tuning, ic.coordinate_descent_check_all_directions,
+            ic.triton.unique_kernel_names) == before
+
+
 def test_precision_transforms(mg2_ref, wma_ref):
     p, _ = _applied(mg2_ref, "mg2", ["bf16"])
     assert p.dtype == torch.bfloat16 and next(p.model.parameters()).dtype == torch.bfloat16

@@ -179,6 +179,9 @@ class GlobalFlags:
         from .compile import get_recompile_limit
 
         self.recompile_limit = get_recompile_limit()
+        import torch._inductor.config as inductor_config
+
+        self.inductor = {k: _get_dotted(inductor_config, k) for k in INDUCTOR_KEYS}
 
     def restore(self) -> None:
         from ..models import attention as attn
@@ -192,6 +195,29 @@ class GlobalFlags:
         from .compile import recompile_limit_name
 
         setattr(torch._dynamo.config, recompile_limit_name(), self.recompile_limit)
+        import torch._inductor.config as inductor_config
+
+        for k, v in self.inductor.items():
+            _set_dotted(inductor_config, k, v)
+
+
+# inductor settings a library may switch on process-wide when a variant calls it (torchao's
+# recommended_inductor_config_setter, run by its quantization configs unless set_inductor_config=False)
+INDUCTOR_KEYS = ("coordinate_descent_tuning", "coordinate_descent_check_all_directions", "force_fuse_int_mm_with_mul",
+                 "fx_graph_cache", "triton.unique_kernel_names")
+
+
+def _get_dotted(obj, key: str):
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _set_dotted(obj, key: str, value) -> None:
+    *head, last = key.split(".")
+    for part in head:
+        obj = getattr(obj, part)
+    setattr(obj, last, value)
 
 
 __all__ = ["FAMILIES", "GROUPS", "GlobalFlags", "REGISTRY", "UnknownVariantError", "Variant", "VariantContext", "get",

@@ -281,7 +281,13 @@ def _fp8(pipe, ctx: VariantContext):
             seen.append(fqn)
         return ok
 
-    quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()), filter_fn=big_linear)
+    # set_inductor_config=False: by default the config turns on inductor's coordinate-descent tuning process-wide
+    # (torchao.quantization.utils.recommended_inductor_config_setter, never restored), which benchmarks every
+    # generated kernel's launch configuration in all directions at compile time: the likely reason this row took 14.4
+    # minutes at mg2-universal on the H100 (b50f9e1) and ran past the time limits on the H200 (4c8ad9d), and a
+    # setting every later compile in the process would have inherited
+    quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=PerRow(), set_inductor_config=False),
+              filter_fn=big_linear)
     if not seen:
         raise ValueError("fp8 found no bf16 linear of >= 256 features: apply bf16 first")
     ctx.notes["fp8"] = f"{len(seen)} linears in fp8 (row-wise dynamic scales)"
