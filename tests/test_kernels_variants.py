@@ -248,11 +248,10 @@ def test_fp8_leaves_inductors_settings_alone(monkeypatch):
     monkeypatch.setattr(builtin, "fp8_unavailable", lambda device: None)
     monkeypatch.setattr(inductor_config, "coordinate_descent_tuning", False)
 
-    wl = workloads.get("mg2")
-    preset = wl.presets[wl.real_preset].with_(name="mg2-1-layer", num_layers=1)
-    pipe = wl.reference_pipeline(preset, CPU)
-    wl.denoiser(pipe).to(torch.bfloat16)
-    ctx = VariantContext(workload=wl, device=CPU)
-    variants.get("fp8").apply(pipe, ctx)
+    # a stand-in denoiser: two linears large enough for fp8 GEMMs, one too small, one still fp32
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256),
+                                torch.nn.Linear(256, 8)).to(torch.bfloat16).append(torch.nn.Linear(256, 256))
+    ctx = VariantContext(workload=types.SimpleNamespace(denoiser=lambda pipe: model), device=CPU)
+    variants.get("fp8").apply(object(), ctx)
     assert asked["set_inductor_config"] is False and inductor_config.coordinate_descent_tuning is False
-    assert quantized and all("." in n for n in quantized) and "linears in fp8" in ctx.notes["fp8"]
+    assert quantized == ["0", "2"] and ctx.notes["fp8"] == "2 linears in fp8 (row-wise dynamic scales)"
