@@ -305,10 +305,9 @@ def plot_timelines(lad, rows=None, span_ms: float | None = None):
 def row_results(cfg: RunConfig, r) -> list[dict]:
     """One measured ladder row's forward time (with its spread, and the row's notes: what its variants did, its
     recompiles and graph breaks), GPU busy time, launches per forward, end-to-end metric, first-frame latency, run
-    seconds, PSNR, peak memory, its first call's and the whole row's seconds, and its GPU kernel ms per forward by
-    category
-    (`category_ms:<category>`, a GPU run's profiled forward: what the kernel goals of notebook 05 count), as results
-    rows."""
+    seconds, PSNR, peak memory, its first call's and the whole row's seconds (the note adds each phase's), and its GPU
+    kernel ms per forward by category (`category_ms:<category>`, a GPU run's profiled forward: what the kernel goals
+    of notebook 05 count), as results rows."""
     from ..variants.ladder import effective
 
     common = dict(notebook=cfg.notebook, workload=cfg.workload.name, preset=cfg.preset.name, params=cfg.params(),
