@@ -327,7 +327,7 @@ def base_stack(cfg: RunConfig) -> list[str]:
 def kernel_steps(cfg: RunConfig) -> list[str]:
     """The rows added to the base: `steps`, or triton-fused, head-conv-gemm (wma: the heads' 1-D convolutions as
     GEMMs), vae-triton-fused, attn-sage (the quantized attention comparison row) and fp8 (each low-precision row
-    where it can run)."""
+    where it can run; the ladder is cumulative, so where both run the fp8 row keeps attn-sage's attention)."""
     from .. import variants
 
     if cfg.options.steps is not None:

@@ -20,6 +20,7 @@ Every variant passes the correctness gate (wmbook.check) against the fp32 refere
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -181,7 +182,7 @@ class GlobalFlags:
         self.recompile_limit = get_recompile_limit()
         import torch._inductor.config as inductor_config
 
-        self.inductor = {k: _get_dotted(inductor_config, k) for k in INDUCTOR_KEYS}
+        self.inductor = {k: operator.attrgetter(k)(inductor_config) for k in INDUCTOR_KEYS}
 
     def restore(self) -> None:
         from ..models import attention as attn
@@ -205,12 +206,6 @@ class GlobalFlags:
 # recommended_inductor_config_setter, run by its quantization configs unless set_inductor_config=False)
 INDUCTOR_KEYS = ("coordinate_descent_tuning", "coordinate_descent_check_all_directions", "force_fuse_int_mm_with_mul",
                  "fx_graph_cache", "triton.unique_kernel_names")
-
-
-def _get_dotted(obj, key: str):
-    for part in key.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def _set_dotted(obj, key: str, value) -> None:

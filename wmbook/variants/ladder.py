@@ -18,6 +18,7 @@ for PSNR). Each row then deep-copies the reference pipeline, applies its variant
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import math
@@ -382,35 +383,31 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
 
         reset_compile_state()
     t_row = time.perf_counter()
-    pipe, ctx = apply_stack(ref, wl, stack, device, settings.compile_backend)
+    phases = {}  # seconds per phase of the row: where a slow row's minutes went
+    with _phase(phases, "apply"):
+        pipe, ctx = apply_stack(ref, wl, stack, device, settings.compile_backend)
     mon = _monitor() if compiled else None  # from the first compiled call on
     steady = frames = None
-    t0 = time.perf_counter()  # compiled rows: the probe's setup (block 0's forwards for mg2) compiles first
-    phases = {"apply": t0 - t_row}  # seconds per phase of the row: where a slow row's minutes went
     try:
-        probe = wl.forward_probe(pipe, settings.seed)
-        with torch.no_grad():
-            out = probe.forward()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        phases["first call"] = time.perf_counter() - t0
+        with _phase(phases, "first call"):  # compiled rows: the probe's setup (block 0's forwards for mg2) compiles
+            probe = wl.forward_probe(pipe, settings.seed)
+            with torch.no_grad():
+                out = probe.forward()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
         first_call_s = phases["first call"] if compiled else math.nan
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        t1 = time.perf_counter()
-        with torch.no_grad():
+        with _phase(phases, "timing"), torch.no_grad():
             tm = time_fn(probe.forward, warmup=settings.warmup, repeats=settings.repeats, device=device)
-        phases["timing"] = time.perf_counter() - t1
         row = LadderRow(stack=list(stack), tolerance=tolerance_for(stack), forward=tm, flops=probe.flops,
                         first_call_s=first_call_s,
                         decoder=decoder_setting(pipe, stack),
                         note="; ".join(str(n) for k, n in ctx.notes.items() if not k.startswith("compile:")))
         if device.type == "cuda":  # this row's weights, caches and activations
             row.peak_memory_gib = (torch.cuda.max_memory_allocated(device) - m0) / 2**30
-        t1 = time.perf_counter()
-        with torch.no_grad():  # kernels alone: the rest of the wall time is host and launch overhead
+        with _phase(phases, "profile"), torch.no_grad():  # kernels alone: the rest is host and launch overhead
             trace = profile_calls(probe.forward, device)
-        phases["profile"] = time.perf_counter() - t1
         if trace is not None:  # and kernel time per category (sums overlaps, unlike busy): where the rest goes
             cats = kernel_summary(trace)["categories"]
             row.gpu_busy_ms = cats.attrs["busy_ms"]
@@ -420,19 +417,17 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
             row.trace, row.pipeline = trace, pipe
         del trace
         runs = []
-        t1 = time.perf_counter()
         if e2e == "frames":
-            frames = wl.end_to_end(pipe, settings.seed, settings.e2e).frames
+            with _phase(phases, "end-to-end frames"):
+                frames = wl.end_to_end(pipe, settings.seed, settings.e2e).frames
         elif e2e:
             # end to end: one warm-up run (compiles the shapes the probe did not see), then the timed runs, whose
             # recompiles a second monitor counts (the steady-state count the compile goal is about)
-            wl.end_to_end(pipe, settings.seed, settings.e2e)
-            phases["end-to-end warm-up"] = time.perf_counter() - t1
-            t1 = time.perf_counter()
+            with _phase(phases, "end-to-end warm-up"):
+                wl.end_to_end(pipe, settings.seed, settings.e2e)
             steady = _monitor() if compiled else None
-            runs = [wl.end_to_end(pipe, settings.seed, settings.e2e) for _ in range(settings.e2e_repeats)]
-        if e2e:
-            phases["end-to-end runs" if e2e is True else "end-to-end frames"] = time.perf_counter() - t1
+            with _phase(phases, "end-to-end runs"):
+                runs = [wl.end_to_end(pipe, settings.seed, settings.e2e) for _ in range(settings.e2e_repeats)]
     finally:
         for m in (steady, mon):
             if m is not None:
@@ -469,6 +464,16 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
     row.row_s = time.perf_counter() - t_row
     row.phases_s = phases
     return row, _detach(out), frames
+
+
+@contextlib.contextmanager
+def _phase(phases: dict, name: str):
+    """Host seconds of the block as phases[name] (a row's phases: LadderRow.phases_s)."""
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[name] = time.perf_counter() - t
 
 
 def decoder_setting(pipe, stack) -> str:
