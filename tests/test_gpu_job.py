@@ -38,3 +38,45 @@ def test_wait_says_still_running_and_bad_use_is_refused(tmp_path):
     bad = _job("frobnicate", str(res))
     assert bad.returncode == 2 and "allowed: start, wait, pack" in bad.stderr
     assert _job("start", str(tmp_path / "r2")).returncode == 2
+
+
+QUEUES = SCRIPT.parent / "gpu_queues.sh"
+
+
+def _queues(*args, root, cwd, env=None):
+    return subprocess.run(["bash", str(QUEUES), *args], capture_output=True, text=True, timeout=60, cwd=cwd,
+                          env={"PATH": "/usr/bin:/bin", "GPU_JOB_POLL": "0.2", "GPU_QUEUES_ROOT": str(root),
+                               **(env or {})})
+
+
+def test_queues_run_over_a_snapshot_one_per_gpu_and_pack_their_folders(tmp_path):
+    tree, root, out = tmp_path / "tree", tmp_path / "root", tmp_path / "out"
+    tree.mkdir()
+    (tree / "file.txt").write_text("v1\n")
+    r = _queues("launch", "abc123", f"sleep 1.5; mkdir -p {root}/n0a; cat file.txt > {root}/n0a/seen;;"
+                f"echo $CUDA_VISIBLE_DEVICES $WMBOOK_GIT_COMMIT > gpu; echo t > {root}/n0a/trace.json.gz",
+                f"mkdir -p {root}/n1a; echo $CUDA_VISIBLE_DEVICES > {root}/n1a/gpu", root=root, cwd=tree)
+    assert r.returncode == 0, r.stderr
+    (tree / "file.txt").write_text("v2\n")  # a later call re-sends the tree: the running steps keep the snapshot
+    again = _queues("launch", "x", "true", root=root, cwd=tree)  # refused while a queue runs
+    assert again.returncode == 2 and "still running" in again.stderr
+    w = _queues("wait", "30", str(out), root=root, cwd=tree)
+    assert w.returncode == 0, w.stdout + w.stderr
+    with tarfile.open(out / "q0.tgz") as t:
+        names = set(t.getnames())
+        assert {"q0/status", "q0/done", "n0a/seen"} <= names and "n1a/gpu" not in names
+        assert "n0a/trace.json.gz" not in names and (root / "n0a" / "trace.json.gz").exists()  # left on the machine
+        assert t.extractfile("n0a/seen").read() == b"v1\n"
+    with tarfile.open(out / "q1.tgz") as t:
+        assert t.extractfile("n1a/gpu").read() == b"1\n"
+    assert (root / "snap" / "gpu").read_text() == "0 abc123\n"
+
+
+def test_queues_refuse_bad_use_and_a_gpu_they_were_not_asked_for(tmp_path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    bad = _queues("frobnicate", root=tmp_path / "root", cwd=tree)
+    assert bad.returncode == 2 and "allowed: launch, wait" in bad.stderr
+    assert _queues("launch", "abc", root=tmp_path / "root", cwd=tree).returncode == 2
+    no_gpu = _queues("launch", "abc", "true", root=tmp_path / "root", cwd=tree, env={"REQUIRE_GPU": "H100"})
+    assert no_gpu.returncode == 5 and "not a H100" in no_gpu.stderr and not (tmp_path / "root" / "q0").exists()
