@@ -47,6 +47,7 @@ workload = "mg2"       # mg2 (causal DiT + KV cache) | wma (video UNet + DDIM)
 preset = "auto"        # auto: tiny/tiny-wma on CPU, mg2-universal/wma on GPU
 device = "auto"        # auto | cpu | cuda
 base = "auto"          # auto: notebook 04's best stack (+ notebook 05's denoiser kernels on a GPU); or variant names
+                       # (on a GPU notebook 04's best stack alone is measured beside any base that differs from it)
 steps = "auto"         # rows added to the base, in order; auto: caches, graphs, the decoder's rows, decode overlap
 reduce_overhead = True  # also measure the base compiled with mode reduce-overhead (GPU only)
 decoder_table = True   # the decoder rows: the same latents through each decoder stack

@@ -330,6 +330,15 @@ def test_on_a_gpu_the_base_holds_notebook_05s_kernels_and_the_goal_counts_from_n
         assert study05.base_stack(gpu) == best and study05.base_stack(cpu) == study06.best_of_04(cpu)
         given = study06.validate(workload=wl, preset=preset, device="cpu", base="bf16")
         assert study06.base_stack(dataclasses.replace(given, device=torch.device("cuda"))) == ["bf16"]
+        # notebook 04's best stack alone is measured beside the ladder on a GPU wherever the base differs from it:
+        # the kernels of the automatic base, or rows folded into a given base (one compile instead of one per row)
+        assert study06.BEST_OF_04 in study06.comparison_rows(gpu, base)
+        assert study06.BEST_OF_04 not in study06.comparison_rows(cpu, study06.base_stack(cpu))
+        for stack, compared in ((best, False), ([*base[:-1], rows[0], base[-1]], True)):
+            cfg = dataclasses.replace(study06.validate(workload=wl, preset=preset, device="cpu", base=",".join(stack)),
+                                      device=torch.device("cuda"))
+            assert (study06.BEST_OF_04 in study06.comparison_rows(cfg, study06.base_stack(cfg))) == compared
+            assert study06.comparison_rows(cfg, study06.base_stack(cfg)).get(study06.BEST_OF_04, best) == best
     e = pd.DataFrame({"gate": ["pass", "pass", "pass"], "frames judged": [True, True, True],
                       "run s": [9.0, 5.5, 12.0]}, index=["base", "+ cuda-graphs", study06.BEST_OF_04])
     f = pd.DataFrame({"wall / busy": [2.0, 1.0, 2.1], "GPU busy ms": [55.0, 54.0, 59.0]}, index=e.index)

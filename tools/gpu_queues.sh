@@ -9,7 +9,8 @@
 # in order in the snapshot (CUDA_VISIBLE_DEVICES=i); queue i packs its logs (ROOT/q<i>) and the folders ROOT/n<i>*,
 # so give queue i's notebook runs output folders named that way, e.g.
 #   bash tools/gpu_queues.sh launch $(git rev-parse HEAD) \
-#     "NB_TIMEOUT=420 bash tools/gpu_run.sh /root/n0a '07 g1-4096 -p preset g1-4096'" && bash tools/gpu_queues.sh wait 500 $OUT
+#     "NB_TIMEOUT=420 bash tools/gpu_run.sh /root/n0a '07 g1-4096 -p preset g1-4096'" &&
+#     bash tools/gpu_queues.sh wait 500 $OUT
 # Traces (*.json.gz), weights (*.pt) and per-iteration dumps stay on the machine.
 # Environment: GPU_QUEUES_ROOT (default /root), WHEELS (a folder of wheels installed with --no-deps before the launch,
 # left out of the snapshot), REQUIRE_GPU (launch aborts with exit 5 unless the first GPU's name contains it, e.g. H100).
@@ -24,7 +25,10 @@ case "$cmd" in
     if [ -n "${REQUIRE_GPU:-}" ]; then
       name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
       echo "GPU: ${name:-none found}"
-      case "$name" in *"$REQUIRE_GPU"*) ;; *) echo "gpu_queues.sh: not a $REQUIRE_GPU; nothing launched" >&2; exit 5 ;; esac
+      case "$name" in
+        *"$REQUIRE_GPU"*) ;;
+        *) echo "gpu_queues.sh: not a $REQUIRE_GPU; nothing launched" >&2; exit 5 ;;
+      esac
     fi
     if [ -n "${WHEELS:-}" ]; then
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$WHEELS"/*.whl || exit 1

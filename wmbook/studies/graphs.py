@@ -90,8 +90,10 @@ def best_of_04(cfg: RunConfig) -> list[str]:
 # among them.
 DENOISER_KERNELS = ("triton-fused", "head-conv-gemm")
 
-# the comparison row that keeps notebook 04's best stack alone (the goal's baseline) where the base adds kernels
-BEST_OF_04 = "notebook 04's best stack (the base without notebook 05's kernels)"
+# the comparison row that keeps notebook 04's best stack alone (the goal's baseline) where the base differs from it:
+# on a GPU the base adds notebook 05's kernels; a `base` given as a parameter may also fold rows in (e.g. wma's
+# skip-unused-decode + skip-unused-heads, which cost a compile of the whole UNet each as rows of their own)
+BEST_OF_04 = "notebook 04's best stack alone (the goal's baseline)"
 
 
 def denoiser_kernels(cfg: RunConfig) -> list[str]:
@@ -202,26 +204,40 @@ def _spy(fn, seen: list):
     return init_cache
 
 
-def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
-    """The base stack (one row), then each graph step (static caches, CUDA graphs), gated against fp32; with
-    reduce_overhead (GPU), the base compiled with mode reduce-overhead as a comparison row. Rows keep their
-    pipelines and profiled forwards (for the capture table and the timeline figure). Each row's results rows are
-    stored as soon as it is measured (store_each_row). The profiled whole generations (generation_traces, in
-    `ladder.generation_traces`) are taken before the comparison rows: on the H100 the notebook's kernel died in that
-    profiling each time it came after the reduce-overhead row (665a961, f07412f), never before it (b1cc15c)."""
+def comparison_rows(cfg: RunConfig, base: list[str]) -> dict[str, list[str]]:
+    """{label: stack} of the rows measured beside the ladder: notebook 04's best stack alone (BEST_OF_04, the 2x
+    goal's baseline) on a GPU wherever the base differs from it (notebook 05's kernels, or a `base` parameter that
+    folds rows in); with reduce_overhead (GPU), the base compiled with mode reduce-overhead; the stand-in decoder's
+    row (stand_in_row)."""
     from ..variants.builtin import compile_variant
-    from ..variants.ladder import LadderSettings
-    from ..variants.ladder import run_ladder as _run
 
-    base = base_stack(cfg)
+    from .. import variants
+
     comparisons = {}
-    if cfg.options.base is None and denoiser_kernels(cfg):  # the goal's baseline: notebook 04's best as it stands
-        comparisons[BEST_OF_04] = best_of_04(cfg)
+    best = best_of_04(cfg)
+    same = variants.resolve(base, cfg.workload, cfg.device) == variants.resolve(best, cfg.workload, cfg.device)
+    if cfg.device.type == "cuda" and not same:  # groups (hygiene) compare as the variants they expand to
+        comparisons[BEST_OF_04] = best
     if cfg.options.reduce_overhead and cfg.device.type == "cuda" and any(s.startswith("compile-") for s in base):
         ro = [compile_variant(cfg.workload.compile_scope, "reduce-overhead") if s.startswith("compile-") else s
               for s in base]
         comparisons["base, compiled with mode reduce-overhead (torch.compile's CUDA graphs)"] = ro
     comparisons.update(stand_in_row(cfg, base))
+    return comparisons
+
+
+def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
+    """The base stack (one row), then each graph step (static caches, CUDA graphs), gated against fp32; with
+    reduce_overhead (GPU), the base compiled with mode reduce-overhead as a comparison row (comparison_rows). Rows
+    keep their pipelines and profiled forwards (for the capture table and the timeline figure). Each row's results rows are
+    stored as soon as it is measured (store_each_row). The profiled whole generations (generation_traces, in
+    `ladder.generation_traces`) are taken before the comparison rows: on the H100 the notebook's kernel died in that
+    profiling each time it came after the reduce-overhead row (665a961, f07412f), never before it (b1cc15c)."""
+    from ..variants.ladder import LadderSettings
+    from ..variants.ladder import run_ladder as _run
+
+    base = base_stack(cfg)
+    comparisons = comparison_rows(cfg, base)
     o = cfg.options
     st = LadderSettings(seed=cfg.seed, warmup=cfg.warmup, repeats=cfg.repeats, e2e=e2e_size(cfg),
                         e2e_repeats=o.e2e_repeats, compile_backend=o.compile_backend, ceilings=ceilings, keep=True)
