@@ -245,6 +245,39 @@ def test_context_length_checked(tiny):
         tiny(*args)
 
 
+def test_action_embedding_is_wmbooks_own_starts_silent_and_holds_the_steps_up_to_each_frame(tiny):
+    """WMAPreset.action_embedding (the world presets): the reference presets have no such weights (upstream's state
+    dicts stay as they are); a new model with it computes exactly what the model without it computes (its MLPs end
+    in zeros); once trained, frame f's embedding holds the action tokens 0..f and none after, and the last observed
+    state's token reaches every frame."""
+    assert not [k for k in tiny.state_dict() if "action_embed" in k or "state_embed" in k]
+    assert get_preset("world-wma").action_embedding and not get_preset("wma").action_embedding
+    p = get_preset("tiny-wma").with_(action_embedding=True)
+    m = WMAWorldModel(p).eval().requires_grad_(False)
+    missing, unexpected = m.load_state_dict(tiny.state_dict(), strict=False)
+    assert unexpected == [] and sorted({k.split(".")[1] for k in missing}) == ["action_embed", "state_embed"]
+    dm, x = m.diffusion_model, list(_inputs(p, tiny))
+    with torch.no_grad():
+        assert torch.equal(m(*x)[0], tiny(*x)[0])
+        for mlp in (dm.action_embed, dm.state_embed):  # as if trained
+            mlp[-1].weight.normal_(std=0.1)
+            mlp[-1].bias.normal_(std=0.1)
+        emb, ctx, f = torch.randn(1, 4 * p.model_channels), x[5], 2
+
+        def moved(token):
+            c = ctx.clone()
+            c[:, token] += 1.0
+            return (dm.frame_embedding(emb, c, p.frames) - dm.frame_embedding(emb, ctx, p.frames)).abs().amax(-1)
+
+        step = moved(p.n_obs_steps + f)  # action token f
+        assert step.shape == (p.frames,) and step[:f].max() == 0 and (step[f:] > 0).all()
+        assert (moved(p.n_obs_steps - 1) > 0).all()  # the last observed state
+        y0 = m(*x)[0]
+        x[5] = ctx.clone()
+        x[5][:, p.n_obs_steps + f] += 1.0
+        assert (m(*x)[0] - y0).abs().max() > 1e-4
+
+
 def test_action_tokens_are_block_causal_over_frames():
     ctx = FrameContext(torch.zeros(2 * 4, 1, 1), frames=4, n_state=2, text_len=8)
     m = ctx.action_mask(8)[:, 0, 0]  # 2 tokens per frame

@@ -97,6 +97,11 @@ def test_train_resumes_and_ships_strict_weights(bank, tmp_path):
     assert not pipe.model.training
     with pytest.raises(ValueError, match="was made with"):
         train(TrainConfig(steps=5, **{**kw, "batch": 2}), bank=bank)
+    ck = torch.load(tmp_path / "w.ckpt", weights_only=True)
+    ck["model"]["extra.weight"] = torch.zeros(1)  # a checkpoint of another architecture of the same preset name
+    torch.save(ck, tmp_path / "w.ckpt")
+    with pytest.raises(ValueError, match=r"other weights than the model .*unexpected: \['extra.weight'\]"):
+        train(TrainConfig(steps=5, **kw), bank=bank)
 
 
 @pytest.mark.parametrize("kw, name", [({"workload": "motion"}, "workload="), ({"preset": "tiny"}, "preset="),

@@ -160,6 +160,13 @@ class WMAPreset:
     # trained and scored on rendered episodes (wmbook.world); a step's action is the mean of the rendered frames'
     # actions it spans (wmbook.world.env.strided_actions). 1: consecutive frames; world-wma sets 3
     frame_stride: int = 1
+    # wmbook's own, off for the reference presets (their state dicts stay upstream's): the action tokens and the last
+    # observed state token of the context also enter the UNet's time embedding, per frame (frame f gets an MLP of the
+    # last state plus the running sum of an MLP of the action tokens 0..f; both MLPs end in zero-initialised layers).
+    # Upstream's only path for actions is the cross-attention, where a random position embedding (RMS 1) swamps a
+    # small action's projection (RMS 0.13) and the token projector's norms dilute it further: at initialisation the
+    # world-wma UNet's output moved 0.4% when the actions of a batch were swapped (world-mg2's: 12%; 23% with this)
+    action_embedding: bool = False
     num_stem_token: int = 16  # tokens per action step out of the action-token projector
     # upstream builds the output blocks' cross-attention without agent_action_context_len, so they slice the
     # context with its default (16 tokens as "action", the rest shifted); kept for checkpoint fidelity
@@ -336,7 +343,7 @@ WMA_PRESETS["world-wma"] = WorldWMAPreset(
     resampler_heads=2, resampler_dim_head=32, resampler_queries=4, head_down_dims=(16, 32, 64, 64),
     head_kernel_size=3, head_step_embed_dim=32, head_act_proj_dim=8, obs_widths=(16, 16, 32, 32), obs_spatial_kp=16,
     vae_block_out_channels=(32, 32, 32, 32), vae_layers_per_block=1, vae_norm_groups=8,
-    vae="s2d4", codec_spatial=4, weights="world-wma.pt",
+    vae="s2d4", codec_spatial=4, weights="world-wma.pt", action_embedding=True,
     # UnifoLM samples its videos with a frame stride; the world renders at a rate where over 8 consecutive frames the
     # agent hardly moves: on 8 held-out episodes copy-last scores 19.67 dB / SSIM 0.471 / agent error 6.8 px at stride
     # 1 and 16.47 dB / 0.286 / 16.2 px at stride 3; at stride 1 none of seven trained runs beat copy-last

@@ -209,6 +209,11 @@ def train(cfg: TrainConfig, bank=None) -> dict:
         if same != want:
             raise ValueError(f"checkpoint {str(cfg.ckpt)!r} was made with {same}, not {want}; pass resume=False "
                              f"(--no-resume) to start over")
+        have, need = set(ck["model"]), set(model.state_dict())
+        if have != need:  # the preset's architecture changed since (e.g. WMAPreset.action_embedding)
+            raise ValueError(f"checkpoint {str(cfg.ckpt)!r} holds other weights than the model (missing: "
+                             f"{sorted(need - have)[:4]}, unexpected: {sorted(have - need)[:4]}); pass resume=False "
+                             f"(--no-resume) to start over")
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         for e, s in zip(ema, ck["ema"]):

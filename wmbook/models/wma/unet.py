@@ -396,6 +396,28 @@ class WMAModel(nn.Module):
         self.action_token_projector = SATokenProjector(
             p.context_dim, depth=1, dim_head=p.stem_dim_head, heads=p.stem_heads, num_queries=p.num_stem_token,
             output_dim=p.context_dim, chunk_size=p.frames)
+        if p.action_embedding:  # wmbook's own (WMAPreset.action_embedding): not in upstream's state dicts
+            self.action_embed = nn.Sequential(nn.Linear(p.context_dim, ted), nn.SiLU(), nn.Linear(ted, ted))
+            self.state_embed = nn.Sequential(nn.Linear(p.context_dim, ted), nn.SiLU(), nn.Linear(ted, ted))
+            for mlp in (self.action_embed, self.state_embed):  # a new model starts as if it had no such path
+                nn.init.zeros_(mlp[-1].weight)
+                nn.init.zeros_(mlp[-1].bias)
+
+    def frame_embedding(self, emb: torch.Tensor, context: torch.Tensor, t: int) -> torch.Tensor:
+        """The time embedding per frame, [B, E] -> [(B T), E]: repeated for every frame, plus (preset
+        action_embedding) an MLP of the last observed state token and the running sum over the action tokens 0..f
+        of an MLP of each, for frame f (action token f is the step that leads to frame f: a frame's embedding holds
+        the steps up to it, none after)."""
+        p = self.preset
+        if not p.action_embedding:
+            return emb.repeat_interleave(t, dim=0)
+        s, a = p.n_obs_steps, p.horizon
+        if a < t:
+            raise ValueError(f"{t} frames need {t} action tokens; the context holds {a} (horizon)")
+        ctx = context.to(emb.dtype)
+        steps = self.action_embed(ctx[:, s:s + t]).cumsum(dim=1)  # [B, T, E]
+        state = self.state_embed(ctx[:, s - 1])  # [B, E]
+        return (emb + state).unsqueeze(1).add(steps).flatten(0, 1)
 
     def context_len(self) -> int:
         """Context tokens per sample: state | action | text | image (frames x resampler queries)."""
@@ -436,7 +458,7 @@ class WMAModel(nn.Module):
             if fs is None:
                 fs = torch.full((b,), p.default_fs, dtype=torch.long, device=x.device)
             emb = emb + self.fps_embedding(timestep_embedding(fs, p.model_channels).to(dtype))
-            emb = emb.repeat_interleave(t, dim=0)  # [(B T), E]
+            emb = self.frame_embedding(emb, context, t)  # [(B T), E]
         with dl("UNet_Context"):
             ctx = self.frame_context(context.to(dtype), t)
         with dl("UNet_Embeddings"):
