@@ -165,7 +165,7 @@ class WMAPreset:
     # last state plus the running sum of an MLP of the action tokens 0..f; both MLPs end in zero-initialised layers).
     # Upstream's only path for actions is the cross-attention, where a random position embedding (RMS 1) swamps a
     # small action's projection (RMS 0.13) and the token projector's norms dilute it further: at initialisation the
-    # world-wma UNet's output moved 0.4% when the actions of a batch were swapped (world-mg2's: 12%; 23% with this)
+    # world-wma UNet's features moved 0.4% when the actions of a batch were swapped (world-mg2's: 12%)
     action_embedding: bool = False
     num_stem_token: int = 16  # tokens per action step out of the action-token projector
     # upstream builds the output blocks' cross-attention without agent_action_context_len, so they slice the

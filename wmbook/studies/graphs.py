@@ -209,9 +209,8 @@ def comparison_rows(cfg: RunConfig, base: list[str]) -> dict[str, list[str]]:
     goal's baseline) on a GPU wherever the base differs from it (notebook 05's kernels, or a `base` parameter that
     folds rows in); with reduce_overhead (GPU), the base compiled with mode reduce-overhead; the stand-in decoder's
     row (stand_in_row)."""
-    from ..variants.builtin import compile_variant
-
     from .. import variants
+    from ..variants.builtin import compile_variant
 
     comparisons = {}
     best = best_of_04(cfg)
@@ -229,8 +228,8 @@ def comparison_rows(cfg: RunConfig, base: list[str]) -> dict[str, list[str]]:
 def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
     """The base stack (one row), then each graph step (static caches, CUDA graphs), gated against fp32; with
     reduce_overhead (GPU), the base compiled with mode reduce-overhead as a comparison row (comparison_rows). Rows
-    keep their pipelines and profiled forwards (for the capture table and the timeline figure). Each row's results rows are
-    stored as soon as it is measured (store_each_row). The profiled whole generations (generation_traces, in
+    keep their pipelines and profiled forwards (for the capture table and the timeline figure). Each row's results
+    rows are stored as soon as it is measured (store_each_row). The profiled whole generations (generation_traces, in
     `ladder.generation_traces`) are taken before the comparison rows: on the H100 the notebook's kernel died in that
     profiling each time it came after the reduce-overhead row (665a961, f07412f), never before it (b1cc15c)."""
     from ..variants.ladder import LadderSettings
