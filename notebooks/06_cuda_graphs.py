@@ -196,6 +196,11 @@ if len(dtab):
     dstudy.plot_decoder(dtab)
     plt.show()
     display(Markdown(dstudy.interpret(dtab)))
+    dcats = dstudy.categories(drows)  # one profiled steady block per row (a GPU run's)
+    if len(dcats):
+        display(wd.table(dcats, caption="The decoder's GPU kernel ms of one steady block by category",
+                         units={c: "ms" for c in dcats.columns}))
+        display(Markdown(dstudy.category_account(drows)))
 else:
     print("this workload has no decoder table (or decoder_table=False)")
 

@@ -333,3 +333,32 @@ def test_ring_caches_with_graphs_and_decode_overlap_equal_eager():
     from wmbook.variants.builtin import graphed_callables
 
     assert all(g.captured >= 1 and not g.failures for g in graphed_callables(fast))
+
+
+def test_decoder_rows_store_their_gpu_time_by_category_and_the_account_names_convolution_against_the_rest():
+    """A GPU run's decoder rows keep one profiled steady block's GPU time, whole and by category, as results rows;
+    the account says where the fastest gated full decoder's kernel time goes (stand-ins and failed rows left out)."""
+    from wmbook.bench import Samples
+    from wmbook.studies import decoder as dstudy
+    from wmbook.studies import graphs as study06
+
+    cfg = study06.validate(workload="mg2", preset="tiny", device="cpu")
+
+    def row(label, gate, ms, cats, busy=float("nan")):
+        return dstudy.DecoderRow(label=label, stack=["vae-bf16"] if label != "fp32" else [], block_ms=Samples([ms]),
+                                 first_block_ms=ms, first_pass_s=1.0, psnr_db=50.0, gate=gate,
+                                 pixel_frames_per_block=12, gpu_busy_ms=busy, categories=cats)
+
+    rows = [row("fp32", "reference", 270.0, {"convolution": 200.0, "normalization": 40.0}, 262.0),
+            row("compiled", "pass", 83.0, {"convolution": 44.0, "elementwise/activation": 20.0, "copy/cast": 16.0}, 81.0),
+            row("tiny", "needs real weights", 4.0, {"convolution": 3.0}, 3.5),
+            row("broken", "FAIL", 50.0, {"convolution": 1.0}, 2.0)]
+    stored = {(r["variant"], r["metric"]): r["value"] for r in dstudy.result_rows(cfg, rows)}
+    assert stored[("decoder: vae-bf16", "decoder_category_ms:copy/cast")] == 16.0
+    assert stored[("decoder: fp32", "decoder_gpu_busy_ms")] == 262.0
+    said = dstudy.category_account(rows)
+    assert said.startswith("Of the fastest gated decoder's (compiled) 80 ms of kernel time")
+    assert "convolution takes 44 ms (55%) and everything else 36 ms" in said
+    assert dstudy.category_account([row("cpu", "reference", 10.0, {})]) == ""
+    cpu = dstudy.result_rows(cfg, [row("cpu", "reference", 10.0, {})])
+    assert not [r for r in cpu if r["metric"].startswith("decoder_category") or r["metric"] == "decoder_gpu_busy_ms"]

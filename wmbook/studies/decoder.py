@@ -284,7 +284,30 @@ def result_rows(cfg, rows: list[DecoderRow]) -> list[dict]:
         for metric, value, unit in (("decoder_psnr_db", r.psnr_db, "dB"), ("decoder_first_pass_s", r.first_pass_s, "s")):
             if np.isfinite(value):
                 out.append(results_store.make_row(metric=metric, value=float(value), unit=unit, variant=v, **common))
+        # one profiled steady block's GPU time, whole and by category (a GPU run's): where a decoder's time goes
+        parts = [("decoder_gpu_busy_ms", r.gpu_busy_ms)]
+        parts += [(f"decoder_category_ms:{c}", ms) for c, ms in (r.categories or {}).items()]
+        for metric, value in parts:
+            if value is not None and np.isfinite(value):
+                out.append(results_store.make_row(metric=metric, value=float(value), unit="ms", variant=v, **common))
     return out
+
+
+def category_account(rows: list[DecoderRow]) -> str:
+    """Where the fastest gated full decoder's GPU time goes (one profiled steady block: convolution against the
+    rest, the top categories); empty without a profiled row (a CPU run)."""
+    ok = [r for r in rows if r.gate in ("pass", "reference") and r.categories and np.isfinite(r.block_ms.median)]
+    if not ok:
+        return ""
+    best = min(ok, key=lambda r: r.block_ms.median)
+    cats = pd.Series(best.categories, dtype=float).sort_values(ascending=False)
+    total = float(cats.sum())
+    if total <= 0:
+        return ""
+    conv = float(cats.get("convolution", 0.0))
+    top = ", ".join(f"{c} {ms:.3g} ms ({ms / total:.0%})" for c, ms in cats.head(4).items())
+    return (f"Of the fastest gated decoder's ({best.label}) {total:.3g} ms of kernel time in a steady block, "
+            f"convolution takes {conv:.3g} ms ({conv / total:.0%}) and everything else {total - conv:.3g} ms: {top}.")
 
 
 def interpret(table: pd.DataFrame, block_ms_e2e: float | None = None) -> str:
