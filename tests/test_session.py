@@ -181,8 +181,12 @@ def test_pipeline_blocks_timed_by_session_match_pipeline_metrics():
     summ = s.summary()
     assert out.frames_per_block == [9, 12, 12]
     assert summ["stream"]["steady_frames"] == ref["steady_frames"] == 24
-    for k in ("fps", "bps", "first_frame_ms"):
+    for k in ("fps", "bps"):
         assert summ[k] == pytest.approx(ref[k], rel=0.03), k
+    # the session's generation starts before the pipeline's own clock does (the call into generate, its setup): a few
+    # ms of host time on the first frame (6.4 ms of 209 on a 2-core CI machine), never a different span
+    assert summ["first_frame_ms"] == pytest.approx(ref["first_frame_ms"], rel=0.03, abs=15.0)
+    assert summ["first_frame_ms"] >= ref["first_frame_ms"] - 1.0
     t = s.stages().set_index("path")
     blk = "Session/Generation/2_Pipeline_Inference/2.3_Block_*"
     assert t.loc[blk, "count"] == 3
