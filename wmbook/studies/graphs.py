@@ -214,8 +214,9 @@ def comparison_rows(cfg: RunConfig, base: list[str]) -> dict[str, list[str]]:
 
     comparisons = {}
     best = best_of_04(cfg)
-    same = variants.resolve(base, cfg.workload, cfg.device) == variants.resolve(best, cfg.workload, cfg.device)
-    if cfg.device.type == "cuda" and not same:  # groups (hygiene) compare as the variants they expand to
+    # groups (hygiene) compare as the variants they expand to
+    if cfg.device.type == "cuda" and (variants.resolve(base, cfg.workload, cfg.device)
+                                      != variants.resolve(best, cfg.workload, cfg.device)):
         comparisons[BEST_OF_04] = best
     if cfg.options.reduce_overhead and cfg.device.type == "cuda" and any(s.startswith("compile-") for s in base):
         ro = [compile_variant(cfg.workload.compile_scope, "reduce-overhead") if s.startswith("compile-") else s

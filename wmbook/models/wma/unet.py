@@ -414,9 +414,8 @@ class WMAModel(nn.Module):
         s, a = p.n_obs_steps, p.horizon
         if a < t:
             raise ValueError(f"{t} frames need {t} action tokens; the context holds {a} (horizon)")
-        ctx = context.to(emb.dtype)
-        steps = self.action_embed(ctx[:, s:s + t]).cumsum(dim=1)  # [B, T, E]
-        state = self.state_embed(ctx[:, s - 1])  # [B, E]
+        steps = self.action_embed(context[:, s:s + t].to(emb.dtype)).cumsum(dim=1)  # [B, T, E]
+        state = self.state_embed(context[:, s - 1].to(emb.dtype))  # [B, E]: only these tokens are cast
         return (emb + state).unsqueeze(1).add(steps).flatten(0, 1)
 
     def context_len(self) -> int:
