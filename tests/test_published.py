@@ -170,5 +170,46 @@ def test_notebook_06_decoder_table_falls_back_to_the_latest_run_that_has_one(tmp
     md = published.markdown(path)
     graphs, decoder = md.split("**06 · the decoder, wma / wma**")
     assert "| 44.0 |" in graphs and "| 60.0 |" not in graphs  # the run table: the latest run
-    assert "from an earlier run: Test GPU" in decoder.splitlines()[0] and "commit aaaaaaa" in decoder.splitlines()[0]
+    assert "from an earlier run, old: Test GPU" in decoder.splitlines()[0]
+    assert "commit aaaaaaa" in decoder.splitlines()[0]
     assert "| vae-bf16 | pass | 5.7 |" in decoder
+
+
+def test_a_partial_run_gives_only_its_decoder_table(tmp_path):
+    """A run marked partial (notebook 06 run for its decoder table, with one graph row) keeps its rows; the notebook's
+    main table and headline stay with the latest full run, the decoder table (README and index) comes from the latest
+    run that has one, named with its run id; bad input names the parameter."""
+    import pytest
+
+    from wmbook import results
+
+    def row(run, ts, variant, metric, value):
+        return results.make_row(notebook="06_cuda_graphs", workload="mg2", preset="mg2-universal", variant=variant,
+                                metric=metric, value=value, unit="ms", params={}, gate="pass") | {
+            "device_kind": "cuda", "device_name": "Test GPU", "run_id": run, "timestamp": ts}
+
+    path = tmp_path / "r.csv"
+    results.append([row("full1", "2026-01-01T00:00", "bf16", "forward_ms", 61.0),
+                    row("full1", "2026-01-01T00:00", "bf16 + cuda-graphs", "forward_ms", 23.0),
+                    row("full1", "2026-01-01T00:00", "decoder: vae-bf16", "decoder_ms_per_block", 185.0),
+                    row("side2", "2026-01-02T00:00", "bf16", "forward_ms", 40.0),
+                    row("side2", "2026-01-02T00:00", "decoder: vae-bf16", "decoder_ms_per_block", 171.0),
+                    row("side2", "2026-01-02T00:00", "decoder: vae-bf16", "decoder_gpu_busy_ms", 170.0),
+                    row("side2", "2026-01-02T00:00", "decoder: vae-bf16", "decoder_category_ms:convolution", 88.5)],
+                   path)
+    md = published.markdown(path)
+    assert "| 40.0 |" in md and "| 61.0 |" not in md  # before it is marked: the latest run is the table
+    with pytest.raises(ValueError, match="run_id='nope'"):
+        results.mark_partial("nope", "decoder table only", path)
+    with pytest.raises(ValueError, match="reason"):
+        results.mark_partial("side2", "", path)
+    results.mark_partial("side2", "decoder table only, one graph row", path)
+    md = published.markdown(path)
+    main, dec = md.split("**06 · the decoder")
+    assert "| 61.0 |" in main and "| 23.0 |" in main and "| 40.0 |" not in main
+    assert "from a later run, side2" in dec and "| 171.0 |" in dec and "| 185.0 |" not in dec
+    assert "| 88.5 / 81.5 |" in dec  # kernel time of the profiled block: convolution / everything else
+    run = headlines.published_runs(results.read(path))[("06_cuda_graphs", "mg2", "mg2-universal")]
+    assert set(run.loc[run["metric"] == "forward_ms", "run_id"]) == {"full1"}
+    assert set(run.loc[run["metric"] == "decoder_ms_per_block", "run_id"]) == {"side2"}
+    assert headlines.headline(run)["decoder ms / block (best)"] == "171.0"

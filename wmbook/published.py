@@ -5,9 +5,12 @@
     python -m wmbook.published --index data/reports/h100   # that folder's index.html (findings and links)
     python -m wmbook.published --publish EXECUTED.ipynb 02_bottleneck_breakdown-wma-bf16   # into data/reports/h100
     python -m wmbook.published --cut RUN_ID "device time ran out after row 4"   # a run whose notebook did not finish
+    python -m wmbook.published --partial RUN_ID "decoder table only"   # a finished run that measured part of it
 
 For each notebook, workload, preset and dtype the latest run in data/results/results.csv is shown, leaving out runs
-marked cut (wmbook.results.mark_cut: a run stopped before its notebook finished, whose report is not published).
+marked cut (wmbook.results.mark_cut: a run stopped before its notebook finished, whose report is not published) and
+runs marked partial (wmbook.results.mark_partial: a finished run that measured part of its notebook by choice; the
+tables only some runs have, notebook 06's decoder table, take the latest run that has them, partial or not).
 """
 
 from __future__ import annotations
@@ -32,7 +35,10 @@ BEGIN, END = "<!-- published:begin (python -m wmbook.published --write) -->", "<
 
 
 def _latest_runs(df: pd.DataFrame, notebook: str) -> list[pd.DataFrame]:
-    d = df[(df["notebook"] == notebook) & (df["device_kind"] == "cuda")].copy()
+    """The latest GPU run of `notebook` per workload, preset and dtype, leaving out runs marked partial
+    (results.mark_partial; cut runs are left out by the callers, results.without_cut)."""
+    d = df[(df["notebook"] == notebook) & (df["device_kind"] == "cuda")]
+    d = d[~d["run_id"].isin(results.partial_runs(df))].copy()
     if not len(d):
         return []
     d["dtype"] = [json.loads(p).get("dtype", "") if p else "" for p in d["params"]]
@@ -241,6 +247,27 @@ def _motion_loading(df: pd.DataFrame) -> list[str]:
     return parts
 
 
+def latest_decoder_run(df: pd.DataFrame, workload: str, preset: str) -> pd.DataFrame | None:
+    """The rows of the latest GPU run of notebook 06 at `workload`/`preset` that has a decoder table, partial runs
+    (results.mark_partial) included; None when no run has one."""
+    d = df[(df["notebook"] == "06_cuda_graphs") & (df["device_kind"] == "cuda") & (df["workload"] == workload)
+           & (df["preset"] == preset)]
+    d = d[d["run_id"].isin(d.loc[d["metric"] == "decoder_ms_per_block", "run_id"])]
+    if not len(d):
+        return None
+    return d[d["run_id"] == d.sort_values("timestamp")["run_id"].iloc[-1]]
+
+
+def _conv_other(run: pd.DataFrame, variant: str) -> str:
+    """A decoder row's kernel time in one profiled steady block: convolution / everything else (runs that stored the
+    split: decoder_category_ms:*, decoder_gpu_busy_ms)."""
+    busy, conv = _v(run, "decoder_gpu_busy_ms", variant), _v(run, "decoder_category_ms:convolution", variant)
+    if busy is None:
+        return "-"
+    c = float(conv["value"]) if conv is not None else 0.0
+    return f"{_num(c, '{:.1f}')} / {_num(float(busy['value']) - c, '{:.1f}')}"
+
+
 def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:
     """Notebook 06: per workload and preset its latest run, one line per measured row."""
     from . import workloads
@@ -277,20 +304,22 @@ def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:
         parts.append(f"\n**06 · static caches and CUDA graphs, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** "
                      f"({_device(r)}; base: {r[r['metric'] == 'forward_ms']['variant'].iloc[0]})\n")
         parts.append(_table(rows))
-        dec = r[r["metric"] == "decoder_ms_per_block"]
-        src = ""
-        if not len(dec):  # a run without the decoder table (decoder_table=False): the latest run that has one
-            d = df[(df["notebook"] == "06_cuda_graphs") & (df["device_kind"] == "cuda")
-                   & (df["workload"] == r["workload"].iloc[0]) & (df["preset"] == r["preset"].iloc[0])]
-            d = d[d["run_id"].isin(d.loc[d["metric"] == "decoder_ms_per_block", "run_id"])]
-            if len(d):
-                r = d[d["run_id"] == d.sort_values("timestamp")["run_id"].iloc[-1]]
-                dec, src = r[r["metric"] == "decoder_ms_per_block"], f"; from an earlier run: {_device(r)}"
+        # the decoder table: the latest run that has one (a partial run made for it included), named when it is
+        # not the run of the table above
+        d = latest_decoder_run(df, r["workload"].iloc[0], r["preset"].iloc[0])
+        dec, src = r.iloc[:0], ""
+        if d is not None:
+            if d["run_id"].iloc[0] != r["run_id"].iloc[0]:
+                when = "an earlier" if d["timestamp"].max() < r["timestamp"].max() else "a later"
+                src = f"; from {when} run, {d['run_id'].iloc[0]}: {_device(d)}"
+            r = d
+            dec = r[r["metric"] == "decoder_ms_per_block"]
         if len(dec):
             drows = [{"decoder": d["variant"].removeprefix("decoder: "), "gate": d.get("gate", ""),
                       "ms / block": _spread(d, "{:.1f}"),
                       "PSNR dB vs fp32": _val(r, "decoder_psnr_db", "{:.1f}", d["variant"]),
-                      "first pass s": _val(r, "decoder_first_pass_s", "{:.1f}", d["variant"])}
+                      "first pass s": _val(r, "decoder_first_pass_s", "{:.1f}", d["variant"]),
+                      "GPU ms: convolution / other": _conv_other(r, d["variant"])}
                      for _, d in dec.iterrows()]
             parts.append(f"\n**06 · the decoder, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** (the "
                          f"reference's latents decoded by each stack; ms per "
@@ -406,13 +435,18 @@ def main(argv=None) -> int:
     ap.add_argument("--cut", nargs=2, metavar=("RUN_ID", "REASON"), default=None,
                     help="mark a stored run as cut before its notebook finished (its rows stay; the published tables "
                          "and indexes show the latest run that was not cut)")
+    ap.add_argument("--partial", nargs=2, metavar=("RUN_ID", "REASON"), default=None,
+                    help="mark a stored run that finished as partial: it measured part of its notebook by choice "
+                         "(e.g. notebook 06 for its decoder table); the notebook's tables and headlines keep the latest "
+                         "full run, a table only some runs have takes the latest run that has it")
     a = ap.parse_args(argv)
-    if a.cut is not None:
-        try:
-            print(results.mark_cut(*a.cut, path=results.default_path()))
-        except ValueError as e:
-            ap.error(str(e))
-        return 0
+    for flag, mark in (("cut", results.mark_cut), ("partial", results.mark_partial)):
+        if getattr(a, flag) is not None:
+            try:
+                print(mark(*getattr(a, flag), path=results.default_path()))
+            except ValueError as e:
+                ap.error(str(e))
+            return 0
     if a.publish is not None:
         try:
             print(publish(*a.publish, folder=a.to))

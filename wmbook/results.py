@@ -193,14 +193,13 @@ def append(rows, path=None) -> Path:
 CUT = "run_cut"  # the metric of the row that marks a run as cut before its notebook finished
 
 
-def mark_cut(run_id: str, reason: str, path=None) -> Path:
-    """Mark a stored run as cut (its notebook stopped before the end: the machine taken back, a timeout): one row of
-    metric CUT carrying the reason in `note`. Its rows stay (they were measured), but the published tables and
-    indexes (wmbook.published, wmbook.headlines) show the latest run that was not cut, so a table and its report come
-    from one run."""
+PARTIAL = "run_partial"  # the metric of the row that marks a finished run that measured part of its notebook
+
+
+def _mark(run_id: str, reason: str, metric: str, example: str, path=None) -> Path:
     df = read(path)
     if not reason:
-        raise ValueError("reason='' is not allowed: say why the run stopped (e.g. 'device time ran out after row 4')")
+        raise ValueError(f"reason='' is not allowed: say why (e.g. {example!r})")
     match = df[df["run_id"] == run_id]
     if not len(match):
         raise ValueError(f"run_id={run_id!r} is not allowed: no such run in {_resolve(path)}; allowed values: "
@@ -208,8 +207,31 @@ def mark_cut(run_id: str, reason: str, path=None) -> Path:
     r = match.iloc[0]
     row = {k: r[k] for k in ("timestamp", "run_id", "notebook", "workload", "preset", "params", "device_name",
                              "device_kind", "torch", "git_commit", "hostname") if k in match.columns}
-    row.update(variant="", metric=CUT, value=1.0, unit="", note=reason)
+    row.update(variant="", metric=metric, value=1.0, unit="", note=reason)
     return append([row], path)
+
+
+def mark_cut(run_id: str, reason: str, path=None) -> Path:
+    """Mark a stored run as cut (its notebook stopped before the end: the machine taken back, a timeout): one row of
+    metric CUT carrying the reason in `note`. Its rows stay (they were measured), but the published tables and
+    indexes (wmbook.published, wmbook.headlines) show the latest run that was not cut, so a table and its report come
+    from one run."""
+    return _mark(run_id, reason, CUT, "device time ran out after row 4", path)
+
+
+def mark_partial(run_id: str, reason: str, path=None) -> Path:
+    """Mark a stored run as partial: it finished, but measured only part of its notebook by choice (e.g. notebook 06
+    for its decoder table, with one graph row). One row of metric PARTIAL carrying the reason in `note`. The published
+    tables and headlines of the notebook keep the latest full run; a table that only some runs have (notebook 06's
+    decoder table) takes the latest run that has it, partial or not."""
+    return _mark(run_id, reason, PARTIAL, "decoder table only, one graph row", path)
+
+
+def partial_runs(df: pd.DataFrame) -> set:
+    """The run ids marked partial (mark_partial)."""
+    if "metric" not in df.columns or not len(df):
+        return set()
+    return set(df.loc[df["metric"] == PARTIAL, "run_id"])
 
 
 def without_cut(df: pd.DataFrame) -> pd.DataFrame:
