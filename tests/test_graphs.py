@@ -297,7 +297,7 @@ def test_run_goal_and_trace_size():
     assert said.endswith("its GPU time goes to convolution 30 ms (48%), normalization 15 ms (24%), GEMM/linear 10 ms "
                          "(16%), attention 5 ms (8%).")
     met = study06._run_goal(e.assign(**{"run s": [7.77, 3.5, 1.0]}), f)
-    assert len(met) == 1 and "2.22x, the goal of 2x" in met[0]
+    assert len(met) == 1 and "2.22x, meeting the goal of 2x" in met[0]
     assert study06._run_goal(e.iloc[:1], f) == []
     cfg = study06.validate(workload="wma", preset="tiny-wma", device="cpu", e2e_ddim_steps=50)
     assert study06.trace_size(cfg).ddim_steps == study06.TRACE_DDIM_STEPS
@@ -343,7 +343,7 @@ def test_on_a_gpu_the_base_holds_notebook_05s_kernels_and_the_goal_counts_from_n
                       "run s": [9.0, 5.5, 12.0]}, index=["base", "+ cuda-graphs", study06.BEST_OF_04])
     f = pd.DataFrame({"wall / busy": [2.0, 1.0, 2.1], "GPU busy ms": [55.0, 54.0, 59.0]}, index=e.index)
     said = study06._run_goal(e, f)[0]
-    assert "against 12 s for notebook 04's best stack, measured in this run: 2.18x, the goal of 2x" in said
+    assert "against 12 s for notebook 04's best stack, measured in this run: 2.18x, meeting the goal of 2x" in said
     assert "`+ cuda-graphs`" in said
     failed = study06._run_goal(e.assign(**{"run s": [9.0, 5.5, float("nan")]}), f)
     assert failed == [f"`{study06.BEST_OF_04}` gave no run time (see its row), so the 2x goal is not judged."]
