@@ -306,13 +306,13 @@ def _cuda_graphs(df: pd.DataFrame, e2e_metrics: dict) -> list[str]:
         parts.append(_table(rows))
         # the decoder table: the latest run that has one (a partial run made for it included), named when it is
         # not the run of the table above
-        d = latest_decoder_run(df, r["workload"].iloc[0], r["preset"].iloc[0])
+        drun = latest_decoder_run(df, r["workload"].iloc[0], r["preset"].iloc[0])
         dec, src = r.iloc[:0], ""
-        if d is not None:
-            if d["run_id"].iloc[0] != r["run_id"].iloc[0]:
-                when = "an earlier" if d["timestamp"].max() < r["timestamp"].max() else "a later"
-                src = f"; from {when} run, {d['run_id'].iloc[0]}: {_device(d)}"
-            r = d
+        if drun is not None:
+            if drun["run_id"].iloc[0] != r["run_id"].iloc[0]:
+                when = "an earlier" if drun["timestamp"].max() < r["timestamp"].max() else "a later"
+                src = f"; from {when} run, {drun['run_id'].iloc[0]}: {_device(drun)}"
+            r = drun
             dec = r[r["metric"] == "decoder_ms_per_block"]
         if len(dec):
             drows = [{"decoder": d["variant"].removeprefix("decoder: "), "gate": d.get("gate", ""),

@@ -227,19 +227,22 @@ def mark_partial(run_id: str, reason: str, path=None) -> Path:
     return _mark(run_id, reason, PARTIAL, "decoder table only, one graph row", path)
 
 
-def partial_runs(df: pd.DataFrame) -> set:
-    """The run ids marked partial (mark_partial)."""
+def _marked(df: pd.DataFrame, metric: str) -> set:
+    """The run ids carrying a marker row of `metric` (CUT, PARTIAL)."""
     if "metric" not in df.columns or not len(df):
         return set()
-    return set(df.loc[df["metric"] == PARTIAL, "run_id"])
+    return set(df.loc[df["metric"] == metric, "run_id"])
+
+
+def partial_runs(df: pd.DataFrame) -> set:
+    """The run ids marked partial (mark_partial)."""
+    return _marked(df, PARTIAL)
 
 
 def without_cut(df: pd.DataFrame) -> pd.DataFrame:
     """The rows of runs that were not marked cut (mark_cut)."""
-    if "metric" not in df.columns or not len(df):
-        return df
-    cut = set(df.loc[df["metric"] == CUT, "run_id"])
-    return df[~df["run_id"].isin(cut)]
+    cut = _marked(df, CUT)
+    return df[~df["run_id"].isin(cut)] if cut else df
 
 
 def _fsync_dir(d: Path) -> None:
