@@ -248,8 +248,8 @@ def test_context_length_checked(tiny):
 def test_action_embedding_is_wmbooks_own_starts_silent_and_holds_the_steps_up_to_each_frame(tiny):
     """WMAPreset.action_embedding (the world presets): the reference presets have no such weights (upstream's state
     dicts stay as they are); a new model with it computes exactly what the model without it computes (its MLPs end
-    in zeros); once trained, frame f's embedding holds the action tokens 0..f and none after, and the last observed
-    state's token reaches every frame."""
+    in zeros); once trained, frame f's embedding holds the raw actions 0..f and none after, and the last observed
+    state vector reaches every frame. The raw actions are required, with a clear error."""
     assert not [k for k in tiny.state_dict() if "action_embed" in k or "state_embed" in k]
     assert get_preset("world-wma").action_embedding and not get_preset("wma").action_embedding
     p = get_preset("tiny-wma").with_(action_embedding=True)
@@ -257,25 +257,35 @@ def test_action_embedding_is_wmbooks_own_starts_silent_and_holds_the_steps_up_to
     missing, unexpected = m.load_state_dict(tiny.state_dict(), strict=False)
     assert unexpected == [] and sorted({k.split(".")[1] for k in missing}) == ["action_embed", "state_embed"]
     dm, x = m.diffusion_model, list(_inputs(p, tiny))
+    acts = torch.rand(1, p.horizon, p.agent_action_dim)
     with torch.no_grad():
-        assert torch.equal(m(*x)[0], tiny(*x)[0])
+        with pytest.raises(ValueError, match="pass actions"):
+            m(*x)
+        assert torch.equal(m(*x, actions=acts)[0], tiny(*x)[0])
         for mlp in (dm.action_embed, dm.state_embed):  # as if trained
             mlp[-1].weight.normal_(std=0.1)
             mlp[-1].bias.normal_(std=0.1)
-        emb, ctx, f = torch.randn(1, 4 * p.model_channels), x[5], 2
+        emb, states, f = torch.randn(1, 4 * p.model_channels), x[7], 2
 
-        def moved(token):
-            c = ctx.clone()
-            c[:, token] += 1.0
-            return (dm.frame_embedding(emb, c, p.frames) - dm.frame_embedding(emb, ctx, p.frames)).abs().amax(-1)
+        def moved(step=None, state=None):
+            a, s = acts.clone(), states.clone()
+            if step is not None:
+                a[:, step] += 1.0
+            if state is not None:
+                s[:, state] += 1.0
+            return (dm.frame_embedding(emb, p.frames, a, s)
+                    - dm.frame_embedding(emb, p.frames, acts, states)).abs().amax(-1)
 
-        step = moved(p.n_obs_steps + f)  # action token f
+        step = moved(step=f)  # action f
         assert step.shape == (p.frames,) and step[:f].max() == 0 and (step[f:] > 0).all()
-        assert (moved(p.n_obs_steps - 1) > 0).all()  # the last observed state
-        y0 = m(*x)[0]
-        x[5] = ctx.clone()
-        x[5][:, p.n_obs_steps + f] += 1.0
-        assert (m(*x)[0] - y0).abs().max() > 1e-4
+        assert (moved(state=p.n_obs_steps - 1) > 0).all()  # the last observed state
+        assert moved(state=0).max() == 0  # the earlier one goes through the cross-attention only
+        y0 = m(*x, actions=acts)[0]
+        a2 = acts.clone()
+        a2[:, f] += 1.0
+        assert (m(*x, actions=a2)[0] - y0).abs().max() > 1e-4
+        with pytest.raises(ValueError, match="actions has shape"):
+            m(*x, actions=acts[..., :2])
 
 
 def test_action_tokens_are_block_causal_over_frames():

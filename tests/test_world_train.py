@@ -479,3 +479,36 @@ def test_frame_stride_spaces_windows_actions_and_heldout_cases(bank):
     want = torch.from_numpy(ep.frames[start - (n_obs - 1) * s:start + 1:s]).float() / 127.5 - 1
     torch.testing.assert_close(obs, want)
     torch.testing.assert_close(case.world_actions[0], torch.from_numpy(strided_actions(ep.action, start, t, s)))
+
+
+def test_raw_actions_reach_the_action_embedding_in_training_and_sampling(bank, monkeypatch):
+    """world-wma's action embedding reads the raw action vectors: the training loss hands it the batch's actions
+    (zeros for decision-pass samples), the pipeline the zeros in the decision pass and the given (or decided)
+    actions in the world-model pass, at every step."""
+    from wmbook import workloads
+    from wmbook.world import eval as wev
+
+    pipe = _pipe("wma")
+    dm = pipe.model.diffusion_model
+    seen = []
+    real = dm.frame_embedding
+    monkeypatch.setattr(dm, "frame_embedding", lambda emb, t, actions=None, obs_states=None: (
+        seen.append(None if actions is None else actions.detach().clone()), real(emb, t, actions, obs_states))[1])
+    obj = workloads.get("wma").training_objective(pipe, bank, decision_fraction=0.0)
+    batch = obj.sample_batch(torch.Generator().manual_seed(0), 2)
+    p = pipe.preset
+    want = batch["action"][:, p.n_obs_steps - 1:p.n_obs_steps - 1 + p.frames]
+    for decision, expect in ((torch.tensor([False, True]), torch.stack([want[0], torch.zeros_like(want[1])])),
+                             (None, want)):
+        seen.clear()
+        with torch.no_grad():
+            obj.loss(batch, torch.Generator().manual_seed(1), decision=decision)
+        assert len(seen) == 1 and torch.equal(seen[0][:, :p.frames], expect)
+    assert want.abs().sum() > 0  # the batch moved: the comparison above can fail
+
+    case = wev.heldout_case(workloads.get("wma"), pipe, 0)
+    seen.clear()
+    pipe.run_iteration(case.inputs, ddim_steps=2, progress=False, world_actions=case.world_actions)
+    assert len(seen) == 4  # 2 decision steps, 2 world-model steps
+    assert all(a is not None and a.abs().sum() == 0 for a in seen[:2])
+    assert all(torch.equal(a, case.world_actions.to(a.dtype)) for a in seen[2:])

@@ -160,9 +160,9 @@ class WMAPreset:
     # trained and scored on rendered episodes (wmbook.world); a step's action is the mean of the rendered frames'
     # actions it spans (wmbook.world.env.strided_actions). 1: consecutive frames; world-wma sets 3
     frame_stride: int = 1
-    # wmbook's own, off for the reference presets (their state dicts stay upstream's): the action tokens and the last
-    # observed state token of the context also enter the UNet's time embedding, per frame (frame f gets an MLP of the
-    # last state plus the running sum of an MLP of the action tokens 0..f; both MLPs end in zero-initialised layers).
+    # wmbook's own, off for the reference presets (their state dicts stay upstream's): the raw action vectors and the
+    # last observed state vector also enter the UNet's time embedding, per frame (frame f gets an MLP of the last
+    # state plus the running sum of an MLP of the actions 0..f; both MLPs end in zero-initialised layers).
     # Upstream's only path for actions is the cross-attention, where a random position embedding (RMS 1) swamps a
     # small action's projection (RMS 0.13) and the token projector's norms dilute it further: at initialisation the
     # world-wma UNet's features moved 0.4% when the actions of a batch were swapped (world-mg2's: 12%)

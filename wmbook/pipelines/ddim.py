@@ -371,12 +371,19 @@ class WMAInteractionPipeline:
                             decision_context=ctx, uncond_image=uncond_image)
 
     # --- 2./3. sampling ---------------------------------------------------------------------------
-    def denoise(self, x, act, st, t, cond: Conditioning, context, obs_images, obs_states, fs):
-        """One UNet forward (video, action and state heads) at timestep t: (v, action eps, state eps)."""
+    def denoise(self, x, act, st, t, cond: Conditioning, context, obs_images, obs_states, fs, actions=None):
+        """One UNet forward (video, action and state heads) at timestep t: (v, action eps, state eps).
+        actions: the raw actions [B, T, A] the context's action tokens hold, for presets with action_embedding
+        (None there: the decision pass's zeros); the reference presets take none."""
         tt = torch.full((x.shape[0],), t, device=x.device, dtype=torch.long)
+        extra = {}
+        if getattr(self.preset, "action_embedding", False):
+            if actions is None:
+                actions = x.new_zeros(x.shape[0], self.preset.horizon, self.preset.agent_action_dim)
+            extra["actions"] = actions.to(self.dtype)
         with label(WMA_FORWARD_LABEL):
             out = self.model(x.to(self.dtype), cond.cond_latent, act.to(self.dtype), st.to(self.dtype), tt,
-                             context, obs_images, obs_states, fs)
+                             context, obs_images, obs_states, fs, **extra)
         kind = getattr(self.preset, "model_output", "v")
         if kind != "v":  # world presets: the UNet predicts x0 (or x0 minus the last observed frame's latent); the
             x0 = out[0].float()  # samplers step v, from x = sqrt(a) x0 + sqrt(1 - a) eps
@@ -390,12 +397,13 @@ class WMAInteractionPipeline:
     def sample_pass(self, tag: str, cond: Conditioning, context: torch.Tensor, uncond_context: torch.Tensor | None,
                     inputs: WMAInputs, *, steps: int, guidance_scale: float, guidance_rescale: float, eta: float,
                     gen: torch.Generator, timer: DeviceTimer, decode: bool, progress: bool,
-                    solver: str = "ddim") -> PassOutput:
+                    solver: str = "ddim", actions: torch.Tensor | None = None) -> PassOutput:
         """DDIM sampling of video, actions and states from noise, then the per-frame decode.
 
         solver: 'ddim' (the reference), or 'dpmsolver++' / 'unipc' for the video latents (wmbook.pipelines.solvers:
         diffusers' multistep schedulers configured like the reference; eta and the dynamic rescale do not apply);
-        the heads keep their DDIM at the same timesteps.
+        the heads keep their DDIM at the same timesteps. actions: the raw actions of the context's action tokens (presets
+        with action_embedding; None: zeros, the decision pass).
 
         With `self.device_update` on and solver 'ddim', each step's update is `update_step`: the coefficients of the
         whole pass go to the device once ([steps, 5] tables), the noise is drawn eagerly (the same draw as
@@ -435,9 +443,10 @@ class WMAInteractionPipeline:
         with label(f"{tag}.1_DDIM_Sampling"):
             for j, t in enumerate(tqdm(ts, desc=f"{tag} DDIM steps", disable=not progress, leave=False)):
                 with label(f"DDIM_Step_{j}_t{t}"):
-                    v, ea, es = self.denoise(x, act, st, t, cond, context, obs_images, obs_states, fs)
+                    v, ea, es = self.denoise(x, act, st, t, cond, context, obs_images, obs_states, fs, actions)
                     if guided:
-                        vu, eau, esu = self.denoise(x, act, st, t, cond, uncond_context, obs_images, obs_states, fs)
+                        vu, eau, esu = self.denoise(x, act, st, t, cond, uncond_context, obs_images, obs_states, fs,
+                                                    actions)
                     timer.mark(f"{tag}_f{j}")
                     with label("DDIM_Update"):
                         if guided:  # video, action and state outputs alike, as upstream
@@ -561,11 +570,12 @@ class WMAInteractionPipeline:
             with label("3_World_Model_Pass"):
                 with label("3.0_Action_Embedding"):
                     # the decision pass's action chunk becomes the action tokens; no text (empty prompt)
-                    actions = self.model.embed_action(decision.actions if world_actions is None else world_actions)
+                    raw = decision.actions if world_actions is None else world_actions
+                    actions = self.model.embed_action(raw)
                     ctx = self.model.build_context(cond.state, actions, cond.empty_text, cond.image)
                     unc = self.model.build_context(cond.state, actions, cond.empty_text, cond.uncond_image) \
                         if guided else None
-                world = self.sample_pass("3", cond, ctx, unc, inputs, decode=True, steps=w_steps, **kw)
+                world = self.sample_pass("3", cond, ctx, unc, inputs, decode=True, steps=w_steps, actions=raw, **kw)
             timer.mark("simulated")
             paths = {}
             if save_dir is not None:

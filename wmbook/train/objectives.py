@@ -245,7 +245,8 @@ class WMAObjective:
         a_t = abh.sqrt() * acts + (1 - abh).sqrt() * ea
         s_t = abh.sqrt() * fut_states + (1 - abh).sqrt() * es
         fs = torch.full((b,), p.default_fs, dtype=torch.long, device=dev)
-        out, ea_hat, es_hat = m(x_t, cond_latent, a_t, s_t, t, ctx, obs, obs_states, fs)
+        raw = {"actions": acts * (1 - dm)} if p.action_embedding else {}  # the decision pass: zeros, as its tokens
+        out, ea_hat, es_hat = m(x_t, cond_latent, a_t, s_t, t, ctx, obs, obs_states, fs, **raw)
         extra = {}
         kind = getattr(p, "model_output", "v")
         if kind in ("x0", "x0-residual"):

@@ -57,10 +57,13 @@ class WMAWorldModel(nn.Module):
 
     def forward(self, x: torch.Tensor, cond_latent: torch.Tensor, x_action: torch.Tensor, x_state: torch.Tensor,
                 timesteps: torch.Tensor, context: torch.Tensor, obs_images: torch.Tensor, obs_states: torch.Tensor,
-                fs: torch.Tensor | None = None):
-        """One denoiser call ('hybrid' conditioning): channel-concat the observation latent, then the UNet."""
+                fs: torch.Tensor | None = None, actions: torch.Tensor | None = None):
+        """One denoiser call ('hybrid' conditioning): channel-concat the observation latent, then the UNet.
+        actions: the raw actions [B, T, A], for presets with action_embedding (zeros for the decision pass)."""
         xc = torch.cat([x, cond_latent.to(x.dtype)], dim=1)  # [B, 8, T, h, w]
-        return self.diffusion_model(xc, x_action, x_state, timesteps, context, obs_images, obs_states, fs)
+        if actions is None:  # the reference call, argument for argument
+            return self.diffusion_model(xc, x_action, x_state, timesteps, context, obs_images, obs_states, fs)
+        return self.diffusion_model(xc, x_action, x_state, timesteps, context, obs_images, obs_states, fs, actions)
 
 
 def _numel(module: nn.Module) -> int:

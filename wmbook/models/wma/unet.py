@@ -397,25 +397,33 @@ class WMAModel(nn.Module):
             p.context_dim, depth=1, dim_head=p.stem_dim_head, heads=p.stem_heads, num_queries=p.num_stem_token,
             output_dim=p.context_dim, chunk_size=p.frames)
         if p.action_embedding:  # wmbook's own (WMAPreset.action_embedding): not in upstream's state dicts
-            self.action_embed = nn.Sequential(nn.Linear(p.context_dim, ted), nn.SiLU(), nn.Linear(ted, ted))
-            self.state_embed = nn.Sequential(nn.Linear(p.context_dim, ted), nn.SiLU(), nn.Linear(ted, ted))
+            # fed from the raw action / state vectors, not from the context's tokens (there a random position
+            # embedding of RMS 0.99 swamps the action projector's RMS 0.13, and trained 725 steps on the H100 the
+            # model moved 0.42% with swapped actions, run k of data/weights/README.md)
+            self.action_embed = nn.Sequential(nn.Linear(p.agent_action_dim, ted), nn.SiLU(), nn.Linear(ted, ted))
+            self.state_embed = nn.Sequential(nn.Linear(p.agent_state_dim, ted), nn.SiLU(), nn.Linear(ted, ted))
             for mlp in (self.action_embed, self.state_embed):  # a new model starts as if it had no such path
                 nn.init.zeros_(mlp[-1].weight)
                 nn.init.zeros_(mlp[-1].bias)
 
-    def frame_embedding(self, emb: torch.Tensor, context: torch.Tensor, t: int) -> torch.Tensor:
+    def frame_embedding(self, emb: torch.Tensor, t: int, actions: torch.Tensor | None = None,
+                        obs_states: torch.Tensor | None = None) -> torch.Tensor:
         """The time embedding per frame, [B, E] -> [(B T), E]: repeated for every frame, plus (preset
-        action_embedding) an MLP of the last observed state token and the running sum over the action tokens 0..f
-        of an MLP of each, for frame f (action token f is the step that leads to frame f: a frame's embedding holds
-        the steps up to it, none after)."""
+        action_embedding) an MLP of the last observed state vector and the running sum over the raw action vectors
+        0..f of an MLP of each, for frame f (action f is the step that leads to frame f: a frame's embedding holds
+        the steps up to it, none after). actions [B, horizon, A] (zeros for the decision pass), obs_states
+        [B, n_obs, S]."""
         p = self.preset
         if not p.action_embedding:
             return emb.repeat_interleave(t, dim=0)
-        s, a = p.n_obs_steps, p.horizon
-        if a < t:
-            raise ValueError(f"{t} frames need {t} action tokens; the context holds {a} (horizon)")
-        steps = self.action_embed(context[:, s:s + t].to(emb.dtype)).cumsum(dim=1)  # [B, T, E]
-        state = self.state_embed(context[:, s - 1].to(emb.dtype))  # [B, E]: only these tokens are cast
+        if actions is None or obs_states is None:
+            raise ValueError(f"preset {p.name!r} embeds the raw actions (action_embedding=True): pass actions "
+                             f"[B, {p.horizon}, {p.agent_action_dim}] (zeros for the decision pass) and obs_states")
+        b = emb.shape[0]
+        if actions.shape[0] != b or actions.shape[-1] != p.agent_action_dim or actions.shape[1] < t:
+            raise ValueError(f"actions has shape {tuple(actions.shape)}; expected [{b}, >= {t}, {p.agent_action_dim}]")
+        steps = self.action_embed(actions[:, :t].to(emb.dtype)).cumsum(dim=1)  # [B, T, E]
+        state = self.state_embed(obs_states[:, -1].to(emb.dtype))  # [B, E]
         return (emb + state).unsqueeze(1).add(steps).flatten(0, 1)
 
     def context_len(self) -> int:
@@ -445,9 +453,11 @@ class WMAModel(nn.Module):
 
     def forward(self, x: torch.Tensor, x_action: torch.Tensor, x_state: torch.Tensor, timesteps: torch.Tensor,
                 context: torch.Tensor, obs_images: torch.Tensor, obs_states: torch.Tensor,
-                fs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                fs: torch.Tensor | None = None, actions: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [B, 8, T, h, w] (noisy latent | observation latent), x_action / x_state [B, T, 16], timesteps [B],
-        context [B, N, C], obs_images [B, 3, n_obs, H, W], obs_states [B, n_obs, 16]
+        context [B, N, C], obs_images [B, 3, n_obs, H, W], obs_states [B, n_obs, 16], actions [B, T, 16] the raw
+        actions (presets with action_embedding only; upstream's UNet sees actions through the context alone)
         -> (video v-prediction [B, 4, T, h, w], action eps [B, T, 16], state eps [B, T, 16])."""
         p = self.preset
         b, _, t, _, _ = x.shape
@@ -457,7 +467,7 @@ class WMAModel(nn.Module):
             if fs is None:
                 fs = torch.full((b,), p.default_fs, dtype=torch.long, device=x.device)
             emb = emb + self.fps_embedding(timestep_embedding(fs, p.model_channels).to(dtype))
-            emb = self.frame_embedding(emb, context, t)  # [(B T), E]
+            emb = self.frame_embedding(emb, t, actions, obs_states)  # [(B T), E]
         with dl("UNet_Context"):
             ctx = self.frame_context(context.to(dtype), t)
         with dl("UNet_Embeddings"):
