@@ -3,7 +3,7 @@
 # the exact versions of constraints.txt.
 #
 #   make report [WORKLOADS=all|mg2|wma] [REPORT=dir] [NOTEBOOKS="01 02"] [ARGS="-p repeats 2"] [PRESET=name]
-#   make test   [PYTEST_ARGS="-k runner"]
+#   make test   [PYTEST_ARGS="-k runner"]   # under 15 minutes on 2 cores; `make test-all` adds the slow cases
 #   make test-latest  # the tests against the newest releases of every dependency (./.venv-latest)
 #   make lock   # rewrite constraints.txt from the venv (after a deliberate upgrade passed the tests)
 #   make lab    [LAB_ARGS="--no-browser --port 8890"]  # JupyterLab on notebooks/
@@ -40,7 +40,7 @@ LATEST ?=
 DEPS_SUM := $(firstword $(shell cat pyproject.toml $(CONSTRAINTS) | cksum))
 STAMP := $(VENV)/.installed-$(DEPS_SUM)$(if $(LATEST),-latest)
 
-.PHONY: report test test-latest lock lab strip strip-check venv clean-venv help chromium published-index
+.PHONY: report test test-all test-latest lock lab strip strip-check venv clean-venv help chromium published-index
 
 help:
 	@sed -n '1,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -48,8 +48,15 @@ help:
 report: $(STAMP)
 	$(VPY) -m wmbook run --out "$(REPORT)" $(if $(WORKLOADS),--workload "$(WORKLOADS)") $(if $(PRESET),--preset "$(PRESET)") $(ARGS) $(NOTEBOOKS)
 
+# TEST_WORKERS: pytest-xdist workers (auto: one per core; 0 runs in this process)
+TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(VPY) -m pytest -q $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# every test, the slow ones too (full tiny-preset notebook runs of both workloads, long interpreter checks: about
+# 35 minutes on 2 cores; `make test` skips them, each covered there by a shorter case, and stays under 15)
+test-all: $(STAMP)
+	$(VPY) -m pytest -q -n $(TEST_WORKERS) --slow $(PYTEST_ARGS)
 
 # headless Chromium for the report screenshot tests (tests/test_report_render.py skips them without it)
 chromium:

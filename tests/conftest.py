@@ -5,8 +5,45 @@ import os
 import pytest
 import torch
 
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+if _workers > 1:  # pytest-xdist (`make test`): the cores shared between the workers, not each worker taking them all,
+    _threads = max(1, len(os.sched_getaffinity(0)) // _workers)
+    torch.set_num_threads(_threads)
+    # and the notebook kernels the tests start (their own processes) too: oversubscribed OpenMP threads spin, and a
+    # tiny notebook took 6x its time alone next to another worker
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, str(_threads))
+
 if not torch.cuda.is_available():  # the fused kernels (wmbook.kernels) run in Triton's CPU interpreter; set before
     os.environ.setdefault("TRITON_INTERPRET", "1")  # anything imports triton
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the tests marked slow (`make test-all`; WMBOOK_SLOW_TESTS=1 does the same)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a full tiny-preset notebook run or a long interpreter check, covered in "
+                                       "`make test` by a shorter case; run with --slow (`make test-all`)")
+
+
+def slow_enabled(config) -> bool:
+    """Whether this run includes the slow cases (--slow, or WMBOOK_SLOW_TESTS=1)."""
+    return bool(config.getoption("--slow") or os.environ.get("WMBOOK_SLOW_TESTS") == "1")
+
+
+SLOW_REASON = "slow: `make test-all` (pytest --slow) runs it; `make test` has a shorter case"
+
+
+def pytest_collection_modifyitems(config, items):
+    """`make test` (and CI) stays under 15 minutes on 2 cores: the slow cases are skipped, saying how to run them."""
+    if slow_enabled(config):
+        return
+    skip = pytest.mark.skip(reason=SLOW_REASON)
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="module")

@@ -78,6 +78,7 @@ def test_notebook_02_rejects_bad_parameter_before_work(tmp_path):
     assert not any((tmp_path / d).exists() for d in ("r.csv", "art", "report"))
 
 
+@pytest.mark.slow
 def test_notebooks_01_and_02_wma_tiny(tmp_path):
     results = tmp_path / "results.csv"
     params = {"workload": "wma", "preset": "tiny-wma", "ddim_steps": 3, "warmup": 0, "results_path": str(results)}
@@ -113,6 +114,7 @@ def test_workload_parameters_are_routed_and_checked():
         baseline.validate(workload="wma", preset="tiny")
 
 
+@pytest.mark.slow
 def test_notebook_04_tiny_mg2_and_wma(tmp_path):
     results = tmp_path / "results.csv"
     common = {"repeats": 2, "warmup": 1, "e2e_repeats": 1, "compile_backend": "eager",
@@ -142,6 +144,23 @@ def test_notebook_04_tiny_mg2_and_wma(tmp_path):
     assert len(wma) == 5 and (wma["unit"] == "ms").all()  # reference + bf16, norm-input-dtype, channels-last, compile
 
 
+def test_notebook_04_tiny_short_ladder(tmp_path):
+    """`make test`'s case of notebook 04 (the full runs of both workloads, compile included, are slow): the wma tiny
+    preset, a two-row ladder gated against the fp32 reference, timed, stored with spreads, the stack picker's trial."""
+    results = tmp_path / "results.csv"
+    runs = run_notebooks(["04_compile_autocast"], out=tmp_path / "r", progress=False,
+                         parameters={"workload": "wma", "preset": "tiny-wma", "sections": "ladder",
+                                     "ladder": "bf16,norm-input-dtype", "repeats": 2, "warmup": 1, "e2e_repeats": 1,
+                                     "e2e_ddim_steps": 1, "compile_backend": "eager", "results_path": str(results),
+                                     "output_dir": str(tmp_path / "a")})
+    assert runs[0].status == "ok", runs[0].error
+    df = pd.read_csv(results)
+    step = df[df["metric"] == "ddim_step_ms"]
+    assert list(step["gate"]) == ["reference", "pass", "pass"] and (step["value"] > 0).all()
+    fwd = df[df["metric"] == "forward_ms"]  # median with its spread over `repeats` forwards
+    assert (fwd["n"] == 2).all() and (fwd["p20"] <= fwd["value"]).all() and (fwd["value"] <= fwd["p80"]).all()
+
+
 def test_notebook_04_default_ladders():
     from wmbook.studies import compile as ca
 
@@ -166,6 +185,7 @@ def test_notebook_04_rejects_unknown_variant_before_work(tmp_path):
     assert not any((tmp_path / d).exists() for d in ("r.csv", "art", "r"))
 
 
+@pytest.mark.slow
 def test_notebook_06_tiny_mg2_and_wma(tmp_path):
     """On a CPU notebook 06 checks the static and ring caches and measures the base, cache and CPU decoder rows
     (capture needs a GPU and says so) and the decoder table; both workloads, tiny presets."""
@@ -190,6 +210,23 @@ def test_notebook_06_tiny_mg2_and_wma(tmp_path):
     assert {"forward_ms", "ddim_step_ms", "run_s"} <= set(df[df["workload"] == "wma"]["metric"])
     wdec = df[(df["workload"] == "wma") & (df["metric"] == "decoder_ms_per_block")]  # the SD VAE's table, per frame
     assert list(wdec["variant"]) == ["decoder: fp32", "decoder: vae-bf16"] and wdec["gate"].iloc[0] == "reference"
+
+
+def test_notebook_06_tiny_mg2(tmp_path):
+    """`make test`'s case of notebook 06 (both workloads with the decoder tables are slow): mg2 on the tiny preset, the
+    static and ring caches checked against fresh ones and measured, capture said to need a GPU."""
+    results = tmp_path / "results.csv"
+    runs = run_notebooks(["06_cuda_graphs"], out=tmp_path / "r", progress=False,
+                         parameters={"workload": "mg2", "repeats": 2, "warmup": 1, "e2e_repeats": 1,
+                                     "compile_backend": "eager", "decoder_table": False,
+                                     "steps": "static-caches,ring-kv-cache", "results_path": str(results),
+                                     "output_dir": str(tmp_path / "a")})
+    assert runs[0].status == "ok", runs[0].error
+    df = pd.read_csv(results)
+    ladder = df[df["metric"] == "forward_ms"]
+    assert ladder["variant"].str.endswith("static-caches").any() and ladder["variant"].str.endswith("ring-kv-cache").any()
+    assert set(ladder["gate"].dropna()) == {"pass"} and {"fps", "first_frame_ms"} <= set(df["metric"])
+    assert len(ladder) == 3 and not (df["metric"] == "decoder_ms_per_block").any()  # base, + static, + ring
 
 
 def test_notebook_07_tiny_motion(tmp_path):

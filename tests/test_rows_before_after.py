@@ -86,7 +86,8 @@ def test_notebook_02_rows_from_the_trace_fixture(before, tmp_path):
 
 
 @pytest.mark.parametrize("workload,steps", [("mg2", ["bf16", "hygiene", "action-attn-fused"]),
-                                            ("wma", ["bf16", "hygiene", "channels-last"])])
+                                            pytest.param("wma", ["bf16", "hygiene", "channels-last"],
+                                                         marks=pytest.mark.slow)])
 def test_notebook_04_ladder_rows(before, workload, steps, tmp_path):
     cfg = compile_study.validate(workload=workload, device="cpu", sections="ladder", warmup=0, repeats=1,
                                  e2e_repeats=1, output_dir=str(tmp_path), results_path=str(tmp_path / "r.csv"))

@@ -12,6 +12,7 @@ from wmbook.params import ParameterError
 from wmbook.run import run_notebooks
 
 
+@pytest.mark.slow
 def test_notebook_03_tiny_mg2_and_wma(tmp_path):
     results = tmp_path / "results.csv"
     runs = run_notebooks(["03_step_reduction"], out=tmp_path / "r", progress=False, workloads=["mg2", "wma"],
@@ -35,6 +36,25 @@ def test_notebook_03_tiny_mg2_and_wma(tmp_path):
         stderr = [o["text"] for c in nbformat.read(r.executed_path, as_version=4).cells if c.cell_type == "code"
                   for o in c.get("outputs", []) if o.get("name") == "stderr"]
         assert not stderr, stderr[:3]
+
+
+def test_notebook_03_tiny_wma_short_sweep(tmp_path):
+    """`make test`'s case of notebook 03 (every solver of both workloads is slow): wma on the tiny preset, DDIM at 3
+    and 1 steps a pass against the full-step run, labelled as solver error (random weights)."""
+    results = tmp_path / "results.csv"
+    runs = run_notebooks(["03_step_reduction"], out=tmp_path / "r", progress=False,
+                         parameters={"workload": "wma", "solvers": "ddim", "sampling_steps": "3,1",
+                                     "split_passes": False, "repeats": 1, "warmup": 0, "results_path": str(results),
+                                     "output_dir": str(tmp_path / "a")})
+    assert runs[0].status == "ok", runs[0].error
+    df = pd.read_csv(results)
+    assert (df["preset"] == "tiny-wma").all() and {"iteration_s", "knee_speedup"} <= set(df["metric"])
+    it = df[df["metric"] == "iteration_s"]
+    assert len(it) >= 2 and (it["value"] > 0).all()
+    text = "\n".join(str(o.get("text", o.get("data", {}).get("text/markdown", "")))
+                     for c in nbformat.read(runs[0].executed_path, as_version=4).cells if c.cell_type == "code"
+                     for o in c.get("outputs", []))
+    assert "solver error" in text
 
 
 def test_notebook_03_rejects_bad_parameter_before_work(tmp_path):

@@ -292,3 +292,30 @@ def test_world_steps_eval_tool_scores_each_step_count(tmp_path):
     df = pd.read_csv(out)
     assert list(df["prediction"]) == ["copy-last", "ddim 1, eta 0", "ddim 2, eta 0"] and set(df["seed"]) == {1}
     assert df["psnr"].notna().all() and (df["psnr"] > 0).all()
+
+
+def test_world_action_sensitivity_tool(tmp_path):
+    """tools/world_action_sensitivity.py: an untrained world-wma model's action embedding ends in zeros, so swapping
+    the actions on that path alone moves nothing, while the cross-attention path moves the output; bad options are
+    refused naming the option, before the model is built."""
+    import importlib.util
+    from pathlib import Path
+
+    import pandas as pd
+
+    spec = importlib.util.spec_from_file_location("world_action_sensitivity",
+                                                  Path(__file__).parents[1] / "tools" / "world_action_sensitivity.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    with pytest.raises(SystemExit, match="--seeds='1'"):
+        tool.main(["missing.pt", "--seeds", "1"])
+    with pytest.raises(SystemExit, match="--timesteps='1000'"):
+        tool.main(["missing.pt", "--timesteps", "1000"])
+    pipe = wweights.build_world_pipeline("wma", "world-wma", device="cpu", dtype="fp32", weights=False)
+    path = wweights.save_weights(pipe, "wma", tmp_path / "w.pt")
+    assert tool.main([str(path), "--seeds", "0,1", "--timesteps", "500", "--steps", "1"]) == 0
+    den = pd.read_csv(f"{path}.denoiser.csv")
+    assert (den["out_swap_embedding_only"] == 0).all() and (den["out_swap_cross_attention_only"] > 0).all()
+    assert (den["out_noise"] > den["out_swap"]).all()
+    vid = pd.read_csv(f"{path}.video.csv")
+    assert list(vid["seed"]) == [0, 1] and (vid["video_noise"] > 0).all()

@@ -201,7 +201,7 @@ class _WMAOracle(torch.nn.Module):
         for name in ("embed_image", "embed_state", "embed_action", "build_context"):
             setattr(self, name, getattr(real, name))
 
-    def forward(self, x, cond_latent, x_action, x_state, t, context, obs_images, obs_states, fs=None):
+    def forward(self, x, cond_latent, x_action, x_state, t, context, obs_images, obs_states, fs=None, actions=None):
         b = x.shape[0]
         ab = self.ab.to(x.device)[t].view(b, 1, 1, 1, 1).double()
         x0 = self.x0.double() * self.rescale.to(x.device)[t].view(b, 1, 1, 1, 1).double()
