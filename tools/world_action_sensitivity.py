@@ -23,41 +23,36 @@ import numpy as np
 import torch
 
 
-def _ints(text: str, name: str, lo: int = 0) -> list[int]:
-    try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        vals = []
-    if not vals or min(vals) < lo:
-        raise SystemExit(f"--{name}={text!r} is not allowed: comma-separated integers >= {lo}")
-    return vals
-
-
-def _rel(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("weights", help="a world-wma .pt file (wmbook.world.weights format)")
-    ap.add_argument("--seeds", default="0,1,2,3", help="held-out episode seeds (at least 2: each takes the next's actions)")
+    ap.add_argument("--seeds", default="0,1,2,3",
+                    help="held-out episode seeds (at least 2: each takes the next's actions)")
     ap.add_argument("--timesteps", default="200,500,800", help="denoiser timesteps")
     ap.add_argument("--steps", default="5", help="DDIM steps of the predictions")
     ap.add_argument("--out", default=None, help="output prefix (default: the weights path)")
     a = ap.parse_args(argv)
-    seeds, ts, steps = _ints(a.seeds, "seeds"), _ints(a.timesteps, "timesteps"), _ints(a.steps, "steps", 1)[0]
+    from wmbook.world.eval import int_option
+
+    try:
+        seeds, ts = int_option(a.seeds, "seeds"), int_option(a.timesteps, "timesteps", hi=999)
+        steps = int_option(a.steps, "steps", lo=1)[0]
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     if len(seeds) < 2:
-        raise SystemExit(f"--seeds={a.seeds!r} is not allowed: give at least 2 seeds (each case takes the next's actions)")
-    if max(ts) >= 1000:
-        raise SystemExit(f"--timesteps={a.timesteps!r} is not allowed: integers in [0, 999]")
+        raise SystemExit(f"--seeds={a.seeds!r} is not allowed; allowed values: at least 2 seeds (each case takes the "
+                         f"next's actions)")
     import pandas as pd
 
     from wmbook import workloads
+    from wmbook.check import compare
     from wmbook.models.wma.vae import encode_frame
     from wmbook.world import eval as ev
     from wmbook.world.env import locate_agent
     from wmbook.world.weights import build_world_pipeline
+
+    def _rel(a, b) -> float:  # ||a - b|| / ||b||, in float64
+        return compare(torch.as_tensor(a), torch.as_tensor(b)).rel_l2
 
     torch.set_num_threads(1)
     t0 = time.time()

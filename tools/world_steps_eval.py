@@ -16,16 +16,6 @@ import pandas as pd
 import torch
 
 
-def _ints(text: str, name: str) -> list[int]:
-    try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        vals = []
-    if not vals or min(vals) < 0:
-        raise SystemExit(f"--{name}={text!r} is not allowed; allowed values: comma-separated integers >= 0")
-    return vals
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("weights", help="a world-wma .pt file (wmbook.world.weights format)")
@@ -35,9 +25,12 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu", help="cpu | cuda (the prediction's device)")
     ap.add_argument("--out", default=None, help="CSV path")
     a = ap.parse_args(argv)
-    seeds, steps = _ints(a.seeds, "seeds"), _ints(a.steps, "steps")
-    if min(steps) < 1:
-        raise SystemExit(f"--steps={a.steps!r} is not allowed; allowed values: comma-separated integers >= 1")
+    from wmbook.world.eval import int_option
+
+    try:
+        seeds, steps = int_option(a.seeds, "seeds"), int_option(a.steps, "steps", lo=1)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     if a.device not in ("cpu", "cuda") or (a.device == "cuda" and not torch.cuda.is_available()):
         raise SystemExit(f"--device={a.device!r} is not allowed; allowed values: cpu, cuda (with a CUDA device)")
     from wmbook import workloads

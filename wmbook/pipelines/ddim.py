@@ -377,10 +377,9 @@ class WMAInteractionPipeline:
         (None there: the decision pass's zeros); the reference presets take none."""
         tt = torch.full((x.shape[0],), t, device=x.device, dtype=torch.long)
         extra = {}
-        if getattr(self.preset, "action_embedding", False):
-            if actions is None:
-                actions = x.new_zeros(x.shape[0], self.preset.horizon, self.preset.agent_action_dim)
-            extra["actions"] = actions.to(self.dtype)
+        if getattr(self.preset, "action_embedding", False):  # sample_pass hands them over in the model's dtype
+            extra["actions"] = (x.new_zeros(x.shape[0], self.preset.horizon, self.preset.agent_action_dim)
+                                if actions is None else actions).to(self.dtype)
         with label(WMA_FORWARD_LABEL):
             out = self.model(x.to(self.dtype), cond.cond_latent, act.to(self.dtype), st.to(self.dtype), tt,
                              context, obs_images, obs_states, fs, **extra)
@@ -402,8 +401,8 @@ class WMAInteractionPipeline:
 
         solver: 'ddim' (the reference), or 'dpmsolver++' / 'unipc' for the video latents (wmbook.pipelines.solvers:
         diffusers' multistep schedulers configured like the reference; eta and the dynamic rescale do not apply);
-        the heads keep their DDIM at the same timesteps. actions: the raw actions of the context's action tokens (presets
-        with action_embedding; None: zeros, the decision pass).
+        the heads keep their DDIM at the same timesteps. actions: the raw actions of the context's action tokens
+        (presets with action_embedding; None: zeros, the decision pass).
 
         With `self.device_update` on and solver 'ddim', each step's update is `update_step`: the coefficients of the
         whole pass go to the device once ([steps, 5] tables), the noise is drawn eagerly (the same draw as
@@ -435,6 +434,9 @@ class WMAInteractionPipeline:
         obs_images = inputs.observation_images.to(self.dtype)
         obs_states = inputs.observation_states.to(self.dtype)
         fs = torch.full((b,), p.default_fs, dtype=torch.long, device=dev)
+        if getattr(p, "action_embedding", False):  # once per pass, not per step: the zeros of a decision pass
+            actions = (torch.zeros((b, p.horizon, p.agent_action_dim), device=dev) if actions is None
+                       else actions).to(self.dtype)
 
         x = torch.randn((b, *p.latent_shape), generator=gen, device=dev)  # fp32 sampling state
         act = torch.randn((b, p.horizon, p.agent_action_dim), generator=gen, device=dev)

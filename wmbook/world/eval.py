@@ -29,10 +29,23 @@ import torch
 from .env import locate_agent, render_episode
 from .weights import is_world_preset
 
-__all__ = ["Case", "HELDOUT_BASE", "copy_last", "heldout_case", "heldout_episode", "is_world_preset", "predict",
-           "psnr", "score", "ssim"]
+__all__ = ["Case", "HELDOUT_BASE", "copy_last", "heldout_case", "heldout_episode", "int_option", "is_world_preset",
+           "predict", "psnr", "score", "ssim"]
 
 HELDOUT_BASE = 10**9
+
+
+def int_option(text: str, option: str, lo: int = 0, hi: int | None = None) -> list[int]:
+    """A tool's comma-separated integer option (seeds, step counts, timesteps) -> ints in [lo, hi]; ValueError naming
+    the option and the allowed values otherwise (the evaluation tools exit with it, before any model is built)."""
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        vals = []
+    if not vals or min(vals) < lo or (hi is not None and max(vals) > hi):
+        span = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"--{option}={text!r} is not allowed; allowed values: comma-separated integers {span}")
+    return vals
 
 
 @dataclass
