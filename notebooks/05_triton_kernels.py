@@ -123,8 +123,11 @@ if cfg.options.ladder:
                      rename={"e2e_value": f"end to end ({cfg.workload.metric.unit})"}))
     wd.appendix(t, "the ladder, every column")
     if "attn-sage" in study.kernel_steps(cfg):
-        display(wd.table(study.sage_table(), percent=["share"],
-                         caption="attn-sage: attention() calls by kernel (SageAttention, or SDPA and why)"))
+        st = study.sage_table()
+        if len(st):
+            display(wd.table(st, percent=["share"], caption="attn-sage: attention() calls outside compiled regions, by "
+                             "kernel (SageAttention, or SDPA and why)"))
+        print(study.SAGE_ROUTES)
 else:
     lad = None
     print("ladder rows left out (ladder=False; its default on a CPU, where the kernels run in Triton's interpreter at "

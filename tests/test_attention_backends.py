@@ -462,3 +462,32 @@ def test_sage_table_counts_calls_by_kernel(monkeypatch):
     t = sage_table()
     assert t.to_dict("index") == {"sdpa (kv_len 56 % 64)": {"calls": 2, "share": 2 / 3},
                                   "sage": {"calls": 1, "share": 1 / 3}}
+
+
+def test_sage_inside_a_compiled_region_neither_recompiles_nor_breaks_the_graph(monkeypatch):
+    """attn-sage's call counter inside torch.compile: one graph, no recompile and no graph break (dynamo once guarded
+    on the counter's value and recompiled each call until its limit, then ran the block eager: 219 ms a forward
+    against 59 ms at mg2-universal on the H100); compiled calls are not counted, eager ones are, by route."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(attn, "_sage_func", lambda: lambda q, k, v, tensor_layout, is_causal, smooth_k: _sdpa(q, k, v))
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, n, 2, 64, generator=g) for n in (8, 56, 56))  # 56 keys: the SDPA route
+
+    def block(q, k, v):
+        return attention(q, k, v) * 2
+
+    torch._dynamo.reset()
+    counters.clear()
+    fn = torch.compile(block, backend="aot_eager", fullgraph=True)  # fullgraph: a graph break would raise
+    attn.reset_sage_call_counts()
+    with attention_backend("sage"):
+        for _ in range(5):
+            torch.testing.assert_close(fn(q, k, v), _sdpa(q, k, v) * 2)
+        assert attn.sage_call_counts() == {}
+        block(q, k, v)
+    assert attn.sage_call_counts() == {"sdpa (kv_len 56 % 64)": 1}
+    assert dict(counters["stats"]).get("unique_graphs") == 1 and not counters["recompiles"]
+    assert attn.sage_route(64, 128) == "sage" and attn.sage_route(64, 128, masked=True) == "sdpa (mask)"
+    assert attn.sage_route(16, 128) == "sdpa (head_dim 16)" and attn.sage_route(128, 2640) == "sdpa (kv_len 2640 % 64)"
+    torch._dynamo.reset()

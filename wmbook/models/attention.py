@@ -362,9 +362,19 @@ def _sage_func():
     return sageattn
 
 
+def _count_sage(route: str) -> None:
+    # not inside a compiled region: reading the counter there made dynamo guard on its value, so every call recompiled
+    # until the recompile limit (64) and the block then ran eager (the H100 attn-sage row at mg2-universal, a9c51cd:
+    # 219 ms a forward against 59 ms). Dynamo's reorderable logging functions would keep the count, but it drops
+    # them when called from an inlined function (torch 2.11-2.13), as this one is
+    if not torch.compiler.is_compiling():
+        _SAGE_CALLS[route] += 1
+
+
 def sage_call_counts() -> dict[str, int]:
     """How the attention() calls under the 'sage' backend ran since the last reset: 'sage', or 'sdpa (mask)' /
-    'sdpa (head_dim D)' for the calls SageAttention cannot take."""
+    'sdpa (head_dim D)' for the calls SageAttention cannot take. Calls inside compiled regions are not counted; they
+    take the same routes, which depend on the shapes alone (`sage_route`)."""
     return dict(_SAGE_CALLS)
 
 
@@ -372,14 +382,18 @@ def reset_sage_call_counts() -> None:
     _SAGE_CALLS.clear()
 
 
+def sage_route(head_dim: int, kv_len: int, masked: bool = False) -> str:
+    """Where the 'sage' backend sends a call: 'sage', or 'sdpa (why)' when SageAttention cannot take it."""
+    why = ("mask" if masked else f"head_dim {head_dim}" if head_dim not in SAGE_HEAD_DIMS
+           else f"kv_len {kv_len} % {SAGE_KV_BLOCK}" if kv_len % SAGE_KV_BLOCK else None)
+    return "sage" if why is None else f"sdpa ({why})"
+
+
 def _sage(q, k, v, mask):
-    d, lk = q.shape[-1], k.shape[1]
-    why = ("mask" if mask is not None else f"head_dim {d}" if d not in SAGE_HEAD_DIMS
-           else f"kv_len {lk} % {SAGE_KV_BLOCK}" if lk % SAGE_KV_BLOCK else None)
-    if why is not None:
-        _SAGE_CALLS[f"sdpa ({why})"] += 1
+    route = sage_route(q.shape[-1], k.shape[1], mask is not None)
+    _count_sage(route)
+    if route != "sage":
         return _auto(q, k, v, mask)
-    _SAGE_CALLS["sage"] += 1
     fn = _sage_func()
     # K smoothed here, out of place: sageattn's own smooth_k subtracts the mean from k in place, which would rewrite
     # the KV cache k is a view of (the softmax is unchanged: q . mean(k) is the same for every key of a query)

@@ -340,11 +340,17 @@ def kernel_steps(cfg: RunConfig) -> list[str]:
     return steps
 
 
+SAGE_ROUTES = ("attn-sage sends a call to SageAttention when its key length is a whole number of 64-key blocks and "
+               "its head dim is 64, 96 or 128, with no mask; the rest run SDPA (sageattention 1.0.6 scores the "
+               "zero-padded keys of a partial block). Calls inside compiled regions take the same routes (they depend "
+               "on the shapes alone) but are not counted: a counter there made dynamo recompile on every call. At "
+               "mg2-universal every self-attention call has 880 x frames keys, never a whole block, so that row "
+               "measures SDPA.")
+
+
 def sage_table() -> pd.DataFrame:
-    """How the attention() calls ran since attn-sage switched the backend (its ladder row: warm-up, gate and timing):
-    SageAttention, or SDPA and why (a mask, a head dim it does not take, a key length that is not a whole number of
-    64-key blocks: sageattention 1.0.6 scores the zero-padded keys of a partial block). At mg2-universal every
-    self-attention call has 880 x frames keys, never a whole block, so that row measures SDPA."""
+    """How the attention() calls outside compiled regions ran since attn-sage switched the backend (its ladder row:
+    warm-up, gate and timing): SageAttention, or SDPA and why (SAGE_ROUTES); empty when every call ran compiled."""
     from ..models.attention import sage_call_counts
 
     counts = sage_call_counts()

@@ -110,6 +110,9 @@ class WMAWorkload(Workload):
     def world_predict(self, pipe, case, **sampling):
         from ..pipelines.ddim import to_uint8_video
 
+        given = {"ddim_steps", "decision_steps", "world_steps"} & sampling.keys()
+        if not given and getattr(pipe.preset, "sample_steps", 0):
+            sampling["ddim_steps"] = pipe.preset.sample_steps  # the count the shipped weights are scored at
         out = pipe.run_iteration(case.inputs, world_actions=case.world_actions, progress=False, **sampling)
         return to_uint8_video(out.world.frames), out
 
