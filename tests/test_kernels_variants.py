@@ -265,3 +265,28 @@ def test_fp8_leaves_inductors_settings_alone(monkeypatch):
     variants.get("fp8").apply(object(), ctx)
     assert asked["set_inductor_config"] is False and inductor_config.coordinate_descent_tuning is False
     assert quantized == ["0", "2"] and ctx.notes["fp8"] == "2 linears in fp8 (row-wise dynamic scales)"
+
+
+def test_interpretation_compares_each_row_with_the_row_before():
+    """The ladder is cumulative: each row's sentence compares it with the last row that passed before it, so a row
+    is not credited with an earlier row's saving (the H100 run of notebook 05 at mg2-universal, 76c3f7a, credited
+    attn-sage, which runs SDPA there, with triton-fused's 1.2 ms); a failed row is skipped as a comparison point."""
+    from types import SimpleNamespace
+
+    from wmbook.bench import Samples
+    from wmbook.variants.ladder import LadderRow
+
+    def row(name, ms, busy, launches, fps, gate="pass"):
+        return LadderRow(stack=[], tolerance="bf16", forward=Samples([ms] * 3), flops=1.0, gpu_busy_ms=busy,
+                         launches=launches, e2e_value=fps, gate=gate, variant=name)
+
+    rows = [row("fp32 eager (reference)", 273, 256, 3519, 9.0, "reference"), row("base", 44.7, 23.7, 1235, 28.3),
+            row("+ triton-fused", 38.2, 22.4, 1370, 24.9), row("+ bad", 30.0, 20.0, 1370, 40.0, "FAIL"),
+            row("+ attn-sage", 61.5, 22.5, 1370, 31.7)]
+    lad = SimpleNamespace(rows=rows, failures=lambda: [])
+    cfg = SimpleNamespace(workload=SimpleNamespace(metric=SimpleNamespace(label="FPS")))
+    text = study.interpret(cfg, None, lad)
+    assert "`+ triton-fused` (on the base): forward 44.7 -> 38.2 ms, GPU busy 23.7 -> 22.4" in text, text
+    assert "`+ bad` failed the gate (FAIL)" in text
+    assert "`+ attn-sage` (on `+ triton-fused`): forward 38.2 -> 61.5 ms, GPU busy 22.4 -> 22.5" in text, text
+    assert "saves" not in text.split("`+ attn-sage`")[1]

@@ -381,10 +381,10 @@ def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
                 from_row=n_base, on_row=store_each_row(cfg))
 
 
-def _launch_bound(first, r) -> str:
+def _launch_bound(first, r, before: str = "the base's") -> str:
     """A clause for a row that saves GPU time but not wall time because its forward is launch-bound (wall over 1.2x
-    its GPU busy time, the base's or its own: the kernels' launches from inductor's generated code cost host time):
-    the saving shows once the forward replays as a CUDA graph (notebook 06)."""
+    its GPU busy time, the row it is compared with or its own: the kernels' launches from inductor's generated code
+    cost host time): the saving shows once the forward replays as a CUDA graph (notebook 06)."""
     fb, rb = first.gpu_busy_ms, r.gpu_busy_ms
     if not (fb == fb and rb == rb and rb < fb and r.forward.median >= first.forward.median
             and max(first.forward.median / fb, r.forward.median / rb) > 1.2):
@@ -392,7 +392,7 @@ def _launch_bound(first, r) -> str:
     more = (f", {r.launches - first.launches:+.0f} launches per forward"
             if r.launches == r.launches and first.launches == first.launches else "")
     return (f" It saves {fb - rb:.2f} ms of GPU time but not wall time{more}: its forward is launch-bound "
-            f"(wall {r.forward.median / rb:.2f}x its GPU busy time; the base's {first.forward.median / fb:.2f}x), "
+            f"(wall {r.forward.median / rb:.2f}x its GPU busy time; {before} {first.forward.median / fb:.2f}x), "
             f"so the saving shows when the forward replays as a CUDA graph (notebook 06's `+ triton-fused` row).")
 
 
@@ -414,18 +414,23 @@ def interpret(cfg: RunConfig, tab: pd.DataFrame | None, lad=None) -> str:
     if lad is not None:
         lines += [f"- {f}" for f in lad.failures()]
     if lad is not None and len(lad.rows) > 1:
-        first = lad.rows[1]
+        # the ladder is cumulative: each row against the last row that passed before it (the base first), so a
+        # row is not credited with what an earlier row saved
+        prev = lad.rows[1]
         for r in lad.rows[2:]:
             if r.gate == "error":  # said above (lad.failures)
                 continue
             if r.gate != "pass":
                 lines.append(f"- `{r.variant}` failed the gate ({r.gate}); its time does not count.")
                 continue
-            busy = (f"GPU busy {first.gpu_busy_ms:.1f} -> {r.gpu_busy_ms:.1f} ms per forward"
-                    if r.gpu_busy_ms == r.gpu_busy_ms and first.gpu_busy_ms == first.gpu_busy_ms else "")
-            lines.append(f"- `{r.variant}`: forward {first.forward.median:.1f} -> {r.forward.median:.1f} ms"
+            on = "the base" if prev is lad.rows[1] else f"`{prev.variant}`"
+            busy = (f"GPU busy {prev.gpu_busy_ms:.1f} -> {r.gpu_busy_ms:.1f} ms per forward"
+                    if r.gpu_busy_ms == r.gpu_busy_ms and prev.gpu_busy_ms == prev.gpu_busy_ms else "")
+            lines.append(f"- `{r.variant}` (on {on}): forward {prev.forward.median:.1f} -> {r.forward.median:.1f} ms"
                          + (f", {busy}" if busy else "") + f", {cfg.workload.metric.label} "
-                         f"{first.e2e_value:.3g} -> {r.e2e_value:.3g}." + _launch_bound(first, r))
+                         f"{prev.e2e_value:.3g} -> {r.e2e_value:.3g}."
+                         + _launch_bound(prev, r, "the base's" if prev is lad.rows[1] else "the row before's"))
+            prev = r
     return "\n".join(lines)
 
 
