@@ -322,3 +322,34 @@ def test_world_action_sensitivity_tool(tmp_path):
     assert (den["out_noise"] > den["out_swap"]).all()
     vid = pd.read_csv(f"{path}.video.csv")
     assert list(vid["seed"]) == [0, 1] and (vid["video_noise"] > 0).all()
+
+
+def test_world_wma_samples_at_its_sample_steps_unless_told():
+    """world-wma's shipped weights are scored at `sample_steps` (5) DDIM steps a pass: the world evaluation uses it
+    when no step count is given, a given one wins (notebook 03's sweep passes each pass's count), and a bad value is
+    refused naming the field."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from wmbook import workloads
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    class Pipe:
+        preset = WMA_PRESETS["world-wma"]
+
+        def run_iteration(self, inputs, **kw):
+            seen.append(kw)
+            raise Stop
+
+    case = SimpleNamespace(inputs=None, world_actions=None)
+    for kw in ({}, {"ddim_steps": 50}, {"decision_steps": 2, "world_steps": 3}):
+        with pytest.raises(Stop):
+            workloads.get("wma").world_predict(Pipe(), case, **kw)
+    assert WMA_PRESETS["world-wma"].sample_steps == 5 and WMA_PRESETS["world-wma"].default_steps == 50
+    assert seen[0]["ddim_steps"] == 5 and seen[1]["ddim_steps"] == 50 and "ddim_steps" not in seen[2]
+    with pytest.raises(ValueError, match="sample_steps=-1 is not allowed"):
+        dataclasses.replace(WMA_PRESETS["world-wma"], sample_steps=-1)
