@@ -512,3 +512,33 @@ def test_raw_actions_reach_the_action_embedding_in_training_and_sampling(bank, m
     assert len(seen) == 4  # 2 decision steps, 2 world-model steps
     assert all(a is not None and a.abs().sum() == 0 for a in seen[:2])
     assert all(torch.equal(a, case.world_actions.to(a.dtype)) for a in seen[2:])
+
+
+def test_training_can_start_from_world_weights(bank, tmp_path):
+    """`--init-weights`: a run continued from an earlier run's weights file (the shipped one, whose checkpoint stayed
+    on the GPU host) starts from exactly those weights, the output conv included (a fresh x0-residual model zeroes
+    it), records where it started in its provenance, resumes only a checkpoint made from the same file, and refuses a
+    missing file or another preset's weights before any work."""
+    from wmbook.train.core import build_training
+
+    p = tiny_world_wma()
+    kw = dict(workload="wma", preset=p, batch=2, device="cpu", eval_cases=0, progress=False, log_every=1, episodes=3,
+              episode_frames=40, decision_fraction=0.0)
+    first = tmp_path / "a.pt"
+    train(TrainConfig(out=first, ckpt=tmp_path / "a.ckpt", steps=2, resume=False, **kw).check(), bank=bank)
+    saved = wweights.read_weights(first)["model"]
+    cfg = TrainConfig(out=tmp_path / "b.pt", ckpt=tmp_path / "b.ckpt", steps=1, init_weights=first, **kw).check()
+    pipe, _ = build_training(cfg, torch.device("cpu"), bank)
+    state = pipe.model.state_dict()
+    assert saved.keys() == state.keys() and pipe.model.training
+    for k, v in saved.items():
+        torch.testing.assert_close(state[k], v.to(state[k].dtype), msg=k)
+    assert saved["diffusion_model.out.2.weight"].abs().sum() > 0
+    meta = train(cfg, bank=bank)
+    assert meta["init_weights"]["file"] == "a.pt" and meta["init_weights"]["steps"] == 2
+    with pytest.raises(ValueError, match="was made with"):  # b.ckpt started from a.pt; a fresh start is another run
+        train(TrainConfig(out=tmp_path / "b.pt", ckpt=tmp_path / "b.ckpt", steps=2, **kw), bank=bank)
+    with pytest.raises(ValueError, match=r"init_weights='.*missing.pt' is not allowed .*allowed values"):
+        TrainConfig(out=tmp_path / "c.pt", steps=1, init_weights=tmp_path / "missing.pt", **kw).check()
+    with pytest.raises(ValueError, match=r"init_weights=.* holds wma/world-wma-test weights"):
+        TrainConfig(**{**kw, "preset": "world-wma"}, out=tmp_path / "c.pt", steps=1, init_weights=first).check()

@@ -42,6 +42,9 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-cases", type=int, default=8, help="held-out episodes scored at the end")
     ap.add_argument("--ckpt", type=Path, default=None, help="checkpoint (default: reports/train/<out stem>.ckpt)")
     ap.add_argument("--no-resume", action="store_true", help="start over even when a checkpoint exists")
+    ap.add_argument("--init-weights", type=Path, default=None,
+                    help="start from this world-weights file of the same preset (e.g. data/weights/world-wma.pt) "
+                         "instead of a fresh initialisation; the optimizer starts fresh")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     a = ap.parse_args(argv)
     from ..paths import DATA_DIR
@@ -54,7 +57,7 @@ def main(argv=None) -> int:
                       episode_frames=a.episode_frames, workers=a.workers, device=a.device, ckpt_every=a.ckpt_every,
                       log_every=a.log_every, ema=a.ema, change_weight=a.change_weight, sigma_min=a.sigma_min,
                       decision_fraction=a.decision_fraction,
-                      resume=not a.no_resume, compile=a.compile, eval_cases=a.eval_cases,
+                      resume=not a.no_resume, compile=a.compile, eval_cases=a.eval_cases, init_weights=a.init_weights,
                       ckpt=a.ckpt, progress=not a.quiet, command="python -m wmbook.train " + " ".join(
                           argv if argv is not None else sys.argv[1:]))
     try:

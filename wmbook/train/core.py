@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import sys
 import time
@@ -57,6 +58,9 @@ class TrainConfig:
     compile: str = "none"  # torch.compile backend for the training forward + backward (none | inductor | aot_eager)
     eval_cases: int = 8  # held-out episodes scored at the end (0: none)
     ckpt: Path | None = None  # default: reports/train/<out stem>.ckpt
+    # start from these world weights (a weights file of the same preset, e.g. the shipped one) instead of a fresh
+    # initialisation: a longer run continued from an earlier one (its optimizer state is not in the file)
+    init_weights: Path | None = None
     progress: bool = True
     command: str = field(default_factory=lambda: " ".join(sys.argv))
 
@@ -118,6 +122,19 @@ class TrainConfig:
         check_episode_frames(self.episode_frames, window_frames(
             ALL_PRESETS[self.preset] if isinstance(self.preset, str) else self.preset))
         self.ckpt = Path(self.ckpt) if self.ckpt is not None else REPORTS_DIR / "train" / f"{self.out.stem}.ckpt"
+        if self.init_weights is not None:
+            from ..world.weights import read_weights
+
+            self.init_weights = Path(self.init_weights)
+            name = self.preset if isinstance(self.preset, str) else self.preset.name
+            try:
+                state = read_weights(self.init_weights)
+            except (FileNotFoundError, ValueError) as e:
+                raise ValueError(f"init_weights={str(self.init_weights)!r} is not allowed ({e}); allowed values: a "
+                                 f"world-weights .pt file of preset {name!r}") from None
+            if state["preset"] != name or state["workload"] != self.workload:
+                raise ValueError(f"init_weights={str(self.init_weights)!r} holds {state['workload']}/{state['preset']} "
+                                 f"weights; allowed values: a world-weights .pt file of preset {name!r}")
         resolve_device(self.device)
         return self
 
@@ -153,6 +170,11 @@ def build_training(cfg: TrainConfig, device: torch.device, bank=None):
     if "decision_pass" in wl.features:
         options["decision_fraction"] = cfg.decision_fraction
     obj = wl.training_objective(pipe, bank, **options)
+    if cfg.init_weights is not None:  # after the objective, whose output-conv zero-init is for fresh models only
+        from ..world.weights import load_weights
+
+        load_weights(pipe, cfg.workload, cfg.init_weights)
+        pipe.model.train().requires_grad_(True)
     return pipe, obj
 
 
@@ -203,9 +225,10 @@ def train(cfg: TrainConfig, bank=None) -> dict:
         same = {k: ck["config"].get(k, {"change_weight": 0.0, "sigma_min": 0.05,
                                         "decision_fraction": DEFAULT_DECISION_FRACTION}.get(k))
                 for k in ("workload", "preset", "data_seed", "seed", "episodes", "episode_frames", "batch",
-                          "change_weight", "sigma_min", "decision_fraction")}
+                          "change_weight", "sigma_min", "decision_fraction", "init_weights")}
         want = {k: getattr(cfg, k) for k in same}
         want["preset"] = pipe.preset.name
+        want["init_weights"] = None if cfg.init_weights is None else str(cfg.init_weights)
         if same != want:
             raise ValueError(f"checkpoint {str(cfg.ckpt)!r} was made with {same}, not {want}; pass resume=False "
                              f"(--no-resume) to start over")
@@ -297,6 +320,11 @@ def train(cfg: TrainConfig, bank=None) -> dict:
         "final_loss": _final_loss(rows), "loss_csv": loss_csv.name, "command": cfg.command,
         "parameters": sum(q.numel() for q in model.parameters()),
     }
+    if cfg.init_weights is not None:
+        src = cfg.init_weights.with_name(cfg.init_weights.name + ".json")
+        prev = json.loads(src.read_text()) if src.is_file() else {}
+        meta["init_weights"] = {"file": cfg.init_weights.name, "git_commit": prev.get("git_commit"),
+                                "steps": prev.get("steps"), "train_minutes": prev.get("train_minutes")}
     if cfg.eval_cases:
         meta["eval"] = evaluate(cfg.workload, pipe, cfg.eval_cases, progress=cfg.progress)
     save_weights(pipe, cfg.workload, cfg.out, meta)
