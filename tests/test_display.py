@@ -239,3 +239,18 @@ def test_diffusers_torchao_checkpoint_notice_is_dropped():
     finally:
         log.removeHandler(h)
     assert seen == ["something else"]
+
+
+def test_torchaos_syntax_warning_is_dropped_and_nothing_else():
+    """torchao 0.18's quant_api.py compiles with a SyntaxWarning that landed in every H100 report's first import cell
+    (diffusers imports torchao wherever it is installed); importing wmbook drops that warning from torchao's files
+    only. The compiler issues it as warn_explicit with the file's path and no module name, as here. In a fresh
+    process: pytest restores the warning filters after collection, which would undo an import-time filter here."""
+    import subprocess
+    import sys
+
+    code = ("import warnings, wmbook\n"
+            "for f in ('/opt/venv/site-packages/torchao/quantization/quant_api.py', '/work/wmbook/mine.py'):\n"
+            "    warnings.warn_explicit(\"invalid escape sequence '\\\\.'\", SyntaxWarning, f, 1542)\n")
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
+    assert "mine.py:1542: SyntaxWarning: invalid escape sequence" in err and "quant_api" not in err, err

@@ -423,13 +423,14 @@ def interpret(cfg: RunConfig, tab: pd.DataFrame | None, lad=None) -> str:
             if r.gate != "pass":
                 lines.append(f"- `{r.variant}` failed the gate ({r.gate}); its time does not count.")
                 continue
-            on = "the base" if prev is lad.rows[1] else f"`{prev.variant}`"
+            on_base = prev is lad.rows[1]
+            on = "the base" if on_base else f"`{prev.variant}`"
             busy = (f"GPU busy {prev.gpu_busy_ms:.1f} -> {r.gpu_busy_ms:.1f} ms per forward"
                     if r.gpu_busy_ms == r.gpu_busy_ms and prev.gpu_busy_ms == prev.gpu_busy_ms else "")
             lines.append(f"- `{r.variant}` (on {on}): forward {prev.forward.median:.1f} -> {r.forward.median:.1f} ms"
                          + (f", {busy}" if busy else "") + f", {cfg.workload.metric.label} "
                          f"{prev.e2e_value:.3g} -> {r.e2e_value:.3g}."
-                         + _launch_bound(prev, r, "the base's" if prev is lad.rows[1] else "the row before's"))
+                         + _launch_bound(prev, r, "the base's" if on_base else "the row before's"))
             prev = r
     return "\n".join(lines)
 

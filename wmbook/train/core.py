@@ -173,8 +173,7 @@ def build_training(cfg: TrainConfig, device: torch.device, bank=None):
     if cfg.init_weights is not None:  # after the objective, whose output-conv zero-init is for fresh models only
         from ..world.weights import load_weights
 
-        load_weights(pipe, cfg.workload, cfg.init_weights)
-        pipe.model.train().requires_grad_(True)
+        load_weights(pipe, cfg.workload, cfg.init_weights)  # in place: the model stays trainable
     return pipe, obj
 
 

@@ -256,13 +256,8 @@ def fp8_unavailable(device: torch.device) -> str | None:
     if cap < (8, 9):
         return f"fp8 GEMMs need compute capability >= 8.9; {torch.cuda.get_device_name(device)} has {cap[0]}.{cap[1]}"
     try:
-        import warnings
-
-        # torchao 0.18's quant_api.py compiles with a SyntaxWarning (an invalid escape sequence in a docstring):
-        # noise in every report that imports it on a fresh host (issue 18's quiet output)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="invalid escape sequence", category=SyntaxWarning)
-            from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_  # noqa: F401
+        # (torchao's SyntaxWarning on a fresh host is filtered where wmbook is imported: diffusers loads it first)
+        from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_  # noqa: F401
     except Exception as e:  # noqa: BLE001 -- an import that fails in any way leaves the row out, with the reason
         return f"fp8 needs torchao's float8 inference path (pip install torchao; the `fp8` extra): {e!r}"
     return None
