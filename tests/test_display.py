@@ -254,3 +254,15 @@ def test_torchaos_syntax_warning_is_dropped_and_nothing_else():
             "    warnings.warn_explicit(\"invalid escape sequence '\\\\.'\", SyntaxWarning, f, 1542)\n")
     err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
     assert "mine.py:1542: SyntaxWarning: invalid escape sequence" in err and "quant_api" not in err, err
+
+
+def test_a_spread_goes_to_the_column_it_names():
+    """notebook 05's ladder table stores the end-to-end FPS as e2e_value with e2e_p20 / e2e_p80, and a first-frame
+    median e2e_first_frame_ms without a spread of its own: the spread belongs to e2e_value (the H100 reports of
+    2026-11-27 showed the FPS spread under the first-frame median: '459 (26.6-29.1)')."""
+    from wmbook.display import _spread_pairs
+
+    cols = ["variant", "forward_ms", "forward_p20", "forward_p80", "e2e_first_frame_ms", "e2e_value", "e2e_p20",
+            "e2e_p80", "steady_forward_ms", "steady_p20", "steady_p80"]
+    assert _spread_pairs(cols) == {"forward_ms": ("forward_p20", "forward_p80"), "e2e_value": ("e2e_p20", "e2e_p80"),
+                                   "steady_forward_ms": ("steady_p20", "steady_p80")}

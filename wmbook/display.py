@@ -132,7 +132,7 @@ def _is_integer_col(name: str, s: pd.Series) -> bool:
 
 def _spread_pairs(cols: Sequence[str]) -> dict[str, tuple[str, str]]:
     """{median column: (p20 column, p80 column)} found among `cols`."""
-    pairs = {}
+    pairs, prefixed = {}, []
     cs = set(cols)
     for c in cols:
         if c in ("median", "value") and {"p20", "p80"} <= cs:
@@ -149,13 +149,22 @@ def _spread_pairs(cols: Sequence[str]) -> dict[str, tuple[str, str]]:
                 pairs[c] = (f"{base} p20", f"{base} p80")
             continue
         parts = c.split("_")
-        if parts[-1] not in ("ms", "us", "s", "median", "gbps", "tflops", "gib", "mib", "x", "fps", "db"):
+        if parts[-1] not in ("ms", "us", "s", "median", "value", "gbps", "tflops", "gib", "mib", "x", "fps", "db"):
             continue  # ms_per_frame is not the median of ms_p20/ms_p80
-        for k in range(len(parts) - 1, 0, -1):  # steady_forward_ms -> steady_forward_p20 or steady_p20
-            base = "_".join(parts[:k])
-            if {f"{base}_p20", f"{base}_p80"} <= cs:
-                pairs[c] = (f"{base}_p20", f"{base}_p80")
-                break
+        prefixed.append((c, parts))
+    # steady_forward_ms -> steady_forward_p20, or else steady_p20; a spread belongs to one column, the one it names
+    # exactly first (e2e_value owns e2e_p20 / e2e_p80: e2e_first_frame_ms, whose own spread is not stored, once showed
+    # the end-to-end FPS spread under its median)
+    for exact in (True, False):
+        for c, parts in prefixed:
+            if c in pairs:
+                continue
+            for k in ([len(parts) - 1] if exact else range(len(parts) - 2, 0, -1)):
+                base = "_".join(parts[:k])
+                pair = (f"{base}_p20", f"{base}_p80")
+                if set(pair) <= cs and pair not in pairs.values():
+                    pairs[c] = pair
+                    break
     if {"p20", "p80"} <= cs and not any(p == ("p20", "p80") for p in pairs.values()):
         i = list(cols).index("p20")  # bare p20/p80 belong to the column before them (decode_ms, p20, p80)
         if i > 0 and list(cols)[i - 1] not in pairs:
