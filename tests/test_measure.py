@@ -161,8 +161,9 @@ def _row(variant, value, **kw):
 
 def test_make_row_has_metadata():
     row = _row("eager", 1.5, timing=bench.Samples([1.0, 2.0, 3.0]), note="x")
-    for col in ("device_name", "torch", "git_commit", "timestamp", "run_id", "python", "hostname"):
+    for col in ("device_name", "torch", "git_commit", "timestamp", "run_id", "python", "hostname", "host_cpu"):
         assert col in row
+    assert row["host_cpu"] == f"{results._cpu_name()} x{os.cpu_count()}" and row["host_cpu"].split(" x")[0]
     import diffusers
     import transformers
 

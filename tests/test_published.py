@@ -74,6 +74,19 @@ def test_notebook_03_points_and_knees(tmp_path):
     assert "| euler [1000,500] (full steps) | - | 100 (98-103) | 1.00x | - | 20.00 |" in md
     assert "| euler [1000] | - | 150 (149-155) | 1.50x | 24.2 | 19.90 |" in md
     assert "| euler | euler [1000] | 2 | 1.50x | PSNR within 0.2 dB |" in md
+    assert "Timing noise" not in md  # no two points of equal work
+
+    # a second solver at the same 2 forwards, 1.4x slower than euler's: the block and the index say the run's noise
+    uni = {"sampling": {"denoising_steps": [1000], "solver": "unipc"}, "curve": "unipc", "reference": False,
+           "forwards": 2}
+    results.append([row("steps:unipc [1000]", "fps", 150.0 / 1.4, uni, p20=100.0, p80=110.0)], path)
+    md = published.markdown(path)
+    assert ("**Timing noise:** points doing the same work (2 forwards) should take about the same time, yet "
+            "`euler [1000]` ran at 150 x and `unipc [1000]` at 107 x, 1.40x apart") in md
+    from wmbook import headlines
+
+    head = headlines._headline_03(results.read(path))
+    assert head["timing noise"].startswith("equal-work points 1.40x apart")
 
 
 def test_notebook_06_failed_row_keeps_the_run_table(tmp_path):

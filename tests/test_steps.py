@@ -257,6 +257,21 @@ def test_notebook_03_study_without_ground_truth(tmp_path, monkeypatch):
     assert it["n"] == 2 and it["p20"] <= it["value"] <= it["p80"]
     assert json.loads(it["params"])["sampling"] == {"solver": "unipc", "decision_steps": 1, "world_steps": 1}
     assert "solver error" in steps.interpret(sw)
+    # equal work (same forwards, same steps per pass: ddim 3+3 and unipc 3+3) should take equal time; how far it does
+    # not is said as the run's timing noise
+    from wmbook.bench import Samples
+
+    measured = [r.metric for r in sw.results]
+    for r in sw.results:
+        r.metric = Samples([1.0, 1.0], "s")
+    assert steps.equal_work_spread(sw)["ratio"] == 1.0 and "Timing noise" not in steps.interpret(sw)
+    sw.results[2].metric = Samples([1.5, 1.5], "s")  # unipc 3+3 half again as slow as ddim 3+3
+    eq = steps.equal_work_spread(sw)
+    assert eq["ratio"] == pytest.approx(1.5) and eq["forwards"] == 6
+    assert eq["fast"][0] == "ddim 3+3" and eq["slow"][0] == "unipc 3+3"
+    assert "1.50x apart" in steps.interpret(sw)
+    for r, m in zip(sw.results, measured):
+        r.metric = m
     knee = steps.stored_knee("wma", "tiny-wma", path=cfg.results_path)
     assert knee["sampling"] == {"solver": "ddim", "decision_steps": 1, "world_steps": 1} and knee["speedup"] > 0
     assert steps.stored_knee("wma", "tiny-wma", curve="nope", path=cfg.results_path) is None

@@ -320,18 +320,49 @@ def test_change_weights_favour_what_moves():
     assert change_weights(x0, prev, 0.0) == 1.0
 
 
+def test_agent_cells_find_the_agent_and_agent_weights_mark_its_old_and_new_place():
+    """`--agent-weight`: agent_cells marks the latent cells under the agent's true centre (and a cell of margin, a few
+    cells in all), nothing in a frame where the agent is hidden; agent_weights is 1 + strength where the agent is or
+    was, 1 elsewhere; strength 0 is the plain MSE."""
+    import numpy as np
+
+    from wmbook.train.objectives import agent_cells, agent_weights
+    from wmbook.world.env import render_episode
+
+    ep = render_episode(5, 60)
+    cells = agent_cells(torch.from_numpy(ep.frames)[None], 4)[0]  # [T, 16, 16]
+    assert cells.shape == (60, 16, 16) and set(cells.unique().tolist()) <= {0.0, 1.0}
+    seen = np.flatnonzero(ep.agent_visible >= 0.99)
+    hidden = np.flatnonzero(ep.agent_visible == 0)
+    assert len(seen) > 10
+    for t in seen:
+        x, y = ep.agent_xy[t]
+        assert cells[t, int(y) // 4, int(x) // 4] == 1.0, t
+        assert 4 <= cells[t].sum() <= 25, (t, cells[t].sum())  # the sprite's 2-3 cells a side plus the margin
+    for t in hidden:
+        assert cells[t].sum() == 0, t
+    now, before = torch.zeros(1, 2, 4, 4), torch.zeros(1, 2, 4, 4)
+    now[0, 1, 2, 2], before[0, 1, 0, 0] = 1.0, 1.0
+    w = agent_weights(now, before, 9.0)
+    assert w.shape == (1, 1, 2, 4, 4)
+    assert w[0, 0, 1, 2, 2] == 10.0 and w[0, 0, 1, 0, 0] == 10.0 and w.sum() == 32 + 2 * 9.0
+    assert agent_weights(now, before, 0.0) == 1.0
+
+
 @pytest.mark.parametrize("wl", ["mg2", "wma"])
 def test_change_weight_trains_and_is_checked(bank, tmp_path, wl):
     p = tiny_world_mg2() if wl == "mg2" else tiny_world_wma()
     cfg = TrainConfig(workload=wl, preset=p, out=tmp_path / "w.pt", ckpt=tmp_path / "w.ckpt", steps=2, batch=2,
-                      change_weight=4.0, sigma_min=0.5,
+                      change_weight=4.0, sigma_min=0.5, agent_weight=10.0,
                       device="cpu", eval_cases=0, progress=False, log_every=1, episodes=3, episode_frames=40,
                       resume=False)
     meta = train(cfg.check(), bank=bank)
     assert meta["change_weight"] == 4.0 and meta["sigma_min"] == 0.5 and meta["steps"] == 2
-    for bad in (-1.0, True, "2"):
-        with pytest.raises(ValueError, match=r"change_weight=.* allowed values: a number in \[0, 100\]"):
-            TrainConfig(workload=wl, preset=p, out=tmp_path / "w.pt", steps=1, change_weight=bad).check()
+    assert meta["agent_weight"] == 10.0
+    for name in ("change_weight", "agent_weight"):
+        for bad in (-1.0, True, "2", 101):
+            with pytest.raises(ValueError, match=name + r"=.* allowed values: a number in \[0, 100\]"):
+                TrainConfig(workload=wl, preset=p, out=tmp_path / "w.pt", steps=1, **{name: bad}).check()
     for bad in (0.0, 1.5, None):
         with pytest.raises(ValueError, match=r"sigma_min=.* allowed values: a number in \(0, 1\]"):
             TrainConfig(workload=wl, preset=p, out=tmp_path / "w.pt", steps=1, sigma_min=bad).check()
@@ -345,14 +376,20 @@ def test_change_weight_and_sigma_min_reach_the_loss(bank, wl):
     pipe = _pipe(wl)
     batch = None
     losses = {}
-    for opts in ({}, {"change_weight": 4.0}, {"sigma_min": 1.0}):  # 1.0: every draw clamped (mg2 sigmas skew high)
+    # sigma_min 1.0: every draw clamped (mg2 sigmas skew high)
+    for opts in ({}, {"change_weight": 4.0}, {"sigma_min": 1.0}, {"agent_weight": 20.0}):
         obj = workloads.get(wl).training_objective(pipe, bank, **opts)
         if batch is None:
             batch = obj.sample_batch(torch.Generator().manual_seed(0), 2)
+            from wmbook.train.objectives import agent_cells
+
+            assert agent_cells(batch["frames"], 4).sum() > 0  # the agent is in the batch, so its weight can act
         with torch.no_grad():
             loss, _ = obj.loss(batch, torch.Generator().manual_seed(1), **({"j": 1} if wl == "mg2" else {}))
         losses[tuple(opts)] = float(loss)
-    assert losses[("change_weight",)] != losses[()] and losses[("sigma_min",)] != losses[()], losses
+    for opt in ("change_weight", "sigma_min", "agent_weight"):
+        assert losses[(opt,)] != losses[()], (opt, losses)
+    assert losses[("agent_weight",)] > losses[()]  # weights >= 1 everywhere, > 1 on the agent's cells
 
 
 def test_decision_fraction_sets_the_share_of_decision_passes(bank, tmp_path):

@@ -27,14 +27,14 @@ COLUMNS = [
     "timestamp", "run_id", "notebook", "workload", "preset", "variant",
     "metric", "value", "unit", "median", "p20", "p80", "p95", "n", "warmup", "repeats",
     "params", "device_name", "device_kind", "torch", "triton", "cuda", "python",
-    "diffusers", "transformers", "numpy", "git_commit", "hostname",
+    "diffusers", "transformers", "numpy", "git_commit", "hostname", "host_cpu",
 ]  # fmt: skip
 
 # read back as text so commits like "0123456" and JSON params survive untouched
 STRING_COLUMNS = [
     "timestamp", "run_id", "notebook", "workload", "preset", "variant", "unit", "params",
     "device_name", "device_kind", "torch", "triton", "cuda", "python", "diffusers", "transformers", "numpy",
-    "git_commit", "hostname",
+    "git_commit", "hostname", "host_cpu",
 ]  # fmt: skip
 
 # the libraries whose numerics the results depend on besides torch (README: Supported versions)
@@ -95,6 +95,9 @@ def _static_metadata() -> dict:
         **library_versions(),
         "git_commit": git_commit(),
         "hostname": socket.gethostname(),
+        # the host's CPU model and cores: a launch-bound GPU row (the small world models, eager loops) runs at the
+        # host's single-thread speed, so the same code and GPU model can differ by 2x between lent machines
+        "host_cpu": f"{_cpu_name()} x{os.cpu_count() or 0}",
     }
 
 

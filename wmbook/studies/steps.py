@@ -435,6 +435,67 @@ def result_rows(sweep: Sweep) -> list[dict]:
     return rows
 
 
+EQUAL_WORK_TOLERANCE = 1.15  # points of equal work whose times differ by more than this: the run says so
+
+
+def _equal_work(items, higher_is_better: bool) -> dict | None:
+    """items: (work key, forwards, label, median) per point -> the widest time ratio within a key (equal_work_spread)."""
+    groups: dict = {}
+    for key, fw, label, med in items:
+        groups.setdefault(key, []).append((fw, label, float(med)))
+    worst = None
+    for rs in groups.values():
+        if len(rs) < 2:
+            continue
+        rs = sorted(rs, key=lambda x: x[2], reverse=higher_is_better)  # fastest first (FPS up, s per iteration down)
+        (fw, fl, fm), (_, sl, sm) = rs[0], rs[-1]
+        ratio = fm / sm if higher_is_better else sm / fm
+        if worst is None or ratio > worst["ratio"]:
+            worst = {"ratio": ratio, "forwards": fw, "fast": (fl, fm), "slow": (sl, sm)}
+    return worst
+
+
+def equal_work_spread(sweep: Sweep) -> dict | None:
+    """The largest time ratio between two points that do the same work: the same denoiser forwards (and, for the
+    UNet, the same steps in each pass), so only the solvers' own arithmetic differs, which is tiny next to a forward.
+    Their times should agree; how far they do not is the run's timing noise at the scale of whole points (a
+    launch-bound small model on a busy or slow host), a yardstick for the speedups between points.
+    None when no two points do equal work. Else {"ratio", "forwards", "fast": (label, median), "slow": ...}."""
+    items = [((r.forwards, r.point.steps if r.point.shift is None else None), r.forwards, r.point.label,
+              r.metric.median) for r in sweep.results]
+    return _equal_work(items, sweep.axis.higher_is_better)
+
+
+def equal_work_spread_rows(points: pd.DataFrame) -> dict | None:
+    """equal_work_spread from a stored run's point rows (metric fps or iteration_s, `params` holding the point's
+    forwards and sampling keywords): what the published block and the index say of a run."""
+    items = []
+    # the median of the timed runs; a row stored without timing stats carries its value only
+    med = pd.to_numeric(points["median"], errors="coerce").fillna(pd.to_numeric(points["value"], errors="coerce"))
+    points = points.assign(median=med)
+    for _, r in points.iterrows():
+        p = json.loads(r["params"]) if r["params"] else {}
+        smp = p.get("sampling") or {}
+        passes = (smp.get("decision_steps"), smp.get("world_steps")) if "world_steps" in smp else None
+        items.append(((p.get("forwards"), passes), p.get("forwards"), r["variant"].removeprefix("steps:"),
+                      r["median"]))
+    if not items:
+        return None
+    return _equal_work(items, higher_is_better=points["metric"].iloc[0] == "fps")
+
+
+def timing_noise_note(eq: dict | None, unit: str) -> str:
+    """The sentence a run with equal-work points further apart than EQUAL_WORK_TOLERANCE gets ('' otherwise)."""
+    if eq is None or eq["ratio"] <= EQUAL_WORK_TOLERANCE:
+        return ""
+    return (f"**Timing noise:** points doing the same work ({eq['forwards']} forwards) should take about the same "
+            f"time, yet `{eq['fast'][0]}` ran at {eq['fast'][1]:.3g} {unit} and `{eq['slow'][0]}` at "
+            f"{eq['slow'][1]:.3g} {unit}, {eq['ratio']:.2f}x apart: the host's timing noise at the scale of whole "
+            f"points, or a solver's own per-step overhead (its scheduler's host work), which this run cannot tell "
+            f"apart. Either way, speedups (the knees' included) closer than {eq['ratio']:.2f}x are not resolved by "
+            f"this run; more `repeats`, or a quieter host, would say which.")
+
+
 def interpret(sweep: Sweep) -> str:
     """Sentences computed from the measured numbers."""
     cfg, ax, ref = sweep.cfg, sweep.axis, sweep.reference
@@ -481,6 +542,9 @@ def interpret(sweep: Sweep) -> str:
         lines += _vs_fp32_eager(sweep, dev)
     lines.append("Only the number of denoiser forwards changes between points at equal solver: time scales with it "
                  "(the decode and conditioning do not), so a point's speedup is at most the ratio of forwards.")
+    noise = timing_noise_note(equal_work_spread(sweep), ax.unit)
+    if noise:
+        lines.append(noise)
     return "\n\n".join(lines)
 
 

@@ -30,6 +30,10 @@ def main(argv=None) -> int:
     ap.add_argument("--change-weight", type=float, default=0.0,
                     help="extra loss weight on latent positions that change between frames (the agent, the panned "
                          "edges): weight 1 + this x change / mean change; 0: plain MSE")
+    ap.add_argument("--agent-weight", type=float, default=0.0,
+                    help="extra loss weight on the latent cells where the agent is or was (its magenta in the "
+                         "rendered frames): weight 1 + this there, 1 elsewhere, not normalised per sample as "
+                         "--change-weight is; 0: off")
     ap.add_argument("--sigma-min", type=float, default=0.05,
                     help="noise-level floor of the x0 losses' 1 / sigma^2 weight (larger: nearly clean draws weigh "
                          "less, min-SNR style)")
@@ -55,7 +59,8 @@ def main(argv=None) -> int:
     cfg = TrainConfig(workload=a.workload, preset=preset, out=out, minutes=a.minutes, steps=a.steps, batch=a.batch,
                       lr=a.lr, warmup=a.warmup, data_seed=a.data_seed, seed=a.seed, episodes=a.episodes,
                       episode_frames=a.episode_frames, workers=a.workers, device=a.device, ckpt_every=a.ckpt_every,
-                      log_every=a.log_every, ema=a.ema, change_weight=a.change_weight, sigma_min=a.sigma_min,
+                      log_every=a.log_every, ema=a.ema, change_weight=a.change_weight, agent_weight=a.agent_weight,
+                      sigma_min=a.sigma_min,
                       decision_fraction=a.decision_fraction,
                       resume=not a.no_resume, compile=a.compile, eval_cases=a.eval_cases, init_weights=a.init_weights,
                       ckpt=a.ckpt, progress=not a.quiet, command="python -m wmbook.train " + " ".join(

@@ -52,6 +52,7 @@ class TrainConfig:
     log_every: int = 25
     ema: float = 0.999
     change_weight: float = 0.0  # extra loss weight on latent positions that change between frames (objectives.py)
+    agent_weight: float = 0.0  # extra loss weight on the latent cells where the agent is or was (objectives.py)
     sigma_min: float = 0.05  # the x0 losses' noise-level floor: their weight 1 / sigma^2 is capped at 1 / sigma_min^2
     decision_fraction: float = DEFAULT_DECISION_FRACTION  # workloads with a decision pass (wma): the share of samples trained as one
     resume: bool = True
@@ -104,9 +105,10 @@ class TrainConfig:
         v = self.sigma_min
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
             raise ValueError(f"sigma_min={v!r} is not allowed; allowed values: a number in (0, 1]")
-        v = self.change_weight
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 100:
-            raise ValueError(f"change_weight={v!r} is not allowed; allowed values: a number in [0, 100]")
+        for name in ("change_weight", "agent_weight"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 100:
+                raise ValueError(f"{name}={v!r} is not allowed; allowed values: a number in [0, 100]")
         v = self.decision_fraction
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
             raise ValueError(f"decision_fraction={v!r} is not allowed; allowed values: a number in [0, 1]")
@@ -166,7 +168,7 @@ def build_training(cfg: TrainConfig, device: torch.device, bank=None):
     wl = workloads.get(cfg.workload)
     if cfg.compile != "none":
         compile_for_training(wl, pipe, cfg.compile)
-    options = dict(change_weight=cfg.change_weight, sigma_min=cfg.sigma_min)
+    options = dict(change_weight=cfg.change_weight, sigma_min=cfg.sigma_min, agent_weight=cfg.agent_weight)
     if "decision_pass" in wl.features:
         options["decision_fraction"] = cfg.decision_fraction
     obj = wl.training_objective(pipe, bank, **options)
@@ -221,10 +223,10 @@ def train(cfg: TrainConfig, bank=None) -> dict:
     loss_csv = cfg.out.with_suffix(".loss.csv")
     if cfg.resume and cfg.ckpt.is_file():
         ck = torch.load(cfg.ckpt, map_location=dev, weights_only=True)
-        same = {k: ck["config"].get(k, {"change_weight": 0.0, "sigma_min": 0.05,
+        same = {k: ck["config"].get(k, {"change_weight": 0.0, "agent_weight": 0.0, "sigma_min": 0.05,
                                         "decision_fraction": DEFAULT_DECISION_FRACTION}.get(k))
                 for k in ("workload", "preset", "data_seed", "seed", "episodes", "episode_frames", "batch",
-                          "change_weight", "sigma_min", "decision_fraction", "init_weights")}
+                          "change_weight", "agent_weight", "sigma_min", "decision_fraction", "init_weights")}
         want = {k: getattr(cfg, k) for k in same}
         want["preset"] = pipe.preset.name
         want["init_weights"] = None if cfg.init_weights is None else str(cfg.init_weights)
@@ -311,7 +313,7 @@ def train(cfg: TrainConfig, bank=None) -> dict:
         "preset": pipe.preset.name, "workload": cfg.workload, "git_commit": git_commit(), "data_seed": cfg.data_seed,
         "frame_stride": getattr(pipe.preset, "frame_stride", 1),
         "seed": cfg.seed, "episodes": cfg.episodes, "episode_frames": cfg.episode_frames, "batch": cfg.batch,
-        "lr": cfg.lr, "ema": cfg.ema, "change_weight": cfg.change_weight,
+        "lr": cfg.lr, "ema": cfg.ema, "change_weight": cfg.change_weight, "agent_weight": cfg.agent_weight,
         "decision_fraction": cfg.decision_fraction, "compile": cfg.compile,
         "sigma_min": cfg.sigma_min, "steps": step, "train_minutes": round(elapsed / 60, 3),
         "compile_seconds": round(compile_s, 1),

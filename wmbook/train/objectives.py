@@ -48,6 +48,33 @@ def change_weights(x0: torch.Tensor, prev: torch.Tensor, strength: float) -> tor
     return 1.0 + strength * d / d.mean(dim=(2, 3, 4), keepdim=True).clamp(min=1e-6)
 
 
+def agent_cells(frames_u8: torch.Tensor, spatial: int) -> torch.Tensor:
+    """float [B, T, H/spatial, W/spatial]: 1 at the latent cells that hold any of the agent's pixels in uint8 frames
+    [B, T, H, W, 3] (wmbook.world.env.agent_colour), and at the cells around them (one cell of margin: the sprite's
+    dark rim and a latent cell's receptive field), 0 elsewhere."""
+    from ..world.env import agent_colour
+
+    f = frames_u8.to(torch.int16)
+    m = agent_colour(f[..., 0], f[..., 1], f[..., 2]).float()  # [B, T, H, W]
+    b, t = m.shape[:2]
+    m = F.max_pool2d(m.flatten(0, 1)[:, None], spatial)
+    m = F.max_pool2d(m, 3, stride=1, padding=1)
+    return m.view(b, t, *m.shape[-2:])
+
+
+def agent_weights(now: torch.Tensor, before: torch.Tensor, strength: float) -> torch.Tensor | float:
+    """Per-position loss weights [B, 1, F, h, w] from agent_cells of each target latent frame (`now`, [B, F, h, w])
+    and of the frame before it (`before`): 1 + strength where the agent is or was (the change has to draw it at the
+    new place and erase it at the old one), 1 elsewhere. Unlike change_weights it is not normalised per sample: the
+    agent's cells (about 8% of a world frame's, margin and old place included) get a fixed emphasis whether or not
+    the view pans, and every other cell keeps weight 1 (change_weights, normalised by the sample's mean change,
+    spreads its weight over every textured cell a pan moves: data/weights/README.md, run n). strength 0: the plain
+    MSE (returns 1.0)."""
+    if not strength:
+        return 1.0
+    return 1.0 + strength * torch.maximum(now, before)[:, None]
+
+
 def window_frames(p) -> int:
     """Rendered frames one training sample spans at preset p: 1 + 4(F - 1) (causal DiT, F latent frames of
     default_blocks blocks) or n_obs + frames frames `frame_stride` apart (WMA): (n_obs + frames - 1) stride + 1."""
@@ -71,11 +98,11 @@ class Mg2Objective:
     SIGMA_MIN = 0.05  # x-prediction: the flow loss's 1 / sigma^2 weight is capped at 1 / SIGMA_MIN^2
 
     def __init__(self, pipe, bank: EpisodeBank, blocks: int | None = None, change_weight: float = 0.0,
-                 sigma_min: float | None = None):
+                 sigma_min: float | None = None, agent_weight: float = 0.0):
         from ..models.vae import pixel_frames_for
 
         p = pipe.preset
-        self.change_weight = change_weight
+        self.change_weight, self.agent_weight = change_weight, agent_weight
         if sigma_min is not None:
             self.SIGMA_MIN = sigma_min
         self.pipe, self.bank, self.p = pipe, bank, p
@@ -140,6 +167,11 @@ class Mg2Objective:
             if self.change_weight:  # each target frame's previous latent frame (block 0's first: itself)
                 prev = z[:, :, j * k - 1:n - 1] if j else torch.cat([z[:, :, :1], z[:, :, :n - 1]], dim=2)
                 w = w * change_weights(x0, prev, self.change_weight)
+            if self.agent_weight:  # latent frame i >= 1 spans pixel frames 4i - 3 .. 4i (the causal VAE's grouping)
+                cells = agent_cells(batch["frames"], p.codec_spatial)
+                lat = torch.cat([cells[:, :1], cells[:, 1:].unflatten(1, (-1, 4)).amax(dim=2)], dim=1)
+                before = lat[:, j * k - 1:n - 1] if j else torch.cat([lat[:, :1], lat[:, :n - 1]], dim=1)
+                w = w * agent_weights(lat[:, j * k:n], before, self.agent_weight)
             x0_err = (out - x0) ** 2
             loss = (w * x0_err).mean()
             return loss, {"flow_mse": loss.detach(), "x0_mse": x0_err.mean().detach()}
@@ -155,12 +187,12 @@ class WMAObjective:
     # floor, `--sigma-min`, caps the weight of the nearly clean draws lower: min-SNR weighting, Hang et al. 2023)
 
     def __init__(self, pipe, bank: EpisodeBank, change_weight: float = 0.0, sigma_min: float | None = None,
-                 decision_fraction: float = 0.5):
+                 decision_fraction: float = 0.5, agent_weight: float = 0.0):
         from ..pipelines.ddim import DEFAULT_INSTRUCTION, dynamic_rescale, head_scheduler, video_scheduler
 
         p = pipe.preset
         self.pipe, self.bank, self.p = pipe, bank, p
-        self.change_weight = change_weight
+        self.change_weight, self.agent_weight = change_weight, agent_weight
         if sigma_min is not None:
             self.SIGMA_MIN = sigma_min
         if not 0 <= decision_fraction <= 1:
@@ -258,6 +290,9 @@ class WMAObjective:
             if self.change_weight:  # each future frame's previous frame: the last observed one, then the future ones
                 prev = torch.cat([cond_latent[:, :, :1].float(), x0[:, :, :-1]], dim=2)
                 w = w * change_weights(x0, prev, self.change_weight)
+            if self.agent_weight:  # each future frame's cells, and its previous frame's (the last observed one first)
+                cells = agent_cells(batch["frames"], p.codec_spatial)
+                w = w * agent_weights(cells[:, n_obs:], cells[:, n_obs - 1:-1], self.agent_weight)
             v_loss = (w * x0_err).mean()
             extra["x0_mse"] = x0_err.mean().detach()
         else:

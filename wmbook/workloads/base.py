@@ -162,7 +162,7 @@ class Workload:
 
     def training_objective(self, pipe, bank, **options):
         """The wmbook.train objective of this workload's world model on a trainable `pipe` and an EpisodeBank
-        (options: change_weight, sigma_min; wmbook.train.objectives)."""
+        (options: change_weight, agent_weight, sigma_min; wmbook.train.objectives)."""
         raise NotImplementedError(f"workload {self.name!r} has no world model")
 
     def reference_pipeline(self, preset, device: torch.device, seed: int = 0):

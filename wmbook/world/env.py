@@ -258,11 +258,16 @@ def render_episode(seed: int, num_frames: int = 49) -> Episode:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def agent_mask(frames: np.ndarray) -> np.ndarray:
-    """bool [..., H, W]: pixels whose colour is close to the agent's magenta (red and blue high, green low)."""
-    f = np.asarray(frames).astype(np.int16)
-    r, g, b = f[..., 0], f[..., 1], f[..., 2]
+def agent_colour(r, g, b):
+    """The agent's magenta (red and blue high, green low) on signed channel values (numpy int16 arrays or torch
+    int16 tensors alike): one rule for the detector here and the training objectives' agent weighting."""
     return (r - g > 110) & (b - g > 100) & (r > 140) & (b > 130)
+
+
+def agent_mask(frames: np.ndarray) -> np.ndarray:
+    """bool [..., H, W]: pixels whose colour is close to the agent's magenta (agent_colour)."""
+    f = np.asarray(frames).astype(np.int16)
+    return agent_colour(f[..., 0], f[..., 1], f[..., 2])
 
 
 def locate_agent(frames: np.ndarray, min_pixels: int = 3) -> np.ndarray:
