@@ -229,6 +229,18 @@ def test_notebook_03_points():
                                                     "renoise [1000,500] shift 3"]
 
 
+def test_sweep_rounds_run_the_points_in_a_seeded_shuffle_after_the_first():
+    """Round 0 runs the points as listed; each later round a shuffle of them, the same for the same seed and round,
+    so that a point's place in the round shows as spread, not as a bias."""
+    from wmbook.studies.steps import round_order
+
+    assert round_order(20, 0, seed=3) == list(range(20))
+    later = [round_order(20, rep, seed=3) for rep in (1, 2)]
+    assert all(sorted(o) == list(range(20)) for o in later)
+    assert later[0] != list(range(20)) and later[0] != later[1]
+    assert later[0] == round_order(20, 1, seed=3) and later[0] != round_order(20, 1, seed=4)
+
+
 def test_notebook_03_study_without_ground_truth(tmp_path, monkeypatch):
     """Tiny presets have random weights: the quality section skips with the reason (whether or not wmbook.world.eval
     exists yet), the knee uses the deviation budget, rows carry the sampling keywords."""

@@ -198,12 +198,22 @@ class Sweep:
         return self.reference.quality is not None
 
 
+def round_order(n: int, rep: int, seed: int = 0) -> list[int]:
+    """The order of the points in round `rep` of a sweep: as listed in round 0, a seeded shuffle in later rounds."""
+    order = list(range(n))
+    if rep:
+        np.random.default_rng([seed, rep]).shuffle(order)
+    return order
+
+
 @torch.no_grad()
 def run_sweep(cfg: RunConfig, pipe, inputs, progress: bool = True) -> Sweep:
     """Warm-up (`warmup` untimed runs of the full-step reference; every point runs the same shapes), then `repeats`
     rounds over all points, one timed run of each point per round (device events; round-robin, so a drift of the
-    machine's speed spreads over every point instead of favouring the last ones). A seeded run repeats its outputs
-    exactly: the first round's are kept, each checked finite. Then each point's deviation from the full-step run."""
+    machine's speed spreads over every point instead of favouring the last ones), the points in the listed order in
+    the first round and in a seeded shuffle of it in each later one, so that an effect of a point's place in the round
+    shows as its spread rather than as a bias of one point. A seeded run repeats its outputs exactly: the first
+    round's are kept, each checked finite. Then each point's deviation from the full-step run."""
     ax = axis(cfg)
     pts = points(cfg)
     for _ in tqdm(range(cfg.warmup), desc="warm-up", leave=False, disable=_quiet(progress)):
@@ -211,7 +221,8 @@ def run_sweep(cfg: RunConfig, pipe, inputs, progress: bool = True) -> Sweep:
     runs: dict[int, list[SampleRun]] = {i: [] for i in range(len(pts))}
     with tqdm(total=len(pts) * cfg.repeats, desc="sweep points x repeats", disable=_quiet(progress)) as bar:
         for rep in range(cfg.repeats):
-            for i, p in enumerate(pts):
+            for i in round_order(len(pts), rep, cfg.seed):
+                p = pts[i]
                 r = ax.run(pipe, inputs, p)
                 if rep == 0:
                     require_finite({"frames": r.frames, "actions": r.actions}, f"{p.label} ({cfg.preset.name})")
