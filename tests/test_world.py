@@ -289,12 +289,19 @@ def test_world_steps_eval_tool_scores_each_step_count(tmp_path):
     pipe = wweights.build_world_pipeline("wma", "world-wma", device="cpu", dtype="fp32", weights=False)
     path = wweights.save_weights(pipe, "wma", tmp_path / "w.pt")
     out = tmp_path / "scores.csv"
-    assert tool.main([str(path), "--seeds", "1", "--steps", "1,2", "--eta", "0", "--out", str(out)]) == 0
+    choice = tmp_path / "choice"
+    assert tool.main([str(path), "--seeds", "1", "--steps", "1,2", "--eta", "0", "--out", str(out),
+                      "--choose", str(choice)]) == 0
     import pandas as pd
 
     df = pd.read_csv(out)
     assert list(df["prediction"]) == ["copy-last", "ddim 1, eta 0", "ddim 2, eta 0"] and set(df["seed"]) == {1}
     assert df["psnr"].notna().all() and (df["psnr"] > 0).all()
+    # --choose writes the rule's choice ('' when no count passes)
+    from wmbook.world.eval import choose_steps
+
+    want = choose_steps(df.to_dict("records"))["chosen"]
+    assert choice.read_text() == ("" if want is None else str(want))
 
 
 def test_world_action_sensitivity_tool(tmp_path):
@@ -353,3 +360,30 @@ def test_world_wma_samples_at_its_sample_steps_unless_told():
     assert seen[0]["ddim_steps"] == 5 and seen[1]["ddim_steps"] == 50 and "ddim_steps" not in seen[2]
     with pytest.raises(ValueError, match="sample_steps=-1 is not allowed"):
         dataclasses.replace(WMA_PRESETS["world-wma"], sample_steps=-1)
+
+
+def test_choose_steps_takes_the_fewest_steps_passing_psnr_ssim_and_agent():
+    """The step-count rule (tools/world_steps_eval.py --choose): the fewest DDIM steps whose mean PSNR and SSIM beat
+    copy-last's and whose agent error is at most half of copy-last's; none when no count passes (runs m and n of
+    data/weights/runs: each misses one of the three)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from wmbook.world.eval import choose_steps
+
+    def rows(pred, psnr, ssim, err):
+        return [{"prediction": pred, "seed": s, "psnr": psnr + d, "ssim": ssim, "agent_err_px": err + d,
+                 "agent_found": 1.0} for s, d in ((0, -0.5), (1, 0.5))]
+
+    base = rows("copy-last", 16.0, 0.27, 12.0)
+    cands = rows("ddim 1", 19.0, 0.30, 7.0) + rows("ddim 2", 18.5, 0.29, 6.0) + rows("ddim 5", 18.0, 0.28, 5.0)
+    pick = choose_steps(base + cands)
+    assert pick["chosen"] == 2 and pick["passing"] == ["ddim 2", "ddim 5"]  # 1 step: 7 px > half of 12
+    assert choose_steps(base + rows("ddim 1", 19.0, 0.26, 2.0))["chosen"] is None  # SSIM below copy-last's
+    assert choose_steps(base + rows("ddim 3, eta 0", 17.0, 0.28, 6.0))["chosen"] == 3  # the boundary: 6 = 12 / 2
+    with pytest.raises(ValueError, match="copy-last"):
+        choose_steps(cands)
+    runs = Path(__file__).resolve().parents[1] / "data" / "weights" / "runs"
+    for run in ("2026-11-27-h100-m", "2026-11-28-h100-n"):
+        assert choose_steps(pd.read_csv(runs / run / "steps-select.csv").to_dict("records"))["chosen"] is None, run

@@ -4,6 +4,9 @@ SSIM, the agent's position error). Fewer steps return closer to the model's mean
 (data/weights/README.md); choose a step count on episodes other than the held-out ones before a shipping decision.
 
     PYTHONPATH=$PWD python3 tools/world_steps_eval.py reports/train/world-wma.pt --seeds 0,1,2,3 --steps 1,2,5,10,50
+
+With --choose FILE (on the selection episodes, 8-15) it applies the shipping rule, wmbook.world.eval.choose_steps,
+and writes the chosen step count to FILE (empty when none passes); score the held-out episodes (0-7) at that count.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -24,6 +26,9 @@ def main(argv=None) -> int:
     ap.add_argument("--eta", type=float, default=None, help="DDIM eta (default: the preset's)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda (the prediction's device)")
     ap.add_argument("--out", default=None, help="CSV path")
+    ap.add_argument("--choose", default=None, metavar="FILE",
+                    help="selection episodes: apply the step-count rule (wmbook.world.eval.choose_steps) and write the "
+                         "chosen count to FILE (empty when no count passes), for the held-out scoring that follows")
     a = ap.parse_args(argv)
     from wmbook.world.eval import int_option
 
@@ -50,12 +55,15 @@ def main(argv=None) -> int:
             rows.append({"prediction": f"ddim {n}" + (f", eta {a.eta:g}" if a.eta is not None else ""), "seed": sd,
                          **ev.score(video, case)})
     df = pd.DataFrame(rows)
-    cols = [c for c in ("psnr", "ssim", "agent_err_px", "agent_found") if c in df]
-    table = df.groupby("prediction", sort=False)[cols].agg(lambda v: float(np.nanmean(v)))
     print(f"{a.weights}: held-out episodes {seeds}")
-    print(table.to_string(float_format=lambda v: f"{v:.3f}"))
+    print(ev.summarize(rows).to_string(float_format=lambda v: f"{v:.3f}"))
     if a.out:
         df.to_csv(a.out, index=False)
+    if a.choose:
+        pick = ev.choose_steps(rows)
+        print(f"rule: {pick['rule']}; passing: {pick['passing'] or 'none'}; chosen: {pick['chosen']}")
+        with open(a.choose, "w") as f:
+            f.write("" if pick["chosen"] is None else str(pick["chosen"]))
     return 0
 
 

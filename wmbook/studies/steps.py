@@ -486,6 +486,8 @@ def equal_work_spread_rows(points: pd.DataFrame) -> dict | None:
     points = points.assign(median=med)
     for _, r in points.iterrows():
         p = json.loads(r["params"]) if r["params"] else {}
+        if p.get("forwards") is None:  # a row that does not say its work is compared with none
+            continue
         smp = p.get("sampling") or {}
         passes = (smp.get("decision_steps"), smp.get("world_steps")) if "world_steps" in smp else None
         items.append(((p.get("forwards"), passes), p.get("forwards"), r["variant"].removeprefix("steps:"),

@@ -29,8 +29,8 @@ import torch
 from .env import locate_agent, render_episode
 from .weights import is_world_preset
 
-__all__ = ["Case", "HELDOUT_BASE", "copy_last", "heldout_case", "heldout_episode", "int_option", "is_world_preset",
-           "predict", "psnr", "score", "ssim"]
+__all__ = ["Case", "HELDOUT_BASE", "choose_steps", "copy_last", "heldout_case", "heldout_episode", "int_option",
+           "is_world_preset", "predict", "psnr", "score", "ssim", "summarize"]
 
 HELDOUT_BASE = 10**9
 
@@ -177,3 +177,39 @@ def score(pred, case: Case) -> dict:
     return {"psnr": float(np.mean(np.minimum(p, 100.0))), "ssim": float(np.mean(ssim(pred, case.target))),
             "agent_err_px": float(err[vis].mean()) if vis.any() else float("nan"),
             "agent_found": float(found[vis].mean()) if vis.any() else float("nan"), "frames": int(pred.shape[0])}
+
+
+SCORE_COLUMNS = ("psnr", "ssim", "agent_err_px", "agent_found")
+STEPS_RULE = ("the fewest DDIM steps whose mean PSNR and SSIM beat copy-last's and whose mean agent error is at most "
+              "half of copy-last's, on the selection episodes")
+
+
+def summarize(rows) -> "pd.DataFrame":
+    """Per-episode score rows (`prediction`, `seed` and score()'s keys; tools/world_steps_eval.py) -> one row per
+    prediction, in first-seen order: the mean over episodes of each score (NaN-skipping: an episode without a
+    visible agent has no agent error)."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    cols = [c for c in SCORE_COLUMNS if c in df]
+    return df.groupby("prediction", sort=False)[cols].agg(lambda v: float(np.nanmean(v)))
+
+
+def choose_steps(rows) -> dict:
+    """The sampling step count a world-wma model ships with, chosen on selection episodes (never the held-out ones)
+    by STEPS_RULE: {"chosen": the step count or None, "rule", "table" (summarize), "passing": labels}. The
+    predictions are labelled 'ddim N' (with ', eta E' when an eta was given) beside a 'copy-last' row."""
+    import re
+
+    table = summarize(rows)
+    if "copy-last" not in table.index:
+        raise ValueError("rows have no 'copy-last' prediction to compare with")
+    base = table.loc["copy-last"]
+    passing = []
+    for label, r in table.iterrows():
+        m = re.fullmatch(r"ddim (\d+)(, eta .*)?", str(label))
+        if m and r["psnr"] > base["psnr"] and r["ssim"] > base["ssim"] and r["agent_err_px"] <= base["agent_err_px"] / 2:
+            passing.append((int(m.group(1)), label))
+    passing.sort()
+    return {"chosen": passing[0][0] if passing else None, "rule": STEPS_RULE, "table": table,
+            "passing": [lab for _, lab in passing]}
