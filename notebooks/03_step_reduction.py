@@ -40,11 +40,13 @@
 # With random weights, the deviation is **solver error, not image quality**. The trained world presets (`world-mg2`,
 # `world-wma`: small models of the same code trained on `wmbook.world`, README) predict x0 directly (`world-wma`: x0
 # minus the last observed frame, the change the actions cause), and `world-wma` samples without the dynamic rescale (it would cost even a perfect model 6-11 dB at 10-5 steps, which this notebook
-# would then blame on the step count).
+# would then blame on the step count). They run on their shipped weights; `weights` points a run at another weights
+# file of the preset (a model just trained, before it ships), and the results rows record that file and its SHA-256.
 
 # %% tags=["parameters"]
 workload = "mg2"       # mg2 (causal DiT + KV cache) | wma (video UNet + DDIM)
 preset = "auto"        # auto: tiny/tiny-wma on CPU, mg2-universal/wma on GPU; a trained world preset adds ground truth
+weights = "auto"       # trained world presets: auto (the shipped weights) | the path of another weights .pt of it
 device = "auto"        # auto | cpu | cuda
 dtype = "auto"         # auto: bf16 on GPU, fp32 on CPU (base none; a base stack sets its own)
 vae_dtype = "auto"     # auto: the workload's rule
@@ -76,7 +78,7 @@ from wmbook.studies import steps as study
 
 wd.setup()
 
-cfg = study.validate(workload=workload, preset=preset, device=device, dtype=dtype, vae_dtype=vae_dtype,
+cfg = study.validate(workload=workload, preset=preset, weights=weights, device=device, dtype=dtype, vae_dtype=vae_dtype,
                      solvers=solvers, sampling_steps=sampling_steps, shifts=shifts, split_passes=split_passes,
                      eta=eta, blocks=blocks, quality_budget_db=quality_budget_db, agent_budget_px=agent_budget_px,
                      deviation_budget_db=deviation_budget_db, quality_cases=quality_cases, base=base,

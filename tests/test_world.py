@@ -387,3 +387,42 @@ def test_choose_steps_takes_the_fewest_steps_passing_psnr_ssim_and_agent():
     runs = Path(__file__).resolve().parents[1] / "data" / "weights" / "runs"
     for run in ("2026-11-27-h100-m", "2026-11-28-h100-n"):
         assert choose_steps(pd.read_csv(runs / run / "steps-select.csv").to_dict("records"))["chosen"] is None, run
+
+
+def test_notebook_03_runs_a_world_preset_on_another_weights_file(tmp_path, monkeypatch):
+    """notebook 03's `weights`: a trained world preset on another weights file of it (a run just trained): the
+    pipeline loads that file, the run's params record it with its SHA-256 and training commit; a missing file, a file
+    of another preset and a random-weights preset are refused at validation, naming the parameter. (The world presets
+    are GPU presets of the notebooks; marked tiny here so that the CPU validates them.)"""
+    import hashlib
+
+    from wmbook import workloads
+    from wmbook.params import ParameterError
+    from wmbook.studies import steps
+
+    wl = workloads.get("wma")
+    monkeypatch.setitem(wl.presets, "world-wma", wl.presets["world-wma"].with_(tiny=True))
+
+    pipe = wweights.build_world_pipeline("wma", "world-wma", device="cpu", dtype="fp32", weights=False)
+    path = wweights.save_weights(pipe, "wma", tmp_path / "w.pt", {"git_commit": "abc1234"})
+    kw = dict(workload="wma", device="cpu", solvers="ddim", sampling_steps="2", split_passes=False,
+              results_path=str(tmp_path / "r.csv"))
+    cfg = steps.validate(preset="world-wma", weights=str(path), **kw)
+    assert cfg.preset.name == "world-wma" and cfg.preset.weights == str(path.resolve())
+    rec = str(cfg.params()["weights"])
+    assert hashlib.sha256(path.read_bytes()).hexdigest()[:16] in rec and "abc1234" in rec
+    built, _ = steps.build(cfg)
+    saved = wweights.read_weights(path)["model"]
+    name, want = next((k, v) for k, v in saved.items() if v.is_floating_point() and v.numel() > 100)
+    assert torch.equal(built.model.state_dict()[name].to(want.dtype), want)
+    shipped = steps.validate(preset="world-wma", **kw)  # auto: the shipped file
+    assert shipped.preset.weights == "world-wma.pt" and "weights" not in shipped.params() or \
+        shipped.params()["weights"] is None
+    with pytest.raises(ParameterError, match=r"weights='nope.pt' is not allowed .*allowed values: 'auto'"):
+        steps.validate(preset="world-wma", weights="nope.pt", **kw)
+    with pytest.raises(ParameterError, match="applies to the trained world presets only"):
+        steps.validate(preset="tiny-wma", weights=str(path), **kw)
+    mg2 = wweights.save_weights(wweights.build_world_pipeline("mg2", "world-mg2", device="cpu", dtype="fp32",
+                                                              weights=False), "mg2", tmp_path / "m.pt")
+    with pytest.raises(ParameterError, match="holds mg2/world-mg2 weights"):
+        steps.validate(preset="world-wma", weights=str(mg2), **kw)

@@ -161,6 +161,50 @@ def _vae_dtype(v, ctx):
 
 DEVICE = Param("device", "auto", _device, "auto | cpu | cuda | cuda:N")
 PRESET = Param("preset", "auto", _preset, "auto: the workload's tiny preset on a CPU, its real one on a GPU")
+
+
+@dataclass(frozen=True)
+class WeightsFile:
+    """A world-weights file a run uses in place of its preset's shipped one (the `weights` parameter): where it is,
+    its SHA-256 and the commit it was trained at (from its provenance JSON), what a results row records of it."""
+
+    path: Path
+    sha256: str
+    git_commit: str | None
+
+    def __str__(self) -> str:
+        return f"{self.path} (sha256 {self.sha256[:16]}, trained at {self.git_commit or 'an unknown commit'})"
+
+
+def _weights(v, ctx):
+    if v == "auto":
+        return None
+    import hashlib
+    import json
+
+    from .world.weights import is_world_preset, read_weights, workload_of
+
+    preset, wl = ctx["preset"], ctx["workload"]
+    if not is_world_preset(preset):
+        raise ParameterError(f"weights={v!r} applies to the trained world presets only; preset {preset.name!r} has "
+                             f"random weights: leave it at 'auto'")
+    path = Path(v).expanduser().resolve()
+    try:
+        state = read_weights(path)
+    except (FileNotFoundError, ValueError) as e:
+        raise ParameterError(f"weights={v!r} is not allowed ({e}); allowed values: 'auto' (the shipped weights) or "
+                             f"the path of a world-weights .pt file of preset {preset.name!r}") from None
+    if state.get("preset") != preset.name or state.get("workload") != workload_of(preset):
+        raise ParameterError(f"weights={v!r} holds {state.get('workload')}/{state.get('preset')} weights; allowed "
+                             f"values: 'auto' or a world-weights .pt file of preset {preset.name!r} (workload "
+                             f"{wl.name!r})")
+    meta = path.with_name(path.name + ".json")
+    commit = json.loads(meta.read_text()).get("git_commit") if meta.is_file() else None
+    return WeightsFile(path, hashlib.sha256(path.read_bytes()).hexdigest(), commit)
+
+
+WEIGHTS = Param("weights", "auto", _weights, "trained world presets: auto: the shipped data/weights/<preset>.pt | the "
+                "path of another world-weights .pt of the preset (e.g. a run just trained), recorded with its sha256")
 DTYPE = Param("dtype", "auto", _dtype, "auto: bf16 on a GPU, fp32 on a CPU | fp32 | bf16 | fp16")
 VAE_DTYPE = Param("vae_dtype", "auto", _vae_dtype, "auto: the workload's rule | fp32 | bf16 | fp16")
 WARMUP = Param("warmup", 1, integer(0), "untimed runs before timing")

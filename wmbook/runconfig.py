@@ -177,6 +177,8 @@ def validate(spec: NotebookSpec, **values) -> RunConfig:
         ctx[name] = _checked(p, given[name], ctx)
     ctx.pop("_name", None)
     preset, dev = ctx["preset"], ctx["device"]
+    if ctx.get("weights") is not None:  # a world preset run on another weights file than the shipped one
+        preset = preset.with_(weights=str(ctx["weights"].path))
     out = ctx.get("output_dir", "auto")
     out = Path(out) if out != "auto" else paths.artifacts_dir(spec.name, preset.name, dev.type)
     rp = ctx.get("results_path", "auto")

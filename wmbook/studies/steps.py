@@ -33,8 +33,8 @@ from tqdm.auto import tqdm
 from .. import results as results_store
 from ..bench import Samples
 from ..check import compare, require_finite
-from ..params import (DEVICE, DTYPE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, VAE_DTYPE, WARMUP, Param,
-                      ParameterError, boolean, integer, name_list, number)
+from ..params import (DEVICE, DTYPE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, VAE_DTYPE, WARMUP, WEIGHTS,
+                      Param, ParameterError, boolean, integer, name_list, number)
 from ..pipelines.solvers import SampleRun, StepPoint
 from ..presets import dtype_name
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
@@ -100,7 +100,7 @@ def _cross_check(cfg: RunConfig) -> None:
 
 
 SPEC = NotebookSpec(NOTEBOOK, (
-    WORKLOAD, PRESET, DEVICE, DTYPE, VAE_DTYPE,
+    WORKLOAD, PRESET, WEIGHTS, DEVICE, DTYPE, VAE_DTYPE,
     Param("solvers", "auto", _solvers, "auto: every solver of the workload (wma: ddim, dpmsolver++, unipc; mg2: "
           "renoise, euler, unipc); or a comma-separated subset"),
     Param("sampling_steps", "auto", _steps, "auto: the workload's grid (wma: DDIM 50,30,20,16,10,5 and 20,10,5 for "
@@ -283,8 +283,10 @@ def quality(cfg: RunConfig, pipe, sweep: Sweep, progress: bool = True) -> str:
         for r in tqdm(sweep.results, desc="quality", disable=_quiet(progress)):
             scores = [weval.score(weval.predict(cfg.workload, pipe, c, **ax.kwargs(r.point)), c) for c in cases]
             r.quality = {k: float(np.mean([s[k] for s in scores])) for k in scores[0]}
+        w = cfg.options.get("weights")
         sweep.quality_note = (f"Quality against ground truth: {len(cases)} held-out episode(s) of `{cfg.preset.name}` "
-                              f"(seeds {cfg.seed + 1000}...), mean per point.")
+                              f"(seeds {cfg.seed + 1000}...), mean per point"
+                              + (f", with the weights `{w}`, not the shipped file." if w is not None else "."))
     return sweep.quality_note
 
 
