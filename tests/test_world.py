@@ -420,6 +420,8 @@ def test_notebook_03_runs_a_world_preset_on_another_weights_file(tmp_path, monke
         shipped.params()["weights"] is None
     with pytest.raises(ParameterError, match=r"weights='nope.pt' is not allowed .*allowed values: 'auto'"):
         steps.validate(preset="world-wma", weights="nope.pt", **kw)
+    with pytest.raises(ParameterError, match=r"weights=3 is not allowed; allowed values: 'auto' or the path"):
+        steps.validate(preset="world-wma", weights=3, **kw)
     with pytest.raises(ParameterError, match="applies to the trained world presets only"):
         steps.validate(preset="tiny-wma", weights=str(path), **kw)
     mg2 = wweights.save_weights(wweights.build_world_pipeline("mg2", "world-mg2", device="cpu", dtype="fp32",

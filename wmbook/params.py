@@ -179,6 +179,8 @@ class WeightsFile:
 def _weights(v, ctx):
     if v == "auto":
         return None
+    if not isinstance(v, (str, Path)) or not str(v):
+        raise _err("weights", v, "'auto' or the path of a world-weights .pt file")
     import hashlib
     import json
 
