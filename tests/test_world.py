@@ -416,8 +416,7 @@ def test_notebook_03_runs_a_world_preset_on_another_weights_file(tmp_path, monke
     name, want = next((k, v) for k, v in saved.items() if v.is_floating_point() and v.numel() > 100)
     assert torch.equal(built.model.state_dict()[name].to(want.dtype), want)
     shipped = steps.validate(preset="world-wma", **kw)  # auto: the shipped file
-    assert shipped.preset.weights == "world-wma.pt" and "weights" not in shipped.params() or \
-        shipped.params()["weights"] is None
+    assert shipped.preset.weights == "world-wma.pt" and shipped.params()["weights"] is None
     with pytest.raises(ParameterError, match=r"weights='nope.pt' is not allowed .*allowed values: 'auto'"):
         steps.validate(preset="world-wma", weights="nope.pt", **kw)
     with pytest.raises(ParameterError, match=r"weights=3 is not allowed; allowed values: 'auto' or the path"):

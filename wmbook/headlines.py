@@ -193,8 +193,7 @@ def _headline_03(r: pd.DataFrame) -> dict:
         out[f"fastest knee ({best['variant'].removeprefix('knee:')})"] = _num(best["value"], "{:.2f}x")
     from .studies.steps import EQUAL_WORK_TOLERANCE, equal_work_spread_rows
 
-    pts = r[~r["variant"].str.startswith("knee:") & r["metric"].isin(("fps", "iteration_s"))]
-    eq = equal_work_spread_rows(pts) if len(pts) else None
+    eq = equal_work_spread_rows(r)
     if eq is not None and eq["ratio"] > EQUAL_WORK_TOLERANCE:
         out["timing noise"] = (f"equal-work points {eq['ratio']:.2f}x apart: speedups closer than that are not "
                                f"resolved")

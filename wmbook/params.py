@@ -184,22 +184,18 @@ def _weights(v, ctx):
     import hashlib
     import json
 
-    from .world.weights import is_world_preset, read_weights, workload_of
+    from .world.weights import check_weights_file, is_world_preset, workload_of
 
-    preset, wl = ctx["preset"], ctx["workload"]
+    preset = ctx["preset"]
     if not is_world_preset(preset):
         raise ParameterError(f"weights={v!r} applies to the trained world presets only; preset {preset.name!r} has "
                              f"random weights: leave it at 'auto'")
     path = Path(v).expanduser().resolve()
     try:
-        state = read_weights(path)
+        check_weights_file(path, preset.name, workload_of(preset))
     except (FileNotFoundError, ValueError) as e:
         raise ParameterError(f"weights={v!r} is not allowed ({e}); allowed values: 'auto' (the shipped weights) or "
                              f"the path of a world-weights .pt file of preset {preset.name!r}") from None
-    if state.get("preset") != preset.name or state.get("workload") != workload_of(preset):
-        raise ParameterError(f"weights={v!r} holds {state.get('workload')}/{state.get('preset')} weights; allowed "
-                             f"values: 'auto' or a world-weights .pt file of preset {preset.name!r} (workload "
-                             f"{wl.name!r})")
     meta = path.with_name(path.name + ".json")
     commit = json.loads(meta.read_text()).get("git_commit") if meta.is_file() else None
     return WeightsFile(path, hashlib.sha256(path.read_bytes()).hexdigest(), commit)

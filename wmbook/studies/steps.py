@@ -479,9 +479,12 @@ def equal_work_spread(sweep: Sweep) -> dict | None:
     return _equal_work(items, sweep.axis.higher_is_better)
 
 
-def equal_work_spread_rows(points: pd.DataFrame) -> dict | None:
-    """equal_work_spread from a stored run's point rows (metric fps or iteration_s, `params` holding the point's
-    forwards and sampling keywords): what the published block and the index say of a run."""
+def equal_work_spread_rows(rows: pd.DataFrame) -> dict | None:
+    """equal_work_spread from a stored run's rows (its point rows are used: metric fps or iteration_s, not a knee,
+    `params` holding the point's forwards and sampling keywords): what the published block and the index say."""
+    points = rows[~rows["variant"].str.startswith("knee:") & rows["metric"].isin(("fps", "iteration_s"))]
+    if not len(points):
+        return None
     items = []
     # the median of the timed runs; a row stored without timing stats carries its value only
     med = pd.to_numeric(points["median"], errors="coerce").fillna(pd.to_numeric(points["value"], errors="coerce"))

@@ -125,18 +125,15 @@ class TrainConfig:
             ALL_PRESETS[self.preset] if isinstance(self.preset, str) else self.preset))
         self.ckpt = Path(self.ckpt) if self.ckpt is not None else REPORTS_DIR / "train" / f"{self.out.stem}.ckpt"
         if self.init_weights is not None:
-            from ..world.weights import read_weights
+            from ..world.weights import check_weights_file
 
             self.init_weights = Path(self.init_weights)
             name = self.preset if isinstance(self.preset, str) else self.preset.name
             try:
-                state = read_weights(self.init_weights)
+                check_weights_file(self.init_weights, name, self.workload)
             except (FileNotFoundError, ValueError) as e:
                 raise ValueError(f"init_weights={str(self.init_weights)!r} is not allowed ({e}); allowed values: a "
                                  f"world-weights .pt file of preset {name!r}") from None
-            if state["preset"] != name or state["workload"] != self.workload:
-                raise ValueError(f"init_weights={str(self.init_weights)!r} holds {state['workload']}/{state['preset']} "
-                                 f"weights; allowed values: a world-weights .pt file of preset {name!r}")
         resolve_device(self.device)
         return self
 

@@ -114,6 +114,15 @@ def read_weights(path) -> dict:
     return state
 
 
+def check_weights_file(path, preset_name: str, workload: str) -> dict:
+    """read_weights(path) for a world preset: ValueError (FileNotFoundError when missing) saying why when the file is
+    not there, not a world-weights file, or holds another preset's weights. The callers name their parameter."""
+    state = read_weights(path)
+    if state.get("preset") != preset_name or state.get("workload") != workload:
+        raise ValueError(f"it holds {state.get('workload')}/{state.get('preset')} weights")
+    return state
+
+
 def load_weights(pipe, workload: str, path=None) -> dict:
     """Load a weights file into a pipeline of a world preset, strictly (keys, shapes, preset name); returns the
     file's content. path=None: the preset's shipped file (FileNotFoundError naming it when missing)."""
