@@ -229,6 +229,24 @@ def test_notebook_03_points():
                                                     "renoise [1000,500] shift 3"]
 
 
+def test_wma_default_grid_adds_a_trained_presets_shipped_count():
+    """The wma grid is DDIM 50/30/20/16/10/5 (20/10/5 for the multistep solvers); a trained preset's shipped count
+    (world-wma's sample_steps, 2) joins every curve and each pass alone, so the sweep shows where its weights ship;
+    a preset without one (wma) keeps the grid."""
+    from wmbook.pipelines.solvers import UNetStepAxis
+    from wmbook.presets import ALL_PRESETS
+
+    ax = UNetStepAxis()
+    assert ax.default_counts(ALL_PRESETS["wma"], "ddim") == [50, 30, 20, 16, 10, 5]
+    assert ax.default_counts(ALL_PRESETS["wma"], "unipc") == [20, 10, 5]
+    world = ALL_PRESETS["world-wma"]
+    assert world.sample_steps == 2
+    assert ax.default_counts(world, "ddim") == [50, 30, 20, 16, 10, 5, 2]
+    assert ax.default_counts(world, "dpmsolver++") == [20, 10, 5, 2]
+    labels = [p.label for p in ax.points(world, ("ddim",), None, None, split=True)]
+    assert {"ddim 2+2", "ddim 2+50", "ddim 50+2"} <= set(labels) and len(labels) == len(set(labels))
+
+
 def test_sweep_rounds_run_the_points_in_a_seeded_shuffle_after_the_first():
     """Round 0 runs the points as listed; each later round a shuffle of them, the same for the same seed and round,
     so that a point's place in the round shows as spread, not as a bias."""
@@ -325,6 +343,9 @@ def test_notebook_03_study_without_ground_truth(tmp_path, monkeypatch):
     kt = steps.knee_table(sw).set_index("curve")  # 6 forwards: 29 dB; 2 forwards: 27 dB (loss 2 dB <= 2.5)
     assert kt.loc["ddim", "knee"] == "ddim 1+1" and kt.loc["ddim", "PSNR loss (dB)"] == pytest.approx(2.0)
     assert "psnr_gt" in {r["metric"] for r in steps.result_rows(sw)}
+    assert sw.weights_sha256 is None and "weights_sha256" not in results.params_of(steps.result_rows(sw)[0])
+    sw.weights_sha256 = "ab" * 32  # a world preset's weights file: every row says which
+    assert {results.params_of(r)["weights_sha256"] for r in steps.result_rows(sw)} == {"ab" * 32}
     sw.cfg = cfg2.replace(options=dict(cfg2.options) | {"agent_budget_px": 0.5})  # the agent error counts too
     fake.score = lambda pred, case: {"psnr": 29.0, "ssim": 0.5, "agent_err_px": 1.0 if pred in ("copy", 6) else 2.0}
     steps.quality(sw.cfg, pipe, sw, progress=False)
@@ -350,3 +371,48 @@ def test_world_preset_without_weights_is_refused_at_validation(tmp_path, monkeyp
         weights.weights_path(preset).write_bytes(b"")
         workloads.get(wl_name).check_config(cfg)  # present: no error here (the loader checks the content)
     workloads.get("mg2").check_config(SimpleNamespace(preset=ALL_PRESETS["tiny"]))  # other presets: nothing to check
+
+
+def test_weights_note_says_when_quality_rows_are_not_of_the_shipped_weights():
+    """A world preset's notebook-03 rows record the SHA-256 of the weights they scored; the published block and the
+    index say so when that is not the file shipped now. Rows from before the record count as the shipped file of
+    their commit (git), and as unknown where git cannot say; random-weight presets get no note."""
+    import subprocess
+
+    import pandas as pd
+
+    from wmbook import results
+    from wmbook.paths import REPO_ROOT
+    from wmbook.presets import ALL_PRESETS
+    from wmbook.studies.steps import weights_note
+    from wmbook.world.weights import file_sha256, weights_path
+
+    shipped = file_sha256(weights_path(ALL_PRESETS["world-wma"]))
+
+    def rows(preset="world-wma", commit="", **params):
+        return pd.DataFrame([results.make_row(notebook="03_step_reduction", workload="wma", preset=preset,
+                                              variant="steps:ddim 2+2", metric=m, unit="dB", value=1.0,
+                                              params=params) | {"git_commit": commit}
+                             for m in ("iteration_s", "psnr_gt")])
+
+    assert weights_note(rows(weights_sha256=shipped)) == ""
+    note = weights_note(rows(weights_sha256="ab" * 32))
+    assert "sha256 abababababababab" in note and f"sha256 {shipped[:16]}" in note and "world-wma" in note
+    assert "do not say which weights" in weights_note(rows())  # no record, no commit
+    assert "do not say" in weights_note(rows(weights="/x/w.pt (sha256 12, trained at c)"))  # another file, unrecorded
+    assert weights_note(rows(preset="wma")) == "" and weights_note(rows()[:1]) == ""  # random weights; no quality
+    try:
+        last = subprocess.run(["git", "log", "-1", "--format=%H", "--", "data/weights/world-wma.pt"], cwd=REPO_ROOT,
+                              capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+        clean = subprocess.run(["git", "diff", "--quiet", last, "--", "data/weights/world-wma.pt"],
+                               cwd=REPO_ROOT, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        last, clean = "", False
+    if not (last and clean):
+        pytest.skip("no git history of data/weights/world-wma.pt here (or it is modified): the commit lookup is "
+                    "not checked")
+    assert weights_note(rows(commit=last)) == ""  # the file shipped at that commit is the one shipped now
+    before = subprocess.run(["git", "log", "-1", "--format=%H", f"{last}~1", "--", "data/weights/world-wma.pt"],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+    if before:
+        assert f"the file shipped at {before[:7]}" in weights_note(rows(commit=before))

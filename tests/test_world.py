@@ -238,10 +238,10 @@ def test_heldout_case_needs_a_world_sized_preset():
 
 @pytest.mark.parametrize("wl, preset", [("mg2", "world-mg2"), ("wma", "world-wma")])
 def test_shipped_weights_load_strict_and_beat_copy_last(one_thread, wl, preset):
-    """The weights under data/weights/ (trained on the H100, `python -m wmbook.train`) load strictly into their
-    preset's pipeline and predict a held-out episode better than repeating its last frame by PSNR, and by SSIM where
-    their provenance JSON claims it (world-wma's does not: its samples stay under copy-last's SSIM); the JSON records
-    the same comparison over 8 held-out episodes at the preset's sampling steps. A preset whose weights are not
+    """The weights under data/weights/ (trained on an H100 or H200, `python -m wmbook.train`) load strictly into
+    their preset's pipeline and predict a held-out episode better than repeating its last frame by PSNR, and by SSIM
+    where their provenance JSON claims it (both shipped files do since world-wma's run o); the JSON records the same
+    comparison over 8 held-out episodes at the preset's sampling steps. A preset whose weights are not
     shipped yet is skipped (data/weights/README.md says which runs did not beat copy-last)."""
     import json
 
@@ -251,6 +251,8 @@ def test_shipped_weights_load_strict_and_beat_copy_last(one_thread, wl, preset):
         pytest.skip(f"{path} is not shipped (no trained {preset} beat copy-last yet)")
     meta = json.loads(path.with_name(path.name + ".json").read_text())
     assert meta["eval"]["model"]["psnr"] > meta["eval"]["copy_last"]["psnr"]
+    if getattr(presets[preset], "sample_steps", 0):  # scored at the count the pipeline samples with
+        assert meta["eval"]["ddim_steps"] == meta["sampling_steps"]["chosen"] == presets[preset].sample_steps
     pipe = wweights.build_world_pipeline(wl, presets[preset], device="cpu")  # strict load inside
     case = weval.heldout_case(wl, pipe, 0)
     model = weval.score(weval.predict(wl, pipe, case), case)
@@ -332,7 +334,7 @@ def test_world_action_sensitivity_tool(tmp_path):
 
 
 def test_world_wma_samples_at_its_sample_steps_unless_told():
-    """world-wma's shipped weights are scored at `sample_steps` (5) DDIM steps a pass: the world evaluation uses it
+    """world-wma's shipped weights are scored at `sample_steps` (2) DDIM steps a pass: the world evaluation uses it
     when no step count is given, a given one wins (notebook 03's sweep passes each pass's count), and a bad value is
     refused naming the field."""
     import dataclasses
@@ -356,8 +358,8 @@ def test_world_wma_samples_at_its_sample_steps_unless_told():
     for kw in ({}, {"ddim_steps": 50}, {"decision_steps": 2, "world_steps": 3}):
         with pytest.raises(Stop):
             workloads.get("wma").world_predict(Pipe(), case, **kw)
-    assert WMA_PRESETS["world-wma"].sample_steps == 5 and WMA_PRESETS["world-wma"].default_steps == 50
-    assert seen[0]["ddim_steps"] == 5 and seen[1]["ddim_steps"] == 50 and "ddim_steps" not in seen[2]
+    assert WMA_PRESETS["world-wma"].sample_steps == 2 and WMA_PRESETS["world-wma"].default_steps == 50
+    assert seen[0]["ddim_steps"] == 2 and seen[1]["ddim_steps"] == 50 and "ddim_steps" not in seen[2]
     with pytest.raises(ValueError, match="sample_steps=-1 is not allowed"):
         dataclasses.replace(WMA_PRESETS["world-wma"], sample_steps=-1)
 
@@ -385,8 +387,10 @@ def test_choose_steps_takes_the_fewest_steps_passing_psnr_ssim_and_agent():
     with pytest.raises(ValueError, match="copy-last"):
         choose_steps(cands)
     runs = Path(__file__).resolve().parents[1] / "data" / "weights" / "runs"
-    for run in ("2026-11-27-h100-m", "2026-11-28-h100-n"):
+    for run in ("2026-11-27-h100-m", "2026-11-28-h100-n", "2026-11-28-h200-p"):
         assert choose_steps(pd.read_csv(runs / run / "steps-select.csv").to_dict("records"))["chosen"] is None, run
+    shipped = choose_steps(pd.read_csv(runs / "2026-11-28-h200-o" / "steps-select.csv").to_dict("records"))
+    assert shipped["chosen"] == WMA_PRESETS["world-wma"].sample_steps == 2  # run o ships at its rule's count
 
 
 def test_notebook_03_runs_a_world_preset_on_another_weights_file(tmp_path, monkeypatch):
@@ -417,6 +421,12 @@ def test_notebook_03_runs_a_world_preset_on_another_weights_file(tmp_path, monke
     assert torch.equal(built.model.state_dict()[name].to(want.dtype), want)
     shipped = steps.validate(preset="world-wma", **kw)  # auto: the shipped file
     assert shipped.preset.weights == "world-wma.pt" and shipped.params()["weights"] is None
+    # the quality section records the SHA-256 of the file it scored, the shipped one too (it changes between runs)
+    for c, f in ((cfg, path), (shipped, wweights.weights_path(shipped.preset))):
+        sw = steps.Sweep(cfg=c.replace(options=dict(c.options) | {"quality_cases": 1}), reference=None, results=[])
+        steps.quality(sw.cfg, built, sw, progress=False)
+        assert sw.weights_sha256 == hashlib.sha256(f.read_bytes()).hexdigest()
+    assert sw.weights_sha256[:16] in sw.quality_note
     with pytest.raises(ParameterError, match=r"weights='nope.pt' is not allowed .*allowed values: 'auto'"):
         steps.validate(preset="world-wma", weights="nope.pt", **kw)
     with pytest.raises(ParameterError, match=r"weights=3 is not allowed; allowed values: 'auto' or the path"):

@@ -191,12 +191,14 @@ def _headline_03(r: pd.DataFrame) -> dict:
            f"{_num(first['value'], '{:.2f}x')}, {_val(r, 'knee_forwards', '{:.0f}', first['variant'])} forwards"}
     if best["variant"] != first["variant"]:
         out[f"fastest knee ({best['variant'].removeprefix('knee:')})"] = _num(best["value"], "{:.2f}x")
-    from .studies.steps import EQUAL_WORK_TOLERANCE, equal_work_spread_rows
+    from .studies.steps import EQUAL_WORK_TOLERANCE, equal_work_spread_rows, weights_note
 
     eq = equal_work_spread_rows(r)
     if eq is not None and eq["ratio"] > EQUAL_WORK_TOLERANCE:
         out["timing noise"] = (f"equal-work points {eq['ratio']:.2f}x apart: speedups closer than that are not "
                                f"resolved")
+    if weights_note(r):
+        out["weights"] = "quality columns not of the weights shipped now (see the report's note)"
     return out
 
 

@@ -181,10 +181,9 @@ def _weights(v, ctx):
         return None
     if not isinstance(v, (str, Path)) or not str(v):
         raise _err("weights", v, "'auto' or the path of a world-weights .pt file")
-    import hashlib
     import json
 
-    from .world.weights import check_weights_file, is_world_preset, workload_of
+    from .world.weights import check_weights_file, file_sha256, is_world_preset, workload_of
 
     preset = ctx["preset"]
     if not is_world_preset(preset):
@@ -198,7 +197,7 @@ def _weights(v, ctx):
                              f"the path of a world-weights .pt file of preset {preset.name!r}") from None
     meta = path.with_name(path.name + ".json")
     commit = json.loads(meta.read_text()).get("git_commit") if meta.is_file() else None
-    return WeightsFile(path, hashlib.sha256(path.read_bytes()).hexdigest(), commit)
+    return WeightsFile(path, file_sha256(path), commit)
 
 
 WEIGHTS = Param("weights", "auto", _weights, "trained world presets: auto: the shipped data/weights/<preset>.pt | the "

@@ -359,11 +359,12 @@ WMA_PRESETS["world-wma"] = WorldWMAPreset(
     # on scale(t_last) x0 (a perfect model: 42.1 dB at 50 steps, 36.1 at 10, 30.8 at 5 on held-out seed 0), a
     # contrast loss notebook 03 would book as step-count error, and DPM-Solver++ / UniPC cannot apply it
     use_dynamic_rescale=False,
-    # the shipped weights (run m) are scored with 5 DDIM steps a pass: chosen on the selection episodes 8-15 as the
-    # fewest of 1, 2, 5, 10, 50 whose agent error is at most half of copy-last's with PSNR above it; with more steps
-    # the samples carry grain (PSNR and SSIM fall), with fewer the agent blurs (data/weights/README.md). The
-    # reference sampler (notebook 03's full-step run) keeps default_steps = 50
-    sample_steps=5,
+    # the shipped weights (run o) are scored with 2 DDIM steps a pass: chosen on the selection episodes 8-15 by
+    # wmbook.world.eval.choose_steps as the fewest of 1, 2, 5, 10, 50 whose PSNR and SSIM beat copy-last's and whose
+    # agent error is at most half of copy-last's (1 step blurs the agent; from 10 steps on the samples carry grain and
+    # PSNR and SSIM fall; data/weights/README.md). The reference sampler (notebook 03's full-step run) keeps
+    # default_steps = 50
+    sample_steps=2,
 )
 
 ALL_PRESETS: dict = {**PRESETS, **WMA_PRESETS}

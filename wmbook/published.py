@@ -180,11 +180,11 @@ def _step_reduction(df: pd.DataFrame) -> list[str]:
         parts.append(f"\n**03 · step reduction, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** ({_device(r)}; "
                      f"on the `{points['_base'].iloc[0]}` pipeline; {label} median (p20-p80); knee by {crit})\n")
         parts.append(_table(rows))
-        from .studies.steps import equal_work_spread_rows, timing_noise_note
+        from .studies.steps import equal_work_spread_rows, timing_noise_note, weights_note
 
-        noise = timing_noise_note(equal_work_spread_rows(points), points["unit"].iloc[0])
-        if noise:
-            parts.append("\n" + noise + "\n")
+        for note in (timing_noise_note(equal_work_spread_rows(points), points["unit"].iloc[0]), weights_note(r)):
+            if note:
+                parts.append("\n" + note + "\n")
         if knees:
             parts.append(f"\n**03 · knees, {r['preset'].iloc[0]}**\n")
             parts.append(_table(knees))

@@ -187,6 +187,7 @@ class Sweep:
     results: list[PointResult]
     quality_note: str = ""
     copy_last: dict | None = None  # the copy-last-frame baseline's quality
+    weights_sha256: str | None = None  # a trained world preset's weights file (shipped or `weights`)
     dtype: str = ""  # the pipeline's denoiser dtype (a base stack sets its own)
 
     @property
@@ -283,10 +284,15 @@ def quality(cfg: RunConfig, pipe, sweep: Sweep, progress: bool = True) -> str:
         for r in tqdm(sweep.results, desc="quality", disable=_quiet(progress)):
             scores = [weval.score(weval.predict(cfg.workload, pipe, c, **ax.kwargs(r.point)), c) for c in cases]
             r.quality = {k: float(np.mean([s[k] for s in scores])) for k in scores[0]}
+        from ..world.weights import file_sha256, is_world_preset, weights_path
+
         w = cfg.options.get("weights")
+        sweep.weights_sha256 = file_sha256(weights_path(cfg.preset)) if is_world_preset(cfg.preset) else None
         sweep.quality_note = (f"Quality against ground truth: {len(cases)} held-out episode(s) of `{cfg.preset.name}` "
                               f"(seeds {cfg.seed + 1000}...), mean per point"
-                              + (f", with the weights `{w}`, not the shipped file." if w is not None else "."))
+                              + (f", with the weights `{w}`, not the shipped file." if w is not None else
+                                 f", with the shipped weights (sha256 {sweep.weights_sha256[:16]})."
+                                 if sweep.weights_sha256 else "."))
     return sweep.quality_note
 
 
@@ -416,6 +422,8 @@ def result_rows(sweep: Sweep) -> list[dict]:
     tab = table(sweep)
     base = "+".join(cfg.options.base) if cfg.options.base else "eager"
     run_params = cfg.params() | {"dtype": sweep.dtype or dtype_name(cfg.dtype)}
+    if sweep.weights_sha256:  # which weights the quality columns are of (the shipped file changes between runs)
+        run_params["weights_sha256"] = sweep.weights_sha256
     common = dict(notebook=NOTEBOOK, workload=cfg.workload.name, preset=cfg.preset.name, warmup=cfg.warmup,
                   repeats=cfg.repeats)
     rows = []
@@ -512,6 +520,38 @@ def timing_noise_note(eq: dict | None, unit: str) -> str:
             f"points, or a solver's own per-step overhead (its scheduler's host work), which this run cannot tell "
             f"apart. Either way, speedups (the knees' included) closer than {eq['ratio']:.2f}x are not resolved by "
             f"this run; more `repeats`, or a quieter host, would say which.")
+
+
+def weights_note(rows: pd.DataFrame) -> str:
+    """For a trained world preset's rows with quality against ground truth: '' when they record the SHA-256 of the
+    weights shipped now; otherwise the sentence saying their quality columns are of other weights (rows from before
+    the SHA-256 was recorded, or a run on another file) and where the runs are listed."""
+    if not len(rows) or not (rows["metric"] == "psnr_gt").any():
+        return ""
+    from ..presets import ALL_PRESETS
+    from ..world.weights import file_sha256, is_world_preset, shipped_at, weights_path
+
+    preset = ALL_PRESETS.get(rows["preset"].iloc[0])
+    if preset is None or not is_world_preset(preset):
+        return ""
+    path = weights_path(preset)
+    shipped = file_sha256(path) if path.is_file() else None
+    shas = set()
+    for commit, sha, given in {(str(r["git_commit"]), p.get("weights_sha256"), p.get("weights") is not None)
+                               for _, r in rows.iterrows() for p in [results_store.params_of(r)]}:
+        if sha is None and not given:  # rows from before the record: the shipped file of their commit
+            same = shipped_at(preset, commit)
+            shas.add("now" if same else f"the file shipped at {commit[:7]}" if same is False else None)
+        else:
+            shas.add(None if sha is None else "now" if sha == shipped else f"sha256 {sha[:16]}")
+    if shas == {"now"}:
+        return ""
+    which = ", ".join(sorted(x for x in shas if x not in (None, "now")))
+    which = (f"were scored on other weights ({which})" if which else "do not say which weights they scored") + (
+        "; some rows do not say which" if which and None in shas else "")
+    return (f"**Other weights:** these rows' quality columns {which}, not the `{preset.name}` file shipped now "
+            f"({'sha256 ' + shipped[:16] if shipped else 'missing'}). `data/weights/README.md` lists each run and "
+            f"when it shipped.")
 
 
 def interpret(sweep: Sweep) -> str:
