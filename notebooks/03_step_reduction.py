@@ -22,7 +22,7 @@
 #
 # **How.** One pipeline, one set of seeded inputs, a sweep over the sampler (`wmbook.pipelines.solvers`):
 # - `wma`: the reference DDIM (v-prediction, zero-terminal-SNR betas, trailing timesteps, eta 1, DynamiCrafter's
-#   dynamic rescale) at 50/30/20/16/10/5 steps per pass (and a trained preset's shipped count: `world-wma` ships at 2),
+#   dynamic rescale) at 50/30/20/16/10/5 steps per pass (and a trained preset's shipped count, its `sample_steps`),
 #   against diffusers' DPM-Solver++ (2M) and UniPC configured like
 #   it (same betas, prediction type, trailing timesteps; they are ODE solvers: no eta, no dynamic rescale), and each
 #   pass alone (the decision pass at fewer steps with the world-model pass at full steps, and the other way round).

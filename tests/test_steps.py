@@ -344,6 +344,12 @@ def test_notebook_03_study_without_ground_truth(tmp_path, monkeypatch):
     assert kt.loc["ddim", "knee"] == "ddim 1+1" and kt.loc["ddim", "PSNR loss (dB)"] == pytest.approx(2.0)
     assert "psnr_gt" in {r["metric"] for r in steps.result_rows(sw)}
     assert sw.weights_sha256 is None and "weights_sha256" not in results.params_of(steps.result_rows(sw)[0])
+    assert "The weights ship at" not in steps.interpret(sw)  # tiny-wma has no shipped count
+    # a trained preset shipped at 1 step a pass (the fields tiny-wma has, and world-wma's sample_steps)
+    sw.cfg = cfg2.replace(preset=types.SimpleNamespace(**vars(cfg2.preset), sample_steps=1))
+    ship = next(x for x in steps.interpret(sw).split("\n\n") if x.startswith("The weights ship at"))
+    assert ship.startswith("The weights ship at `ddim 1+1` (`sample_steps` 1") and "x the full-step run's speed" in ship
+    sw.cfg = cfg2
     sw.weights_sha256 = "ab" * 32  # a world preset's weights file: every row says which
     assert {results.params_of(r)["weights_sha256"] for r in steps.result_rows(sw)} == {"ab" * 32}
     sw.cfg = cfg2.replace(options=dict(cfg2.options) | {"agent_budget_px": 0.5})  # the agent error counts too

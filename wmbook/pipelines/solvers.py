@@ -232,7 +232,7 @@ class UNetStepAxis(_StepAxis, solvers=WMA_SOLVERS, metric=("iteration_s", "s", F
         if full <= 5:  # tiny presets: every count down to 1
             return list(range(full, 0, -1))
         grid = self.REAL_DDIM if solver == "ddim" else self.REAL_SOLVER
-        # a trained preset's shipped count (world-wma: 2) is on every curve, so the sweep shows where it ships
+        # a trained preset's shipped count (world-wma's sample_steps) is on every curve: the sweep shows where it ships
         grid = (*grid, *((preset.sample_steps,) if 0 < getattr(preset, "sample_steps", 0) < full else ()))
         return sorted({full, *(c for c in grid if c < full)} if solver == "ddim" else
                       {c for c in grid if c <= full}, reverse=True)

@@ -594,6 +594,17 @@ def interpret(sweep: Sweep) -> str:
                   f"{ref.quality.get('agent_err_px', float('nan')):.1f} px"
                   f"{'' if cfg.options.agent_budget_px > 0 else '; not part of the budget'})")
         lines.append(s + ".")
+    shipped = getattr(cfg.preset, "sample_steps", 0)
+    if sweep.has_quality and shipped:
+        tab = table(sweep).set_index("point")
+        at = next((r for r in sweep.results if r.point.group == ax.solvers[0] and r.point.steps == (shipped, shipped)),
+                  None)
+        if at is not None:
+            t = tab.loc[at.point.label]
+            lines.append(f"The weights ship at `{at.point.label}` (`sample_steps` {shipped}, chosen before this run on "
+                         f"other episodes: data/weights/README.md): {t['PSNR vs truth (dB)']:.2f} dB PSNR, SSIM "
+                         f"{t['SSIM']:.3f} and agent error {t['agent error (px)']:.1f} px against the truth, "
+                         f"{t['speedup']:.2f}x the full-step run's speed.")
     if cfg.device.type == "cpu":
         lines.append("Times on a CPU at a tiny preset say nothing about a GPU; the GPU run is what counts.")
     else:
