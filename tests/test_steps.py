@@ -405,6 +405,9 @@ def test_weights_note_says_when_quality_rows_are_not_of_the_shipped_weights():
     note = weights_note(rows(weights_sha256="ab" * 32))
     assert "sha256 abababababababab" in note and f"sha256 {shipped[:16]}" in note and "world-wma" in note
     assert "do not say which weights" in weights_note(rows())  # no record, no commit
+    assert weights_note(rows(weights_sha256="ab" * 32), short=True) == (
+        "quality columns were scored on other weights (sha256 abababababababab), not the file shipped now")
+    assert weights_note(rows(weights_sha256=shipped), short=True) == ""
     assert "do not say" in weights_note(rows(weights="/x/w.pt (sha256 12, trained at c)"))  # another file, unrecorded
     assert weights_note(rows(preset="wma")) == "" and weights_note(rows()[:1]) == ""  # random weights; no quality
     try:

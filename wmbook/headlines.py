@@ -197,8 +197,7 @@ def _headline_03(r: pd.DataFrame) -> dict:
     if eq is not None and eq["ratio"] > EQUAL_WORK_TOLERANCE:
         out["timing noise"] = (f"equal-work points {eq['ratio']:.2f}x apart: speedups closer than that are not "
                                f"resolved")
-    if weights_note(r):
-        out["weights"] = "quality columns not of the weights shipped now (see the report's note)"
+    out["weights"] = weights_note(r, short=True)
     return out
 
 

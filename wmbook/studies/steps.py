@@ -522,10 +522,11 @@ def timing_noise_note(eq: dict | None, unit: str) -> str:
             f"this run; more `repeats`, or a quieter host, would say which.")
 
 
-def weights_note(rows: pd.DataFrame) -> str:
+def weights_note(rows: pd.DataFrame, short: bool = False) -> str:
     """For a trained world preset's rows with quality against ground truth: '' when they record the SHA-256 of the
     weights shipped now; otherwise the sentence saying their quality columns are of other weights (rows from before
-    the SHA-256 was recorded, or a run on another file) and where the runs are listed."""
+    the SHA-256 was recorded: the shipped file of their commit, via git; a run on another file) and where the runs are
+    listed. short=True: the clause alone (an index headline)."""
     if not len(rows) or not (rows["metric"] == "psnr_gt").any():
         return ""
     from ..presets import ALL_PRESETS
@@ -549,6 +550,8 @@ def weights_note(rows: pd.DataFrame) -> str:
     which = ", ".join(sorted(x for x in shas if x not in (None, "now")))
     which = (f"were scored on other weights ({which})" if which else "do not say which weights they scored") + (
         "; some rows do not say which" if which and None in shas else "")
+    if short:
+        return f"quality columns {which}, not the file shipped now"
     return (f"**Other weights:** these rows' quality columns {which}, not the `{preset.name}` file shipped now "
             f"({'sha256 ' + shipped[:16] if shipped else 'missing'}). `data/weights/README.md` lists each run and "
             f"when it shipped.")
