@@ -524,27 +524,21 @@ def timing_noise_note(eq: dict | None, unit: str) -> str:
 
 def weights_note(rows: pd.DataFrame, short: bool = False) -> str:
     """For a trained world preset's rows with quality against ground truth: '' when they record the SHA-256 of the
-    weights shipped now; otherwise the sentence saying their quality columns are of other weights (rows from before
-    the SHA-256 was recorded: the shipped file of their commit, via git; a run on another file) and where the runs are
-    listed. short=True: the clause alone (an index headline)."""
+    weights shipped now (`weights_sha256`; the stored rows from before it was recorded have it backfilled from git);
+    otherwise the sentence saying their quality columns are of other weights, or do not say which, and where the
+    runs are listed. short=True: the clause alone (an index headline)."""
     if not len(rows) or not (rows["metric"] == "psnr_gt").any():
         return ""
     from ..presets import ALL_PRESETS
-    from ..world.weights import file_sha256, is_world_preset, shipped_at, weights_path
+    from ..world.weights import file_sha256, is_world_preset, weights_path
 
     preset = ALL_PRESETS.get(rows["preset"].iloc[0])
     if preset is None or not is_world_preset(preset):
         return ""
     path = weights_path(preset)
     shipped = file_sha256(path) if path.is_file() else None
-    shas = set()
-    for commit, sha, given in {(str(r["git_commit"]), p.get("weights_sha256"), p.get("weights") is not None)
-                               for _, r in rows.iterrows() for p in [results_store.params_of(r)]}:
-        if sha is None and not given:  # rows from before the record: the shipped file of their commit
-            same = shipped_at(preset, commit)
-            shas.add("now" if same else f"the file shipped at {commit[:7]}" if same is False else None)
-        else:
-            shas.add(None if sha is None else "now" if sha == shipped else f"sha256 {sha[:16]}")
+    shas = {None if sha is None else "now" if sha == shipped else f"sha256 {sha[:16]}"
+            for sha in (results_store.params_of(r).get("weights_sha256") for _, r in rows.iterrows())}
     if shas == {"now"}:
         return ""
     which = ", ".join(sorted(x for x in shas if x not in (None, "now")))

@@ -121,29 +121,6 @@ def file_sha256(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def shipped_at(preset, commit: str) -> bool | None:
-    """Whether a world preset's weights file at git commit `commit` is the file shipped now (git blob ids); None
-    when git cannot say (no repository, an unknown commit, the file absent there). For results rows from before they
-    recorded the weights' SHA-256."""
-    import subprocess
-
-    from ..paths import REPO_ROOT
-
-    path = weights_path(preset)
-    commit = str(commit or "").removesuffix("+dirty")
-    if not commit or not path.is_file():
-        return None
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30,
-                              check=True).stdout.strip()
-
-    try:
-        return git("rev-parse", f"{commit}:{path.relative_to(REPO_ROOT).as_posix()}") == git("hash-object", str(path))
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
-
-
 def check_weights_file(path, preset_name: str, workload: str) -> dict:
     """read_weights(path) for a world preset: ValueError (FileNotFoundError when missing) saying why when the file is
     not there, not a world-weights file, or holds another preset's weights. The callers name their parameter."""
