@@ -387,7 +387,7 @@ def test_weights_note_says_when_quality_rows_are_not_of_the_shipped_weights():
 
     from wmbook import results
     from wmbook.presets import ALL_PRESETS
-    from wmbook.studies.steps import weights_note
+    from wmbook.studies.step_notes import weights_note
     from wmbook.world.weights import file_sha256, weights_path
 
     shipped = file_sha256(weights_path(ALL_PRESETS["world-wma"]))

@@ -191,7 +191,7 @@ def _headline_03(r: pd.DataFrame) -> dict:
            f"{_num(first['value'], '{:.2f}x')}, {_val(r, 'knee_forwards', '{:.0f}', first['variant'])} forwards"}
     if best["variant"] != first["variant"]:
         out[f"fastest knee ({best['variant'].removeprefix('knee:')})"] = _num(best["value"], "{:.2f}x")
-    from .studies.steps import EQUAL_WORK_TOLERANCE, equal_work_spread_rows, weights_note
+    from .studies.step_notes import EQUAL_WORK_TOLERANCE, equal_work_spread_rows, weights_note
 
     eq = equal_work_spread_rows(r)
     if eq is not None and eq["ratio"] > EQUAL_WORK_TOLERANCE:

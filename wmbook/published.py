@@ -180,7 +180,7 @@ def _step_reduction(df: pd.DataFrame) -> list[str]:
         parts.append(f"\n**03 · step reduction, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** ({_device(r)}; "
                      f"on the `{points['_base'].iloc[0]}` pipeline; {label} median (p20-p80); knee by {crit})\n")
         parts.append(_table(rows))
-        from .studies.steps import equal_work_spread_rows, timing_noise_note, weights_note
+        from .studies.step_notes import equal_work_spread_rows, timing_noise_note, weights_note
 
         for note in (timing_noise_note(equal_work_spread_rows(points), points["unit"].iloc[0]), weights_note(r)):
             if note:
