@@ -80,3 +80,22 @@ def test_queues_refuse_bad_use_and_a_gpu_they_were_not_asked_for(tmp_path):
     assert _queues("launch", "abc", root=tmp_path / "root", cwd=tree).returncode == 2
     no_gpu = _queues("launch", "abc", "true", root=tmp_path / "root", cwd=tree, env={"REQUIRE_GPU": "H100"})
     assert no_gpu.returncode == 5 and "not a H100" in no_gpu.stderr and not (tmp_path / "root" / "q0").exists()
+
+
+def test_queue_cpus_pins_each_queue_to_its_own_cores_and_bad_values_are_refused(tmp_path):
+    import os
+    tree, root, out = tmp_path / "tree", tmp_path / "root", tmp_path / "out"
+    tree.mkdir()
+    cores = os.cpu_count() or 1
+    n = 2 if cores >= 2 else 1
+    step = "mkdir -p {root}/n{i}a; grep Cpus_allowed_list /proc/self/status > {root}/n{i}a/cpus"
+    r = _queues("launch", "abc", *[step.format(root=root, i=i) for i in range(n)], root=root, cwd=tree,
+                env={"QUEUE_CPUS": "1"})
+    assert r.returncode == 0, r.stderr
+    assert _queues("wait", "30", str(out), root=root, cwd=tree).returncode == 0
+    for i in range(n):  # queue i on core i alone
+        assert (root / f"n{i}a" / "cpus").read_text().split() == ["Cpus_allowed_list:", str(i)]
+    for bad, why in (("0", "not allowed"), ("x", "not allowed"), (str(cores + 1), "needs")):
+        b = _queues("launch", "abc", "true", root=tmp_path / f"r{bad}", cwd=tree, env={"QUEUE_CPUS": bad})
+        assert b.returncode == 2 and f"QUEUE_CPUS={bad}" in b.stderr and why in b.stderr, b.stderr
+        assert not (tmp_path / f"r{bad}" / "q0").exists()

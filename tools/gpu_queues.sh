@@ -13,7 +13,10 @@
 #     bash tools/gpu_queues.sh wait 500 $OUT
 # Traces (*.json.gz), weights (*.pt) and per-iteration dumps stay on the machine.
 # Environment: GPU_QUEUES_ROOT (default /root), WHEELS (a folder of wheels installed with --no-deps before the launch,
-# left out of the snapshot), REQUIRE_GPU (launch aborts with exit 5 unless the first GPU's name contains it, e.g. H100).
+# left out of the snapshot), REQUIRE_GPU (launch aborts with exit 5 unless the first GPU's name contains it, e.g. H100),
+# QUEUE_CPUS (N: queue i runs on cores i*N .. i*N+N-1 only (taskset), so queues of one host do not take each other's
+# cores: a launch-bound timing in one queue is not slowed by another queue's compile workers, and each queue sees the
+# cores of a one-GPU machine of the same family, e.g. 16; torch and inductor size their threads from that set).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=${GPU_QUEUES_ROOT:-/root}
@@ -37,6 +40,17 @@ case "$cmd" in
     for q in "$root"/q*; do
       [ -f "$q/started" ] && [ ! -f "$q/done" ] && { echo "gpu_queues.sh: $q is still running" >&2; exit 2; }
     done
+    pin=()
+    if [ -n "${QUEUE_CPUS:-}" ]; then
+      case "$QUEUE_CPUS" in
+        *[!0-9]*|0) echo "gpu_queues.sh: QUEUE_CPUS=$QUEUE_CPUS is not allowed; allowed: a positive number of cores a queue" >&2; exit 2 ;;
+      esac
+      cores=$(nproc --all)
+      if [ $((QUEUE_CPUS * $#)) -gt "$cores" ]; then
+        echo "gpu_queues.sh: QUEUE_CPUS=$QUEUE_CPUS for $# queue(s) needs $((QUEUE_CPUS * $#)) cores; this host has $cores" >&2; exit 2
+      fi
+      command -v taskset > /dev/null || { echo "gpu_queues.sh: QUEUE_CPUS needs taskset (util-linux)" >&2; exit 2; }
+    fi
     rm -rf "$root/snap" && mkdir -p "$root/snap" || exit 1
     tar -C . ${WHEELS:+--exclude="./${WHEELS#./}"} -cf - . | tar -C "$root/snap" -xf - || exit 1
     cd "$root/snap" || exit 1
@@ -44,7 +58,8 @@ case "$cmd" in
     i=0
     for q in "$@"; do
       mapfile -t steps < <(printf '%s\n' "${q//;;/$'\n'}" | sed '/^[[:space:]]*$/d')
-      CUDA_VISIBLE_DEVICES=$i bash "$here/gpu_job.sh" start "$root/q$i" "${steps[@]}" || exit 1
+      [ -n "${QUEUE_CPUS:-}" ] && pin=(taskset -c "$((i * QUEUE_CPUS))-$((i * QUEUE_CPUS + QUEUE_CPUS - 1))")
+      CUDA_VISIBLE_DEVICES=$i "${pin[@]}" bash "$here/gpu_job.sh" start "$root/q$i" "${steps[@]}" || exit 1
       i=$((i + 1))
     done
     ;;
