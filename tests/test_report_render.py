@@ -242,8 +242,42 @@ def test_folder_index(tmp_path):
     assert "The ladder takes one forward to 55 ms." in index
     assert "3.00x" in index and "Test GPU" in index
     assert 'href="04_compile_autocast-mg2-universal-ladder.html"' in index and 'href="bench.csv"' in index
+    assert "older render" not in index
     with pytest.raises(ValueError, match="folder="):
         render.write_folder_index(tmp_path / "nope")
+    # a report made before the display helpers: its link says what it shows that today's rendering does not
+    with pd.option_context("display.max_columns", 20):
+        cut = _wide_ladder()._repr_html_()
+    (folder / "04_compile_autocast-mg2-universal.html").write_text(
+        f"<html><body>{cut}<script type='application/vnd.jupyter.widget-view+json'>{{}}</script></body></html>")
+    index = render.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
+    assert "04_compile_autocast-mg2-universal.html (older render: tables cut (&#x27;...&#x27;), empty progress " \
+           "boxes)" in index
+    assert "04_compile_autocast-mg2-universal-ladder.html</a>" in index  # the whole one stays unmarked
+
+
+def test_render_flaws_names_what_an_older_render_shows(tmp_path):
+    page = tmp_path / "r.html"
+    page.write_text(f"<html><body>{wd.table(_wide_ladder()).to_html()}<img src='data:image/png;base64,AA'></body></html>")
+    assert render.render_flaws(page) == []
+    page.write_text('<table><tr><th>a</th><th>\u2026</th></tr></table><img alt="x" src="fig.png">')
+    assert render.render_flaws(page) == ["tables cut ('...')", "images not embedded"]
+
+
+# the published reports rendered before wmbook.display that no later run has replaced yet: each feeds a table of the
+# README (the wma compile table) or a finding it cites; a re-run replaces it, and then it leaves this list
+OLDER_RENDERS = {"h100/04_compile_autocast-wma-compile.html", "h100/04_compile_autocast-wma-compile-dynamic.html",
+                 "h100/04_compile_autocast-wma-regional-ladder.html"}
+
+
+def test_published_reports_are_whole_but_the_listed_older_renders():
+    """Every published report shows whole tables, embedded images and no empty progress boxes, except the older
+    renders listed (which must still be there: a replaced one leaves the list)."""
+    from wmbook.paths import REPO_ROOT
+
+    reports = REPO_ROOT / "data" / "reports"
+    flawed = {p.relative_to(reports).as_posix() for p in sorted(reports.glob("*/*.html")) if render.render_flaws(p)}
+    assert flawed == OLDER_RENDERS
 
 
 def test_folder_index_conclusion_stops_at_the_appendix_and_follows_the_device_and_dtype(tmp_path):
@@ -274,6 +308,21 @@ def test_folder_index_conclusion_stops_at_the_appendix_and_follows_the_device_an
     assert "GPU B" in index and "GPU A" not in index
     index = render.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
     assert "bf16 runs in 10 s." in index  # without a device the latest run (GPU A's bf16) and its report
+
+
+def test_conclusion_keeps_its_paragraphs_lists_and_code(tmp_path):
+    """A conclusion written as paragraphs and a list stays that in the index (not one run-on paragraph)."""
+    page = tmp_path / "03_step_reduction-wma.html"
+    page.write_text('<html><body><h2 id="Interpretation">Interpretation</h2><div class="jp-OutputArea-output">'
+                    '<div class="jp-RenderedMarkdown"><p>The full-step run takes <strong>6.15 s</strong>.</p>\n'
+                    '<ul>\n<li><p><strong>ddim</strong>: knee at <code>ddim 2+2</code>, 24.85x.</p></li>\n'
+                    '<li><strong>unipc</strong>: knee at <code>unipc 2+2</code>.</li></ul>\n<p>Only the forwards '
+                    'change.</p></div></div></body></html>')
+    text = render.html_conclusion(page)
+    assert text == ("The full-step run takes **6.15 s**.\n\n- **ddim**: knee at `ddim 2+2`, 24.85x.\n"
+                    "- **unipc**: knee at `unipc 2+2`.\n\nOnly the forwards change.")
+    html_ = render._markdown(text)
+    assert html_.count("<li>") == 2 and "<code>ddim 2+2</code>" in html_ and html_.count("<p>") == 2
 
 
 # --------------------------------------------------------------------------- headless Chromium

@@ -345,6 +345,9 @@ def test_notebook_03_study_without_ground_truth(tmp_path, monkeypatch):
     assert "psnr_gt" in {r["metric"] for r in steps.result_rows(sw)}
     assert sw.weights_sha256 is None and "weights_sha256" not in results.params_of(steps.result_rows(sw)[0])
     assert "The weights ship at" not in steps.interpret(sw)  # tiny-wma has no shipped count
+    # the full-step run and the copy-last baseline on every quality metric (SSIM and the agent too, not PSNR alone)
+    assert ("The full-step run scores 29.00 dB PSNR, SSIM 0.500, agent error 1.0 px against the truth (copying the "
+            "last frame: 20.00 dB PSNR, SSIM 0.500, agent error 1.0 px).") in steps.interpret(sw)
     # a trained preset shipped at 1 step a pass (the fields tiny-wma has, and world-wma's sample_steps)
     sw.cfg = cfg2.replace(preset=types.SimpleNamespace(**vars(cfg2.preset), sample_steps=1))
     ship = next(x for x in steps.interpret(sw).split("\n\n") if x.startswith("The weights ship at"))

@@ -27,9 +27,9 @@ from . import results
 from .paths import REPO_ROOT
 
 H100 = REPO_ROOT / "data" / "reports" / "h100"
-INDEX_NOTE = ("Published H100 runs. The reports were rendered when each run was made; those made before the display "
-              "helpers (wmbook.display) may cut wide tables ('...') and show tqdm boxes: the numbers here come from the "
-              "results rows, not from the HTML.")
+INDEX_NOTE = ("Published H100 runs. The reports were rendered when each run was made; a link marked 'older render' is "
+              "a report made before the display helpers (wmbook.display), which cut wide tables ('...') and showed "
+              "progress boxes: the numbers here come from the results rows, not from the HTML.")
 
 BEGIN, END = "<!-- published:begin (python -m wmbook.published --write) -->", "<!-- published:end -->"
 

@@ -440,10 +440,44 @@ def html_conclusion(path: str | os.PathLike) -> str | None:
         if el.find(["h1", "h2", "h3"]) is not None:  # an output that opens a section (wd.show_appendix's titles)
             break
         md = el.find(class_=re.compile(r"jp-RenderedMarkdown")) or el
-        t = " ".join(md.get_text(" ").split())
+        t = _blocks_markdown(md)
         if t and not t.startswith("{"):
             texts.append(t)
     return "\n\n".join(texts) or None
+
+
+def _inline_markdown(el) -> str:
+    """An element's text as inline markdown: code spans, bold and italics kept, whitespace collapsed."""
+    from bs4 import NavigableString
+
+    if isinstance(el, NavigableString):
+        return str(el)
+    inner = "".join(_inline_markdown(c) for c in el.children)
+    if el.name == "code":
+        return f"`{el.get_text()}`"
+    if el.name in ("strong", "b") and inner.strip():
+        return f"**{inner.strip()}**"
+    if el.name in ("em", "i") and inner.strip():
+        return f"*{inner.strip()}*"
+    return inner
+
+
+def _blocks_markdown(md) -> str:
+    """A rendered markdown output back as markdown paragraphs and list items (the index re-renders it), so a
+    conclusion written as a list stays a list instead of one run-on paragraph."""
+    blocks = []
+    children = [c for c in md.children if getattr(c, "name", None)]
+    if not children or not all(c.name in ("p", "ul", "ol", "div", "blockquote") for c in children):
+        return " ".join(_inline_markdown(md).split())
+    for c in children:
+        if c.name in ("ul", "ol"):
+            items = [" ".join(_inline_markdown(li).split()) for li in c.find_all("li", recursive=False)]
+            blocks.append("\n".join(f"- {t}" for t in items if t))
+        else:
+            t = " ".join(_inline_markdown(c).split())
+            if t:
+                blocks.append(t)
+    return "\n\n".join(b for b in blocks if b)
 
 
 def _run_dtype(run) -> str | None:
@@ -483,6 +517,25 @@ def _split_report_name(stem: str, keys) -> tuple[str, str | None, str | None, st
             return nb, wl.name, cand, label.strip()
         return nb, None, None, rest
     return best[0], best[1], best[2], best[3] + (" (partial)" if rest.endswith(".PARTIAL") else "")
+
+
+_ELIDED_CELL = re.compile(r"<t[hd][^>]*>\s*(?:\.\.\.|\u2026|&hellip;)\s*</t[hd]>")
+_IMG_SRC = re.compile(r"<img[^>]*\ssrc=\"([^\"]*)\"")
+
+
+def render_flaws(path: str | os.PathLike) -> list[str]:
+    """What a rendered report shows that the current rendering never does, as short phrases (empty: none): tables cut
+    by pandas' repr ('...' columns or rows), progress widgets rendered as empty boxes, images that are not embedded.
+    Reports rendered before wmbook.display and this module have them; the folder index names them per report."""
+    text = Path(path).read_text(errors="replace")
+    flaws = []
+    if _ELIDED_CELL.search(text):
+        flaws.append("tables cut ('...')")
+    if WIDGET_VIEW in text:
+        flaws.append("empty progress boxes")
+    if any(not src.startswith("data:") for src in _IMG_SRC.findall(text)):
+        flaws.append("images not embedded")
+    return flaws
 
 
 def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLike | None = None,
@@ -544,7 +597,10 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
             head = head | {"device": str(run["device_name"].iloc[0]),
                            "commit": ", ".join(sorted({str(c)[:7] for c in run["git_commit"] if str(c)})) or "?"}
         title_ = f"{nb} · {wl or '?'} / {preset or '?'}"
-        links = [(f"{label}: {f.name}", f.name) for label, f in files]
+        links = []
+        for label, f in files:
+            flaws = render_flaws(f)  # an older render: say so at its link, the numbers above come from the rows
+            links.append((f"{label}: {f.name}" + (f" (older render: {', '.join(flaws)})" if flaws else ""), f.name))
         findings.append(finding_html(title_, questions.get(nb), head, conclusion, links))
     others = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix != ".html" and not p.name.startswith("."))
     other_html = "".join(f'<li><a href="{e(p.relative_to(folder).as_posix())}">{e(p.relative_to(folder).as_posix())}'

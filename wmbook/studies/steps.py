@@ -469,6 +469,16 @@ def equal_work_spread(sweep: Sweep) -> dict | None:
     return widest_equal_work(items, sweep.axis.higher_is_better)
 
 
+def _quality_text(q: dict) -> str:
+    """'17.96 dB PSNR, SSIM 0.236, agent error 14.2 px': the quality metrics a point (or the copy-last baseline) has."""
+    parts = [f"{q['psnr']:.2f} dB PSNR"]
+    if q.get("ssim") is not None:
+        parts.append(f"SSIM {q['ssim']:.3f}")
+    if q.get("agent_err_px") is not None:
+        parts.append(f"agent error {q['agent_err_px']:.1f} px")
+    return ", ".join(parts)
+
+
 def interpret(sweep: Sweep) -> str:
     """Sentences computed from the measured numbers."""
     cfg, ax, ref = sweep.cfg, sweep.axis, sweep.reference
@@ -483,9 +493,8 @@ def interpret(sweep: Sweep) -> str:
                      f"a point that keeps the frames close can still be a bad image, and one that moves them can be "
                      f"a good one. {sweep.quality_note}")
     else:
-        lines.append(f"{sweep.quality_note} The full-step run scores {ref.quality['psnr']:.2f} dB PSNR against the "
-                     f"truth" + (f" (copying the last frame: {sweep.copy_last['psnr']:.2f} dB)."
-                                 if sweep.copy_last else "."))
+        lines.append(f"{sweep.quality_note} The full-step run scores {_quality_text(ref.quality)} against the truth"
+                     + (f" (copying the last frame: {_quality_text(sweep.copy_last)})." if sweep.copy_last else "."))
     if ax.stochastic(cfg.preset, cfg.options.eta):
         lines.append("The reference sampler is stochastic (fresh noise every step: DDIM with eta > 0, or the causal "
                      "DiT's re-noising): another step count draws other noise, so its frames move even where the "
