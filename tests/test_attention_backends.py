@@ -491,3 +491,30 @@ def test_sage_inside_a_compiled_region_neither_recompiles_nor_breaks_the_graph(m
     assert attn.sage_route(64, 128) == "sage" and attn.sage_route(64, 128, masked=True) == "sdpa (mask)"
     assert attn.sage_route(16, 128) == "sdpa (head_dim 16)" and attn.sage_route(128, 2640) == "sdpa (kv_len 2640 % 64)"
     torch._dynamo.reset()
+
+
+def test_dispatcher_warnings_of_a_backend_that_cannot_run_go_into_the_reason(monkeypatch):
+    """A backend forced onto a shape it cannot run: PyTorch's SDPA dispatcher warns why, then raises. The why goes into
+    the table's reason, not into the notebook's output; any other warning still reaches the caller."""
+    import warnings
+
+    from wmbook.variants import attention as va
+
+    def refuse(q, k, v, mask=None):
+        where = "(Triggered internally at /pytorch/aten/src/ATen/native/transformers/cuda/sdp_utils.cpp:{}.)"
+        warnings.warn("Flash attention kernel not used because: " + where.format(988), UserWarning)
+        warnings.warn("Flash Attention does not support non-null attn_mask. " + where.format(262), UserWarning)
+        warnings.warn("cuDNN attention has been runtime disabled. " + where.format(706), UserWarning)
+        warnings.warn("Flash Attention does not support non-null attn_mask. " + where.format(262), UserWarning)
+        warnings.warn("a warning of our own", UserWarning)
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    monkeypatch.setattr(va.attn, "attention", refuse)
+    q = torch.randn(1, 8, 2, 16)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        row = va._measure("math", q, q, q, None, q, "fp32", 1.0, 0, 1, torch.device("cpu"))
+    assert row["status"] == "unsupported"
+    assert row["reason"] == ("RuntimeError: No available kernel. Aborting execution. "
+                             "(Flash Attention does not support non-null attn_mask.)")
+    assert [str(w.message) for w in seen] == ["a warning of our own"]

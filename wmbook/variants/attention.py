@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import sys
+import warnings
 from dataclasses import dataclass
 
 import pandas as pd
@@ -213,18 +215,48 @@ def _short_error(e: Exception) -> str:
     return f"{type(e).__name__}: {s.splitlines()[0] if s else ''}"
 
 
+# PyTorch's SDPA dispatcher explains in UserWarnings why a backend forced with sdpa_kernel cannot run a call
+# (sdp_utils.cpp: "Flash Attention does not support non-null attn_mask."), before it raises "No available kernel".
+_SDPA_WARNING = re.compile(r"sdp_utils\.cpp")
+# its headers and the other backends the forcing itself switched off say nothing about the shape
+_SDPA_NOT_A_REASON = re.compile(r"not used because|has been runtime disabled")
+
+
+def _sdpa_reasons(caught) -> list[str]:
+    """The reasons in the SDPA dispatcher's warnings (deduplicated, without PyTorch's source location); every other
+    warning is issued again as it came."""
+    reasons = []
+    for w in caught:
+        msg = str(w.message)
+        if not _SDPA_WARNING.search(msg):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+            continue
+        text = msg.split("(Triggered internally", 1)[0].strip()
+        if text and not _SDPA_NOT_A_REASON.search(text) and text not in reasons:
+            reasons.append(text)
+    return reasons
+
+
 def _measure(backend, q, k, v, mask, ref, dtype_key, gflop, warmup, repeats, device) -> dict:
+    """One backend on one shape. The dispatcher's warnings for a backend that cannot run the shape go into the row's
+    `reason` instead of the notebook's output (one red box per backend and shape, which said no more than the table)."""
     row = {"backend": backend}
+    caught: list = []
     try:
-        with attn.attention_backend(backend):
-            out = attn.attention(q, k, v, mask)
-            chk = compare(out, ref, dtype=dtype_key)
-            del out
-            t = time_fn(lambda: attn.attention(q, k, v, mask), warmup=warmup, repeats=repeats, device=device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with attn.attention_backend(backend):
+                out = attn.attention(q, k, v, mask)
+                chk = compare(out, ref, dtype=dtype_key)
+                del out
+                t = time_fn(lambda: attn.attention(q, k, v, mask), warmup=warmup, repeats=repeats, device=device)
     except (attn.AttentionBackendError, RuntimeError, ValueError, TypeError, NotImplementedError) as e:
         if isinstance(e, torch.cuda.OutOfMemoryError):
             torch.cuda.empty_cache()
-        return {**row, "status": "unsupported", "reason": _short_error(e)}
+        reasons = _sdpa_reasons(caught)  # outside the recording: the warnings issued again reach the caller
+        return {**row, "status": "unsupported",
+                "reason": _short_error(e) + (f" ({'; '.join(reasons)})" if reasons else "")}
+    _sdpa_reasons(caught)
     return {**row, "status": "ok" if chk.passed else "out of tolerance", "reason": "",
             "ms_median": t.median, "ms_p20": t.p20, "ms_p80": t.p80, "tflop_s": gflop / t.median,
             "max_rel": chk.max_rel, "mean_rel": chk.mean_rel, "within_tol": chk.passed}
