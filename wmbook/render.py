@@ -471,12 +471,10 @@ def _blocks_markdown(md) -> str:
         return " ".join(_inline_markdown(md).split())
     for c in children:
         if c.name in ("ul", "ol"):
-            items = [" ".join(_inline_markdown(li).split()) for li in c.find_all("li", recursive=False)]
+            items = (" ".join(_inline_markdown(li).split()) for li in c.find_all("li", recursive=False))
             blocks.append("\n".join(f"- {t}" for t in items if t))
         else:
-            t = " ".join(_inline_markdown(c).split())
-            if t:
-                blocks.append(t)
+            blocks.append(" ".join(_inline_markdown(c).split()))
     return "\n\n".join(b for b in blocks if b)
 
 

@@ -526,8 +526,7 @@ def interpret(sweep: Sweep) -> str:
         if at is not None:
             t = tab.loc[at.point.label]
             lines.append(f"The weights ship at `{at.point.label}` (`sample_steps` {shipped}, chosen before this run on "
-                         f"other episodes: data/weights/README.md): {t['PSNR vs truth (dB)']:.2f} dB PSNR, SSIM "
-                         f"{t['SSIM']:.3f} and agent error {t['agent error (px)']:.1f} px against the truth, "
+                         f"other episodes: data/weights/README.md): {_quality_text(at.quality)} against the truth, "
                          f"{t['speedup']:.2f}x the full-step run's speed.")
     if cfg.device.type == "cpu":
         lines.append("Times on a CPU at a tiny preset say nothing about a GPU; the GPU run is what counts.")
