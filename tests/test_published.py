@@ -4,7 +4,7 @@ from wmbook import headlines, published
 
 
 def test_readme_block_matches_the_stored_rows():
-    want = published.markdown().strip("\n")
+    want = published.markdown(device=published.README_DEVICE).strip("\n")
     assert published.readme_block() == want, "README is stale: run `python -m wmbook.published --write`"
 
 
@@ -226,3 +226,26 @@ def test_a_partial_run_gives_only_its_decoder_table(tmp_path):
     assert set(run.loc[run["metric"] == "forward_ms", "run_id"]) == {"full1"}
     assert set(run.loc[run["metric"] == "decoder_ms_per_block", "run_id"]) == {"side2"}
     assert headlines.headline(run)["decoder ms / block (best)"] == "171.0"
+
+
+def test_readme_block_keeps_to_its_device(tmp_path):
+    """Notebook 04's compile table takes each configuration's latest row; a later run on another device (an H200
+    run of 2026-11-28) must not replace the H100's row in the README block, which holds the H100's rows only."""
+    from wmbook import results
+
+    def row(run, ts, device, value):
+        return results.make_row(notebook="04_compile_autocast", workload="wma", preset="wma",
+                                variant="compile:whole model", metric="steady_forward_ms", value=value, unit="ms",
+                                params={}) | {"device_kind": "cuda", "device_name": device, "run_id": run,
+                                              "timestamp": ts, "git_commit": run}
+
+    path = tmp_path / "r.csv"
+    results.append([row("h1", "2026-01-01T00:00", "NVIDIA H100 80GB HBM3", 89.2),
+                    row("h2", "2026-01-02T00:00", "NVIDIA H200", 67.7)], path)
+    assert "| 67.7 |" in published.markdown(path)  # no device named: the latest row, whatever its machine
+    md = published.markdown(path, device=published.README_DEVICE)
+    assert "| 89.2 |" in md and "67.7" not in md
+    readme = tmp_path / "README.md"
+    readme.write_text(f"x\n{published.BEGIN}\n{published.END}\n")
+    assert published.update_readme(readme, path) and "| 89.2 |" in readme.read_text()
+    assert "67.7" not in readme.read_text()

@@ -31,6 +31,9 @@ INDEX_NOTE = ("Published H100 runs. The reports were rendered when each run was 
               "a report made before the display helpers (wmbook.display), which cut wide tables ('...') and showed "
               "progress boxes: the numbers here come from the results rows, not from the HTML.")
 
+# the README's published block holds this device's rows only (data/reports/h100); other devices' runs are in their
+# report folders' indexes (python -m wmbook.published --index data/reports/h200)
+README_DEVICE = "H100"
 BEGIN, END = "<!-- published:begin (python -m wmbook.published --write) -->", "<!-- published:end -->"
 
 
@@ -103,11 +106,14 @@ def _baseline_row(run: pd.DataFrame, columns) -> dict:
     return row | {"device": _device(run)}
 
 
-def markdown(path=None) -> str:
-    """All published tables as markdown."""
+def markdown(path=None, device: str | None = None) -> str:
+    """All published tables as markdown; with `device`, only rows of devices whose name contains it (the README's
+    block: README_DEVICE), so that no table takes one configuration's latest row from another machine's run."""
     from . import workloads
 
     df = results.without_cut(results.read(path or results.default_path()))
+    if device is not None:
+        df = df[df["device_name"].astype(str).str.contains(device, case=False, regex=False)]
     parts = []
     runs = _latest_runs(df, "01_baseline_profiling")
     for i, wl in enumerate([w for w in workloads.all_workloads() if w.published_columns]):  # those with notebook 01
@@ -379,7 +385,7 @@ def _compile_autocast(df: pd.DataFrame, e2e_metrics: set[str]) -> list[str]:
     return parts
 
 
-def update_readme(readme=None, path=None) -> bool:
+def update_readme(readme=None, path=None, device: str | None = README_DEVICE) -> bool:
     """Replace the published block of README.md; True when it changed."""
     readme = Path(readme or REPO_ROOT / "README.md")
     text = readme.read_text()
@@ -387,7 +393,7 @@ def update_readme(readme=None, path=None) -> bool:
         raise ValueError(f"{readme} has no published block ({BEGIN} ... {END})")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    new = f"{head}{BEGIN}\n{markdown(path)}{END}{tail}"
+    new = f"{head}{BEGIN}\n{markdown(path, device)}{END}{tail}"
     if new != text:
         from .atomic import atomic_open
 
@@ -429,8 +435,9 @@ def main(argv=None) -> int:
                     help="write FOLDER/index.html for a folder of rendered reports (e.g. data/reports/h100): each "
                          "notebook's question, headline numbers from the stored rows, conclusion and links")
     ap.add_argument("--device", default=None,
-                    help="with --index: only rows of devices whose name contains this (default: the folder's name when "
-                         "a stored device name contains it, e.g. data/reports/h200 -> 'H200')")
+                    help="only rows of devices whose name contains this; with --index the default is the folder's name "
+                         "when a stored device name contains it (e.g. data/reports/h200 -> 'H200'), otherwise "
+                         f"{README_DEVICE!r}, the README block's device")
     ap.add_argument("--publish", nargs=2, metavar=("EXECUTED", "NAME"), default=None,
                     help="render an executed notebook (a GPU run's artifacts/<NB>-<TAG>/<notebook>.ipynb) as "
                          "FOLDER/NAME.html: the artifacts it links copied under FOLDER/artifacts/<notebook>/, links to "
@@ -473,9 +480,9 @@ def main(argv=None) -> int:
             ap.error(str(e))
         return 0
     if a.write:
-        print("README.md updated" if update_readme() else "README.md already up to date")
+        print("README.md updated" if update_readme(device=a.device or README_DEVICE) else "README.md already up to date")
     else:
-        sys.stdout.write(markdown())
+        sys.stdout.write(markdown(device=a.device or README_DEVICE))
     return 0
 
 
