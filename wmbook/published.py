@@ -435,9 +435,9 @@ def main(argv=None) -> int:
                     help="write FOLDER/index.html for a folder of rendered reports (e.g. data/reports/h100): each "
                          "notebook's question, headline numbers from the stored rows, conclusion and links")
     ap.add_argument("--device", default=None,
-                    help="only rows of devices whose name contains this; with --index the default is the folder's name "
-                         "when a stored device name contains it (e.g. data/reports/h200 -> 'H200'), otherwise "
-                         f"{README_DEVICE!r}, the README block's device")
+                    help=f"only rows of devices whose name contains this (default: {README_DEVICE!r}, the README "
+                         "block's device; with --index, the folder's name when a stored device name contains it, e.g. "
+                         "data/reports/h200 -> 'H200', else every device)")
     ap.add_argument("--publish", nargs=2, metavar=("EXECUTED", "NAME"), default=None,
                     help="render an executed notebook (a GPU run's artifacts/<NB>-<TAG>/<notebook>.ipynb) as "
                          "FOLDER/NAME.html: the artifacts it links copied under FOLDER/artifacts/<notebook>/, links to "
