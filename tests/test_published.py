@@ -249,3 +249,14 @@ def test_readme_block_keeps_to_its_device(tmp_path):
     readme.write_text(f"x\n{published.BEGIN}\n{published.END}\n")
     assert published.update_readme(readme, path) and "| 89.2 |" in readme.read_text()
     assert "67.7" not in readme.read_text()
+
+
+def test_of_device_is_a_plain_case_insensitive_substring():
+    import pandas as pd
+
+    from wmbook import results
+
+    df = pd.DataFrame({"device_name": ["NVIDIA H100 80GB HBM3", "NVIDIA H200", "cpu", "A(1)"]})
+    assert results.of_device(df, "h100")["device_name"].tolist() == ["NVIDIA H100 80GB HBM3"]
+    assert results.of_device(df, "A(1")["device_name"].tolist() == ["A(1)"]  # not a regex
+    assert len(results.of_device(df, None)) == len(results.of_device(df, "")) == 4

@@ -112,8 +112,7 @@ def markdown(path=None, device: str | None = None) -> str:
     from . import workloads
 
     df = results.without_cut(results.read(path or results.default_path()))
-    if device is not None:
-        df = df[df["device_name"].astype(str).str.contains(device, case=False, regex=False)]
+    df = results.of_device(df, device)
     parts = []
     runs = _latest_runs(df, "01_baseline_profiling")
     for i, wl in enumerate([w for w in workloads.all_workloads() if w.published_columns]):  # those with notebook 01
@@ -470,9 +469,8 @@ def main(argv=None) -> int:
 
         device = a.device
         if device is None:
-            names = results.read(results.default_path())["device_name"].astype(str)
-            device = Path(a.index).name if names.str.contains(Path(a.index).name, case=False, regex=False).any() \
-                else None
+            name = Path(a.index).name
+            device = name if len(results.of_device(results.read(results.default_path()), name)) else None
         try:
             print(write_folder_index(a.index, note=INDEX_NOTE if Path(a.index).resolve() == H100.resolve() else None,
                                      device=device))

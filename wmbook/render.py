@@ -555,8 +555,7 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
         raise ValueError(f"folder={str(folder)!r} is not allowed: not a folder; allowed values: a folder of rendered "
                          f"reports (*.html)")
     df = results.read(results_path or results.default_path())
-    if device:
-        df = df[df["device_name"].astype(str).str.contains(device, case=False, regex=False)]
+    df = results.of_device(df, device)
     runs = headlines.published_runs(df)
     nb_dir = Path(notebooks) if notebooks is not None else REPO_ROOT / "notebooks"
     questions = {}

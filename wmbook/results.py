@@ -242,6 +242,14 @@ def partial_runs(df: pd.DataFrame) -> set:
     return _marked(df, PARTIAL)
 
 
+def of_device(df: pd.DataFrame, device: str | None) -> pd.DataFrame:
+    """The rows of devices whose name contains `device` (case-insensitive, a plain substring: 'H100', 'H200');
+    every row when `device` is None or empty."""
+    if not device:
+        return df
+    return df[df["device_name"].astype(str).str.contains(device, case=False, regex=False)]
+
+
 def without_cut(df: pd.DataFrame) -> pd.DataFrame:
     """The rows of runs that were not marked cut (mark_cut)."""
     cut = _marked(df, CUT)
