@@ -4,9 +4,11 @@
 #
 #   make report [WORKLOADS=all|mg2|wma] [REPORT=dir] [NOTEBOOKS="01 02"] [ARGS="-p repeats 2"] [PRESET=name]
 #   make test   [PYTEST_ARGS="-k runner"]   # under 15 minutes on 2 cores; `make test-all` adds the slow cases
+#   make test-isa [ISA_TESTS="-m numerics"]  # those tests again with oneDNN and ATen held to AVX2, then AVX512_CORE
 #   make test-latest  # the tests against the newest releases of every dependency (./.venv-latest)
 #   make lock   # rewrite constraints.txt from the venv (after a deliberate upgrade passed the tests)
 #   make lab    [LAB_ARGS="--no-browser --port 8890"]  # JupyterLab on notebooks/
+#   make publish NOTEBOOKS=06 WORKLOADS=wma [DEVICE=h200]  # on a GPU: run, publish into data/reports/DEVICE, re-index
 #   make strip  # before committing: sync notebooks/NN_*.ipynb with their .py (jupytext), strip (nbstripout)
 #   make strip-check  # fail if a notebook has outputs or differs from its .py
 
@@ -40,10 +42,10 @@ LATEST ?=
 DEPS_SUM := $(firstword $(shell cat pyproject.toml $(CONSTRAINTS) | cksum))
 STAMP := $(VENV)/.installed-$(DEPS_SUM)$(if $(LATEST),-latest)
 
-.PHONY: report test test-all test-latest lock lab strip strip-check venv clean-venv help chromium published-index
+.PHONY: publish report test test-isa test-all test-latest lock lab strip strip-check venv clean-venv help chromium published-index
 
 help:
-	@sed -n '1,8p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,13p' Makefile | sed 's/^# \{0,1\}//'
 
 report: $(STAMP)
 	$(VPY) -m wmbook run --out "$(REPORT)" $(if $(WORKLOADS),--workload "$(WORKLOADS)") $(if $(PRESET),--preset "$(PRESET)") $(ARGS) $(NOTEBOOKS)
@@ -52,6 +54,18 @@ report: $(STAMP)
 TEST_WORKERS ?= auto
 test: $(STAMP)
 	$(VPY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The numerics-sensitive tests (marker `numerics`) again on older instruction sets: which bf16 kernels run depends on
+# the instructions the CPU really has (oneDNN: AVX512-BF16, AMX, VNNI; ATen: AVX2 or AVX512), so each pass is another
+# CPU's arithmetic, and a test that expects one CPU's rounding fails here. ISA_TESTS="" runs the whole suite.
+ISA_TESTS ?= -m numerics
+ISA_PASSES ?= ONEDNN_MAX_CPU_ISA=AVX2,ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX512_CORE
+test-isa: $(STAMP)
+	@for pass in $(ISA_PASSES); do \
+	    echo "== $$pass"; \
+	    env $$(echo $$pass | tr , ' ') $(VPY) -m pytest -q -n $(TEST_WORKERS) -p no:cacheprovider $(ISA_TESTS) \
+	        $(PYTEST_ARGS) || exit 1; \
+	done
 
 # every test, the slow ones too (full tiny-preset notebook runs of both workloads, long interpreter checks: about
 # 35 minutes on 2 cores; `make test` skips them, each covered there by a shorter case, and stays under 15)
@@ -64,8 +78,18 @@ chromium:
 	  { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); $$SUDO apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-# index.html of the published H100 reports: each notebook's question, headline numbers from data/results/results.csv,
-# conclusion and links
+# on a GPU host: run NOTEBOOKS for WORKLOADS into a scratch report, publish each finished notebook into
+# data/reports/$(DEVICE) as <notebook>-<preset>.html (findings first, no stderr), then that folder's index and the
+# generated pages (README glance table, the folders' README.md tables)
+DEVICE ?= h200
+publish: $(STAMP)
+	-$(VPY) -m wmbook run --out "$(REPORT)" $(if $(WORKLOADS),--workload "$(WORKLOADS)") $(if $(PRESET),--preset "$(PRESET)") $(ARGS) $(NOTEBOOKS)
+	$(VPY) -m wmbook.published --publish-report "$(REPORT)" --to data/reports/$(DEVICE)
+	$(VPY) -m wmbook.published --index data/reports/$(DEVICE)
+	$(VPY) -m wmbook.published --write
+
+# index.html of each published folder: the summary per workload, each report's findings from data/results/results.csv,
+# links
 published-index: $(STAMP)
 	for d in data/reports/h100 data/reports/h200; do $(VPY) -m wmbook.published --index $$d || exit 1; done
 

@@ -174,9 +174,8 @@ wd.table(bd.suggestions, caption="Suggestions, largest estimated saving first")
 #
 # The session's FPS uses notebook 01's definition and code (`stream_metrics`: steady blocks from the second on, every
 # forward and the VAE decode counted) but comes from **one** generation, where notebook 01 reports the median of
-# its timed runs. Run back to back they agree (a tiny CPU run here: 114.6 FPS in 01, 114.9 in this session); on a
-# shared CPU two runs minutes apart can differ several-fold with the machine's load, so compare 01's spread before
-# reading a difference into them.
+# its timed runs. Run back to back on a quiet machine they agree; on a shared CPU two runs minutes apart can differ
+# several-fold with the machine's load, so compare 01's spread before reading a difference into them.
 
 # %%
 session, report_paths, overhead = study.session_report(pipe, inputs, cfg, bd, ceilings, show_monitor=True)

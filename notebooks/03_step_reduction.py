@@ -91,6 +91,7 @@ wd.table(cfg.table(), caption="Parameters of this run (validated)")
 # ## The points
 # The full-step run first (the reference sampler at the preset's settings); `sampling kwargs` are exactly what the
 # pipeline call takes for that point (`run_iteration` / `generate`), and what a later notebook passes to stack on it.
+# What to look for: the forwards column, since time scales with it.
 
 # %%
 wd.table(study.points_table(cfg), caption="The points of the sweep")
@@ -99,7 +100,10 @@ wd.table(study.points_table(cfg), caption="The points of the sweep")
 # ## The sweep: time and deviation from the full-step run
 # `speedup` is the full-step run's time over the point's (FPS: the point's over the full-step run's). `psnr vs full`
 # compares decoded frames with the full-step run's (inf: identical); `psnr vs curve's finest` with the same curve's
-# point of most forwards (for a deterministic solver: its own convergence).
+# point of most forwards (for a deterministic solver: its own convergence). On a trained world preset, `PSNR change vs
+# full steps` is positive where a point is closer to the truth than the full-step run.
+# What to look for: points whose speedup is well above 1 while their frames stay close; with random weights the
+# deviation is solver error (and the stochastic samplers draw new noise at each step count), not image quality.
 
 # %%
 pipe, inputs = study.build(cfg)
@@ -111,16 +115,31 @@ wd.table(tab, caption="Time and deviation from the full-step run, per point")
 
 # %% [markdown]
 # ## The knee of each curve
+# What to look for: the knee's speedup and its quality next to the full-step run's; a knee at the full-step run means
+# no fewer steps met the budget.
 
 # %%
 wd.table(study.knee_table(sweep), caption="The knee of each curve: fewest forwards within the budget")
 
 # %% [markdown]
 # ## The speed-quality frontier
+# What to look for: the curve that reaches the highest speed before its quality drops; crossing curves mean one solver
+# wins at few steps and another at many.
 
 # %%
 study.plot_frontier(sweep)
 plt.show()
+
+# %% [markdown]
+# ## Frames: the truth, full steps and the chosen point
+# On a trained world preset: one held-out episode's true frames, the full-step run's and the knee's, each frame's PSNR
+# against the truth under it, then a slider over every frame (in JupyterLab; a static figure in a report).
+# What to look for: whether the magenta agent stays where the truth has it; PSNR alone rewards a blur.
+
+# %%
+from wmbook.studies import step_frames
+
+print(step_frames.show_frames(cfg, pipe, sweep))
 
 # %% [markdown]
 # ## Results rows
@@ -132,10 +151,19 @@ plt.show()
 rows = study.result_rows(sweep)
 path = results.append(rows, cfg.results_path)
 print(f"appended {len(rows)} rows to {path}")
+wd.rows(cfg.results_path, rows[0]["run_id"])
 
 # %% [markdown]
 # ## Interpretation
 
 # %%
 display(Markdown(study.interpret(sweep)))
+
+# %% [markdown]
+# **Next:** [04 · compile and precision](04_compile_autocast.ipynb) makes each forward faster; this notebook's knee
+# stacks on the fastest pipeline with `base=` (notebook 06's best stack).
+#
+# ## Appendix: raw tables
+
+# %%
 wd.show_appendix()

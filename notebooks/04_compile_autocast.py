@@ -177,6 +177,16 @@ if lad is not None:
     plt.show()
 
 # %% [markdown]
+# ### Frames: the reference against the last row
+# The fp32 reference's decoded frames next to those of the ladder's last judged row, their difference amplified, each
+# frame's PSNR (a slider in JupyterLab; first, middle and last frame in a report).
+# What to look for: every frame well above 40 dB PSNR (the decoder gate); a drop on later frames is error that
+# accumulates block by block.
+
+# %%
+print(wd.ladder_frames(lad) if lad is not None else "no ladder in this run (sections)")
+
+# %% [markdown]
 # ### Where each row's GPU time goes
 # Kernel time per forward by category, from one profiled forward per row (on a GPU). Against the FLOP floor it
 # shows what is left to remove: the floor only counts GEMM and attention FLOPs at the measured GEMM ceiling.
@@ -186,11 +196,12 @@ wd.categories(lad)
 
 # %% [markdown]
 # ### Try a stack yourself
-# Pick any variants (applied in the ladder's order), press the button: the stack is applied to a copy of the
-# reference, gated against fp32, one forward is timed after one warm-up call and one end-to-end run decodes frames,
-# shown next to the reference's with their difference. A trial: it adds no results rows. In the HTML report (a
-# headless run) it shows the stack of the ladder's last row that passed its gate: run as a trial on a CPU, on a GPU
-# as the ladder's own row (not measured twice).
+# Pick any variants (applied in the ladder's order), press the button (it stays disabled while the stack runs): the
+# stack is applied to a copy of the reference, gated against fp32, its forward timed as the ladder times it (`warmup`
+# calls, then `repeats`: median and p20-p80), and one end-to-end run decodes frames, shown next to the reference's with
+# their difference and a frame slider. A trial: it adds no results rows. In a report (no frontend attached) it shows the
+# stack of the ladder's last row that passed its gate: run as a trial on a CPU, on a GPU as the ladder's own row (not
+# measured twice).
 
 # %%
 if lad is not None:
@@ -225,7 +236,9 @@ if "compile" in cfg.options.sections:
         display(wd.table(breaks, caption="Graph breaks (torch._dynamo explain)"))
     if reasons is not None and len(reasons):
         display(Markdown("### Why the reference code recompiled (the guard that failed)"))
-        display(wd.table(reasons[["function", "guard"]].value_counts().rename("count").to_frame()))
+        display(wd.table(study.guard_groups(reasons), caption="Failed guards, grouped (numbers and names in them "
+                                                               "folded; every recompile: the appendix)"))
+        wd.appendix(reasons, "every recompile and its guard")
     study.plot_compile_times(comp, cfg.workload.goals.get("regional_cold_s"))
     plt.show()
 

@@ -187,6 +187,10 @@ wd.rows(cfg.results_path, rows[0]["run_id"])
 Markdown(study.interpret(cfg, setup, lad, scaling, stages))
 
 # %% [markdown]
+# **Next:** the world-model notebooks apply the same steps to a denoiser: [04 · compile and
+# precision](04_compile_autocast.ipynb), [05 · Triton kernels](05_triton_kernels.ipynb) and [06 · CUDA
+# graphs](06_cuda_graphs.ipynb); [01 · baseline profiling](01_baseline_profiling.ipynb) starts their path.
+#
 # ## Appendix: raw tables
 
 # %%

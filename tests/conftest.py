@@ -26,6 +26,9 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a full tiny-preset notebook run or a long interpreter check, covered in "
                                        "`make test` by a shorter case; run with --slow (`make test-all`)")
+    config.addinivalue_line("markers", "numerics: compares results of bf16/fp16 arithmetic or of library kernels the "
+                                       "CPU picks (oneDNN, ATen's vectorized code) with stored numbers or across code "
+                                       "paths; `make test-isa` runs these with older instruction sets too")
 
 
 def slow_enabled(config) -> bool:

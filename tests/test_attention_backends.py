@@ -16,6 +16,8 @@ from wmbook.models.attention import (ATTENTION_BACKENDS, AttentionBackendError, 
 from wmbook.variants.attention import (attention_backend_table, auto_kernel, backend_scores, best_backend,
                                        classify_attention_kernel, flex_vs_dense_mask, record_attention_shapes)
 
+pytestmark = pytest.mark.numerics  # rerun with oneDNN and ATen held to older ISAs: `make test-isa`
+
 HAS_CUDA = torch.cuda.is_available()
 HAS_FLASH_ATTN = importlib.util.find_spec("flash_attn") is not None
 

@@ -26,6 +26,8 @@ GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and 
 # the tiny-wma pipeline and inputs of the pipeline tests, on one thread (module-scoped fixtures, shared)
 from test_wma_pipeline import _one_thread, inputs, pipe  # noqa: E402, F401
 
+pytestmark = pytest.mark.numerics  # rerun with oneDNN and ATen held to older ISAs: `make test-isa`
+
 
 def _chains(pipe, steps: int, eta: float, device, out_dtype=torch.float32, seed: int = 0) -> tuple[int, int]:
     """Step the reference update and `update_step` side by side from the same state with the same (random, large

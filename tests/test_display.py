@@ -40,8 +40,8 @@ def test_units_spread_and_percent():
     f = wd.format_frame(df)
     assert list(f.columns) == ["variant", "forward (ms), median (p20-p80)", "flop share", "speedup (x)", "launches",
                                "PSNR (dB)"]
-    assert f.iloc[0].tolist() == ["fp32", "287 (285-304)", "90.0%", "1.00", "4,176", "inf"]
-    assert f.iloc[1].tolist() == ["bf16", "55.0 (54.4-56.7)", "10.0%", "5.22", "", "41.2"]
+    assert f.iloc[0].tolist() == ["fp32", "287 (285-304)", "90.0%", "1.00", "4,176", "-"]  # inf PSNR: '-'
+    assert f.iloc[1].tolist() == ["bf16", "55.0 (54.4-56.7)", "10.0%", "5.22", "-", "41.2"]
 
 
 def test_per_row_units_and_bare_spread():
@@ -153,7 +153,7 @@ def test_frame_comparer_static_when_headless(monkeypatch, shown):
     other[2] += 0.5
     wd.frame_comparer(ref, other)
     assert len(shows) == 1 and len(shows[0].axes) == 3 * 3 + 1  # 3 frames x (ref, other, diff) + the PSNR line
-    psnr = wd.frame_psnr(wd._to_uint8_frames(ref), wd._to_uint8_frames(other))
+    psnr = wd.frame_psnr(wd.to_uint8_frames(ref), wd.to_uint8_frames(other))
     assert math.isinf(psnr[0]) and psnr[2] < 20
     with pytest.raises(ValueError, match="differ in shape"):
         wd.frame_comparer(ref, ref[:2])
@@ -266,3 +266,26 @@ def test_a_spread_goes_to_the_column_it_names():
             "e2e_p80", "steady_forward_ms", "steady_p20", "steady_p80"]
     assert _spread_pairs(cols) == {"forward_ms": ("forward_p20", "forward_p80"), "e2e_value": ("e2e_p20", "e2e_p80"),
                                    "steady_forward_ms": ("steady_p20", "steady_p80")}
+
+
+def test_headless_whenever_no_frontend_is_attached(monkeypatch):
+    """Widgets fall back to their static form under plain papermill or nbconvert (nbclient executes with stdin
+    closed), in a script, and under wmbook.run; a frontend (stdin allowed) gets live widgets; WMBOOK_HEADLESS decides
+    when set."""
+    import types
+
+    import IPython
+
+    monkeypatch.delenv(wd.HEADLESS_ENV, raising=False)
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+    assert wd.headless()  # no kernel: a script
+    shell = types.SimpleNamespace(kernel=types.SimpleNamespace(_allow_stdin=False))
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    assert wd.headless()  # papermill / nbconvert
+    shell.kernel._allow_stdin = True
+    assert not wd.headless()  # JupyterLab
+    monkeypatch.setenv(wd.HEADLESS_ENV, "1")
+    assert wd.headless()
+    monkeypatch.setenv(wd.HEADLESS_ENV, "0")
+    shell.kernel._allow_stdin = False
+    assert not wd.headless()

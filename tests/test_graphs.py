@@ -16,6 +16,8 @@ from wmbook import graphs, variants, workloads
 from wmbook.graphs import GraphedCallable, _flatten, _signature, _unflatten
 from wmbook.pipelines.causal import CausalStreamingPipeline
 
+pytestmark = pytest.mark.numerics  # rerun with oneDNN and ATen held to older ISAs: `make test-isa`
+
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 
 

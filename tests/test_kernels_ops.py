@@ -10,6 +10,8 @@ from wmbook.kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm
 
 GPU = torch.cuda.is_available() and not kernels.interpreting()
 
+pytestmark = pytest.mark.numerics  # rerun with oneDNN and ATen held to older ISAs: `make test-isa`
+
 
 def test_interpreter_and_switch_keep_custom_op(monkeypatch):
     if kernels.interpreting():  # the CPU test run: the ops were defined as custom ops, launches are not wrapped
@@ -27,6 +29,7 @@ from torch._higher_order_ops.triton_kernel_wrap import TraceableTritonKernelWrap
 from torch._library.triton import set_wrap_triton_enabled
 from wmbook import kernels
 from wmbook.kernels import adaln
+
 k = adaln._adaln_modulate_kernel
 assert kernels._triton_ops()
 with set_wrap_triton_enabled(False):  # how torch runs an eager call of a triton_op

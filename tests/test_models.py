@@ -8,6 +8,8 @@ from wmbook.models.flops import dit_forward_flops
 from wmbook.models.kv_cache import KVCache
 from wmbook.presets import get_preset
 
+pytestmark = pytest.mark.numerics  # rerun with oneDNN and ATen held to older ISAs: `make test-isa`
+
 
 def _inputs(p, num_blocks, seed=0):
     g = torch.Generator().manual_seed(seed)

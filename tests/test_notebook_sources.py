@@ -230,3 +230,23 @@ def test_fixture_notebooks_are_stripped():
         assert strip_problems(nbformat.read(path, as_version=4)) == [], path.name
     done = nbstripout("--verify", NB_OK, NB_FAIL)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# words that tell how the numbers came about (a run of the past, a work session, a commit) rather than what the notebook
+# does: a notebook's text speaks of the product
+_HISTORY = re.compile(r"\b(past run|last run|earlier run|this session|(first|second|third|\w+th) session|lent|"
+                      r"lease|commit [0-9a-f]{7}|at [0-9a-f]{7}\b|died|dying)", re.I)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_notebook_text_speaks_of_the_product(script):
+    """No markdown or comment of a notebook speaks of past runs, work sessions or commits; every notebook ends with a
+    'Next' link to another notebook, and the step-count notebook says what to look for in each section."""
+    text = script.read_text()
+    prose = "\n".join(ln for ln in text.splitlines() if ln.lstrip().startswith("#"))
+    prose = re.sub(r"(profil\w* session|session report|ProfilingSession|session name|profiling session)", "", prose,
+                   flags=re.I)
+    assert _HISTORY.findall(prose) == []
+    assert re.search(r"\*\*Next:\*\*[\s\S]{0,400}?\]\(\d\d_\w+\.ipynb\)", text), "no 'Next' link to a notebook"
+    if script.stem.startswith("03_"):
+        assert text.count("What to look for") >= 4

@@ -1,11 +1,26 @@
-"""The README's published numbers are generated from the results store and kept in step with it."""
+"""The published numbers (the README's results at a glance, each published folder's page of tables) are generated
+from the results store and kept in step with it."""
 
 from wmbook import headlines, published
 
 
-def test_readme_block_matches_the_stored_rows():
-    want = published.markdown(device=published.README_DEVICE).strip("\n")
-    assert published.readme_block() == want, "README is stale: run `python -m wmbook.published --write`"
+def test_readme_glance_and_folder_pages_match_the_stored_rows():
+    stale = "stale: run `python -m wmbook.published --write`"
+    assert published.readme_block() == published.glance().strip("\n"), f"README's glance table is {stale}"
+    for folder, device in published.FOLDER_PAGES.items():
+        page = folder / "README.md"
+        got = published.readme_block(page, published.BEGIN, published.END)
+        assert got == published.markdown(device=device).strip("\n"), f"{page} is {stale}"
+
+
+def test_glance_reads_the_reference_device_first_and_every_cell_from_the_rows():
+    lines = published.glance().splitlines()
+    assert lines[0].startswith("| workload | eager | best single-GPU stack | speedup | quality | device | report |")
+    devices = [ln.split(" | ")[5] for ln in lines[2:]]
+    assert devices and all(d.startswith(("H200", "H100")) for d in devices)
+    for ln in lines[2:]:  # the report of each row is a published file
+        link = ln.rsplit("(", 1)[-1].split(")")[0]
+        assert (published.REPO_ROOT / link).is_file(), ln
 
 
 def test_published_tables_come_from_rows(tmp_path):
@@ -85,7 +100,7 @@ def test_notebook_03_points_and_knees(tmp_path):
             "`euler [1000]` ran at 150 x and `unipc [1000]` at 107 x, 1.40x apart") in md
     from wmbook import headlines
 
-    head = headlines._headline_03(results.read(path))
+    head = headlines.headline(results.read(path))
     assert head["timing noise"].startswith("equal-work points 1.40x apart")
 
 
@@ -228,9 +243,9 @@ def test_a_partial_run_gives_only_its_decoder_table(tmp_path):
     assert headlines.headline(run)["decoder ms / block (best)"] == "171.0"
 
 
-def test_readme_block_keeps_to_its_device(tmp_path):
-    """Notebook 04's compile table takes each configuration's latest row; a later run on another device (an H200
-    run of 2026-11-28) must not replace the H100's row in the README block, which holds the H100's rows only."""
+def test_folder_page_keeps_to_its_device(tmp_path):
+    """Notebook 04's compile table takes each configuration's latest row; a later run on another device must not
+    replace the H100's row on the H100 folder's page, which holds the H100's rows only."""
     from wmbook import results
 
     def row(run, ts, device, value):
@@ -243,12 +258,12 @@ def test_readme_block_keeps_to_its_device(tmp_path):
     results.append([row("h1", "2026-01-01T00:00", "NVIDIA H100 80GB HBM3", 89.2),
                     row("h2", "2026-01-02T00:00", "NVIDIA H200", 67.7)], path)
     assert "| 67.7 |" in published.markdown(path)  # no device named: the latest row, whatever its machine
-    md = published.markdown(path, device=published.README_DEVICE)
+    md = published.markdown(path, device="H100")
     assert "| 89.2 |" in md and "67.7" not in md
-    readme = tmp_path / "README.md"
-    readme.write_text(f"x\n{published.BEGIN}\n{published.END}\n")
-    assert published.update_readme(readme, path) and "| 89.2 |" in readme.read_text()
-    assert "67.7" not in readme.read_text()
+    page = tmp_path / "README.md"
+    page.write_text(f"x\n{published.BEGIN}\n{published.END}\n")
+    assert published.replace_block(page, md) and "| 89.2 |" in page.read_text()
+    assert "67.7" not in page.read_text() and not published.replace_block(page, md)
 
 
 def test_of_device_is_a_plain_case_insensitive_substring():
@@ -260,3 +275,73 @@ def test_of_device_is_a_plain_case_insensitive_substring():
     assert results.of_device(df, "h100")["device_name"].tolist() == ["NVIDIA H100 80GB HBM3"]
     assert results.of_device(df, "A(1")["device_name"].tolist() == ["A(1)"]  # not a regex
     assert len(results.of_device(df, None)) == len(results.of_device(df, "")) == 4
+
+
+def _rows06(path, rows):
+    from wmbook import results
+
+    results.append([results.make_row(notebook=nb, workload="mg2", preset="mg2-universal", variant=v, metric=m,
+                                     value=x, unit="ms", params=p, gate=g)
+                    | {"device_kind": "cuda", "device_name": "Test GPU", "run_id": run, "timestamp": ts}
+                    for nb, run, ts, v, m, x, g, p in rows], path)
+
+
+def test_best_row_reads_every_column_from_one_row(tmp_path):
+    """The best row is the one the workload's end-to-end metric ranks best (FPS for mg2), and every number shown of
+    it comes from that row: a slightly faster forward of another row does not lend it its FPS."""
+    from wmbook import results
+
+    nb, r, t = "06_cuda_graphs", "r06", "2026-01-01T00:00"
+    a, b = "bf16 + cuda-graphs", "bf16 + cuda-graphs + vae-compile"
+    _rows06(tmp_path / "r.csv", [
+        (nb, r, t, "bf16", "forward_ms", 50.0, "pass", {}), (nb, r, t, "bf16", "fps", 20.0, "", {}),
+        (nb, r, t, a, "forward_ms", 22.8, "pass", {}), (nb, r, t, a, "fps", 36.7, "", {}),
+        (nb, r, t, a, "psnr_db", 53.0, "", {}),
+        (nb, r, t, b, "forward_ms", 22.9, "pass", {}), (nb, r, t, b, "fps", 68.3, "", {}),
+        (nb, r, t, b, "psnr_db", 48.8, "", {})])
+    run = headlines.published_runs(results.read(tmp_path / "r.csv"))[(nb, "mg2", "mg2-universal")]
+    h = headlines.headline(run)
+    assert h["best row"] == "vae-compile" and h["FPS (best row)"] == "68.3" and h["forward ms (best row)"] == "22.9"
+    assert h["frames PSNR dB"] == "48.8"
+    f = headlines.findings(run)
+    assert "**+ vae-compile**" in f.headline and "**68.3**" in f.headline
+    assert "60 FPS with the full decoder: **met**" in f.goal
+
+
+def test_random_weight_step_sweep_says_it_shows_solver_error(tmp_path):
+    from wmbook import results
+
+    nb, r, t = "03_step_reduction", "r03", "2026-01-01T00:00"
+    full = {"sampling": {"denoising_steps": [1000, 500]}, "curve": "renoise", "reference": True, "forwards": 3}
+    knee = {"sampling": {"denoising_steps": [1000, 500]}, "curve": "renoise", "criterion": "frames within 30 dB"}
+    _rows06(tmp_path / "r.csv", [(nb, r, t, "steps:renoise [1000,500]", "fps", 17.5, "", full),
+                                 (nb, r, t, "knee:renoise", "knee_speedup", 1.0, "", knee),
+                                 (nb, r, t, "knee:renoise", "knee_forwards", 3.0, "", knee)])
+    run = results.read(tmp_path / "r.csv")
+    f = headlines.findings(run)
+    assert "solver error" in f.headline and "not judged" in f.goal
+    assert headlines.headline(run)["what it measures"].startswith("solver error")
+
+
+def test_summary_stacks_the_stages_in_one_metric_from_the_rows(tmp_path):
+    """eager (01, at the precision upstream runs) -> 04 -> 06: each stage's FPS at its best gated row over eager's;
+    a step sweep on the eager pipeline is a row of its own, not a bar; the chart is inline SVG."""
+    from wmbook import results, summary, workloads
+
+    t = "2026-01-01T00:00"
+    _rows06(tmp_path / "r.csv", [
+        ("01_baseline_profiling", "r1", t, "eager", "fps", 20.0, "", {"dtype": "bf16"}),
+        ("04_compile_autocast", "r4", t, "fp32-eager", "forward_ms", 280.0, "reference", {}),
+        ("04_compile_autocast", "r4", t, "fp32-eager", "fps", 9.0, "reference", {}),
+        ("04_compile_autocast", "r4", t, "bf16 + compile-regional", "forward_ms", 30.0, "pass", {}),
+        ("04_compile_autocast", "r4", t, "bf16 + compile-regional", "fps", 40.0, "pass", {}),
+        ("06_cuda_graphs", "r6", t, "bf16 + compile-regional", "forward_ms", 40.0, "pass", {}),
+        ("06_cuda_graphs", "r6", t, "bf16 + compile-regional + cuda-graphs", "forward_ms", 22.0, "pass", {}),
+        ("06_cuda_graphs", "r6", t, "bf16 + compile-regional + cuda-graphs", "fps", 60.0, "pass", {})])
+    rows = summary.stages(results.read(tmp_path / "r.csv"), workloads.get("mg2"))
+    got = [(r.stage.label, r.stage.value, round(r.speedup, 2)) for r in rows]
+    assert got == [("eager bf16", 20.0, 1.0), ("+ precision and compile (04)", 40.0, 2.0),
+                   ("+ static caches and CUDA graphs (06)", 60.0, 3.0)]
+    assert summary.best(rows).stage.notebook == "06_cuda_graphs"
+    svg = summary.chart_svg(rows, "mg2")
+    assert svg.startswith("<svg") and "3.00x" in svg and "<script" not in svg and 'href="http' not in svg

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from wmbook import display as wd
-from wmbook import render, results
+from wmbook import html_clean, render, report_index, results
 from wmbook.run import NotebookRun
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -136,7 +136,9 @@ def test_report_is_self_contained(report):
     assert "USDT" not in page and "real warning kept" in page
     assert "ladder:   0%" not in page  # the unsaved progress widget
     assert 'href="index.html"' in page
-    assert "05_triton_kernels.ipynb" in page  # no report of 05 in the folder: the link stays as written
+    assert "the next notebook" in page and "05_triton_kernels.ipynb" not in page  # no report of 05 here: text
+    assert "cdnjs" not in page and "<script src=" not in page  # nothing from the network
+    assert html_clean.problems(page, out, published=False) == []
 
 
 def test_wide_key_table_is_whole(report):
@@ -155,9 +157,10 @@ def test_index_has_the_finding(report):
     out, run, _ = report
     index = (out / "index.html").read_text()
     assert "How much faster is the ladder?" in index
-    assert "<strong>55 ms</strong>" in index  # the conclusion, rendered as markdown
-    assert run.facts["headline"]["forward ms (best gated row)"] == "55"  # the FAIL row (20 ms) does not count
+    assert "<strong>55 (55-55) ms</strong>" in index or "<strong>55 ms</strong>" in index  # the findings, as markdown
+    assert run.facts["headline"]["forward ms (best row)"] == "55"  # the FAIL row (20 ms) does not count
     assert "rows failing the gate" in run.facts["headline"]
+    assert len(run.facts["findings"]) == 3
     assert 'href="04_compile_autocast-mg2.html"' in index
 
 
@@ -178,7 +181,7 @@ def test_cross_links_prefer_the_same_workload(tmp_path):
               "05_triton_kernels-mg2-universal.PARTIAL", "05_triton_kernels-wma-kernels", "05_triton_kernels-zz",
               "03_step_reduction-world-mg2", "03_step_reduction-wma"):
         (tmp_path / f"{n}.html").write_text("x")
-    link = render._report_link
+    link = html_clean.report_link
     assert link("01_baseline_profiling", tmp_path, "02_bottleneck_breakdown-wma-bf16") == "01_baseline_profiling-wma-bf16.html"
     assert link("04_compile_autocast", tmp_path, "02_bottleneck_breakdown-wma-bf16") == "04_compile_autocast-wma.html"
     assert link("04_compile_autocast", tmp_path, "02_bottleneck_breakdown-mg2-universal") == \
@@ -236,93 +239,52 @@ def test_folder_index(tmp_path):
             | {"device_kind": "cuda", "device_name": "Test GPU", "run_id": "r1", "git_commit": "abc"}
             for v, x, g in (("fp32-eager", 300.0, "reference"), ("bf16", 100.0, "pass"))]
     results.append(rows, tmp_path / "r.csv")
-    index = render.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
+    index = report_index.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
     assert index.count('class="finding"') == 1  # both files are the one notebook-workload-preset
     assert "How much of the distance to the FLOP floor" in index  # notebook 04's question
-    assert "The ladder takes one forward to 55 ms." in index
+    assert "Best gated row <strong>bf16</strong>" in index  # the card's findings, from the rows
     assert "3.00x" in index and "Test GPU" in index
     assert 'href="04_compile_autocast-mg2-universal-ladder.html"' in index and 'href="bench.csv"' in index
     assert "older render" not in index
     with pytest.raises(ValueError, match="folder="):
-        render.write_folder_index(tmp_path / "nope")
+        report_index.write_folder_index(tmp_path / "nope")
     # a report made before the display helpers: its link says what it shows that today's rendering does not
     with pd.option_context("display.max_columns", 20):
         cut = _wide_ladder()._repr_html_()
     (folder / "04_compile_autocast-mg2-universal.html").write_text(
         f"<html><body>{cut}<script type='application/vnd.jupyter.widget-view+json'>{{}}</script></body></html>")
-    index = render.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
-    assert "04_compile_autocast-mg2-universal.html (older render: tables cut (&#x27;...&#x27;), empty progress " \
-           "boxes)" in index
+    index = report_index.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
+    assert "04_compile_autocast-mg2-universal.html (tables cut (&#x27;...&#x27;), empty progress boxes)" in index
     assert "04_compile_autocast-mg2-universal-ladder.html</a>" in index  # the whole one stays unmarked
 
 
 def test_render_flaws_names_what_an_older_render_shows(tmp_path):
     page = tmp_path / "r.html"
     page.write_text(f"<html><body>{wd.table(_wide_ladder()).to_html()}<img src='data:image/png;base64,AA'></body></html>")
-    assert render.render_flaws(page) == []
+    assert report_index.render_flaws(page) == []
     page.write_text('<table><tr><th>a</th><th>\u2026</th></tr></table><img alt="x" src="fig.png">')
-    assert render.render_flaws(page) == ["tables cut ('...')", "images not embedded"]
+    assert report_index.render_flaws(page) == ["tables cut ('...')", "images not embedded"]
 
 
-# the published reports rendered before wmbook.display that no later run has replaced yet: each feeds a table of the
-# README (the wma compile table) or a finding it cites; a re-run replaces it, and then it leaves this list
-OLDER_RENDERS = {"h100/04_compile_autocast-wma-compile.html", "h100/04_compile_autocast-wma-compile-dynamic.html",
-                 "h100/04_compile_autocast-wma-regional-ladder.html"}
-
-
-def test_published_reports_are_whole_but_the_listed_older_renders():
-    """Every published report shows whole tables, embedded images and no empty progress boxes, except the older
-    renders listed (which must still be there: a replaced one leaves the list)."""
-    from wmbook.paths import REPO_ROOT
-
-    reports = REPO_ROOT / "data" / "reports"
-    flawed = {p.relative_to(reports).as_posix() for p in sorted(reports.glob("*/*.html")) if render.render_flaws(p)}
-    assert flawed == OLDER_RENDERS
-
-
-def test_folder_index_conclusion_stops_at_the_appendix_and_follows_the_device_and_dtype(tmp_path):
-    """The conclusion is the Interpretation section only (not the appendix after it); rows of another device are left
-    out when a device is named; with reports per dtype the conclusion is the one of the run the numbers come from."""
+def test_folder_index_follows_the_device_and_dtype(tmp_path):
+    """Rows of another device are left out when a device is named; with reports per dtype the card's findings are
+    those of the run its report shows."""
     folder = tmp_path / "h200"
     folder.mkdir()
-
-    def page(text):
-        return ('<html><body><h2 id="Interpretation">Interpretation</h2><div class="jp-OutputArea-output">'
-                f'<div class="jp-RenderedMarkdown"><p>{text}</p></div></div><div class="jp-OutputArea-output">'
-                '<h3>A1 · every label</h3></div><div class="jp-OutputArea-output"><table><tr><td>raw</td></tr>'
-                '</table></div><h2 id="Appendix">Appendix</h2><div class="jp-OutputArea-output">more raw</div>'
-                '</body></html>')
-
-    (folder / "01_baseline_profiling-wma-bf16.html").write_text(page("bf16 runs in 10 s."))
-    (folder / "01_baseline_profiling-wma-fp32.html").write_text(page("fp32 runs in 30 s."))
+    for dtype, run in (("bf16", "r1aaaaaaaaaa"), ("fp32", "r2aaaaaaaaaa")):
+        (folder / f"01_baseline_profiling-wma-{dtype}.html").write_text(
+            f"<html><body><p>12 rows of run {run} in results.csv</p></body></html>")
     rows = []
-    for dev, dtype, run, x, t in (("GPU B", "fp32", "r2", 30.0, "2026-01-02"), ("GPU A", "bf16", "r1", 10.0,
-                                                                               "2026-01-03")):
+    for dev, dtype, run, x, t in (("GPU B", "fp32", "r2aaaaaaaaaa", 30.0, "2026-01-02"),
+                                  ("GPU A", "bf16", "r1aaaaaaaaaa", 10.0, "2026-01-03")):
         rows.append(results.make_row(notebook="01_baseline_profiling", workload="wma", preset="wma", variant="eager",
                                      metric="iteration_s", value=x, unit="s", params={"dtype": dtype})
                     | {"device_kind": "cuda", "device_name": dev, "run_id": run, "git_commit": "abc", "timestamp": t})
     results.append(rows, tmp_path / "r.csv")
-    index = render.write_folder_index(folder, results_path=tmp_path / "r.csv", device="gpu b").read_text()
-    assert "fp32 runs in 30 s." in index and "bf16 runs in 10 s." not in index  # GPU B's fp32 run and its report
-    assert "A1 · every label" not in index and "raw" not in index.split("fp32 runs in 30 s.")[1].split("</div>")[0]
-    assert "GPU B" in index and "GPU A" not in index
-    index = render.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
-    assert "bf16 runs in 10 s." in index  # without a device the latest run (GPU A's bf16) and its report
-
-
-def test_conclusion_keeps_its_paragraphs_lists_and_code(tmp_path):
-    """A conclusion written as paragraphs and a list stays that in the index (not one run-on paragraph)."""
-    page = tmp_path / "03_step_reduction-wma.html"
-    page.write_text('<html><body><h2 id="Interpretation">Interpretation</h2><div class="jp-OutputArea-output">'
-                    '<div class="jp-RenderedMarkdown"><p>The full-step run takes <strong>6.15 s</strong>.</p>\n'
-                    '<ul>\n<li><p><strong>ddim</strong>: knee at <code>ddim 2+2</code>, 24.85x.</p></li>\n'
-                    '<li><strong>unipc</strong>: knee at <code>unipc 2+2</code>.</li></ul>\n<p>Only the forwards '
-                    'change.</p></div></div></body></html>')
-    text = render.html_conclusion(page)
-    assert text == ("The full-step run takes **6.15 s**.\n\n- **ddim**: knee at `ddim 2+2`, 24.85x.\n"
-                    "- **unipc**: knee at `unipc 2+2`.\n\nOnly the forwards change.")
-    html_ = render._markdown(text)
-    assert html_.count("<li>") == 2 and "<code>ddim 2+2</code>" in html_ and html_.count("<p>") == 2
+    index = report_index.write_folder_index(folder, results_path=tmp_path / "r.csv", device="gpu b").read_text()
+    assert "Eager fp32" in index and "30 s / iteration" in index and "GPU A" not in index
+    index = report_index.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
+    assert "Eager bf16" in index  # without a device the latest run (GPU A's bf16)
 
 
 # --------------------------------------------------------------------------- headless Chromium
@@ -414,3 +376,17 @@ def test_whole_table_check_catches_elided_columns():
     with pytest.raises(AssertionError, match="elided"):
         _assert_whole_tables(f"<html><body>{elided}</body></html>", 1)
     _assert_whole_tables(f"<html><body>{wd.table(_wide_ladder()).to_html()}</body></html>", 1)
+
+
+def test_publish_report_names_each_notebook_by_its_preset(report, tmp_path):
+    """`make publish`: every finished notebook of a run folder goes into the published folder as
+    <notebook>-<preset>.html (preset from its rows), findings first, no stderr box, nothing html_clean objects to."""
+    from wmbook import published
+
+    out, _, _ = report
+    folder = tmp_path / "h200"
+    folder.mkdir()
+    (page,) = published.publish_report(out, folder)
+    assert page == folder / "04_compile_autocast-tiny.html"
+    text = page.read_text()
+    assert html_clean.problems(text, folder) == [] and "real warning kept" not in text  # a published page: no stderr

@@ -341,7 +341,7 @@ def test_notebook_03_study_without_ground_truth(tmp_path, monkeypatch):
     steps.quality(cfg2, pipe, sw, progress=False)
     assert sw.has_quality and sw.copy_last["psnr"] == 20.0
     kt = steps.knee_table(sw).set_index("curve")  # 6 forwards: 29 dB; 2 forwards: 27 dB (loss 2 dB <= 2.5)
-    assert kt.loc["ddim", "knee"] == "ddim 1+1" and kt.loc["ddim", "PSNR loss (dB)"] == pytest.approx(2.0)
+    assert kt.loc["ddim", "knee"] == "ddim 1+1" and kt.loc["ddim", "PSNR change vs full steps (dB)"] == pytest.approx(-2.0)
     assert "psnr_gt" in {r["metric"] for r in steps.result_rows(sw)}
     assert sw.weights_sha256 is None and "weights_sha256" not in results.params_of(steps.result_rows(sw)[0])
     assert "The weights ship at" not in steps.interpret(sw)  # tiny-wma has no shipped count

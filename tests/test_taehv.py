@@ -15,6 +15,8 @@ from wmbook.models.taehv import (
 from wmbook.models.vae import WAN21_LATENTS_MEAN, WAN21_LATENTS_STD, pixel_frames_for
 from conftest import _decode_blocks as _stream  # noqa: E402  (tests/ is on sys.path under pytest)
 
+pytestmark = pytest.mark.numerics  # rerun with oneDNN and ATen held to older ISAs: `make test-isa`
+
 
 @pytest.fixture(scope="module")
 def dec():

@@ -17,6 +17,8 @@ from wmbook.models.vae import (
 )
 from conftest import _decode_blocks as _stream  # noqa: E402  (tests/ is on sys.path under pytest)
 
+pytestmark = pytest.mark.numerics  # rerun with oneDNN and ATen held to older ISAs: `make test-isa`
+
 
 @pytest.fixture(scope="module")
 def vae():

@@ -16,6 +16,9 @@ from wmbook.models.wma.mapping import (from_upstream_key, load_upstream_checkpoi
 from wmbook.models.wma.unet import FrameContext, ResBlock, SpatialTransformer, TemporalTransformer
 from wmbook.presets import get_preset
 from wmbook.profiling import profile, set_labels
+from wmbook.variants import swaps
+
+pytestmark = pytest.mark.numerics  # rerun with oneDNN and ATen held to older ISAs: `make test-isa`
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -484,3 +487,22 @@ def test_fine_labels_only_when_detail_is_on(tiny, tmp_path):
             names[detail] = {e.get("name") for e in json.load(f)["traceEvents"]}
     assert set(WMA_FINE_LABELS) <= names[True]
     assert not set(WMA_FINE_LABELS) & names[False]
+
+
+@pytest.mark.parametrize("spatial", [1, 3])
+def test_temporal_channels_last_compiles_at_any_spatial_size(spatial):
+    """A channels-last ResBlock whose temporal conv block reads channels_last_3d, compiled (aot_eager: the graph
+    runs aten kernels, as the CPU rows of notebook 06 do), equals eager, also at a 1x1 spatial map (the tiny preset's
+    deepest level), where the strides of the size-1 dims are ambiguous."""
+    torch.manual_seed(0)
+    blk = ResBlock(64, 32, groups=8).eval()
+    swaps.to_memory_format(blk, torch.channels_last)  # what channels-last and temporal-channels-last do
+    swaps.to_memory_format(blk.temporal_conv, torch.channels_last_3d)
+    blk.temporal_format = torch.channels_last_3d
+    x = torch.randn(4, 64, spatial, spatial).contiguous(memory_format=torch.channels_last)  # [(B T), C, h, w]
+    emb = torch.randn(4, 32)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = blk(x, emb, 1)
+        got = torch.compile(blk, backend="aot_eager", fullgraph=True)(x, emb, 1)
+    torch.testing.assert_close(got, want)  # fp32, the same kernels: default fp32 tolerances

@@ -18,12 +18,14 @@ import json
 import torch
 
 from wmbook.bench import Samples, host_launch_ms, time_fn, time_once
+from wmbook.errors import command
 from wmbook.profiling.breakdown import kernel_summary, profile_calls
 from wmbook.variants import GlobalFlags, resolve
 from wmbook import workloads
 from wmbook.variants.ladder import apply_stack
 
 
+@command("compare_compile.py")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("workload", choices=workloads.names())

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from wmbook import workloads
 from wmbook.bench import time_fn
+from wmbook.errors import command
 
 
 def conv_shapes(preset) -> Counter:
@@ -46,6 +47,7 @@ def conv_shapes(preset) -> Counter:
     return seen
 
 
+@command("conv3d_bench.py")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="mg2-universal")

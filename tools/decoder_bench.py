@@ -15,10 +15,12 @@ import torch
 
 from wmbook import device as wdev
 from wmbook import workloads
+from wmbook.errors import command
 from wmbook.models.flops import wan_decoder_flops
 from wmbook.studies import decoder as study
 
 
+@command("decoder_bench.py")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="mg2-universal")

@@ -21,6 +21,7 @@ import sys
 import pandas as pd
 import torch
 
+from wmbook.errors import command
 from wmbook.kernels import group_norm_silu as gns
 from wmbook.studies.kernels import sweep_cli, sweep_sites
 
@@ -64,6 +65,7 @@ def _name(s: dict) -> str:
     return f"tile {s['tile']}, programs {s['programs']}, block_c <= {s['max_block_c']}, warps {s['num_warps']}"
 
 
+@command("gn_sweep.py")
 def main(argv=None) -> int:
     return sweep_cli(sweep, __doc__, ["wma"], "a few settings a site instead of the full grid", argv)
 

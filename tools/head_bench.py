@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from wmbook import check, workloads
+from wmbook.errors import command
 from wmbook.variants.ladder import apply_stack
 
 LAYOUT = ["tf32", "bf16", "norm-input-dtype", "channels-last", "temporal-channels-last", "cudnn-benchmark"]
@@ -62,6 +63,7 @@ def top_kernels(fn, n: int = 8) -> pd.DataFrame:
     return kernel_summary(profile_calls(fn), top=n)["kernels"]
 
 
+@command("head_bench.py")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="wma")

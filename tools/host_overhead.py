@@ -14,6 +14,7 @@ import json
 import torch
 
 from wmbook.bench import host_launch_ms, time_fn, time_once
+from wmbook.errors import command
 from wmbook.profiling.breakdown import device_busy_ms
 from wmbook.variants import GlobalFlags, resolve
 from wmbook.variants.compile_monitor import CompileMonitor
@@ -21,6 +22,7 @@ from wmbook import workloads
 from wmbook.variants.ladder import apply_stack
 
 
+@command("host_overhead.py")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("workload", choices=workloads.names())

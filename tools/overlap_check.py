@@ -12,12 +12,14 @@ import sys
 import torch
 
 from wmbook import workloads
+from wmbook.errors import command
 from wmbook.variants import GlobalFlags
 from wmbook.variants.ladder import apply_stack
 
 DECODER = ["vae-bf16", "vae-stream-buffers", "vae-channels-last"]
 
 
+@command("overlap_check.py")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="mg2-universal")

@@ -15,6 +15,7 @@ import json
 import yaml
 
 from wmbook import workloads
+from wmbook.errors import command
 from wmbook.profiling.config import load_config
 from wmbook.profiling import measure_overhead
 from wmbook.studies import breakdown
@@ -36,6 +37,7 @@ def configurations() -> dict:
     }
 
 
+@command("profiling_overhead.py")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("workload", choices=workloads.names())

@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 
 from wmbook import bench
+from wmbook.errors import command
 from wmbook.studies import motion as study
 
 
@@ -57,6 +58,7 @@ def _measure(name: str, fn, dev, rounds: int = 20, nodes=None) -> dict:
             "loop us / step": loop.median * 1e3, "loop p20": loop.p20 * 1e3, "loop p80": loop.p80 * 1e3}
 
 
+@command("replay_diag.py")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="g1-4096")

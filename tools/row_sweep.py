@@ -24,6 +24,7 @@ import sys
 import pandas as pd
 import torch
 
+from wmbook.errors import command
 from wmbook.kernels import check_rows, next_pow2
 from wmbook.studies.kernels import sweep_cli, sweep_sites
 
@@ -54,6 +55,7 @@ def _name(s: dict) -> str:
     return f"rows {s['rows']}, warps {s['num_warps']}"
 
 
+@command("row_sweep.py")
 def main(argv=None) -> int:
     return sweep_cli(sweep, __doc__, ["mg2"], "4 settings instead of the full grid", argv)
 

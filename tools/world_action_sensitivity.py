@@ -21,8 +21,10 @@ import time
 
 import numpy as np
 import torch
+from wmbook.errors import InputError, command
 
 
+@command("world_action_sensitivity.py")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("weights", help="a world-wma .pt file (wmbook.world.weights format)")
@@ -38,9 +40,9 @@ def main(argv=None) -> int:
         seeds, ts = int_option(a.seeds, "seeds"), int_option(a.timesteps, "timesteps", hi=999)
         steps = int_option(a.steps, "steps", lo=1)[0]
     except ValueError as e:
-        raise SystemExit(str(e)) from None
+        raise InputError(str(e)) from None
     if len(seeds) < 2:
-        raise SystemExit(f"--seeds={a.seeds!r} is not allowed; allowed values: at least 2 seeds (each case takes the "
+        raise InputError(f"--seeds={a.seeds!r} is not allowed; allowed values: at least 2 seeds (each case takes the "
                          f"next's actions)")
     import pandas as pd
 

@@ -16,8 +16,10 @@ import sys
 
 import pandas as pd
 import torch
+from wmbook.errors import InputError, command
 
 
+@command("world_steps_eval.py")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("weights", help="a world-wma .pt file (wmbook.world.weights format)")
@@ -35,9 +37,9 @@ def main(argv=None) -> int:
     try:
         seeds, steps = int_option(a.seeds, "seeds"), int_option(a.steps, "steps", lo=1)
     except ValueError as e:
-        raise SystemExit(str(e)) from None
+        raise InputError(str(e)) from None
     if a.device not in ("cpu", "cuda") or (a.device == "cuda" and not torch.cuda.is_available()):
-        raise SystemExit(f"--device={a.device!r} is not allowed; allowed values: cpu, cuda (with a CUDA device)")
+        raise InputError(f"--device={a.device!r} is not allowed; allowed values: cpu, cuda (with a CUDA device)")
     from wmbook import workloads
     from wmbook.world import eval as ev
     from wmbook.world.weights import build_world_pipeline

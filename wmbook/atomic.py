@@ -37,6 +37,32 @@ def atomic_write_text(dest, text: str) -> Path:
     return Path(dest)
 
 
+def atomic_write_many(files: dict) -> list[Path]:
+    """Write several files {dest: bytes} as one change: every one is written and synced to a temp file beside its
+    dest before the first rename, so a failure while writing (a full disk, an interrupt) leaves every dest as it was;
+    then each temp file replaces its dest. Returns the dests."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for dest, data in files.items():
+            dest = Path(dest)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+            staged.append((tmp, dest))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~_umask())
+        for tmp, dest in staged:
+            os.replace(tmp, dest)
+    except BaseException:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        raise
+    return [dest for _, dest in staged]
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

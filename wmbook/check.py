@@ -186,6 +186,31 @@ def compare(
 
 
 
+def to_uint8_frames(frames):
+    """(T, H, W, 3) uint8 numpy frames from a tensor or array: (T, C, H, W) / (C, T, H, W) / (B, ...) float in
+    [-1, 1] or [0, 1], or uint8."""
+    import numpy as np
+
+    a = frames.detach().float().cpu().numpy() if hasattr(frames, "detach") else np.asarray(frames)
+    while a.ndim > 4 and a.shape[0] == 1:
+        a = a[0]
+    if a.ndim != 4:
+        raise ValueError(f"frames must have 4 dimensions (T, C, H, W) or (T, H, W, C) (a leading batch of 1 allowed), "
+                         f"got shape {tuple(a.shape)}")
+    if a.shape[-1] not in (1, 3):
+        if a.shape[1] in (1, 3):
+            a = a.transpose(0, 2, 3, 1)  # T C H W
+        elif a.shape[0] in (1, 3):
+            a = a.transpose(1, 2, 3, 0)  # C T H W
+    if a.dtype != np.uint8:
+        lo = a.min() if a.size else 0
+        a = (a + 1) / 2 if lo < -0.01 else a
+        a = (np.clip(a, 0, 1) * 255 + 0.5).astype(np.uint8)
+    if a.shape[-1] == 1:
+        a = np.repeat(a, 3, axis=-1)
+    return a
+
+
 def frame_psnr(a, b, peak: float = 255.0):
     """PSNR (dB) of each frame of two equal-shape videos [T, ...] (numpy arrays, e.g. uint8 frames): a float64
     array, inf where a frame is identical."""

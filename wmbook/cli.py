@@ -1,4 +1,5 @@
-"""``wmbook`` command line: ``wmbook run ...`` (see :mod:`wmbook.run`), ``wmbook list`` and ``wmbook aggregate``."""
+"""``wmbook`` command line: ``wmbook run ...`` (see :mod:`wmbook.run`), ``wmbook list``, ``wmbook aggregate``,
+``wmbook results check``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Any, Sequence
+
+from .errors import InputError, command
 
 USAGE = """usage: wmbook <command> [options]
 
@@ -18,6 +21,10 @@ commands:
          min/max/mean over ranks, slowest rank), each session separately, and write
          <session>_aggregate.json and its .html to DIR (default ./profiling_reports/aggregate)
          or, for one session, to FILE
+  results check [PATH ...]
+         check results stores (default: the committed data/results/results.csv, or $WMBOOK_RESULTS):
+         every row whole, of the header's width, numbers where numbers belong, no row of the
+         last commit lost; exit 2 naming the lines when one fails
 
 example:
   wmbook run --preset tiny --out reports/x -p num_blocks 2
@@ -41,10 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_main(["--list", *rest], prog="wmbook list")
     if command == "aggregate":
         return aggregate_main(rest)
+    if command == "results":
+        return results_main(rest)
     print(f"wmbook: unknown command {command!r}\n\n{USAGE}", file=sys.stderr, end="")
     return 2
 
 
+@command("wmbook aggregate")
 def aggregate_main(argv: Sequence[str]) -> int:
     """``wmbook aggregate PATH [PATH ...] [--session NAME] [--output FILE | --output-dir DIR] [--no-html]``:
     print each session's aggregation summary, write JSON + HTML."""
@@ -79,6 +89,38 @@ def aggregate_main(argv: Sequence[str]) -> int:
     return 0
 
 
+@command("wmbook results")
+def results_main(argv: Sequence[str]) -> int:
+    """``wmbook results check [PATH ...]``: each store's rows and runs when it is sound; its problems, line by line,
+    and exit 2 when it is not (wmbook.results.check)."""
+    ap = argparse.ArgumentParser(prog="wmbook results", description="Check results stores (wmbook.results.check).")
+    sub = ap.add_subparsers(dest="action", required=True, metavar="check")
+    chk = sub.add_parser("check", help="check stores: every row whole and well formed, nothing committed lost")
+    chk.add_argument("paths", nargs="*", metavar="PATH",
+                     help="results CSV files (default: $WMBOOK_RESULTS, else data/results/results.csv)")
+    a = ap.parse_args(list(argv))
+    from . import results
+
+    failed = False
+    for path in [Path(p) for p in a.paths] or [results.default_path()]:
+        if not path.is_file():
+            why = "it is a folder" if path.exists() else "no such file"
+            print(f"wmbook results: error: {str(path)!r} is not allowed: {why}; allowed values: a results CSV file",
+                  file=sys.stderr)
+            failed = True
+            continue
+        found = results.check(path)
+        if found:
+            failed = True
+            print(f"{path}: fails its check ({len(found)} problem(s)):", file=sys.stderr)
+            for line in found:
+                print(f"  {line}", file=sys.stderr)
+            continue
+        df = results.read(path)
+        print(f"{path}: ok, {len(df)} rows of {df['run_id'].nunique()} runs")
+    return 2 if failed else 0
+
+
 def _yaml_scalar(text: str) -> Any:
     import yaml
 
@@ -86,6 +128,51 @@ def _yaml_scalar(text: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+
+
+def load_parameters_file(path) -> dict[str, Any]:
+    """The mapping of a `-f` YAML file, every key a parameter name given once: a file that is missing, not UTF-8, not
+    YAML, not a mapping, or that repeats a key (where YAML would silently keep the last) or has a key that is not a
+    name raises InputError naming the file, the line and what is allowed."""
+    import yaml
+
+    path = Path(path)
+    allowed = "a UTF-8 YAML file with one mapping of parameter names to values, each name once"
+
+    def refuse(why: str) -> InputError:
+        return InputError(f"-f {str(path)!r} is not allowed: {why}; allowed values: {allowed}")
+
+    if not path.is_file():
+        raise refuse("it is a folder" if path.is_dir() else "no such file")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise refuse(f"bytes at offset {e.start} are not UTF-8") from None
+
+    class Loader(yaml.SafeLoader):
+        """SafeLoader whose mappings refuse repeated and non-name keys."""
+
+    def mapping(loader, node, deep=False):
+        seen: dict[str, int] = {}
+        for key_node, _ in node.value:
+            key, line = loader.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+            if not isinstance(key, str) or not key.isidentifier():
+                raise refuse(f"line {line}: key {key!r} is not a parameter name (a Python identifier)")
+            if key in seen:
+                raise refuse(f"line {line}: key {key!r} is given again (first on line {seen[key]})")
+            seen[key] = line
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    try:
+        loaded = yaml.load(text, Loader=Loader)
+    except yaml.YAMLError as e:
+        raise refuse(f"it is not valid YAML ({' '.join(str(e).split())})") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise refuse(f"it holds a {type(loaded).__name__}, not a mapping")
+    return loaded
 
 
 def _workload_list(text: str | None) -> list[str] | None:
@@ -146,6 +233,10 @@ def build_run_parser(prog: str = "wmbook run") -> argparse.ArgumentParser:
 
 
 def run_main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> int:
+    return command(prog)(_run_main)(argv, prog)
+
+
+def _run_main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> int:
     """``wmbook run ...``: parse, check, execute (wmbook.run.run_notebooks), print where the report is."""
     from . import run as _run
     from .run import NOTEBOOK_GLOB, UnknownNotebookError, default_out_dir, discover_notebooks, notebooks_dir, resolve_notebooks
@@ -160,15 +251,11 @@ def run_main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> int
 
     params: dict[str, Any] = {}
     if args.parameters_file:
-        import yaml
-
         try:
-            loaded = yaml.safe_load(Path(args.parameters_file).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            ap.error(f"cannot read {args.parameters_file}: {exc}")
-        if not isinstance(loaded, dict):
-            ap.error(f"{args.parameters_file} must hold a mapping of parameter names to values")
-        params.update(loaded)
+            params.update(load_parameters_file(args.parameters_file))
+        except InputError as exc:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 2
     for name, value in args.parameter:
         if not name.isidentifier():
             ap.error(f"parameter name {name!r} is not a Python identifier")
@@ -186,8 +273,6 @@ def run_main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> int
         )
         return 2
 
-    from .params import ParameterError
-
     out = Path(args.out) if args.out else default_out_dir()
     try:
         runs = _run.run_notebooks(
@@ -200,9 +285,12 @@ def run_main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> int
             progress=not args.quiet,
             workloads=_workload_list(args.workload),
         )
-    except ParameterError as exc:  # refused before anything was written
+    except InputError as exc:  # a parameter, the report folder, the kernel: refused before anything was written
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; the reports finished before it are in {out}", file=sys.stderr)
+        return 130
     failed = [r for r in runs if not r.ok]
     index = out.resolve() / "index.html"
     print(f"{len(runs) - len(failed)}/{len(runs)} notebooks ok; report: {index}")

@@ -27,7 +27,7 @@ from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
 
-HEADLESS_ENV = "WMBOOK_HEADLESS"  # set by wmbook.run for the kernels it starts (papermill): no live widgets
+HEADLESS_ENV = "WMBOOK_HEADLESS"  # set by wmbook.run for the kernels it starts: no live widgets ("0": live)
 
 # suffix -> (unit shown in the header, scale applied to the values); longest suffixes first
 _UNIT_SUFFIXES: tuple[tuple[str, str, float], ...] = (
@@ -179,6 +179,9 @@ def _row_units(df: pd.DataFrame) -> pd.Series | None:
     return None
 
 
+MISSING = "-"  # a table cell without a finite value
+
+
 def format_frame(df: pd.DataFrame, columns: Sequence[str] | None = None, units: Mapping[str, str] | None = None,
                  rename: Mapping[str, str] | None = None, spread: bool = True, digits: int = 3,
                  percent: Iterable[str] = (), strict: bool = True) -> pd.DataFrame:
@@ -224,14 +227,16 @@ def format_frame(df: pd.DataFrame, columns: Sequence[str] | None = None, units: 
         is_pct = unit.startswith("%")
 
         def fmt(v, row_unit=None, scale=scale, is_pct=is_pct):
+            if isinstance(v, float) and not math.isfinite(v):
+                return MISSING  # NaN (not measured) and inf (identical frames' PSNR) read alike in a table
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 local_scale, local_pct = scale, is_pct
                 if row_unit == "fraction":
                     local_scale, local_pct = 100.0, True
                 v = v * local_scale if v == v else v
                 return _percent(v, digits) if local_pct else num(v, digits)
-            if v is None or (isinstance(v, float) and math.isnan(v)):
-                return ""
+            if v is None:
+                return MISSING
             return str(v)
 
         integer = _is_integer_col(name, s)
@@ -247,7 +252,7 @@ def format_frame(df: pd.DataFrame, columns: Sequence[str] | None = None, units: 
             if c in pairs:
                 lo, hi = df[pairs[c][0]].iloc[i], df[pairs[c][1]].iloc[i]
                 lo_t, hi_t = fmt(lo, ru), fmt(hi, ru)
-                if lo_t and hi_t and text:
+                if lo_t not in ("", MISSING) and hi_t not in ("", MISSING) and text not in ("", MISSING):
                     text = f"{text} ({lo_t}-{hi_t})"
             vals.append(text)
         # a percentage carries its % sign in every cell: the header keeps the name alone
@@ -494,8 +499,22 @@ def headless_start() -> None:
 
 
 def headless() -> bool:
-    """True in a kernel started by wmbook.run (papermill): no frontend shows widgets, so views are static."""
-    return os.environ.get(HEADLESS_ENV, "") not in ("", "0")
+    """True when no frontend is attached to show widgets, so views are static: a kernel started by wmbook.run
+    (WMBOOK_HEADLESS), plain papermill or nbconvert (nbclient executes with stdin closed; JupyterLab, Notebook and
+    VS Code allow it), or no IPython kernel at all (a script). WMBOOK_HEADLESS=0 forces live widgets."""
+    env = os.environ.get(HEADLESS_ENV, "")
+    if env:
+        return env != "0"
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return True
+    kernel = getattr(get_ipython(), "kernel", None)
+    if kernel is None:
+        return True
+    # ipykernel records, per execute request, whether the client can answer input(): a frontend that shows the
+    # notebook can, a batch executor cannot
+    return not bool(getattr(kernel, "_allow_stdin", True))
 
 
 class _DropLines(logging.Filter):
@@ -511,7 +530,8 @@ class _DropLines(logging.Filter):
 def setup(quiet: bool = True) -> None:
     """Notebook defaults: pandas shows every column and 4 significant digits; with `quiet`, messages that mean
     nothing to a reader are dropped: the profiler's USDT start/stop lines (KINETO_LOG_LEVEL, unless set),
-    torch.compile's per-graph-break warnings (notebook 04 tables the breaks), diffusers' float32-module notice."""
+    torch.compile's per-graph-break warnings (notebook 04 tables the breaks), diffusers' float32-module notice,
+    inductor's 'skipping cudagraphs' lines (notebook 06's row note says so)."""
     pd.set_option("display.max_columns", None)
     pd.set_option("display.width", None)
     pd.set_option("display.max_colwidth", 80)
@@ -520,7 +540,9 @@ def setup(quiet: bool = True) -> None:
     if not quiet:
         return
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # read by kineto when a profiler starts; 6: silent
-    drop = _DropLines("Graph break", "graph break", "consider setting", "should be kept in float32")
+    # inductor declining CUDA graphs is said by the row's note (notebook 06); torchao's optional checkpoint types
+    drop = _DropLines("Graph break", "graph break", "consider setting", "should be kept in float32",
+                      "skipping cudagraphs due to", "Unable to import `torchao` Tensor objects")
     try:
         import torch._logging
 
@@ -562,5 +584,6 @@ def rows(path: str | os.PathLike, run_id: str, columns: Sequence[str] = ("preset
 
 
 # the widgets (wmbook.widgets) are part of what the notebooks call through this module
-from .widgets import MONITOR_STATUS, drop_lines, frame_comparer, frame_psnr, monitor_view, stack_picker  # noqa: E402,F401
-from .widgets import _to_uint8_frames  # noqa: E402,F401
+from .widgets import (MONITOR_STATUS, drop_lines, frame_comparer, frame_psnr, ladder_frames,  # noqa: E402,F401
+                      monitor_view, stack_picker)
+from .widgets import to_uint8_frames  # noqa: E402,F401

@@ -17,12 +17,13 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .errors import InputError
 from .presets import DTYPES, resolve_device
 
 Check = Callable[[Any, dict], Any]  # (value, already validated values) -> normalized value, or ValueError
 
 
-class ParameterError(ValueError):
+class ParameterError(InputError):
     """A notebook parameter with a value that is not allowed (the message names it and the allowed values)."""
 
 
@@ -57,13 +58,30 @@ def integer(lo: int, hi: int | None = None) -> Check:
     return check
 
 
+def number_range(lo: float, hi: float = math.inf) -> str:
+    """'a finite number >= 1.0' / 'a finite number in [0.0, 1.0]': how a message states an allowed range (never
+    'in [1.0, inf]', which reads as if inf were allowed)."""
+    return f"a finite number >= {lo}" if hi == math.inf else f"a finite number in [{lo}, {hi}]"
+
+
+def number_error(name: str, v, lo: float, hi: float = math.inf) -> str | None:
+    """Why `v` is not a finite number in [lo, hi] (None when it is): non-finite values named as such."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return f"{name}={v!r} is not allowed: not a number; allowed values: {number_range(lo, hi)}"
+    if not math.isfinite(v):
+        return f"{name}={v!r} is not allowed: it is not finite; allowed values: {number_range(lo, hi)}"
+    if not lo <= v <= hi:
+        return f"{name}={v!r} is not allowed; allowed values: {number_range(lo, hi)}"
+    return None
+
+
 def number(lo: float, hi: float = math.inf) -> Check:
     """A finite int or float in [lo, hi]."""
 
     def check(v, ctx):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v) \
-                or not lo <= v <= hi:
-            raise _err(ctx["_name"], v, f"a number in [{lo}, {hi}]")
+        why = number_error(ctx["_name"], v, lo, hi)
+        if why:
+            raise ParameterError(why)
         return float(v)
 
     return check
@@ -90,6 +108,27 @@ def path_or_auto(v, ctx):
     return v
 
 
+def _writable(kind: str, allowed: str) -> Check:
+    """'auto' or a path the run can write as `kind` ('folder': an existing one or one it can create; 'file': not a
+    folder, its folder writable or creatable): checked before the run, so a run never fails at its last write."""
+    def check(v, ctx):
+        from . import paths
+
+        v = path_or_auto(v, ctx)
+        if v != "auto":
+            try:
+                (paths.check_output_dir if kind == "folder" else paths.check_output_file)(v, ctx["_name"], allowed)
+            except InputError as e:
+                raise ParameterError(str(e)) from None
+        return v
+
+    return check
+
+
+folder_or_auto = _writable("folder", "'auto' or a folder you can write to, existing or to be created")
+file_or_auto = _writable("file", "'auto' or the path of a results file (.csv)")
+
+
 def name_list(v, ctx) -> list[str]:
     """A comma-separated string (or a list) of names -> list of stripped names."""
     if isinstance(v, (list, tuple)):
@@ -111,6 +150,32 @@ def subset_or_all(allowed) -> Check:
         return tuple(items)
 
     return check
+
+
+def device_memory(device: torch.device) -> int:
+    """Bytes the device holds: a GPU's memory, a CPU's physical RAM (0 when unknown: nothing is refused then)."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        import os
+
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_fits(name: str, value, per_unit: int, device: torch.device, unit: str, base: int = 0) -> None:
+    """Refuse `value` units of `per_unit` bytes each (plus `base`) when they cannot fit on `device`, before anything is
+    allocated: an estimate from the preset's shapes, so that a size far past the device fails here in a line, not in
+    the allocator minutes later. Sizes close to the limit still run (the estimate is a floor, not a promise)."""
+    have = device_memory(device)
+    if not have or isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        return
+    if base + int(value) * per_unit > have:
+        most = max(0, (have - base) // max(per_unit, 1))
+        raise ParameterError(f"{name}={value!r} is not allowed on {device}: it needs at least "
+                             f"{(base + int(value) * per_unit) / 2**30:.3g} GiB ({per_unit / 2**20:.3g} MiB a {unit}) "
+                             f"and the device holds {have / 2**30:.3g} GiB; allowed values: at most {most} here")
 
 
 # --- the common parameters ------------------------------------------------------------------------------------
@@ -207,6 +272,6 @@ VAE_DTYPE = Param("vae_dtype", "auto", _vae_dtype, "auto: the workload's rule | 
 WARMUP = Param("warmup", 1, integer(0), "untimed runs before timing")
 REPEATS = Param("repeats", 3, integer(1), "timed runs")
 SEED = Param("seed", 0, integer(0))
-OUTPUT_DIR = Param("output_dir", "auto", path_or_auto, "auto: reports/artifacts/NOTEBOOK/PRESET-DEVICE")
-RESULTS_PATH = Param("results_path", "auto", path_or_auto,
+OUTPUT_DIR = Param("output_dir", "auto", folder_or_auto, "auto: reports/artifacts/NOTEBOOK/PRESET-DEVICE")
+RESULTS_PATH = Param("results_path", "auto", file_or_auto,
                      "auto: data/results/results.csv for real presets, reports/results/results-tiny.csv for tiny")

@@ -44,3 +44,48 @@ def git_commit() -> str:
         return commit
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+def _folder_problem(path: Path) -> str | None:
+    """Why no file can be written in folder `path` (existing or to be created), or None when one can."""
+    if path.exists() and not path.is_dir():
+        return f"{str(path)!r} is a file, not a folder"
+    base = path
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if not base.is_dir():
+        return f"{str(base)!r} is a file, so no folder can be made under it"
+    if not os.access(base, os.W_OK | os.X_OK):
+        return f"{str(base)!r} is not writable"
+    return None
+
+
+def check_output_dir(path, name: str, allowed: str = "a folder you can write to, existing or to be created") -> Path:
+    """`path` as a folder a run may write into: an existing writable folder, or one that can be created (its nearest
+    existing ancestor a writable folder). Checked before any work, so a run never fails at its last write; raises
+    InputError naming `name`."""
+    from .errors import InputError
+
+    path = Path(path).expanduser()
+    why = _folder_problem(path)
+    if why:
+        raise InputError(f"{name}={str(path)!r} is not allowed: {why}; allowed values: {allowed}")
+    return path
+
+
+def check_output_file(path, name: str, allowed: str = "a file path") -> Path:
+    """`path` as a file a run will write (or replace, or append to): not a folder, writable if it exists, and its
+    folder writable or creatable. Raises InputError naming `name` and `allowed`."""
+    from .errors import InputError
+
+    path = Path(path).expanduser()
+    why = None
+    if path.is_dir():
+        why = "it is a folder"
+    elif path.exists() and not os.access(path, os.W_OK):
+        why = "it is not writable"
+    else:
+        why = _folder_problem(path.parent)
+    if why:
+        raise InputError(f"{name}={str(path)!r} is not allowed: {why}; allowed values: {allowed}")
+    return path

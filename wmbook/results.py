@@ -1,9 +1,19 @@
-"""Append-only results table (CSV) with environment metadata on every row."""
+"""Append-only results table (CSV) with environment metadata on every row.
+
+The store proves its own integrity. An append is whole or absent: under an exclusive lock the existing rows are read
+and checked, the new table is written to memory and checked again, then to a temporary file beside the store, synced
+and renamed over it. A store that was cut or edited into a broken shape (a half row from a crash or a full disk, a
+row of the wrong width, a value that is not a number) is refused on every read and append with the line named, never
+padded or skipped: `problems` lists what is wrong, `check` adds the rows a committed store lost since its last commit,
+and `wmbook results check` prints both.
+"""
 
 from __future__ import annotations
 
+import csv
 import datetime as _dt
 import fcntl
+import io
 import functools
 import importlib.metadata
 import json
@@ -17,6 +27,7 @@ import pandas as pd
 import torch
 
 from .atomic import atomic_open
+from .errors import InputError
 from .paths import RESULTS_PATH, git_commit
 
 DEFAULT_PATH = RESULTS_PATH
@@ -36,6 +47,16 @@ STRING_COLUMNS = [
     "device_name", "device_kind", "torch", "triton", "cuda", "python", "diffusers", "transformers", "numpy",
     "git_commit", "hostname", "host_cpu",
 ]  # fmt: skip
+
+# every row has these filled in (a marker row of mark_cut / mark_partial too); the numeric ones are a number or empty
+KEY_COLUMNS = ("timestamp", "run_id", "notebook", "metric")
+NUMERIC_COLUMNS = ("value", "median", "p20", "p80", "p95", "n", "warmup", "repeats")
+_SHOW_PROBLEMS = 10
+
+
+class StoreError(InputError):
+    """A results store that fails its checks (wmbook.results.problems): the message names the file and the lines."""
+
 
 # the libraries whose numerics the results depend on besides torch (README: Supported versions)
 NUMERIC_LIBRARIES = ("diffusers", "transformers", "numpy")
@@ -170,27 +191,182 @@ def _write_csv(df: pd.DataFrame, f) -> None:
 
 
 def append(rows, path=None) -> Path:
-    """Append rows atomically (lock, read, concat, write temp, fsync, rename); returns the path."""
+    """Append rows, whole or not at all; returns the path. Under an exclusive lock: the store is checked (a store that
+    fails problems() is refused, StoreError, nothing written), the new table is made in memory and checked to hold
+    every old row and the new ones, then written to a temporary file, synced and renamed over the store."""
+    from .paths import check_output_file
+
     new = _to_frame(rows)
     dest = _resolve(path)
+    check_output_file(dest, "results_path", "the path of a results file (.csv)")
     dest.parent.mkdir(parents=True, exist_ok=True)
     lock_path = dest.with_name(dest.name + ".lock")
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
+            n_old = 0
             if dest.exists() and dest.stat().st_size > 0:
+                n_old = _checked_rows(dest)
                 # all text, no NA parsing: existing rows are rewritten byte-for-byte
                 old = pd.read_csv(dest, dtype=str, keep_default_na=False)
                 df = pd.concat([old, new], ignore_index=True, sort=False)
             else:
                 df = new
-            df = _ordered(df)
+            buf = io.StringIO()
+            _write_csv(_ordered(df), buf)
+            text = buf.getvalue()
+            _, n, found = _scan(io.StringIO(text))
+            if found or n != n_old + len(new):
+                raise StoreError(f"results_path={str(dest)!r}: the rows to append would not make a sound store "
+                                 f"({'; '.join(found[:3]) or f'{n} rows instead of {n_old} + {len(new)}'}); nothing "
+                                 f"was written; allowed values: rows of numbers in the numeric columns "
+                                 f"{list(NUMERIC_COLUMNS)} and {list(KEY_COLUMNS)} filled in")
             with atomic_open(dest, "w", newline="") as f:
-                _write_csv(df, f)
+                f.write(text)
             _fsync_dir(dest.parent)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return dest
+
+
+def _scan(f) -> tuple[list[str], int, list[str]]:
+    """(header, rows, problems) of a results CSV opened as text: each problem 'line N: what is wrong'. Strict: a row
+    of another width than the header, a quote left open, a last line without its line end (a row cut while it was
+    written), an empty key column, a numeric column that is not a number."""
+    problems: list[str] = []
+    reader = csv.reader(f, strict=True)
+    try:
+        header = next(reader)
+    except StopIteration:
+        return [], 0, []
+    except csv.Error as e:
+        return [], 0, [f"line 1 (the header): {e}"]
+    missing = [c for c in KEY_COLUMNS + ("value",) if c not in header]
+    dup = sorted({c for c in header if header.count(c) > 1})
+    if missing or dup:
+        return header, 0, [f"line 1 (the header): " + "; ".join(
+            ([f"columns {missing} missing"] if missing else []) + ([f"columns {dup} repeated"] if dup else []))]
+    keys = [(c, header.index(c)) for c in KEY_COLUMNS]
+    nums = [(c, header.index(c)) for c in NUMERIC_COLUMNS if c in header]
+    rows, line = 0, 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as e:
+            problems.append(f"line {reader.line_num}: {e} (a quote left open: the row was cut)")
+            break
+        rows += 1
+        line = reader.line_num
+        if len(row) != len(header):
+            problems.append(f"line {line}: {len(row)} fields, the header has {len(header)} (a row cut short by a "
+                            f"crash or a full disk, or edited by hand)")
+            continue
+        for c, i in keys:
+            if not row[i]:
+                problems.append(f"line {line}: {c} is empty")
+        for c, i in nums:
+            if row[i]:
+                try:
+                    float(row[i])
+                except ValueError:
+                    problems.append(f"line {line}: {c}={row[i]!r} is not a number")
+    return header, rows, problems
+
+
+def _inspect(src: Path) -> tuple[int, list[str]]:
+    """(rows, problems) of a store file: what _scan finds, a last row without its line end, bytes that are not
+    UTF-8."""
+    if not src.exists() or (src.is_file() and src.stat().st_size == 0):
+        return 0, []
+    if not src.is_file():
+        return 0, [f"{str(src)!r} is not a file"]
+    raw = src.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        return 0, [f"line {line}: bytes that are not UTF-8 (a corrupted file)"]
+    _, n, found = _scan(io.StringIO(text, newline=""))
+    if not text.endswith("\n") and not any("quote left open" in p for p in found):
+        found.append(f"line {text.count(chr(10)) + 1} (the last): no line end, the row was cut while it was written")
+    return n, found
+
+
+def problems(path=None) -> list[str]:
+    """What is wrong with a results store, line by line; [] when it is sound, absent or empty."""
+    return _inspect(_resolve(path))[1]
+
+
+def _store_error(src: Path, found: list[str]) -> StoreError:
+    shown = "; ".join(found[:_SHOW_PROBLEMS]) + (f"; and {len(found) - _SHOW_PROBLEMS} more" if len(found) >
+                                                   _SHOW_PROBLEMS else "")
+    return StoreError(f"results store {str(src)!r} fails its check: {shown}. Nothing was read or written; allowed "
+                      f"values: a store whose every row is whole (restore it, e.g. `git checkout -- FILE` for the "
+                      f"committed one, or remove the named lines; `wmbook results check` lists every problem)")
+
+
+def _checked_rows(src: Path) -> int:
+    """The number of rows of a store that passes problems(); StoreError naming the lines otherwise."""
+    n, found = _inspect(src)
+    if found:
+        raise _store_error(src, found)
+    return n
+
+
+def _row_key(row: dict) -> tuple:
+    return tuple(row.get(c, "") for c in ("timestamp", "run_id", "notebook", "metric", "variant"))
+
+
+def lost_since_commit(path=None) -> list[str]:
+    """Rows of a store tracked by git that its last commit holds and the file no longer does (the store only grows,
+    so a row gone means a cut or replaced file): one problem line per run that lost rows; [] when the file is not
+    tracked, git is not there, or nothing was lost."""
+    import subprocess
+    from collections import Counter
+
+    src = _resolve(path).resolve()
+    if not src.is_file():
+        return []
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(src.parent), *args], capture_output=True, timeout=30)
+
+    try:
+        if git("ls-files", "--error-unmatch", src.name).returncode:
+            return []
+        shown = git("show", f"HEAD:./{src.name}")
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if shown.returncode:
+        return []  # not committed yet
+
+    def keys(text: str) -> Counter:
+        return Counter(_row_key(r) for r in csv.DictReader(io.StringIO(text, newline="")))
+
+    try:
+        gone = keys(shown.stdout.decode("utf-8")) - keys(src.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, csv.Error):
+        return []  # problems() names what is wrong with the file itself
+    runs = Counter(k[1] for k in gone.elements())
+    return [f"{n} row(s) of run {r} are in the last commit and no longer in the file (the store was cut or replaced; "
+            f"`git diff {src.name}` shows them)" for r, n in sorted(runs.items())]
+
+
+def check(path=None) -> list[str]:
+    """Every problem of a results store: problems() and, for a committed store, lost_since_commit(). [] when sound."""
+    return problems(path) + lost_since_commit(path)
+
+
+def require_sound(path=None) -> Path:
+    """The store's path when check() finds nothing; StoreError naming every problem's line otherwise (what a command
+    runs before it publishes from the store)."""
+    src = _resolve(path)
+    found = check(src)
+    if found:
+        raise _store_error(src, found)
+    return src
 
 
 CUT = "run_cut"  # the metric of the row that marks a run as cut before its notebook finished
@@ -278,6 +454,7 @@ def read(path=None, **filters) -> pd.DataFrame:
     if not src.exists() or src.stat().st_size == 0:
         df = pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
     else:
+        _checked_rows(src)  # a torn or malformed store is refused with its lines named, never padded
         df = pd.read_csv(src, dtype={c: str for c in STRING_COLUMNS})
         for c in STRING_COLUMNS:
             if c in df.columns:
@@ -299,6 +476,6 @@ def params_of(row) -> dict:
 
 
 __all__ = [
-    "COLUMNS", "DEFAULT_PATH", "RUN_ID", "append", "default_path", "environment_metadata",
-    "git_commit", "library_versions", "make_row", "params_of", "read",
+    "COLUMNS", "DEFAULT_PATH", "RUN_ID", "StoreError", "append", "check", "default_path", "environment_metadata",
+    "git_commit", "library_versions", "make_row", "params_of", "problems", "read",
 ]  # fmt: skip

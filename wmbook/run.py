@@ -261,6 +261,20 @@ def _kernel_for_this_python(kernel_name: str | None) -> Iterator[str]:
                 os.environ["JUPYTER_PATH"] = old
 
 
+def check_kernel(name: str) -> None:
+    """InputError naming the installed kernels when no Jupyter kernelspec is called `name` (checked before any folder
+    is made or kernel started)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    from .errors import InputError
+
+    installed = sorted(KernelSpecManager().find_kernel_specs())
+    if name not in installed:
+        raise InputError(f"kernel={name!r} is not allowed: no such Jupyter kernel is installed; allowed values: "
+                         f"{installed} (`jupyter kernelspec list`), or leave --kernel out for python3 of this "
+                         f"interpreter")
+
+
 # --------------------------------------------------------------------------- running
 
 
@@ -317,6 +331,9 @@ def _execute_one(
     finally:
         run.seconds = time.perf_counter() - t0
 
+    # the reports a previous run of this name left in the folder are moved aside, good or failed: the folder then
+    # shows this run's report alone (never an old good one beside a new failure), and loses nothing
+    _retire(out, run.name)
     if partial.exists():
         html = out / f"{run.name}.html"
         if run.status == STATUS_FAILED:
@@ -338,6 +355,27 @@ def _execute_one(
             run.facts = notebook_facts(executed)
         except Exception as exc:  # noqa: BLE001  (the index shows less; the report stands)
             run.facts = {"error": f"{type(exc).__name__}: {_one_line(str(exc))}"}
+
+
+SUPERSEDED = "superseded"  # <out>/superseded/<UTC time>/: the reports a later run of the same name replaced
+
+
+def _retire(out: Path, name: str) -> list[Path]:
+    """Move the report files of an earlier run of `name` in `out` (its HTML and executed notebook, ok or .FAILED) into
+    out/superseded/<UTC time>/, keeping their relative paths; returns where they went."""
+    olds = [out / f"{name}{sfx}.html" for sfx in ("", FAILED_SUFFIX)]
+    olds += [out / "executed" / f"{name}{sfx}.ipynb" for sfx in ("", FAILED_SUFFIX)]
+    olds = [p for p in olds if p.exists()]
+    if not olds:
+        return []
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    moved = []
+    for p in olds:
+        dest = out / SUPERSEDED / stamp / p.relative_to(out)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(p, dest)
+        moved.append(dest)
+    return moved
 
 
 # what the kernels wmbook.run starts see (unless the caller's environment sets it): no live widgets or tqdm bars
@@ -510,9 +548,13 @@ def run_notebooks(
     params: dict[str, Any] = dict(parameters or {})
     if preset is not None:
         params["preset"] = preset
-    # names and values checked before anything is written or a kernel starts (ParameterError)
+    # names and values, the report folder and the kernel checked before anything is written or a kernel starts
     jobs = notebook_parameters(paths, params, workloads)
-    out_dir = Path(out if out is not None else default_out_dir()).resolve()
+    from .paths import check_output_dir
+
+    out_dir = check_output_dir(out if out is not None else default_out_dir(), "out").resolve()
+    if kernel_name is not None:
+        check_kernel(kernel_name)
     out_dir.mkdir(parents=True, exist_ok=True)
 
     from .runconfig import _declared_parameters

@@ -151,6 +151,13 @@ def validate(spec: NotebookSpec, **values) -> RunConfig:
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise ParameterError(f"unknown parameter(s) {unknown} for notebook {spec.name}; allowed names: {sorted(known)}")
+    injected = papermill_injected()
+    if injected is not None:  # papermill run directly: it only warns about a name the notebook does not declare
+        names, declared = injected
+        unknown = sorted(names - declared - set(known))
+        if unknown:
+            raise ParameterError(f"unknown parameter(s) {unknown} given to notebook {spec.name} (papermill -p); "
+                                 f"allowed names: {sorted(set(known) | declared)}")
     ctx: dict[str, Any] = {}
     given = {k: values.get(k, p.default) for k, p in known.items()}
     for name in [n for n in _FIRST if n in known]:
@@ -194,6 +201,41 @@ def validate(spec: NotebookSpec, **values) -> RunConfig:
     if spec.cross_check is not None:
         spec.cross_check(cfg)
     return cfg
+
+
+PAPERMILL_CELL = "# Parameters\n"  # how papermill's injected-parameters cell begins (papermill.translators)
+
+
+def _assigned_names(source: str) -> set[str]:
+    """The names a cell's top-level assignments bind (a parameters cell's parameters)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def papermill_injected() -> tuple[set[str], set[str]] | None:
+    """In a kernel that papermill executes: (the names its injected-parameters cell assigns, the names the cell run
+    before it, the notebook's parameters cell, declares); None elsewhere. Papermill only warns about a name the
+    parameters cell lacks and runs on with the defaults; validate() refuses it instead."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    history = list(getattr(shell, "user_ns", {}).get("_ih") or []) if shell is not None else []
+    for i in range(len(history) - 1, 0, -1):
+        if history[i].startswith(PAPERMILL_CELL):
+            return _assigned_names(history[i]), _assigned_names(history[i - 1])
+    return None
 
 
 def _checked(p: Param, value, ctx: dict):
@@ -284,13 +326,19 @@ def _preset_workload(preset):
 
 def _declared_parameters(path) -> dict:
     """papermill.inspect_notebook of a notebook; one without a kernelspec (papermill then cannot tell its language)
-    is inspected as a Python notebook, which is how the runner executes it."""
+    is inspected as a Python notebook, which is how the runner executes it. A file that is not a notebook raises
+    ParameterError naming it."""
     import tempfile
 
     import nbformat
     import papermill as pm
 
-    nb = nbformat.read(path, as_version=4)
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as e:  # noqa: BLE001  (nbformat raises JSON, schema and decoding errors of many types)
+        raise ParameterError(f"notebook {str(path)!r} is not allowed: it is not a readable Jupyter notebook "
+                             f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); allowed values: an .ipynb "
+                             f"notebook with a cell tagged 'parameters', e.g. one of notebooks/NN_*.ipynb") from None
     if nb.metadata.get("kernelspec", {}).get("name"):
         return pm.inspect_notebook(str(path))
     nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}

@@ -9,34 +9,10 @@ import re
 import sys
 from typing import Sequence
 
+from .check import to_uint8_frames
 from .display import headless, num
 
 # --------------------------------------------------------------------------- widgets with static fallbacks
-
-
-def _to_uint8_frames(frames):
-    """(T, H, W, 3) uint8 numpy frames from a tensor or array: (T, C, H, W) / (C, T, H, W) / (B, ...) float in
-    [-1, 1] or [0, 1], or uint8."""
-    import numpy as np
-
-    a = frames.detach().float().cpu().numpy() if hasattr(frames, "detach") else np.asarray(frames)
-    while a.ndim > 4 and a.shape[0] == 1:
-        a = a[0]
-    if a.ndim != 4:
-        raise ValueError(f"frames must have 4 dimensions (T, C, H, W) or (T, H, W, C) (a leading batch of 1 allowed), "
-                         f"got shape {tuple(a.shape)}")
-    if a.shape[-1] not in (1, 3):
-        if a.shape[1] in (1, 3):
-            a = a.transpose(0, 2, 3, 1)  # T C H W
-        elif a.shape[0] in (1, 3):
-            a = a.transpose(1, 2, 3, 0)  # C T H W
-    if a.dtype != np.uint8:
-        lo = a.min() if a.size else 0
-        a = (a + 1) / 2 if lo < -0.01 else a
-        a = (np.clip(a, 0, 1) * 255 + 0.5).astype(np.uint8)
-    if a.shape[-1] == 1:
-        a = np.repeat(a, 3, axis=-1)
-    return a
 
 
 def frame_psnr(ref, other) -> "list[float]":
@@ -69,7 +45,7 @@ def frame_comparer(ref, other, labels: Sequence[str] = ("reference", "optimized"
     import numpy as np
     from IPython.display import display
 
-    a, b = _to_uint8_frames(ref), _to_uint8_frames(other)
+    a, b = to_uint8_frames(ref), to_uint8_frames(other)
     if a.shape != b.shape:
         raise ValueError(f"the two videos differ in shape: {labels[0]} {a.shape} vs {labels[1]} {b.shape}")
     if len(labels) != 2:
@@ -100,7 +76,8 @@ def frame_comparer(ref, other, labels: Sequence[str] = ("reference", "optimized"
         except ImportError:
             pass
     picks = sorted({0, len(a) // 2, len(a) - 1})[:static_frames]
-    fig, axes = plt.subplots(len(picks) + 1, 3, figsize=(11, 3.2 * len(picks) + 2.2),
+    # small: three frames and the PSNR curve are what a report needs (the slider in JupyterLab shows every frame)
+    fig, axes = plt.subplots(len(picks) + 1, 3, figsize=(7.5, 2.2 * len(picks) + 1.6),
                              gridspec_kw={"height_ratios": [3] * len(picks) + [1.6]})
     axes = np.atleast_2d(axes)
     for row, i in zip(axes, picks):
@@ -130,6 +107,16 @@ def frame_comparer(ref, other, labels: Sequence[str] = ("reference", "optimized"
     plt.show()
 
 
+def ladder_frames(lad) -> str:
+    """A ladder's fp32 reference frames against its last judged row's (Ladder.frames), in a frame comparer; returns
+    what was shown, or why nothing was."""
+    if len(lad.frames) < 2:
+        return "No frames to compare: no row after the reference decoded frames that were judged and passed."
+    (_, ref), (label, other) = list(lad.frames.items())[:2]
+    frame_comparer(ref, other, labels=("fp32 reference", f"{label.removeprefix('+ ')} (optimized)"))
+    return f"The fp32 reference's frames against those of the last judged row, `{label}`."
+
+
 def monitor_view(session_or_monitor, kind: str = "figure", interval: float = 1.0):
     """The GPU/CPU monitor of a ProfilingSession (or a ResourceMonitor) shown live while a cell runs (LiveView);
     headless, it only leaves its final static snapshot. Use as a context manager around the work."""
@@ -145,8 +132,9 @@ def stack_picker(choices: Sequence[str], run, default: Sequence[str] = (), inter
                  description: str = "variants", static=None):
     """Pick a variant stack and run it: `run(stack)` does the work (apply, gate, time) and displays its result.
 
-    Interactive: a multi-select of `choices` (applied in the order listed) and a Run button; headless (wmbook.run, or
-    interactive=False) it calls `static()` when given (e.g. shows the measured row of that stack: a GPU report need
+    Interactive: a multi-select of `choices` (applied in the order listed) and a Run button, both disabled while a
+    stack runs; headless (no frontend attached: wmbook.display.headless, or interactive=False) it calls `static()`
+    when given (e.g. shows the measured row of that stack: a GPU report need
     not spend minutes repeating it), else runs `default` once, so the report shows what the picker shows."""
     from IPython.display import Markdown, display
 
@@ -165,10 +153,16 @@ def stack_picker(choices: Sequence[str], run, default: Sequence[str] = (), inter
 
             def go(_):
                 stack = [c for c in choices if c in sel.value]  # the order of the list, not of the clicks
-                with out:
-                    out.clear_output()
-                    display(Markdown(f"Running `{' + '.join(stack) or 'fp32 eager'}` ..."))
-                    run(stack)
+                # one trial at a time: a click while a stack compiles (minutes at real shapes) would queue another
+                button.disabled, sel.disabled, label = True, True, button.description
+                button.description = "working ..."
+                try:
+                    with out:
+                        out.clear_output()
+                        display(Markdown(f"Running `{' + '.join(stack) or 'fp32 eager'}` ..."))
+                        run(stack)
+                finally:
+                    button.disabled, sel.disabled, button.description = False, False, label
 
             button.on_click(go)
             display(w.VBox([sel, button, out]))

@@ -3,30 +3,87 @@ state dict into a module all or nothing: keys and shapes are checked before any 
 
 from __future__ import annotations
 
+import pickle
+import re
+import warnings
+from pathlib import Path
+
 import torch
+
+from ..errors import InputError
+
+CHECKPOINT_FILES = ("a .safetensors file, or a .pt/.pth/.ckpt file that torch.save wrote from tensors and plain "
+                    "containers (a state dict)")
+
+
+class CheckpointFileError(InputError):
+    """A file that is not a checkpoint this package loads: missing, cut short, corrupted, or holding pickled Python
+    objects that would run code to load. The message names the file and what is wrong; it never suggests loading
+    the file with weights_only=False, which would run whatever code a pickle holds."""
+
+
+def _refused(path, why: str) -> CheckpointFileError:
+    return CheckpointFileError(f"{str(path)!r} is not allowed: {why}; allowed values: {CHECKPOINT_FILES}")
+
+
+def _why_unreadable(path: Path, e: Exception) -> str:
+    """What torch.load's or safetensors' error means for the user, in a line (torch's own text advises retrying with
+    weights_only=False, which is never the answer for a file one has not made)."""
+    text = str(e)
+    if isinstance(e, (pickle.UnpicklingError, RuntimeError)) and "GLOBAL" in text:
+        found = sorted(set(re.findall(r"GLOBAL ([\w.]+)", text)))
+        return (f"it holds pickled Python objects ({', '.join(found)}), not only tensors, and loading them would run "
+                f"code from the file")
+    if "central directory" in text or "zip archive" in text or isinstance(e, (EOFError, OSError)):
+        return "it is cut short or corrupted (not a complete torch.save archive)"
+    if isinstance(e, pickle.UnpicklingError):
+        return "it is not a torch checkpoint (its bytes are not a torch.save archive or pickle)"
+    if type(e).__name__ == "SafetensorError":
+        return f"it is not a valid .safetensors file ({text}: cut short or corrupted)"
+    return f"it cannot be read as a checkpoint ({type(e).__name__}: {text.splitlines()[0] if text else ''})"
+
+
+def read_checkpoint_file(path, map_location="cpu"):
+    """The content of a checkpoint file: safetensors' load_file for .safetensors, else torch.load with
+    weights_only=True. A file that is missing, a folder, empty, cut short, corrupted or holding pickled code raises
+    CheckpointFileError naming it (a ValueError)."""
+    path = Path(path)
+    if not path.exists():
+        raise _refused(path, "no such file")
+    if path.is_dir():
+        raise _refused(path, "it is a folder")
+    if path.stat().st_size == 0:
+        raise _refused(path, "it is empty")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(path), device=str(map_location))
+        with warnings.catch_warnings():  # "Detected pickle protocol 4": a note for torch's developers, not for users
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except (PermissionError, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001  (torch.load and safetensors raise many types for a bad file, OSError too)
+        raise _refused(path, _why_unreadable(path, e)) from None
 
 
 def read_state_dict(sd_or_path, weights_only: bool = True) -> dict:
-    """A state dict from a dict or a file. weights_only=True (the default) refuses pickled Python objects other
-    than tensors and plain containers; pass False only for a checkpoint you trust (e.g. a Lightning .ckpt with
-    configuration objects in it)."""
+    """A state dict from a dict or a file (read_checkpoint_file: tensors and plain containers only, a bad file named
+    and refused). weights_only=False unpickles any Python object, which runs code the file carries: only for a file
+    made on this machine (e.g. a Lightning .ckpt with configuration objects in it); no error message suggests it."""
     if isinstance(sd_or_path, dict):
         return sd_or_path
-    path = str(sd_or_path)
-    if path.endswith(".safetensors"):
-        from safetensors.torch import load_file
-
-        return load_file(path)
-    try:
-        return torch.load(path, map_location="cpu", weights_only=weights_only)
-    except Exception as e:
-        if weights_only:
-            raise ValueError(f"torch.load({path!r}, weights_only=True) failed ({type(e).__name__}: {e}); if you trust "
-                             f"this file, load it with weights_only=False") from e
-        raise
+    if weights_only:
+        sd = read_checkpoint_file(sd_or_path)
+    else:
+        sd = torch.load(str(sd_or_path), map_location="cpu", weights_only=False)
+    if not isinstance(sd, dict):
+        raise _refused(sd_or_path, f"it holds a {type(sd).__name__}, not a dict of tensors")
+    return sd
 
 
-class CheckpointMismatchError(ValueError, RuntimeError):
+class CheckpointMismatchError(InputError, RuntimeError):
     """A state dict that does not fit a module; raised before any tensor is copied, so the module is unchanged.
 
     A ValueError (a bad argument); also a RuntimeError, which is what `nn.Module.load_state_dict` raised before

@@ -154,13 +154,11 @@ class ClipImageEncoder(nn.Module):
         if path.is_dir():
             src = CLIPVisionModel.from_pretrained(str(path), local_files_only=True)
             sd = src.state_dict()
-        elif path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            sd = load_file(str(path))
         else:
-            sd = torch.load(str(path), map_location="cpu", weights_only=True)
-            sd = sd.get("state_dict", sd) if isinstance(sd, dict) else sd
+            from .checkpoint import read_state_dict
+
+            sd = read_state_dict(path)
+            sd = sd.get("state_dict", sd)
         own = self.model.state_dict()
         own_prefixed = any(k.startswith("vision_model.") for k in own)
         mapped = {}

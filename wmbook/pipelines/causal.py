@@ -169,12 +169,13 @@ class CausalStreamingPipeline:
 
     @torch.no_grad()
     def generate(self, inputs: StreamInputs, *, decode: bool = True, progress: bool = True, denoising_steps=None,
-                 shift: float | None = None, solver: str = "renoise") -> StreamOutput:
+                 shift: float | None = None, solver: str = "renoise", on_block=None) -> StreamOutput:
         """Run all blocks; timings come from device events (no host sync inside the loop).
 
         Sampling (notebook 03; defaults: the preset's): `denoising_steps` nominal steps per block (e.g. [1000, 500]),
         `shift` of the flow-matching warp, `solver` 'renoise' (the reference), 'euler' or 'unipc' (wmbook.pipelines.
-        solvers explains what each does and what is comparable)."""
+        solvers explains what each does and what is comparable). `on_block(bi, x0)`: called with each block's clean
+        latents as soon as they are queued (wmbook.distributed sends them to a decoder rank)."""
         from .solvers import FLOW_SOLVERS, FlowStepper, check_solver
 
         p = self.preset
@@ -193,30 +194,12 @@ class CausalStreamingPipeline:
                 cache = self.init_cache(inputs)
                 self.decoder.reset()
             for bi in tqdm(range(inputs.num_blocks), desc="blocks", disable=not progress, leave=False):
-                start = bi * k
                 with label(f"2.3_Block_{bi}"):
                     timer.mark(f"b{bi}_start")
-                    noisy = inputs.noise[:, :, start:start + k].contiguous()  # one stride for every forward input
-                    if stepper is not None:
-                        stepper.reset()
-                    for j, t in enumerate(ts):
-                        last = j == len(ts) - 1
-                        with label(f"2.3.{bi}_Denoising_Step_{j}_t{int(round(t))}"):
-                            with label("Generator_Forward_Final" if last else "Generator_Forward"):
-                                x0 = self.denoise(noisy, t, inputs, cache, start)
-                            timer.mark(f"b{bi}_f{j}")
-                            if not last:
-                                with label("Scheduler_AddNoise"):
-                                    if stepper is not None:  # euler / unipc (notebook 03)
-                                        noisy = stepper.next(j, noisy, x0)
-                                    else:  # re-noise to the next sigma (the reference)
-                                        sigma = ts[j + 1] / 1000.0
-                                        eps = torch.randn(x0.shape, generator=gen, device=dev, dtype=torch.float32)
-                                        noisy = ((1 - sigma) * x0.float() + sigma * eps).to(x0.dtype)
-                    with label(f"2.3.{bi}_Update_KV_Cache"):
-                        self.denoise(x0, 0.0, inputs, cache, start)  # cache refresh on the clean prediction
-                    timer.mark(f"b{bi}_f{len(ts)}")
+                    x0 = self.denoise_block(bi, inputs, cache, ts, timer, stepper=stepper, generator=gen)
                     latents.append(x0)
+                    if on_block is not None:
+                        on_block(bi, x0)
                     if decode:
                         with label(f"2.3.{bi}_VAE_Decode"):
                             fr = self.decode_block(x0, timer, f"b{bi}_end")
@@ -241,6 +224,35 @@ class CausalStreamingPipeline:
         if dev.type == "cuda":
             out.peak_memory_bytes = int(torch.cuda.max_memory_allocated(dev))
         return out
+
+    def denoise_block(self, bi: int, inputs: StreamInputs, cache: GenerationCache, ts: list[float], timer: DeviceTimer,
+                      *, stepper=None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Block bi's denoising steps and its cache refresh (labels 2.3.{bi}_*): its clean latents [B, 16, k, h, w].
+        Marks b{bi}_f{j} after each forward. `stepper`: a FlowStepper (euler / unipc), else the reference re-noising
+        with noise from `generator`."""
+        k = self.preset.num_frame_per_block
+        start = bi * k
+        noisy = inputs.noise[:, :, start:start + k].contiguous()  # one stride for every forward input
+        if stepper is not None:
+            stepper.reset()
+        for j, t in enumerate(ts):
+            last = j == len(ts) - 1
+            with label(f"2.3.{bi}_Denoising_Step_{j}_t{int(round(t))}"):
+                with label("Generator_Forward_Final" if last else "Generator_Forward"):
+                    x0 = self.denoise(noisy, t, inputs, cache, start)
+                timer.mark(f"b{bi}_f{j}")
+                if not last:
+                    with label("Scheduler_AddNoise"):
+                        if stepper is not None:  # euler / unipc (notebook 03)
+                            noisy = stepper.next(j, noisy, x0)
+                        else:  # re-noise to the next sigma (the reference)
+                            sigma = ts[j + 1] / 1000.0
+                            eps = torch.randn(x0.shape, generator=generator, device=self.device, dtype=torch.float32)
+                            noisy = ((1 - sigma) * x0.float() + sigma * eps).to(x0.dtype)
+        with label(f"2.3.{bi}_Update_KV_Cache"):
+            self.denoise(x0, 0.0, inputs, cache, start)  # cache refresh on the clean prediction
+        timer.mark(f"b{bi}_f{len(ts)}")
+        return x0
 
     def decode_block(self, x0: torch.Tensor, timer: DeviceTimer, done: str) -> torch.Tensor:
         """Decode one block's clean latents with the streaming decoder; marks `done` when its frames are there."""

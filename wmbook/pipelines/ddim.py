@@ -38,6 +38,7 @@ from ..bench import DeviceTimer
 from ..models.wma import WMA_FORWARD_LABEL, WMAWorldModel
 from ..models.wma.conditioning import ClipImageTokens, OpenClipTextEncoder
 from ..models.wma.vae import build_sd_vae, decode_frame, encode_frame
+from ..params import number_error
 from ..presets import WMAPreset, get_preset, resolve_device, resolve_dtype
 from ..profiling.labels import label
 from .causal import export_gif, load_image
@@ -279,9 +280,9 @@ def check_run_params(p: WMAPreset, ddim_steps=None, guidance_scale=None, guidanc
                                      ("guidance_rescale", guidance_rescale, p.guidance_rescale, 0.0, 1.0),
                                      ("eta", eta, p.ddim_eta, 0.0, 1.0)):
         v = default if v is None else v
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or not lo <= v <= hi \
-                or not math.isfinite(v):
-            raise ValueError(f"{name}={v!r} is not allowed; allowed values: a number in [{lo}, {hi}]")
+        why = number_error(name, v, lo, hi)
+        if why:
+            raise ValueError(why)
         out.append(float(v))
     return tuple(out)
 

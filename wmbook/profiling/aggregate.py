@@ -110,7 +110,7 @@ class AggregateReport:
                 shown += 1
             if not shown:
                 if title.startswith("GPU") and self.gpu_reasons:
-                    why = sorted(set(self.gpu_reasons.values()))
+                    why = sorted({str(v) for v in self.gpu_reasons.values() if v}) or ["the reports hold no monitor"]
                     lines.append(f"GPU: not monitored ({'; '.join(why)})")
                 else:
                     lines.append("no data")
@@ -150,7 +150,45 @@ def _read_report(p: Path):
     if not isinstance(sess, dict) or not isinstance(sess.get("name"), str) or "rank" not in sess \
             or "world_size" not in sess:
         return None, "has no session name/rank/world_size"
+    why = _wrong_types(d)
+    if why:
+        return None, why
     return d, None
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number_or_none(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _wrong_types(d: dict) -> str | None:
+    """Which field of a session report has a type the aggregation cannot use ('has session.rank = "a", not an
+    integer >= 0'), or None: checked on reading, so a hand-edited or foreign report is named instead of failing
+    deep inside the aggregation."""
+    sess = d["session"]
+    if not _is_int(sess["world_size"]) or sess["world_size"] < 1:
+        return f"has session.world_size = {sess['world_size']!r}, not an integer >= 1"
+    if not _is_int(sess["rank"]) or not 0 <= sess["rank"] < sess["world_size"]:
+        return f"has session.rank = {sess['rank']!r}, not an integer in [0, world_size)"
+    for key in ("summary", "monitor"):
+        if d.get(key) is not None and not isinstance(d[key], dict):
+            return f"has {key} = a JSON {type(d[key]).__name__}, not an object"
+    stages = d.get("stages")
+    if stages is not None and not isinstance(stages, list):
+        return f"has stages = a JSON {type(stages).__name__}, not a list"
+    for i, st in enumerate(stages or []):
+        if not isinstance(st, dict) or not isinstance(st.get("path"), str):
+            return f"has stages[{i}] without a string 'path'"
+        if not _is_number_or_none(st.get("total_ms")) or not _is_number_or_none(st.get("depth")):
+            return f"has stages[{i}].total_ms / depth = {st.get('total_ms')!r} / {st.get('depth')!r}, not numbers"
+    mon = (d.get("monitor") or {}).get("summary")
+    if mon is not None and (not isinstance(mon, list) or not all(isinstance(r, dict) and isinstance(r.get("metric"),
+                                                                                                     str) for r in mon)):
+        return "has monitor.summary that is not a list of objects with a string 'metric'"
+    return None
 
 
 def _as_list(reports) -> list[Path]:

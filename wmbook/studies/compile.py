@@ -21,7 +21,8 @@ from ..params import (DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, W
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from ..workloads import E2ESize
-from .compile_report import interpret, plot_compile_times, plot_forward_vs_floor, result_rows  # noqa: F401
+from .compile_report import (guard_groups, interpret, plot_compile_times, plot_forward_vs_floor,  # noqa: F401
+                             result_rows)
 
 NOTEBOOK = "04_compile_autocast"
 SECTIONS = ("precision", "vae", "hygiene", "attention", "ladder", "compile")
@@ -70,7 +71,7 @@ def _e2e_blocks(v, ctx):
 def _cross_check(cfg: RunConfig) -> None:
     o = cfg.options
     for name, n in (("e2e_blocks", o.e2e_blocks), ("recompile_blocks", o.recompile_blocks)):
-        cfg.workload.check_e2e(cfg.preset, name, E2ESize(blocks=n, ddim_steps=o.e2e_ddim_steps))
+        cfg.workload.check_e2e(cfg.preset, name, E2ESize(blocks=n, ddim_steps=o.e2e_ddim_steps), cfg.device)
 
 
 SPEC = NotebookSpec(NOTEBOOK, (

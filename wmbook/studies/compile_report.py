@@ -1,4 +1,6 @@
-"""Notebook 04's figures, results rows and interpretation (wmbook.studies.compile measures; this reports)."""
+"""Notebook 04's figures, results rows and interpretation (wmbook.studies.compile measures; this reports), and its
+stored rows as the reports show them: which runs stand for it, headline, published tables, findings and the
+summary's compile-and-precision stage."""
 
 from __future__ import annotations
 
@@ -7,6 +9,11 @@ import math
 import pandas as pd
 
 from .. import results as results_store
+from ..rows import (Findings, Stage, device_label, fmt, fmt_spread, fmt_value, gate_of, ladder_stage, md_table,
+                    number, psnr_clause, row_of, summary_best, workload_of)
+
+NOTEBOOK = "04_compile_autocast"
+STAGE = (1, "+ precision and compile (04)")
 
 RECOMPILES_GOAL = 0  # zero recompiles across a steady end-to-end run
 
@@ -29,10 +36,11 @@ def plot_forward_vs_floor(ladder, ax=None):
             ax.axvline(goal * ladder.floor_ms, color="#ee6677", ls=":", lw=1, label=f"target: {goal}x the floor")
         ax.legend(fontsize=7)
     ax.set_xscale("log")
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     from ..display import num
 
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))  # labels at 1-2-5: a short range has several
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: num(v, 2)))
     ax.xaxis.set_minor_formatter(NullFormatter())  # labelled minor ticks overlapped on a short log axis
     ax.set_xlabel("ms per forward (median, p20-p80 bars; log scale)")
@@ -104,6 +112,23 @@ def result_rows(cfg, ladder=None, compile_df=None, attention_best=None) -> list[
         rows.append(results_store.make_row(metric="attention_best_backend", value=float("nan"), unit=attention_best,
                                            variant="attention", **common))
     return rows
+
+
+def guard_groups(recompiles: pd.DataFrame, top: int = 12) -> pd.DataFrame:
+    """The failed guards of a run's recompiles grouped by their shape (numbers folded to N, the guard's source comment
+    dropped), most frequent first: count, the functions that recompiled, one example. A run that recompiles per block
+    gives one group per kind of guard instead of one row per block."""
+    import re
+
+    g = recompiles.assign(
+        shape=recompiles["guard"].astype(str).str.replace(r"\s+#.*$", "", regex=True)
+        .map(lambda t: re.sub(r"\d+", "N", t)).str.slice(0, 120))
+    out = g.groupby("shape", sort=False).agg(
+        count=("guard", "size"), functions=("function", lambda f: ", ".join(sorted(set(map(str, f)))[:3])),
+        example=("guard", "first"))
+    out = out.sort_values("count", ascending=False).head(top)
+    out["example"] = out["example"].astype(str).str.replace(r"\s+#.*$", "", regex=True).str.slice(0, 120)
+    return out.rename_axis("guard (numbers as N)")
 
 
 def _verdict(ok: bool) -> str:
@@ -208,13 +233,152 @@ def interpret(cfg, ladder=None, compile_df=None, vae=None, hygiene=None) -> str:
     return " ".join(lines)
 
 
+# --- the stored rows: which runs stand for the notebook, its tables, headline and findings --------------------------
+
+
+def runs(df: pd.DataFrame) -> dict[tuple[str, str, str], pd.DataFrame]:
+    """Notebook 04 is often run in parts (sections=...): per workload and preset the latest run with a ladder plus each
+    compile configuration's latest measurement, whichever run it came from."""
+    d = df[(df["notebook"] == NOTEBOOK) & (df["device_kind"] == "cuda")]
+    out = {}
+    for (wl, preset), g in d.groupby(["workload", "preset"], sort=False):
+        parts = []
+        ladders = g[g["metric"] == "forward_ms"]
+        if len(ladders):
+            parts.append(g[g["run_id"] == ladders.sort_values("timestamp")["run_id"].iloc[-1]])
+        for _, c in g[g["variant"].str.startswith("compile:")].groupby("variant", sort=False):
+            parts.append(c[c["run_id"] == c.sort_values("timestamp")["run_id"].iloc[-1]])
+        if parts:
+            out[(NOTEBOOK, wl, preset)] = pd.concat(parts).drop_duplicates()
+    return out
+
+
+def best_row(run: pd.DataFrame):
+    """The gated ladder row the workload's summary metric ranks best (rows.summary_best)."""
+    return summary_best(run, workload_of(run))[0]
+
+
+def headline(run: pd.DataFrame) -> dict:
+    wl = workload_of(run)
+    first, best = row_of(run[run["variant"] == "fp32-eager"], "forward_ms"), best_row(run)
+    out = {}
+    if best is not None and first is not None:
+        v = best["variant"]
+        out = {"forward ms (fp32 eager)": fmt_spread(first), "forward ms (best row)": fmt_spread(best),
+               "best row": "+ " + v.split(" + ")[-1] if " + " in v else v,
+               "speedup vs fp32 eager": fmt(number(first["value"]) / number(best["value"]), "{:.2f}x"),
+               "x FLOP floor": fmt_value(run, "x_floor", "{:.1f}", v),
+               wl.metric.label: fmt_value(run, wl.metric.name, "{:.3g}", v),
+               "frames PSNR dB": fmt_value(run, "psnr_db", "{:.1f}", v)}
+        failed = run[(run["metric"] == "forward_ms") & (gate_of(run) == "FAIL")]
+        if len(failed):
+            out["rows failing the gate"] = str(len(failed))
+    comp = run[run["metric"] == "steady_forward_ms"]
+    if len(comp):
+        b = comp.loc[pd.to_numeric(comp["value"], errors="coerce").idxmin()]
+        out["fastest compile"] = f"{b['variant'].removeprefix('compile:')}: {fmt_spread(b)} ms"
+    cold = row_of(run, "cold_s", "compile:regional, after hygiene")
+    if cold is not None:
+        out["regional compile, cold s"] = fmt(cold["value"], "{:.1f}")
+    return out
+
+
+def published(df: pd.DataFrame) -> list[str]:
+    parts = []
+    e2e_metrics = {w.metric.name for w in _all_workloads()}
+    for (_, wl, preset), g in runs(results_store.without_cut(df)).items():
+        ladder = g[g["metric"] == "forward_ms"]
+        if len(ladder):
+            r = g[g["run_id"] == ladder["run_id"].iloc[0]]
+            rows = []
+            for _, f in r[r["metric"] == "forward_ms"].iterrows():
+                v = f["variant"]
+                e2e = r[(r["variant"] == v) & (r["metric"].isin(e2e_metrics))]
+                rows.append({"ladder row": v, "gate (as recorded)": f.get("gate", ""),
+                             "rel-L2 vs fp32": fmt(f.get("rel_l2_vs_fp32"), "{:.4f}"),
+                             "forward ms": fmt_spread(f, "{:.1f}"), "speedup": fmt_value(r, "speedup", "{:.2f}x", v),
+                             "x floor": fmt_value(r, "x_floor", "{:.1f}", v),
+                             "GPU busy ms": fmt_value(r, "gpu_busy_ms", "{:.1f}", v),
+                             (e2e["metric"].iloc[0] if len(e2e) else "end to end"):
+                                 fmt(e2e["value"].iloc[0], "{:.3g}") if len(e2e) else "-",
+                             "frames PSNR dB": fmt_value(r, "psnr_db", "{:.1f}", v)})
+            parts.append(f"\n**04 · ladder, {wl} / {preset}** ({device_label(r)})\n")
+            parts.append(md_table(rows))
+        crow = []
+        for v, c in g[g["variant"].str.startswith("compile:")].groupby("variant", sort=False):
+            c = c[c["run_id"] == c.sort_values("timestamp")["run_id"].iloc[-1]]
+            m = {x["metric"]: x for _, x in c.iterrows()}
+            val = {k: x["value"] for k, x in m.items()}
+            crow.append({"compile": v.split(":", 1)[1], "cold s": fmt(val.get("cold_s"), "{:.1f}"),
+                         "warm s": fmt(val.get("warm_s"), "{:.1f}"),
+                         "steady forward ms": fmt_spread(m.get("steady_forward_ms"), "{:.1f}"),
+                         "x floor": fmt(val.get("x_floor"), "{:.1f}"), "GPU busy ms": fmt(val.get("gpu_busy_ms"), "{:.1f}"),
+                         "graph breaks": fmt(val.get("graph_breaks"), "{:.0f}"),
+                         "recompiles, steady run": fmt(val.get("steady_run_recompiles"), "{:.0f}"),
+                         "commit": c["git_commit"].iloc[0] or "?", "measured (UTC)": str(c["timestamp"].iloc[0])[:16]})
+        if crow:
+            parts.append(f"\n**04 · compile, {wl} / {preset}** (latest measurement of each configuration; rows "
+                         f"measured at different times may come from different machines of the same kind: compare "
+                         f"times within one run)\n")
+            parts.append(md_table(crow))
+    return parts
+
+
+def _all_workloads():
+    from .. import workloads
+
+    return workloads.all_workloads()
+
+
+def findings(run: pd.DataFrame) -> Findings:
+    wl = workload_of(run)
+    first, best = row_of(run[run["variant"] == "fp32-eager"], "forward_ms"), best_row(run)
+    goals = []
+    if best is not None and first is not None:
+        v = best["variant"]
+        head = (f"Best gated row **{'+ ' + v.split(' + ')[-1] if ' + ' in v else v}**: one "
+                f"{wl.forward_name} in **{fmt_spread(best)} ms**, {fmt(number(first['value']) / number(best['value']), '{:.2f}x')} "
+                f"fp32 eager ({fmt_spread(first)} ms); {wl.metric.label} {fmt_value(run, wl.metric.name, '{:.3g}', v)}"
+                + psnr_clause(run, v) + ".")
+        xf, goal_x = number(row_of(run, "x_floor", v)["value"]) if row_of(run, "x_floor", v) is not None else math.nan, \
+            wl.goals.get("forward_x_floor")
+        if goal_x and xf == xf:
+            goals.append(f"forward within {goal_x:g}x its FLOP floor: **{_verdict(xf <= goal_x)}** ({xf:.2f}x)")
+        step_goal = wl.goals.get("ddim_step_speedup")
+        e2e_first, e2e_best = row_of(run, wl.metric.name, "fp32-eager"), row_of(run, wl.metric.name, v)
+        if step_goal and e2e_first is not None and e2e_best is not None:
+            sp = wl.metric.speedup(number(e2e_best["value"]), number(e2e_first["value"]))
+            goals.append(f"{step_goal:g}x per DDIM step over fp32 eager: **{_verdict(sp >= step_goal)}** ({sp:.2f}x)")
+    else:
+        head = "This run has no ladder (a compile-only part): " + "; ".join(
+            f"{k} {v}" for k, v in headline(run).items()) + "."
+    cold, cold_goal = row_of(run, "cold_s", "compile:regional, after hygiene"), wl.goals.get("regional_cold_s")
+    if cold is not None and cold_goal:
+        goals.append(f"regional compile under {cold_goal:.0f} s cold: **{_verdict(number(cold['value']) < cold_goal)}** "
+                     f"({number(cold['value']):.1f} s)")
+    rec = row_of(run, "steady_run_recompiles", "compile:regional, after hygiene")
+    if rec is not None:
+        goals.append(f"{RECOMPILES_GOAL} recompiles in a steady run: "
+                     f"**{_verdict(number(rec['value']) <= RECOMPILES_GOAL)}** ({number(rec['value']):.0f})")
+    goal = ("Goals: " + "; ".join(goals) + ".") if goals else "No goal of this workload is judged by this run."
+    return Findings(head, goal, "Read the ladder (each row adds one variant) and the compile table; then fused kernels "
+                    "and CUDA graphs on top of the best stack.",
+                    [("the ladder", "#The-ladder"), ("the compile table", "#torch.compile"), ("05 · Triton kernels", "05_triton_kernels"),
+                     ("06 · CUDA graphs", "06_cuda_graphs")])
+
+
+def stage(run: pd.DataFrame, wl) -> Stage | None:
+    return ladder_stage(run, wl, STAGE[1], NOTEBOOK)
+
+
 # --- the variant-stack picker (display only: a trial measurement, never a results row) ----------------------------
 
 
 class StackTrial:
-    """Apply a chosen stack of variants to a copy of the reference, gate it against fp32, time one forward (after
-    one warm-up call) and one end-to-end run; show the row and its frames against the reference's (notebook 04's
-    picker). Nothing is appended to the results: ladder and compile rows are the measurements of record."""
+    """Apply a chosen stack of variants to a copy of the reference, gate it against fp32, time its forward as the
+    ladder does (the notebook's warm-up calls, then its repeats: median and p20-p80, wmbook.bench) and one
+    end-to-end run; show the row and its frames against the reference's (notebook 04's picker). Nothing is appended
+    to the results: ladder and compile rows are the measurements of record."""
 
     KEY = ("variant", "gate", "rel_l2_vs_fp32", "allowed_rel_l2", "forward_ms", "speedup", "x_floor", "e2e_value",
            "e2e_speedup", "psnr_db", "peak_memory_gib", "first_call_s")
@@ -226,7 +390,10 @@ class StackTrial:
         from .compile import settings
 
         self.ref, self.cfg, self.ceilings = ref, cfg, ceilings
-        self.settings = replace(settings(cfg, ceilings), warmup=1, repeats=1, e2e_repeats=1)
+        # timed as the ladder times (warm-up, then repeats: median and spread), with at most 2 warm-up calls and 5
+        # repeats: a trial answers "is this stack faster", the ladder's rows are the measurements of record
+        self.settings = replace(settings(cfg, ceilings), warmup=max(1, min(cfg.warmup, 2)),
+                                repeats=max(3, min(cfg.repeats, 5)), e2e_repeats=1)
         self._measure = measure
         self.gate_ref = None  # the fp32 reference's outputs, measured at the first trial (not before: a report that
         # never runs a trial spends nothing on it)
@@ -256,8 +423,8 @@ class StackTrial:
         rec = pd.DataFrame([row.record()]).set_index("row")
         display(wd.table(rec, columns=self.KEY, strict=False,
                          rename={"e2e_value": f"{row.e2e_metric or 'end to end'} ({self.cfg.workload.metric.unit})"},
-                         caption="The picked stack: one timed forward after one warm-up call (a trial: not a results "
-                                 "row)"))
+                         caption=f"The picked stack: forward median (p20-p80) of {self.settings.repeats} calls after "
+                                 f"{self.settings.warmup} warm-up calls (a trial: not a results row)"))
         if frames is not None and self.frames is not None:
             wd.frame_comparer(self.frames, frames, labels=("fp32 reference", row.variant))
         return row

@@ -1,4 +1,5 @@
-"""Notebook 07's results rows and interpretation (wmbook.studies.motion measures; this reports)."""
+"""Notebook 07's results rows and interpretation (wmbook.studies.motion measures; this reports), and its stored rows as
+the reports show them: headline, published tables and findings."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import pandas as pd
 
 from .. import results as results_store
 from ..motion import variants as mvariants
+from ..rows import (Findings, Stage, best_counted, device_label, fmt, fmt_spread, fmt_value, latest_runs, md_table, number,
+                    row_of, scaled)
 
 if TYPE_CHECKING:
     from ..runconfig import RunConfig
     from .motion import MotionLadder, MotionSetup
 
 
+NOTEBOOK = "07_motion_data_loading"
+STAGE = (0, "eager")  # the motion workload's only notebook: its eager row and its best row are the summary
 IN_GRAPH_K = 16  # fetches captured in one graph for MotionLadder.in_graph (wmbook.studies.motion.measure_in_graph)
 
 
@@ -171,3 +176,96 @@ def interpret(cfg: RunConfig, s: MotionSetup, lad: MotionLadder, scaling: pd.Dat
 
 
 __all__ = ["interpret", "result_rows"]
+
+
+# --- the stored rows: headline, published tables, findings ------------------------------------------------------------
+
+
+def _us(row, spread: bool = False, spec: str = "{:.1f}") -> str:
+    """A stored ms row in microseconds."""
+    if row is None:
+        return "-"
+    row = scaled(row, 1e3)
+    return fmt_spread(row, spec) if spread else fmt(row["value"], spec)
+
+
+def headline(run: pd.DataFrame) -> dict:
+    d = run[run["metric"] == "fetch_ms"]
+    best = best_counted(run, "fetch_ms")
+    if best is None:
+        return {}
+    out = {"eager fetch us": _us(d.iloc[0], True), "best fetch us": _us(best, True), "best row": best["variant"]}
+    for m, spec, label in (("speedup", "{:.1f}x", "speedup vs eager"), ("x_bytes_floor", "{:.1f}", "x bytes floor")):
+        v = row_of(run, m, best["variant"])
+        if v is not None:
+            out[label] = fmt(v["value"], spec)
+    return out
+
+
+def published(df: pd.DataFrame) -> list[str]:
+    """Per preset its latest run, the ladder and the scaling points (us per step)."""
+    parts = []
+    for r in latest_runs(df, NOTEBOOK):
+        rows = [{"ladder row": v, "gate": f.get("gate", ""), "fetch us": _us(f, True),
+                 "speedup": fmt_value(r, "speedup", "{:.1f}x", v),
+                 "x bytes floor": fmt_value(r, "x_bytes_floor", "{:.1f}", v),
+                 "in a loop us": _us(row_of(r, "loop_fetch_ms", v), True),
+                 "loop x floor": fmt_value(r, "loop_x_bytes_floor", "{:.1f}", v),
+                 "GPU busy us": _us(row_of(r, "gpu_busy_ms", v)),
+                 "launches / step": fmt_value(r, "launches_per_fetch", "{:.0f}", v)}
+                for v, f in ((f["variant"], f) for _, f in r[r["metric"] == "fetch_ms"].iterrows())]
+        ig = row_of(r, "in_graph_fetch_ms")
+        parts.append(f"\n**07 · motion-data loading, {r['preset'].iloc[0]}** ({device_label(r)}; bytes floor "
+                     f"{_us(row_of(r, 'bytes_floor_ms'))} us for {fmt_value(r, 'bytes_per_step', '{:.3g}')} bytes per "
+                     f"step at the measured {fmt_value(r, 'copy_gbps', '{:.0f}')} GB/s"
+                     + (f"; a one-kernel CUDA graph replays in {_us(row_of(r, 'graph_replay_floor_ms'), True)} us "
+                        f"back to back" if row_of(r, "graph_replay_floor_ms") is not None else "")
+                     + (f"; {ig['variant']}, {ig['note']}: {_us(ig, True)} us a fetch" if ig is not None else "")
+                     + ")\n")
+        parts.append(md_table(rows))
+        sc = r[r["metric"] == "scaling_fetch_ms"].assign(n=lambda d: d["num_envs"].astype(float).astype(int))
+        if len(sc):
+            srows = [{"stack": v, **{f"{n} robots, us": _us(g[g["n"] == n].iloc[0]) if (g["n"] == n).any() else "-"
+                                     for n in sorted(set(sc["n"]))}} for v, g in sc.groupby("variant", sort=False)]
+            parts.append("\n**07 · scaling** (us per step, by robots)\n")
+            parts.append(md_table(srows))
+    return parts
+
+
+def findings(run: pd.DataFrame) -> Findings:
+    from .. import workloads
+
+    goals = workloads.get(run["workload"].iloc[0]).goals
+    best = best_counted(run, "fetch_ms")
+    if best is None:
+        return Findings("No fetch rows in this run.", "No goal is judged by this run.", "", [])
+    v = best["variant"]
+    sp, xf = row_of(run, "speedup", v), row_of(run, "x_bytes_floor", v)
+    head = (f"Best gated row **{v.split(' + ')[-1]}**: one fetch in **{_us(best, True)} us**, "
+            f"{fmt(sp['value'] if sp is not None else None, '{:.1f}x')} the eager fetch "
+            f"({_us(run[run['metric'] == 'fetch_ms'].iloc[0], True)} us).")
+    parts = []
+    if sp is not None and goals.get("fetch_speedup"):
+        ok = number(sp["value"]) >= goals["fetch_speedup"]
+        parts.append(f"{goals['fetch_speedup']:.0f}x faster than eager: **{'met' if ok else 'missed'}** "
+                     f"({number(sp['value']):.1f}x)")
+    if xf is not None and goals.get("bytes_floor_x"):
+        ok = number(xf["value"]) <= goals["bytes_floor_x"]
+        parts.append(f"within {goals['bytes_floor_x']:.0f}x the bytes floor: **{'met' if ok else 'missed'}** "
+                     f"({number(xf['value']):.1f}x)")
+    goal = ("Goals: " + "; ".join(parts) + ".") if parts else "No goal is judged by this run."
+    return Findings(head, goal, "Read the ladder against the bytes floor, then the scaling to more robots.",
+                    [("the ladder", "#The-ladder")])
+
+
+def stage(run: pd.DataFrame, wl) -> list[Stage]:
+    d, best = run[run["metric"] == "fetch_ms"], best_counted(run, "fetch_ms")
+    if best is None or not len(d):
+        return []
+    m = wl.metric
+    xf = row_of(run, "x_bytes_floor", best["variant"])
+    return [Stage("eager", NOTEBOOK, m.name, m.label, number(d.iloc[0]["value"]), m.higher_is_better, "reference",
+                  d.iloc[0]["variant"]),
+            Stage("+ best ladder row (07)", NOTEBOOK, m.name, m.label, number(best["value"]), m.higher_is_better,
+                  f"gate {best.get('gate', '')}" + (f", {number(xf['value']):.1f}x the bytes floor" if xf is not None
+                                                    else ""), best["variant"])]

@@ -50,7 +50,11 @@ def equal_work_spread_rows(rows: pd.DataFrame) -> dict | None:
                       r["median"]))
     if not items:
         return None
-    return widest_equal_work(items, higher_is_better=points["metric"].iloc[0] == "fps")
+    from ..rows import workload_of
+
+    metric = points["metric"].iloc[0]  # the workload's own metric says which way is faster
+    higher = next((m.higher_is_better for m in workload_of(points).summary_metrics if metric in m.names), True)
+    return widest_equal_work(items, higher_is_better=higher)
 
 
 def timing_noise_note(eq: dict | None, unit: str) -> str:

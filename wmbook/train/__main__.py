@@ -1,4 +1,6 @@
-"""`python -m wmbook.train`: train one world preset's model (see wmbook.train)."""
+"""`python -m wmbook.train`: train one world preset's model (see wmbook.train). Each run writes into a folder of its
+own (data/weights/runs/<date>-<preset>/ unless --out says where); the shipped weights change only with --ship, and
+then only when the new weights pass the shipping rule on held-out episodes."""
 
 from __future__ import annotations
 
@@ -7,12 +9,21 @@ import json
 import sys
 from pathlib import Path
 
+from ..errors import InputError, command
 
+
+@command("python -m wmbook.train")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m wmbook.train", description=__doc__)
     ap.add_argument("--workload", required=True, choices=["mg2", "wma"])
     ap.add_argument("--preset", default=None, help="a world preset of the workload (default: world-<workload>)")
-    ap.add_argument("--out", type=Path, default=None, help="weights file, .pt (default: data/weights/<preset>.pt)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="weights file, .pt (default: data/weights/runs/<UTC date>-<preset>/<preset>.pt, a new folder; "
+                         "never the shipped data/weights/<preset>.pt)")
+    ap.add_argument("--ship", action="store_true",
+                    help="after training, replace the shipped data/weights/<preset>.pt (and its .json, .loss.csv) with "
+                         "the new weights if they pass the shipping rule on the held-out episodes (PSNR and SSIM "
+                         "above copy-last's, agent error at most half of copy-last's); exit 1 when they do not")
     ap.add_argument("--minutes", type=float, default=None, help="training-time budget (rendering excluded)")
     ap.add_argument("--steps", type=int, default=None, help="step budget (the first budget reached ends training)")
     ap.add_argument("--batch", type=int, default=32)
@@ -51,11 +62,10 @@ def main(argv=None) -> int:
                          "instead of a fresh initialisation; the optimizer starts fresh")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     a = ap.parse_args(argv)
-    from ..paths import DATA_DIR
-    from .core import TrainConfig, train
+    from .core import TrainConfig, default_out, train
 
     preset = a.preset or f"world-{a.workload}"
-    out = a.out or DATA_DIR / "weights" / f"{preset}.pt"
+    out = a.out or default_out(preset)
     cfg = TrainConfig(workload=a.workload, preset=preset, out=out, minutes=a.minutes, steps=a.steps, batch=a.batch,
                       lr=a.lr, warmup=a.warmup, data_seed=a.data_seed, seed=a.seed, episodes=a.episodes,
                       episode_frames=a.episode_frames, workers=a.workers, device=a.device, ckpt_every=a.ckpt_every,
@@ -63,14 +73,26 @@ def main(argv=None) -> int:
                       sigma_min=a.sigma_min,
                       decision_fraction=a.decision_fraction,
                       resume=not a.no_resume, compile=a.compile, eval_cases=a.eval_cases, init_weights=a.init_weights,
-                      ckpt=a.ckpt, progress=not a.quiet, command="python -m wmbook.train " + " ".join(
+                      ckpt=a.ckpt, ship=a.ship, progress=not a.quiet, command="python -m wmbook.train " + " ".join(
                           argv if argv is not None else sys.argv[1:]))
     try:
         cfg.check()
     except ValueError as e:
-        ap.error(str(e))
+        raise InputError(str(e)) from None
     meta = train(cfg)
     print(json.dumps(meta, indent=2, sort_keys=True))
+    print(f"weights: {cfg.out}")
+    rule = meta.get("shipping_rule")
+    if cfg.ship:
+        if meta.get("shipped"):
+            print("shipped (they pass the shipping rule): " + ", ".join(meta["shipped"]))
+        else:
+            print(f"not shipped: {'; '.join(rule['fails'])}. The shipped weights are unchanged; the new ones stay in "
+                  f"{cfg.out.parent}", file=sys.stderr)
+            return 1
+    elif rule is not None:
+        print("they pass the shipping rule: --ship would replace the shipped weights" if rule["passes"] else
+              f"they do not pass the shipping rule ({'; '.join(rule['fails'])})")
     return 0
 
 

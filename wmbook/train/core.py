@@ -62,6 +62,9 @@ class TrainConfig:
     # start from these world weights (a weights file of the same preset, e.g. the shipped one) instead of a fresh
     # initialisation: a longer run continued from an earlier one (its optimizer state is not in the file)
     init_weights: Path | None = None
+    # replace the preset's shipped weights (data/weights/<preset>.pt) with the new ones, only when they pass the
+    # shipping rule on the held-out episodes (wmbook.world.eval.shipping_failures); `out` stays the run's own file
+    ship: bool = False
     progress: bool = True
     command: str = field(default_factory=lambda: " ".join(sys.argv))
 
@@ -80,6 +83,10 @@ class TrainConfig:
         elif self.preset not in allowed:
             raise ValueError(f"preset={self.preset!r} is not allowed for workload {self.workload!r}; allowed values: "
                              f"{allowed}")
+        for name in ("minutes", "lr", "ema", "sigma_min", "change_weight", "agent_weight", "decision_fraction"):
+            v = getattr(self, name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"{name}={v!r} is not allowed: it is not finite; allowed values: a finite number")
         if self.minutes is None and self.steps is None:
             raise ValueError("minutes=None and steps=None: give a budget; allowed values: minutes > 0 and/or "
                              "steps >= 1")
@@ -119,15 +126,35 @@ class TrainConfig:
         self.out = Path(self.out)
         if self.out.suffix != ".pt":
             raise ValueError(f"out={str(self.out)!r} is not allowed; allowed values: a path ending in .pt")
+        from ..paths import check_output_file
+        from ..world.weights import WEIGHTS_DIR
+
+        check_output_file(self.out, "out", "a path ending in .pt in a folder you can write to")
+        if self.out.resolve().parent == WEIGHTS_DIR.resolve():
+            raise ValueError(f"out={str(self.out)!r} is not allowed: it is where the shipped weights live, and a "
+                             f"training run never writes there; allowed values: any other .pt path (by default a new "
+                             f"run folder, data/weights/{RUNS_DIR_NAME}/<date>-<preset>/). To replace the shipped "
+                             f"weights, train with ship=True (--ship): they are copied there only when they pass the "
+                             f"shipping rule")
+        if self.ship and not isinstance(self.preset, str):
+            raise ValueError("ship=True is not allowed for a preset object; allowed: a world preset's name, whose "
+                             "shipped weights the run may replace")
+        if self.ship and not self.eval_cases:
+            raise ValueError("eval_cases=0 is not allowed with ship=True: the shipping rule compares the new weights "
+                             "with copy-last on held-out episodes; allowed values: an integer >= 1")
         from .objectives import check_episode_frames, window_frames
 
         check_episode_frames(self.episode_frames, window_frames(
             ALL_PRESETS[self.preset] if isinstance(self.preset, str) else self.preset))
         self.ckpt = Path(self.ckpt) if self.ckpt is not None else REPORTS_DIR / "train" / f"{self.out.stem}.ckpt"
+        check_output_file(self.ckpt, "ckpt", "a checkpoint path in a folder you can write to")
+        if self.init_weights is not None:
+            self.init_weights = Path(self.init_weights)
+        if self.resume and self.ckpt.is_file():  # one that cannot be resumed is named now, not after rendering
+            _check_resumable(self, _read_ckpt(self.ckpt, "cpu"))
         if self.init_weights is not None:
             from ..world.weights import check_weights_file
 
-            self.init_weights = Path(self.init_weights)
             name = self.preset if isinstance(self.preset, str) else self.preset.name
             try:
                 check_weights_file(self.init_weights, name, self.workload)
@@ -136,6 +163,55 @@ class TrainConfig:
                                  f"world-weights .pt file of preset {name!r}") from None
         resolve_device(self.device)
         return self
+
+
+RUNS_DIR_NAME = "runs"  # data/weights/runs/: one folder per training run; the shipped files sit above it
+
+
+def default_out(preset: str) -> Path:
+    """Where a run writes when no `out` is given: data/weights/runs/<UTC date>-<preset>[-N]/<preset>.pt, a folder of
+    its own (the first N not taken), so that a run never replaces the shipped weights or another run's."""
+    import datetime as _dt
+
+    from ..world.weights import WEIGHTS_DIR
+
+    stem = f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d}-{preset}"
+    runs = WEIGHTS_DIR / RUNS_DIR_NAME
+    n = 1
+    while (runs / (stem if n == 1 else f"{stem}-{n}")).exists():
+        n += 1
+    return runs / (stem if n == 1 else f"{stem}-{n}") / f"{preset}.pt"
+
+
+def _read_ckpt(path: Path, device) -> dict:
+    """A training checkpoint, read safely (weights_only); a file that is not one names itself and says how to start
+    over instead."""
+    from ..models.checkpoint import CheckpointFileError, read_checkpoint_file
+
+    try:
+        ck = read_checkpoint_file(path, map_location=device)
+    except CheckpointFileError as e:
+        raise ValueError(f"ckpt: {e}; or pass resume=False (--no-resume) to start over, replacing it") from None
+    keys = {"model", "opt", "ema", "gen", "step", "elapsed", "rows", "config"}
+    if not isinstance(ck, dict) or not keys <= set(ck):
+        raise ValueError(f"ckpt={str(path)!r} is not allowed: it is not a wmbook training checkpoint (it lacks "
+                         f"{sorted(keys - set(ck) if isinstance(ck, dict) else keys)}); pass resume=False "
+                         f"(--no-resume) to start over, replacing it")
+    return ck
+
+
+def _check_resumable(cfg: TrainConfig, ck: dict) -> None:
+    """ValueError when checkpoint `ck` was made with another configuration than `cfg` (resuming would mix runs)."""
+    same = {k: ck["config"].get(k, {"change_weight": 0.0, "agent_weight": 0.0, "sigma_min": 0.05,
+                                    "decision_fraction": DEFAULT_DECISION_FRACTION}.get(k))
+            for k in ("workload", "preset", "data_seed", "seed", "episodes", "episode_frames", "batch",
+                      "change_weight", "agent_weight", "sigma_min", "decision_fraction", "init_weights")}
+    want = {k: getattr(cfg, k) for k in same}
+    want["preset"] = cfg.preset if isinstance(cfg.preset, str) else cfg.preset.name
+    want["init_weights"] = None if cfg.init_weights is None else str(cfg.init_weights)
+    if same != want:
+        raise ValueError(f"checkpoint {str(cfg.ckpt)!r} was made with {same}, not {want}; pass resume=False "
+                         f"(--no-resume) to start over")
 
 
 def _lr(cfg: TrainConfig, step: int, elapsed: float) -> float:
@@ -219,17 +295,8 @@ def train(cfg: TrainConfig, bank=None) -> dict:
     step, elapsed, rows = 0, 0.0, []
     loss_csv = cfg.out.with_suffix(".loss.csv")
     if cfg.resume and cfg.ckpt.is_file():
-        ck = torch.load(cfg.ckpt, map_location=dev, weights_only=True)
-        same = {k: ck["config"].get(k, {"change_weight": 0.0, "agent_weight": 0.0, "sigma_min": 0.05,
-                                        "decision_fraction": DEFAULT_DECISION_FRACTION}.get(k))
-                for k in ("workload", "preset", "data_seed", "seed", "episodes", "episode_frames", "batch",
-                          "change_weight", "agent_weight", "sigma_min", "decision_fraction", "init_weights")}
-        want = {k: getattr(cfg, k) for k in same}
-        want["preset"] = pipe.preset.name
-        want["init_weights"] = None if cfg.init_weights is None else str(cfg.init_weights)
-        if same != want:
-            raise ValueError(f"checkpoint {str(cfg.ckpt)!r} was made with {same}, not {want}; pass resume=False "
-                             f"(--no-resume) to start over")
+        ck = _read_ckpt(cfg.ckpt, dev)
+        _check_resumable(cfg, ck)
         have, need = set(ck["model"]), set(model.state_dict())
         if have != need:  # the preset's architecture changed since (e.g. WMAPreset.action_embedding)
             raise ValueError(f"checkpoint {str(cfg.ckpt)!r} holds other weights than the model (missing: "
@@ -325,7 +392,18 @@ def train(cfg: TrainConfig, bank=None) -> dict:
                                 "steps": prev.get("steps"), "train_minutes": prev.get("train_minutes")}
     if cfg.eval_cases:
         meta["eval"] = evaluate(cfg.workload, pipe, cfg.eval_cases, progress=cfg.progress)
+        from ..world.eval import SHIPPING_RULE, shipping_failures
+
+        fails = shipping_failures(meta["eval"]["model"], meta["eval"]["copy_last"])
+        meta["shipping_rule"] = {"rule": SHIPPING_RULE, "passes": not fails, "fails": fails}
     save_weights(pipe, cfg.workload, cfg.out, meta)
+    if cfg.ship:
+        from ..world.weights import ship_weights, weights_path
+
+        if meta["shipping_rule"]["passes"]:
+            meta["shipped"] = [str(p) for p in ship_weights(cfg.out, weights_path(cfg.preset))]
+        else:
+            meta["shipped"] = []
     return meta
 
 

@@ -151,6 +151,9 @@ class Ladder:
     rows: list[LadderRow] = field(default_factory=list)
     floor_ms: float = float("nan")
     generation_traces: dict = field(default_factory=dict)  # {row: profiled whole generation} (notebook 06, GPU)
+    # {row label: uint8 [T, H, W, 3] frames on the host} of the reference and of the latest row whose frames were
+    # judged and passed: what a frame comparer shows (reference vs optimized) without running either again
+    frames: dict = field(default_factory=dict)
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame([r.record() for r in self.rows], columns=LADDER_COLUMNS).set_index("row")
@@ -273,11 +276,13 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
                 gate_ref.same_precision, gate_ref.same_precision_rel_l2 = out, anchor
             row.row = i
             row.variant = ("fp32 eager (reference)" if i == 0 else "+ " + stack[-1].name if i > from_row or i == 1
-                           else " + ".join(v.name for v in stack))
+                           else stack_label(stack))
             floor = flop_floor_ms(row.flops, settings.ceilings)
             if floor == floor:
                 lad.floor_ms = floor
             row.finish(floor, base_ms, base_e2e, wl.metric)
+            if frames is not None and (i == 0 or (row.counts and row.psnr_db == row.psnr_db)):
+                _keep_frames(lad, row.variant, frames, i == 0)
             for r in lad.rows if row.gate != "error" else []:  # keep the first measured row's and the latest
                 if r.row != from_row:  # measured row's pipelines only
                     r.pipeline = None
@@ -364,6 +369,22 @@ def _eager_anchor(ref, workload, stack, device, settings: LadderSettings, gate_r
 
 def _changes_precision(v) -> bool:
     return v.family == "precision" and v.tolerance is not None
+
+
+def stack_label(stack) -> str:
+    """A row that measures a whole stack at once (a ladder shown from a later row), named so that a table stays narrow:
+    the stack itself up to three variants, else its size and last variant (the full stack: the table's `stack`)."""
+    names = [v.name for v in stack]
+    return " + ".join(names) if len(names) <= 3 else f"base: {len(names)} variants, ... + {names[-1]}"
+
+
+def _keep_frames(lad: Ladder, label: str, frames: torch.Tensor, reference: bool) -> None:
+    """The reference's frames and the latest judged row's, as uint8 on the host (small: one short run each)."""
+    from ..check import to_uint8_frames
+
+    if not reference:
+        lad.frames = {k: v for k, v in list(lad.frames.items())[:1]}
+    lad.frames[label] = to_uint8_frames(frames)
 
 
 def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: GateReference | None,

@@ -18,6 +18,11 @@ class Metric:
     unit: str
     higher_is_better: bool
     label: str  # how a sentence names it: "FPS", "ms per DDIM step"
+    aliases: tuple[str, ...] = ()  # other stored metric names of the same quantity (a UNet run_s is an iteration)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
 
     def speedup(self, value: float, base: float) -> float:
         """How many times better `value` is than `base`."""
@@ -110,7 +115,14 @@ class Workload:
     metric: Metric
     labels: Labels
     params: tuple[Param, ...] = ()  # the workload's own run parameters (num_blocks, ddim_steps, ...)
-    goals: dict = {}  # notebook targets: forward_x_floor, regional_cold_s, ddim_step_speedup
+    goals: dict = {}  # notebook targets: forward_x_floor, regional_cold_s, ddim_step_speedup, fps, run_speedup
+    eager_dtype: str = "bf16"  # the precision upstream runs the model eagerly: the reports' eager baseline
+
+    @property
+    def summary_metrics(self) -> tuple[Metric, ...]:
+        """The metrics a report's workload summary compares stages in, in order of preference (a stage shows the first
+        one its run stored, against the eager run's value of the same one)."""
+        return (self.metric,)
     # the README's published notebook-01 table: its title and (header, metric, format, with spread) columns
     published_title: str = ""
     published_columns: tuple[tuple[str, str, str, bool], ...] = ()
@@ -133,7 +145,7 @@ class Workload:
 
             raise ParameterError(f"preset={cfg.preset.name!r} is a trained world model and its weights "
                                  f"{str(weights_path(cfg.preset))!r} are not there; train them first with `python -m "
-                                 f"wmbook.train --workload {self.name} --out {weights_path(cfg.preset)}` or pick "
+                                 f"wmbook.train --workload {self.name} --minutes M --ship` (they ship when they beat copy-last) or pick "
                                  f"another preset")
 
     # --- building --------------------------------------------------------------------------------------
@@ -300,8 +312,9 @@ class Workload:
         `hygiene` stands for its variants); `attention` is the attention-backend variant to include, or None."""
         raise NotImplementedError
 
-    def check_e2e(self, preset, name: str, size: E2ESize) -> None:
-        """ParameterError naming `name` when an end-to-end run of `size` cannot run at `preset`."""
+    def check_e2e(self, preset, name: str, size: E2ESize, device: torch.device | None = None) -> None:
+        """ParameterError naming `name` when an end-to-end run of `size` cannot run at `preset` (or, with `device`,
+        cannot fit in its memory)."""
 
     def e2e_description(self, size: E2ESize) -> str:
         """'4-block run' / 'iteration of 5 DDIM steps per pass'."""

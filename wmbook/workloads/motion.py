@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from ..motion.fetch import FETCH_LABEL, STATE_LABEL, STATE_STAGES, MotionDataTerm, sample_queries
+from ..motion.fetch import FETCH_LABEL, STATE_LABEL, STATE_STAGES, MotionDataTerm, sample_queries, state_layout
 from ..motion.library import MotionLibrary, generate
 from ..motion.presets import MOTION_PRESETS
-from ..params import Param, integer
+from ..params import Param, check_fits, integer
 from .base import E2ESize, GraphTarget, Labels, Metric, Probe, Workload
 
 # floating-point operations per query of the fetch, counted on wmbook.motion.kernel (the fused kernel's arithmetic):
@@ -24,9 +24,15 @@ _FLOPS_BLEND, _FLOPS_SLERP, _FLOPS_ROTATE, _FLOPS_QUAT_MUL = 15, 60, 18, 28
 
 
 def _count(v, ctx):
-    """0 -> the preset's value of the parameter (num_envs, frames_per_env)."""
-    n = integer(0)(v, ctx)
-    return n or getattr(ctx["preset"], ctx["_name"])
+    """0 -> the preset's value of the parameter (num_envs, frames_per_env); a count whose queries' states cannot fit
+    on the device refused before anything is allocated."""
+    name, p = ctx["_name"], ctx["preset"]
+    n = integer(0)(v, ctx) or getattr(p, name)
+    # each query's state row in fp32, about three times (the term's state, the output rows, a variant's copy)
+    row = 3 * 4 * state_layout(p.num_joints, p.num_bodies).width
+    other = ctx.get("num_envs", 1) if name == "frames_per_env" else 1
+    check_fits(name, n, row * other, ctx["device"], "robot" if name == "num_envs" else "frame per robot")
+    return n
 
 
 class MotionWorkload(Workload):

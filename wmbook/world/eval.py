@@ -29,8 +29,8 @@ import torch
 from .env import locate_agent, render_episode
 from .weights import is_world_preset
 
-__all__ = ["Case", "HELDOUT_BASE", "choose_steps", "copy_last", "heldout_case", "heldout_episode", "int_option",
-           "is_world_preset", "predict", "psnr", "score", "ssim", "summarize"]
+__all__ = ["Case", "HELDOUT_BASE", "SHIPPING_RULE", "choose_steps", "copy_last", "heldout_case", "heldout_episode",
+           "int_option", "is_world_preset", "predict", "psnr", "score", "shipping_failures", "ssim", "summarize"]
 
 HELDOUT_BASE = 10**9
 
@@ -182,6 +182,26 @@ def score(pred, case: Case) -> dict:
 SCORE_COLUMNS = ("psnr", "ssim", "agent_err_px", "agent_found")
 STEPS_RULE = ("the fewest DDIM steps whose mean PSNR and SSIM beat copy-last's and whose mean agent error is at most "
               "half of copy-last's, on the selection episodes")
+SHIPPING_RULE = ("weights ship when, on held-out episodes, their mean PSNR and SSIM beat copy-last's and their mean "
+                 "agent error is at most half of copy-last's")
+
+
+def shipping_failures(model, copy_last) -> list[str]:
+    """Why mean scores (dicts or rows with psnr, ssim, agent_err_px) fail the comparison with copy-last's that both
+    STEPS_RULE and SHIPPING_RULE make; [] when they pass. A missing or NaN score fails."""
+    def get(r, k):
+        v = r.get(k) if hasattr(r, "get") else None
+        return float(v) if v is not None else float("nan")
+
+    fails = []
+    for key, name in (("psnr", "PSNR"), ("ssim", "SSIM")):
+        m, b = get(model, key), get(copy_last, key)
+        if not m > b:
+            fails.append(f"{name} {m:.4g} is not above copy-last's {b:.4g}")
+    m, b = get(model, "agent_err_px"), get(copy_last, "agent_err_px")
+    if not m <= b / 2:
+        fails.append(f"agent error {m:.4g} px is not at most half of copy-last's {b:.4g} px")
+    return fails
 
 
 def summarize(rows) -> "pd.DataFrame":
@@ -208,7 +228,7 @@ def choose_steps(rows) -> dict:
     passing = []
     for label, r in table.iterrows():
         m = re.fullmatch(r"ddim (\d+)(, eta .*)?", str(label))
-        if m and r["psnr"] > base["psnr"] and r["ssim"] > base["ssim"] and r["agent_err_px"] <= base["agent_err_px"] / 2:
+        if m and not shipping_failures(r, base):
             passing.append((int(m.group(1)), label))
     passing.sort()
     return {"chosen": passing[0][0] if passing else None, "rule": STEPS_RULE, "table": table,

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from ..atomic import atomic_open
-from ..models.checkpoint import load_checked
+from ..models.checkpoint import CheckpointFileError, load_checked, read_checkpoint_file
 from ..paths import DATA_DIR
 
 FORMAT = "wmbook-world-weights/1"
@@ -107,11 +107,44 @@ def read_weights(path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"world-model weights {str(path)!r} not found; train them with "
-                                f"`python -m wmbook.train --workload mg2|wma --out {path}` (README: world models)")
-    state = torch.load(path, map_location="cpu", weights_only=True)
+                                f"`python -m wmbook.train --workload mg2|wma --minutes M --ship` (README: world models)")
+    state = read_checkpoint_file(path)
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ValueError(f"{str(path)!r} is not a wmbook world-weights file (format {FORMAT!r})")
+        raise CheckpointFileError(f"{str(path)!r} is not a wmbook world-weights file (format {FORMAT!r})")
     return state
+
+
+def run_files(path) -> list[Path]:
+    """A training run's files: its weights, their provenance JSON and the loss curve the JSON names."""
+    path = Path(path)
+    meta = path.with_name(path.name + ".json")
+    loss = path.with_suffix(".loss.csv")
+    if meta.is_file():
+        loss = path.with_name(json.loads(meta.read_text()).get("loss_csv") or loss.name)
+    return [path, meta, loss]
+
+
+def ship_weights(path, target) -> list[Path]:
+    """Copy a run's files (run_files) over the shipped ones: the weights to `target` (data/weights/<preset>.pt), their
+    JSON to `<target>.json`, the loss curve to `<target stem>.loss.csv` (the JSON's `loss_csv` naming it). Every copy
+    is written and synced beside its target before the first rename (atomic_write_many), so a failure while copying
+    leaves the shipped set as it was. The caller decides that the run ships (wmbook.world.eval.shipping_failures)."""
+    from ..atomic import atomic_write_many
+
+    path, target = Path(path), Path(target)
+    src_pt, src_meta, src_loss = run_files(path)
+    if not src_pt.is_file():
+        raise FileNotFoundError(f"weights {str(path)!r} not found: nothing to ship")
+    dst_loss = target.with_suffix(".loss.csv")
+    files = {target: src_pt.read_bytes()}
+    if src_meta.is_file():
+        meta = json.loads(src_meta.read_text())
+        if "loss_csv" in meta:
+            meta["loss_csv"] = dst_loss.name
+        files[target.with_name(target.name + ".json")] = (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()
+    if src_loss.is_file():
+        files[dst_loss] = src_loss.read_bytes()
+    return atomic_write_many(files)
 
 
 def file_sha256(path) -> str:

@@ -132,7 +132,8 @@ def _is_own_layout(sd: dict) -> bool:
 def load_upstream_checkpoint(model: WMAWorldModel, sd_or_path, strict: bool = True,
                              weights_only: bool = True, use_ema: bool = False) -> LoadReport:
     """Load an upstream checkpoint (path or state dict) into `model`; strict: every parameter present, none extra.
-    Upstream's Lightning .ckpt may hold configuration objects: load it with weights_only=False if you trust it.
+    The file is read with weights_only=True: a Lightning .ckpt that also pickles configuration objects is refused
+    (CheckpointFileError naming them); save its state dict as .safetensors or a plain torch.save to load it here.
     A state dict of our own layout (WMAWorldModel.state_dict()) loads too, as it is.
 
     EMA or not: upstream's Lightning state dict holds the trained weights under `model.diffusion_model.*` (plus
@@ -159,6 +160,10 @@ def load_upstream_checkpoint(model: WMAWorldModel, sd_or_path, strict: bool = Tr
         result = load_checked(model, dict(raw), strict=strict, what="WMAWorldModel state dict")
         return LoadReport(loaded=len(raw), missing=list(result.missing_keys),
                           unexpected=list(result.unexpected_keys))
+    if not use_ema and any(isinstance(k, str) and k.startswith(EMA_PREFIX) for k in raw) \
+            and not any(isinstance(k, str) and k.startswith(UPSTREAM_UNET) for k in raw):
+        raise ValueError(f"the checkpoint holds only EMA weights ({EMA_PREFIX!r} keys, no {UPSTREAM_UNET!r} keys; keys "
+                         f"by prefix: {_prefix_counts(raw)}); pass use_ema=True to load them. Nothing was loaded")
     ours: dict[str, torch.Tensor] = {}
     ignored = []
     for k, v in raw.items():

@@ -279,6 +279,13 @@ class ResBlock(nn.Module):
         if self.temporal_conv is None:
             return h
         h5 = h.unflatten(0, (batch, -1)).transpose(1, 2).contiguous(memory_format=self.temporal_format)
+        if self.temporal_format == torch.channels_last_3d:
+            # The strides of size-1 dims are arbitrary, and at a 1x1 spatial map eager kernels and torch.compile's
+            # trace pick different ones: the trace then takes the tensor for channels-last and drops GroupNorm's
+            # copy, which the CPU kernel, reading it as contiguous, refuses. The canonical channels-last strides
+            # address the same elements (a free view) and read the same everywhere.
+            n, c, t, hh, ww = h5.shape
+            h5 = h5.as_strided(h5.shape, (c * t * hh * ww, 1, hh * ww * c, ww * c, c))
         return self.temporal_conv(h5).transpose(1, 2).flatten(0, 1)
 
 

@@ -1,0 +1,98 @@
+"""wmbook.distributed on CPUs: gloo ranks started by torchrun, tiny presets, checked against the single-process run;
+jobs refused before any process starts; failing, dying and hanging ranks end the job in bounded time, named."""
+
+import time
+
+import pytest
+
+from wmbook.distributed import LAYOUTS, NO_MULTICAST_ENV, JobError, JobFailed, JobSpec, check_job, run_job
+from wmbook.profiling.aggregate import aggregate_reports
+
+
+def _spec(**kw):
+    base = dict(workload="mg2", preset="tiny", layout="stage-split", nproc=2, device="cpu", stack=("bf16",),
+                compile_backend="eager", blocks=3, warmup=1, repeats=2)
+    return JobSpec(**{**base, **kw})
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"layout": "ring"}, "layout='ring' is not allowed; allowed values: ['data-parallel', 'stage-split']"),
+    ({"nproc": 3}, "nproc=3 is not allowed for layout 'stage-split'; allowed values: 2"),
+    ({"nproc": 0}, "nproc=0 is not allowed; allowed values: an integer >= 1"),
+    ({"workload": "motion", "preset": "tiny-motion"}, "needs a workload with ['streaming_decoder']"),
+    ({"workload": "wma", "preset": "tiny-wma"}, "allowed layouts for it: ['data-parallel']"),
+    ({"preset": "wma"}, "preset='wma' is not a preset of workload 'mg2'"),
+    ({"device": "cuda"}, "nproc=2 needs 2 GPUs (one per rank); this host has 0"),
+    ({"device": "tpu"}, "device='tpu' is not allowed"),
+    ({"blocks": 1}, "blocks=1 is not allowed; allowed values: an integer >= 2"),
+    ({"batches": (1, 0)}, "batches=0 is not allowed"),
+    ({"timeout_s": float("inf")}, "timeout_s=inf is not allowed; allowed values: a finite number of seconds > 0"),
+    ({"stack": ("no-such-variant",)}, "stack: "),
+    ({"fault": {"rank": 5, "at": "run", "kind": "raise"}}, "fault="),
+])
+def test_bad_jobs_refused_before_any_process(change, message, tmp_path):
+    spec = _spec(**change)
+    with pytest.raises(JobError) as e:
+        check_job(spec, gpus=0)
+    assert message in str(e.value)
+    with pytest.raises(JobError):
+        run_job(spec, tmp_path / "jobs", progress=False)
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())  # nothing started, nothing written
+
+
+def test_layouts_and_multicast_off():
+    assert set(LAYOUTS) == {"stage-split", "data-parallel"}
+    assert NO_MULTICAST_ENV == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                                "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def test_stage_split_on_gloo_equals_the_single_process_run(tmp_path):
+    res = run_job(_spec(), tmp_path, progress=False, timeout_s=500)
+    den, dec = res.ranks
+    assert (den["rank"], den["role"], dec["role"]) == (0, "denoiser", "decoder")
+    assert dec["bit_equal"] and dec["max_abs_diff"] == 0.0  # the split changes no arithmetic
+    assert dec["frames_per_block"] == den["single"]["frames_per_block"] == [9, 12, 12]
+    assert dec["fps"]["n"] == 2 and dec["fps"]["median"] > 0 and dec["first_frame_ms"]["median"] > 0
+    assert den["wire"]["bytes"] == 1 * 16 * 3 * 4 * 8 * 4  # one block's clean latents, fp32 on the CPU
+    for r in res.ranks:  # a timeline per rank, a session report per rank
+        assert {s["what"] for s in r["spans"]} <= {"denoise", "wait", "decode"} and r["spans"]
+    agg = aggregate_reports(res.job_dir / "sessions", write=False)
+    assert agg.world_size == 2 and agg.missing_ranks == []
+    waits = agg.stages.set_index("path")
+    assert waits.filter(like="Wait_For_Latents", axis=0)["rank_1"].notna().all()  # the decoder's wait for data
+    assert (res.job_dir / "job.json").exists()
+
+
+def test_data_parallel_rollouts_on_gloo(tmp_path):
+    spec = _spec(workload="wma", preset="tiny-wma", layout="data-parallel", ddim_steps=2, batches=(1, 2), repeats=1)
+    res = run_job(spec, tmp_path, progress=False, timeout_s=500)
+    for r in res.ranks:
+        assert [b["batch"] for b in r["batches"]] == [1, 2]
+        assert all(b["bit_equal_to_rank0"] and b["episodes_per_s"] > 0 for b in r["batches"])
+    assert "alone_episodes_per_s" in res.ranks[0]["batches"][0]  # one rank alone, measured in the same job
+    assert "alone_episodes_per_s" not in res.ranks[1]["batches"][0]
+
+
+@pytest.mark.parametrize("kind,first", [("raise", "RuntimeError: injected fault on rank 1 at 'start'"),
+                                        ("exit", "exited with code 13, without a result or an error of its own")])
+def test_a_failing_or_dying_rank_ends_the_job_named(kind, first, tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(JobFailed) as e:
+        run_job(_spec(fault={"rank": 1, "at": "start", "kind": kind}), tmp_path, progress=False, timeout_s=300)
+    assert time.monotonic() - t0 < 120
+    assert str(e.value).split("failed: ", 1)[1].startswith(f"rank 1: {first}")  # the root cause first
+    assert set(e.value.failures) == {0, 1} and e.value.partial == {}  # the other rank was stopped: no result
+
+
+def test_a_hanging_rank_ends_the_job_at_the_timeout(tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(JobFailed) as e:
+        run_job(_spec(timeout_s=5, fault={"rank": 1, "at": "start", "kind": "hang"}), tmp_path, progress=False,
+                timeout_s=300)
+    assert time.monotonic() - t0 < 150
+    assert "Timed out" in e.value.failures[0] and "signal 15" in e.value.failures[1]
+
+
+def test_a_job_past_its_wall_limit_is_stopped(tmp_path):
+    with pytest.raises(JobFailed, match="ran past timeout_s=3 s and was stopped"):
+        run_job(_spec(fault={"rank": 1, "at": "start", "kind": "hang"}), tmp_path, progress=False, timeout_s=3)

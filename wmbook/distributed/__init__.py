@@ -1,0 +1,18 @@
+"""Several processes, one per GPU (or CPU ranks with gloo), over plain torch.distributed: notebook 08.
+
+Layouts (`LAYOUTS`, checked against the workload, the rank count and the host before any process starts):
+- `stage-split` (streaming workloads): rank 0 denoises, rank 1 decodes; each block's clean latents cross with NCCL
+  point-to-point while the next block denoises (wmbook.distributed.stream);
+- `data-parallel` (interaction loops): one independent loop per rank and a batch sweep (wmbook.distributed.rollouts).
+
+`run_job(JobSpec(...), folder)` starts the ranks with torchrun, shows their progress and returns each rank's result
+(wmbook.distributed.launch); each rank also writes a ProfilingSession report under `<job>/sessions/`, which
+`wmbook aggregate` merges (slowest rank, per-rank busy and idle, communication stages). NVLink multicast stays off
+in every rank (`NO_MULTICAST_ENV`).
+"""
+
+from .job import LAYOUTS, NO_MULTICAST_ENV, JobError, JobFailed, JobSpec, Layout, check_job
+from .launch import JobResult, run_job
+
+__all__ = ["LAYOUTS", "NO_MULTICAST_ENV", "JobError", "JobFailed", "JobResult", "JobSpec", "Layout", "check_job",
+           "run_job"]

@@ -1,0 +1,200 @@
+"""Stage split of a streaming world model over two ranks: rank 0 denoises, rank 1 decodes.
+
+Rank 0 runs every DiT forward of block k (the denoising steps and the cache refresh) and sends block k's clean
+latents to rank 1 (`isend`; NCCL moves them on its own stream, ordered after the forward that wrote them), then goes
+on with block k+1: block k+1 needs block k's refreshed KV caches, not its pixels. Rank 1 receives block k and decodes
+it with the streaming decoder while rank 0 denoises k+1. The steady block period is then the slower of the two
+stages, not their sum; the first frame still waits for both.
+
+Both ranks build the same pipeline with the same stack (the single-GPU stack the split is gated against) and first
+run it whole on their own GPU: rank 0's runs are the single-GPU comparison measured in the same job, rank 1 keeps its
+frames for the gate (the split changes no arithmetic: equal frames are expected bit for bit).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from .. import check
+from ..bench import DeviceTimer, Samples, stream_metrics
+from ..profiling import ProfilingSession
+from ..profiling.labels import label
+from .rank import Rank
+
+DENOISER, DECODER = 0, 1
+
+
+def _single_gpu(pipe, inputs, rk: Rank) -> tuple[dict, object]:
+    """The whole stack on this rank's GPU alone (warm-up excluded): FPS, first frame, per-block stage times, and the
+    last run's output."""
+    spec = rk.spec
+    for i in range(spec.warmup):
+        rk.progress("single-GPU warm-up", i, spec.warmup)
+        pipe.generate(inputs, progress=False)
+    fps, first, denoise, decode, out = Samples(unit="frames/s"), Samples(), Samples(), Samples(), None
+    firsts, strides = None, {}
+    for i in range(spec.repeats):
+        rk.progress("single-GPU runs", i, spec.repeats)
+        out = pipe.generate(inputs, progress=False, on_block=lambda bi, x0: strides.setdefault(bi, x0.stride()))
+        firsts = out.frames if firsts is None else firsts
+        m = out.metrics()
+        fps.values.append(m["fps"])
+        first.values.append(out.first_frame_ms)
+        denoise.values += [sum(f) for f in out.forward_ms[1:]]  # steady blocks: every forward of the block
+        decode.values += out.decode_ms[1:]
+    return {"fps": fps.summary(), "first_frame_ms": first.summary(), "denoise_ms": denoise.summary(),
+            "decode_ms": decode.summary(), "frames_per_block": out.frames_per_block, "forward_ms": out.forward_ms,
+            "block_decode_ms": out.decode_ms, "repeat_bit_equal": bool(torch.equal(firsts, out.frames)),
+            "latent_strides": [strides[b] for b in sorted(strides)]}, out
+
+
+def _split_run(pipe, inputs, rk: Rank, strides: list, session=None) -> dict:
+    """One generation with the stages on two ranks, from a common start (a barrier); this rank's timeline (ms).
+    `strides`: each block's latent strides in the single-GPU run (the decoder rank decodes the same layout)."""
+    stage = session.stage if session is not None else label
+    timer = DeviceTimer(pipe.device)
+    rk.barrier()
+    timer.mark("start")
+    if rk.rank == DENOISER:
+        return _denoiser_run(pipe, inputs, timer, stage)
+    return _decoder_run(pipe, inputs, timer, stage, strides)
+
+
+def _denoiser_run(pipe, inputs, timer: DeviceTimer, stage) -> dict:
+    """The pipeline's own generation (its static caches and graphs), each block's latents sent instead of decoded."""
+    sends = []
+
+    def send(bi, x0):
+        # a copy the next forwards cannot overwrite (captured graphs reuse their output buffers); the work object
+        # keeps it alive until NCCL has sent it
+        buf = x0.contiguous().clone()
+        sends.append((dist.isend(buf, dst=DECODER), buf))
+
+    with stage("Denoise"):
+        out = pipe.generate(inputs, decode=False, progress=False, on_block=send)
+    with stage("Send_Wait"):
+        for work, _ in sends:
+            work.wait()
+    timer.mark("done")
+    spans, t = [], 0.0  # generate starts its own clock right after the common start
+    for bi, ms in enumerate(out.block_ms):
+        spans.append({"block": bi, "what": "denoise", "start_ms": t, "end_ms": t + ms})
+        t += ms
+    return {"spans": spans, "latents": torch.cat([b for _, b in sends], dim=2), "forward_ms": out.forward_ms,
+            "busy_ms": sum(out.block_ms), "wall_ms": timer.elapsed_ms("start", "done")}
+
+
+def _decoder_run(pipe, inputs, timer: DeviceTimer, stage, strides: list) -> dict:
+    """Each block's latents received from the denoiser rank and decoded with the streaming decoder, in the layout
+    the denoiser produced them in (a compiled decoder specializes on its input's strides: another layout is other
+    kernels and other rounding)."""
+    p, (h, w) = pipe.preset, pipe.preset.latent_hw
+    buf = torch.empty(inputs.noise.shape[0], p.out_dim, p.num_frame_per_block, h, w, device=pipe.device,
+                      dtype=pipe.dtype)
+    frames, fpb = [], []
+    with label("2_Pipeline_Inference"):
+        pipe.decoder.reset()
+        for bi in range(inputs.num_blocks):
+            with label(f"2.3_Block_{bi}"):
+                with stage("Wait_For_Latents"):
+                    dist.recv(buf, src=DENOISER)  # NCCL: the decoding stream waits for the data, the host goes on
+                timer.mark(f"b{bi}_recv")
+                with stage("Decode"):
+                    x0 = buf
+                    if buf.stride() != tuple(strides[bi]):
+                        x0 = torch.empty_strided(buf.shape, strides[bi], dtype=buf.dtype, device=buf.device)
+                        x0.copy_(buf)
+                    fr = pipe.decode_block(x0, timer, f"b{bi}_end")
+                frames.append(fr)
+                fpb.append(fr.shape[2])
+    timer.synchronize()
+    spans, block_ms, prev = [], [], "start"
+    for bi in range(inputs.num_blocks):
+        spans.append({"block": bi, "what": "wait", "start_ms": timer.elapsed_ms("start", prev),
+                      "end_ms": timer.elapsed_ms("start", f"b{bi}_recv")})
+        spans.append({"block": bi, "what": "decode", "start_ms": timer.elapsed_ms("start", f"b{bi}_recv"),
+                      "end_ms": timer.elapsed_ms("start", f"b{bi}_end")})
+        block_ms.append(timer.elapsed_ms(prev, f"b{bi}_end"))
+        prev = f"b{bi}_end"
+    m = stream_metrics(block_ms, fpb, timer.elapsed_ms("start", "b0_end"))
+    return {"spans": spans, "frames": torch.cat(frames, dim=2), "block_ms": block_ms, "fpb": fpb, "fps": m["fps"],
+            "first_frame_ms": m["first_frame_ms"], "wall_ms": timer.elapsed_ms("start", prev),
+            "busy_ms": sum(s["end_ms"] - s["start_ms"] for s in spans if s["what"] == "decode")}
+
+
+def wire(x: torch.Tensor, rk: Rank, repeats: int = 20) -> dict:
+    """One-way time of `x` from rank 0 to rank 1: half the median round trip (rank 0 sends, rank 1 sends it back)."""
+    buf = torch.empty_like(x)
+    times = []
+    for i in range(3 + repeats):
+        rk.barrier()
+        timer = DeviceTimer(x.device)
+        timer.mark("a")
+        if rk.rank == DENOISER:
+            dist.send(x, dst=DECODER)
+            dist.recv(buf, src=DECODER)
+        else:
+            dist.recv(buf, src=DENOISER)
+            dist.send(buf, dst=DENOISER)
+        timer.mark("b")
+        if i >= 3:
+            times.append(timer.elapsed_ms("a", "b") / 2)
+    s = Samples(times).summary()
+    nbytes = x.numel() * x.element_size()
+    return {"bytes": nbytes, "one_way_ms": s, "gbps": nbytes / (s["median"] * 1e-3) / 1e9 if s["median"] > 0
+            else math.nan}
+
+
+def run_stage_split(rk: Rank) -> dict:
+    """This rank's part of a stage-split job (module docstring); the result JSON of the rank."""
+    spec = rk.spec
+    preset, pipe, ctx = rk.pipeline()
+    inputs = pipe.prepare(spec.blocks, seed=spec.seed)
+    single, single_out = _single_gpu(pipe, inputs, rk)
+    rk.fault("run")
+    fps, first, busy, wall, last = Samples(unit="frames/s"), Samples(), Samples(), Samples(), None
+    runs_spans = []  # every timed run's timeline
+    for i in range(spec.warmup + spec.repeats):
+        rk.progress("split runs", i, spec.warmup + spec.repeats)
+        r = _split_run(pipe, inputs, rk, single["latent_strides"])
+        if i >= spec.warmup:
+            runs_spans.append(r["spans"])
+            busy.values.append(r["busy_ms"])
+            wall.values.append(r["wall_ms"])
+            if rk.rank == DECODER:
+                fps.values.append(r["fps"])
+                first.values.append(r["first_frame_ms"])
+        last = r
+    out = {"layout": "stage-split", "role": "denoiser" if rk.rank == DENOISER else "decoder",
+           "stack": list(spec.stack), "notes": ctx.notes, "single": single, "busy_ms": busy.summary(),
+           "wall_ms": wall.summary(), "spans": last["spans"], "runs_spans": runs_spans}
+    if rk.rank == DENOISER:  # the latents it sent against the single-GPU run's: the denoiser's share of the gate
+        out.update(forward_ms=last["forward_ms"], latents_bit_equal=bool(torch.equal(last["latents"],
+                                                                                     single_out.latents)),
+                   latents_max_abs_diff=float((last["latents"].float() - single_out.latents.float()).abs().max()))
+    if rk.rank == DECODER:
+        gate = check.compare(last["frames"].float(), single_out.frames.float(), dtype="fp32", frames=True)
+        k = 0
+        per_block = []
+        for n in last["fpb"]:  # where the split's frames differ from the single-GPU run's, block by block
+            per_block.append(float((last["frames"][:, :, k:k + n].float() - single_out.frames[:, :, k:k + n].float())
+                                   .abs().max()))
+            k += n
+        out["frames_max_abs_diff_per_block"] = per_block
+        out["single_repeat_bit_equal"] = single["repeat_bit_equal"]
+        out.update(fps=fps.summary(), first_frame_ms=first.summary(), frames_per_block=last["fpb"],
+                   psnr_db=gate.psnr, max_abs_diff=gate.max_abs, bit_equal=bool(torch.equal(last["frames"],
+                                                                                            single_out.frames)))
+    rk.progress("wire", 0, 1, force=True)
+    k = preset.num_frame_per_block
+    out["wire"] = wire(single_out.latents[:, :, :k].contiguous(), rk)
+    with ProfilingSession("08_stage_split", device=rk.device, output_dir=rk.job_dir / "sessions",
+                          tags={"layout": "stage-split", "role": out["role"], "preset": spec.preset}) as s:
+        r = _split_run(pipe, inputs, rk, single["latent_strides"], session=s)
+        if rk.rank == DECODER:
+            s.set_block_frames(r["fpb"])
+        s.set_metrics(busy_ms=r["busy_ms"], idle_ms=r["wall_ms"] - r["busy_ms"], wall_ms=r["wall_ms"])
+    return out

@@ -1,0 +1,66 @@
+"""One rank of a job: `python -m wmbook.distributed.worker JOB_DIR`, started by torchrun (wmbook.distributed.launch).
+
+It reads JOB_DIR/job.json, joins the process group (NCCL with one GPU per rank, gloo on CPUs; the job's timeout
+bounds every wait on another rank), runs its part of the layout and writes JOB_DIR/rank<r>.json. A rank that fails
+writes JOB_DIR/error-rank<r>.json (its error and traceback) and exits non-zero; torchrun then ends the other ranks.
+While it runs, JOB_DIR/progress-rank<r>.json says where it is (the launcher's progress bar reads it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from ..atomic import atomic_write_text
+from ..profiling.jsonable import jsonable
+from .job import NO_MULTICAST_ENV, JobSpec
+from .rank import Rank
+from .rollouts import run_data_parallel
+from .stream import run_stage_split
+
+RUNNERS = {"stage-split": run_stage_split, "data-parallel": run_data_parallel}
+
+
+@record  # torchrun's error file gets this rank's traceback as well
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    job_dir = Path(argv[0])
+    spec = JobSpec.read(job_dir / "job.json")
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    os.environ.update(NO_MULTICAST_ENV)  # also where a rank was started without the launcher: NCCL reads it at init
+    try:
+        if spec.device == "cuda":
+            device = torch.device("cuda", local)
+            torch.cuda.set_device(device)
+            dist.init_process_group("nccl", timeout=timedelta(seconds=spec.timeout_s), device_id=device)
+        else:
+            device = torch.device("cpu")
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # the host's cores shared between ranks
+            dist.init_process_group("gloo", timeout=timedelta(seconds=spec.timeout_s))
+        rk = Rank(rank, world, device, job_dir, spec)
+        rk.progress("starting", 0, 1, force=True)
+        rk.fault("start")
+        result = RUNNERS[spec.layout](rk)
+        result.update(rank=rank, world=world, device=str(device))
+        atomic_write_text(job_dir / f"rank{rank}.json", json.dumps(jsonable(result), indent=1))
+        rk.progress("done", 1, 1, force=True)
+        dist.barrier()  # no rank leaves while another may still send to it
+        dist.destroy_process_group()
+        return 0
+    except BaseException as e:
+        err = {"rank": rank, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+        atomic_write_text(job_dir / f"error-rank{rank}.json", json.dumps(err, indent=1))
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

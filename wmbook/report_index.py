@@ -1,0 +1,198 @@
+"""The index page of a folder of published reports (data/reports/<device>/index.html): a summary per workload at the
+top (eager -> 04 -> 05 -> 06 -> 03, one metric, speedup over eager, quality, a cumulative bar chart; wmbook.summary),
+then a short card per notebook, workload and preset (the findings of its stored rows, a few headline numbers, links
+to its reports), every number from data/results/results.csv.
+
+    python -m wmbook.published --index data/reports/h200
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from pathlib import Path
+
+from .atomic import atomic_write_text
+from .html_parts import finding_html, markdown, page, table
+from .render import WIDGET_VIEW, notebook_question
+from .rows import fmt, run_dtype
+
+RUN_CAPTION = re.compile(r"rows of run ([0-9a-f]{12})")  # wmbook.display.rows' caption names the run
+
+
+def _split_report_name(stem: str, keys) -> tuple[str, str | None, str | None, str]:
+    """(notebook, workload, preset, label) of a published report file stem such as
+    '04_compile_autocast-mg2-universal-compile-kvfix' against the known (notebook, workload, preset) keys."""
+    nb, _, rest = stem.partition("-")
+    rest_l = rest.removesuffix(".PARTIAL")
+    best = None
+    for k_nb, wl, preset in keys:
+        if k_nb != nb:
+            continue
+        for cand in (preset, wl):
+            if rest_l == cand or rest_l.startswith(cand + "-"):
+                if best is None or len(cand) > len(best[2] if best[2] == cand else best[1]):
+                    best = (nb, wl, preset, rest_l[len(cand):].lstrip("-"))
+    if best is None:  # no stored GPU run for it: the longest leading part that names a preset
+        from . import workloads
+
+        parts = rest_l.split("-")
+        for i in range(len(parts), 0, -1):
+            cand = "-".join(parts[:i])
+            try:
+                wl = workloads.for_preset(cand)
+            except ValueError:
+                continue
+            label = "-".join(parts[i:]) + (" (partial)" if rest.endswith(".PARTIAL") else "")
+            return nb, wl.name, cand, label.strip()
+        return nb, None, None, rest
+    return best[0], best[1], best[2], best[3] + (" (partial)" if rest.endswith(".PARTIAL") else "")
+
+
+_ELIDED_CELL = re.compile(r"<t[hd][^>]*>\s*(?:\.\.\.|\u2026|&hellip;)\s*</t[hd]>")
+_IMG_SRC = re.compile(r"<img[^>]*\ssrc=\"([^\"]*)\"")
+
+
+def render_flaws(path: str | os.PathLike) -> list[str]:
+    """What a rendered report shows that the current rendering never does, as short phrases (empty: none): tables cut
+    by pandas' repr ('...' columns or rows), progress widgets rendered as empty boxes, images that are not embedded.
+    Reports rendered before wmbook.display and this module have them; the folder index names them per report."""
+    text = Path(path).read_text(errors="replace")
+    flaws = []
+    if _ELIDED_CELL.search(text):
+        flaws.append("tables cut ('...')")
+    if WIDGET_VIEW in text:
+        flaws.append("empty progress boxes")
+    if any(not src.startswith("data:") for src in _IMG_SRC.findall(text)):
+        flaws.append("images not embedded")
+    return flaws
+
+
+def report_files(folder: Path, runs: dict) -> dict[tuple, list[tuple[str, Path]]]:
+    """{(notebook, workload, preset): [(label, report file)]} of the reports in a folder (label '' for the main one)."""
+    groups: dict[tuple, list[tuple[str, Path]]] = {}
+    for f in sorted(folder.glob("*.html")):
+        if f.name == "index.html":
+            continue
+        nb, wl, preset, label = _split_report_name(f.stem, runs)
+        groups.setdefault((nb, wl, preset), []).append((label, f))
+    return groups
+
+
+def main_report(files: list[tuple[str, Path]], dtype: str | None = None) -> Path:
+    """The report that stands for a group: the one of the run's dtype, else the unlabelled one, a whole one first."""
+    return min(files, key=lambda t: (t[0] != (dtype or ""), t[0] != "", "partial" in t[0], len(t[1].name)))[1]
+
+
+def report_run(path: Path, df, fallback=None):
+    """The rows of the run a rendered report shows: the run its results caption names (wmbook.display.rows), else
+    `fallback` (the published run of its notebook, workload and preset)."""
+    m = RUN_CAPTION.search(Path(path).read_text(errors="replace"))
+    if m is not None:
+        rows = df[df["run_id"] == m.group(1)]
+        if len(rows):
+            return rows
+    return fallback
+
+
+def _summary_html(df, groups: dict, device: str | None) -> str:
+    from . import summary, workloads
+
+    e = html.escape
+    parts = []
+    for wl in workloads.all_workloads():
+        rows = summary.stages(df, wl)
+        if not rows:
+            continue
+
+        def link(key):
+            files = groups.get(key)
+            if not files:
+                return ""
+            f = main_report(files, wl.eager_dtype if key[0] == "01_baseline_profiling" else None)
+            return f'<a href="{e(f.name)}">{e(key[0][:2])} report</a>'
+
+        b = summary.best(rows)
+        lead = (f"<p><b>{e(wl.name)}</b> ({e(wl.title)}, preset <code>{e(wl.real_preset)}</code>): "
+                + (f"best single-GPU stack <b>{e(fmt(b.stage.value))} {e(b.stage.metric_label)}</b>"
+                   + (f", <b>{summary.speedup_text(b.speedup)}</b> eager" if b.speedup == b.speedup else
+                      " (no eager run on this device to compare with)")
+                   + f"; quality: {e(b.stage.quality)}." if b is not None else "no optimized stage yet.") + "</p>")
+        chart = summary.chart_svg(rows, f"{wl.name}: speedup over eager, stage by stage")
+        tab = table(summary.table_rows(rows, link), numeric=("value", "speedup over eager"), raw=("report",))
+        parts.append(f'<div class="summary" id="summary-{e(wl.name)}"><h2>{e(wl.name)} · {e(wl.title)}</h2>{lead}'
+                     f'<div class="body"><div class="chart">{chart}</div>{tab}</div></div>')
+    return "".join(parts)
+
+
+def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLike | None = None,
+                       notebooks: str | os.PathLike | None = None, title: str | None = None,
+                       note: str | None = None, device: str | None = None) -> Path:
+    """index.html for a folder of rendered reports (e.g. data/reports/h200): the summary per workload, then per
+    notebook (its question once) a card per workload/preset: the findings of the stored rows (wmbook.headlines), a few
+    headline numbers and links to every report; other files listed. `device`: only rows whose device name contains it
+    (the folder's reports come from one kind of card, the stored rows from several). Written atomically; nothing else
+    in the folder is touched."""
+    import nbformat
+
+    from . import headlines, results
+    from .paths import REPO_ROOT
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"folder={str(folder)!r} is not allowed: not a folder; allowed values: a folder of rendered "
+                         f"reports (*.html)")
+    df = results.of_device(results.read(results_path or results.default_path()), device)
+    df = df[df["device_kind"] == "cuda"] if "device_kind" in df else df
+    runs = headlines.published_runs(df)
+    nb_dir = Path(notebooks) if notebooks is not None else REPO_ROOT / "notebooks"
+    questions = {}
+    for p in sorted(nb_dir.glob("[0-9][0-9]_*.ipynb")):
+        try:
+            questions[p.stem] = notebook_question(nbformat.read(p, as_version=4))
+        except Exception:  # noqa: BLE001
+            questions[p.stem] = None
+    groups = report_files(folder, runs)
+    e = html.escape
+    cards, current = [], None
+    for key in sorted(groups, key=lambda k: (k[0], k[1] or "", k[2] or "")):
+        nb, wl, preset = key
+        files = groups[key]
+        if nb != current:
+            current = nb
+            q = questions.get(nb)
+            cards.append(f'<h2 id="{e(nb)}">{e(nb.replace("_", " ", 1).replace("_", " "))}</h2>'
+                         + (f'<p class="question">{markdown(q)}</p>' if q else ""))
+        run = runs.get(key)
+        main = main_report(files, run_dtype(run))
+        shown = report_run(main, df, run)
+        found = headlines.findings(shown) if shown is not None else None
+        head = dict(list((headlines.headline(shown) if shown is not None else {}).items())[:5])
+        if shown is not None:
+            head |= {"device": str(shown["device_name"].iloc[0]).replace("NVIDIA ", ""),
+                     "commit": ", ".join(sorted({str(c)[:7] for c in shown["git_commit"] if str(c)})) or "?"}
+        links = []
+        for label, f in files:
+            flaws = render_flaws(f)  # a report that cannot show what today's rendering does: said at its link
+            links.append((f"{label or 'report'}: {f.name}" + (f" ({', '.join(flaws)})" if flaws else ""), f.name))
+        cards.append(finding_html(f"{wl or '?'} / {preset or '?'}", None, head,
+                                  None if found else "No stored rows of this report's run on this device.", links,
+                                  bullets=found.bullets() if found else (), anchor=f"{nb}-{preset}"))
+    others = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix not in (".html",)
+                    and not p.name.startswith(".") and p.name != "README.md")
+    other_html = "".join(f'<li><a href="{e(p.relative_to(folder).as_posix())}">{e(p.relative_to(folder).as_posix())}'
+                         f"</a></li>" for p in others)
+    body = (f"<h1>{e(title or f'wmbook reports: {folder.name}')}</h1>"
+            + (f"<p>{e(note)}</p>" if note else "")
+            + "<p>Every number comes from the stored results rows (<code>data/results/results.csv</code>; medians "
+              "with p20-p80 in brackets). The summary compares each stage with eager in the same metric; the cards "
+              "give each report's findings."
+            + (' Every table of the stored rows: <a href="README.md">README.md</a>.' if (folder / "README.md").exists()
+               else "") + "</p>"
+            + _summary_html(df, groups, device)
+            + "\n".join(cards)
+            + (f"<h2>Other files</h2><ul>{other_html}</ul>" if other_html else ""))
+    out = folder / "index.html"
+    atomic_write_text(out, page(title or f"wmbook reports: {folder.name}", body))
+    return out

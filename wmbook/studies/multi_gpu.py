@@ -1,0 +1,325 @@
+"""Notebook 08 (beyond one GPU): the workload's stream spread over several processes with torch.distributed
+(wmbook.distributed), on notebook 06's best stack, measured beside that stack on one GPU in the same job.
+
+Layouts: `stage-split` (streaming workloads: rank 0 denoises, rank 1 decodes) and `data-parallel` (interaction loops:
+one loop per rank, a batch sweep). Per layout: the end-to-end rate and first frame (streaming) or episodes per second
+(loops), the single-GPU run beside it, the bound the single-GPU stage times set, each rank's busy and idle time, the
+bytes and time on the wire, a timeline per rank and the rank sessions merged (wmbook aggregate). A failed job's rows
+are stored as a cut run, never mixed with whole ones.
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+
+from .. import distributed as dist_jobs
+from .. import results as results_store
+from ..display import headless
+from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WARMUP, Param, ParameterError, integer
+from ..profiling.aggregate import aggregate_reports
+from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
+from ..runconfig import validate as _validate
+from . import graphs as study06
+
+NOTEBOOK = "08_multi_gpu"
+
+
+def _layout(v, ctx):
+    wl = ctx["workload"]
+    fits = [n for n, lay in dist_jobs.LAYOUTS.items() if lay.requires <= wl.features]
+    if v == "auto":
+        return fits[0]
+    if v not in fits:
+        raise ParameterError(f"layout={v!r} is not allowed for workload {wl.name!r}; allowed values: "
+                             f"['auto', {', '.join(repr(f) for f in fits)}]")
+    return v
+
+
+def _nproc(v, ctx):
+    n = integer(0)(v, ctx)
+    lay = dist_jobs.LAYOUTS[ctx["layout"]]
+    gpus = torch.cuda.device_count() if ctx["device"].type == "cuda" else None
+    if n == 0:  # as many ranks as the layout takes and the host has (2 CPU ranks without a GPU)
+        n = lay.max_ranks or (gpus if gpus else 2)
+    if n < lay.min_ranks or (lay.max_ranks is not None and n > lay.max_ranks):
+        hi = lay.max_ranks
+        raise ParameterError(f"nproc={v!r} is not allowed for layout {ctx['layout']!r}; allowed values: 0 (auto) or "
+                             + (str(hi) if hi == lay.min_ranks else f"{lay.min_ranks}..{hi or 'the GPU count'}"))
+    if gpus is not None and n > gpus:
+        raise ParameterError(f"nproc={n} needs {n} GPUs (one per rank); this host has {gpus}")
+    return n
+
+
+def _batches(v, ctx):
+    if v == "auto":
+        return (1, 2, 4, 8) if ctx["device"].type == "cuda" else (1, 2)
+    if not isinstance(v, (list, tuple)) or not v or any(isinstance(b, bool) or not isinstance(b, int) or b < 1
+                                                        for b in v):
+        raise ParameterError(f"batches={v!r} is not allowed; allowed values: 'auto' or a list of integers >= 1")
+    return tuple(v)
+
+
+_P06 = {p.name: p for p in study06.SPEC.params}  # notebook 06's parameters: its stack and compile backend rules
+
+
+SPEC = NotebookSpec(NOTEBOOK, (
+    WORKLOAD, PRESET, DEVICE,
+    Param("layout", "auto", _layout, "auto: stage-split for a streaming workload, data-parallel for interaction loops"),
+    Param("nproc", 0, _nproc, "ranks, one per GPU; 0: 2 for stage-split, every GPU for data-parallel (2 on a CPU)"),
+    Param("base", "auto", _P06["base"].check, "the single-GPU stack on every rank; auto: notebook 06's best (its "
+          "base + graph rows)"),
+    Param("blocks", 0, integer(0), "blocks per streaming run; 0: 8 on a GPU, 3 on a CPU"),
+    Param("ddim_steps", 2, integer(1), "DDIM steps per pass of an interaction loop (2: notebook 03's knee at wma)"),
+    Param("batches", "auto", _batches, "episodes per forward swept by data-parallel rollouts; auto: 1, 2, 4, 8 on a "
+          "GPU, 1, 2 on a CPU"),
+    Param("timeout_s", 900, integer(10), "a rank waiting longer than this on another ends the job"),
+    WARMUP.with_default(1), REPEATS.with_default(3), OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False)
+
+
+def validate(**params) -> RunConfig:
+    """Check every notebook-08 parameter before any process starts; errors name the parameter and allowed values."""
+    return _validate(SPEC, **params)
+
+
+def single_gpu_stack(cfg: RunConfig) -> list[str]:
+    """The stack every rank applies: `base`, or notebook 06's best (its base, then its graph and decoder rows)."""
+    if cfg.options.base is not None:
+        return list(cfg.options.base)
+    c06 = study06.validate(workload=cfg.workload.name, preset=cfg.preset.name, device=str(cfg.device))
+    return study06.base_stack(c06) + study06.graph_steps(c06)
+
+
+def job(cfg: RunConfig) -> dist_jobs.JobSpec:
+    """The job this run starts (checked against the host before any process starts)."""
+    o = cfg.options
+    gpu = cfg.device.type == "cuda"
+    spec = dist_jobs.JobSpec(
+        workload=cfg.workload.name, preset=cfg.preset.name, layout=o.layout, nproc=o.nproc,
+        device="cuda" if gpu else "cpu", stack=tuple(single_gpu_stack(cfg)),
+        compile_backend=_P06["compile_backend"].check("auto", {"device": cfg.device, "_name": "compile_backend"}),
+        blocks=o.blocks or (8 if gpu else 3), ddim_steps=o.ddim_steps, batches=o.batches, warmup=cfg.warmup,
+        repeats=cfg.repeats, seed=cfg.seed, timeout_s=float(o.timeout_s))
+    try:
+        dist_jobs.check_job(spec)
+    except dist_jobs.JobError as e:
+        raise ParameterError(str(e)) from None
+    return spec
+
+
+def run(cfg: RunConfig, progress: bool = True) -> dist_jobs.JobResult:
+    """Start the job (one process per rank, torchrun), show its progress, store its rows; a failed job's finished
+    ranks' rows are stored as a cut run (marked with the failure) and the failure raised."""
+    spec = job(cfg)
+    try:  # a headless run (papermill) shows the runner's own progress: a bar here would print every update
+        res = dist_jobs.run_job(spec, cfg.output_dir / "jobs", progress=progress and not headless())
+    except dist_jobs.JobFailed as e:
+        rows = result_rows(cfg, spec, {r: v for r, v in e.partial.items()})
+        if rows:
+            results_store.append(rows, cfg.results_path)
+            results_store.mark_cut(rows[0]["run_id"], f"multi-GPU job failed: {str(e).splitlines()[0]}",
+                                   cfg.results_path)
+        raise
+    results_store.append(result_rows(cfg, spec, dict(enumerate(res.ranks))), cfg.results_path)
+    return res
+
+
+def _summary(s: dict | None) -> tuple[float, float, float]:
+    return (s["median"], s["p20"], s["p80"]) if s else (math.nan, math.nan, math.nan)
+
+
+def stream_table(res: dist_jobs.JobResult) -> pd.DataFrame:
+    """Stage split: the split against the single-GPU stack measured in the same job, and the bound its stage times
+    set (frames per block over the slower stage)."""
+    den, dec = res.ranks[0], res.ranks[1]
+    single = den["single"]
+    steady = single["frames_per_block"][-1]
+    bound = steady / max(single["denoise_ms"]["median"], single["decode_ms"]["median"]) * 1e3
+    rows = []
+    for what, fps, first in (("one GPU (the whole stack)", single["fps"], single["first_frame_ms"]),
+                             (f"stage split over {res.spec.nproc} GPUs", dec["fps"], dec["first_frame_ms"])):
+        f, f20, f80 = _summary(fps)
+        ff, ff20, ff80 = _summary(first)
+        rows.append({"run": what, "FPS": f, "FPS p20": f20, "FPS p80": f80, "first frame ms": ff,
+                     "first frame p20": ff20, "first frame p80": ff80})
+    t = pd.DataFrame(rows).set_index("run")
+    t["speedup"] = t["FPS"] / t["FPS"].iloc[0]
+    t["first frame x one GPU"] = t["first frame ms"] / t["first frame ms"].iloc[0]
+    t.attrs["bound_fps"] = bound
+    t.attrs["stage_ms"] = {"denoise": single["denoise_ms"]["median"], "decode": single["decode_ms"]["median"]}
+    return t
+
+
+def rank_table(res: dist_jobs.JobResult) -> pd.DataFrame:
+    """Per rank: its role, busy and idle time of one run (medians), and the wire: bytes per block, one-way time."""
+    rows = []
+    for r in res.ranks:
+        busy, wall = r["busy_ms"]["median"], r["wall_ms"]["median"]
+        w = r.get("wire") or {}
+        rows.append({"rank": r["rank"], "role": r.get("role", "rollouts"), "busy ms": busy, "idle ms": wall - busy,
+                     "idle share": 1 - busy / wall if wall else math.nan, "wall ms": wall,
+                     "wire bytes / block": w.get("bytes"), "wire one-way ms": (w.get("one_way_ms") or {}).get("median"),
+                     "wire GB/s": w.get("gbps")})
+    return pd.DataFrame(rows).set_index("rank")
+
+
+def gate_table(res: dist_jobs.JobResult) -> pd.DataFrame:
+    """The split's output against the single-GPU run of the same stack on the same rank (latents on the denoiser,
+    frames on the decoder)."""
+    den, dec = res.ranks[0], res.ranks[1]
+    return pd.DataFrame([
+        {"output": "latents (denoiser rank)", "bit-equal": den["latents_bit_equal"],
+         "max abs diff": den["latents_max_abs_diff"], "PSNR dB": math.inf if den["latents_bit_equal"] else math.nan},
+        {"output": "frames (decoder rank)", "bit-equal": dec["bit_equal"], "max abs diff": dec["max_abs_diff"],
+         "PSNR dB": math.inf if dec["bit_equal"] else dec["psnr_db"]}]).set_index("output")
+
+
+def rollout_table(res: dist_jobs.JobResult) -> pd.DataFrame:
+    """Data-parallel: per batch, episodes per second of one GPU alone and of every rank at once (their sum), the
+    scaling over the single GPU, and each rank's frames against rank 0's."""
+    rows = []
+    for i, b in enumerate(res.ranks[0]["batches"]):
+        per = [r["batches"][i] for r in res.ranks]
+        total = sum(p["episodes_per_s"] for p in per)
+        alone = b.get("alone_episodes_per_s", math.nan)
+        rows.append({"batch": b["batch"], "one GPU alone, episodes/s": alone,
+                     "one GPU alone, iteration ms": b.get("alone_iteration_ms", {}).get("median", math.nan),
+                     f"{len(per)} ranks, episodes/s": total, "scaling": total / alone if alone else math.nan,
+                     "per rank, episodes/s": total / len(per),
+                     "every rank bit-equal to rank 0": all(p["bit_equal_to_rank0"] for p in per)})
+    t = pd.DataFrame(rows).set_index("batch")
+    t["one GPU: gain over batch 1"] = t["one GPU alone, episodes/s"] / t["one GPU alone, episodes/s"].iloc[0]
+    return t
+
+
+def plot_timeline(res: dist_jobs.JobResult, ax=None):
+    """One row per rank: what it did when, over one timed run (ms from the common start)."""
+    colors = {"denoise": "#4477aa", "decode": "#ee6677", "wait": "#dddddd"}
+    ax = ax or plt.subplots(figsize=(11, 1.2 + 0.6 * len(res.ranks)))[1]
+    for r in res.ranks:
+        for s in r.get("spans", []):
+            ax.barh(r["rank"], s["end_ms"] - s["start_ms"], left=s["start_ms"], color=colors[s["what"]],
+                    edgecolor="white", height=0.6)
+            if s["what"] != "wait":
+                ax.text((s["start_ms"] + s["end_ms"]) / 2, r["rank"], str(s["block"]), ha="center", va="center",
+                        fontsize=7, color="white")
+    ax.set_yticks([r["rank"] for r in res.ranks],
+                  [f"rank {r['rank']} ({r.get('role', 'rollouts')})" for r in res.ranks])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms since the common start (blocks numbered; grey: waiting for latents)")
+    ax.set_title("One run per rank")
+    return ax
+
+
+def plot_batches(t: pd.DataFrame, ax=None):
+    """Data-parallel: episodes per second against batch, one GPU alone and all ranks."""
+    ax = ax or plt.subplots(figsize=(6, 3.5))[1]
+    for col in [c for c in t.columns if c.endswith("episodes/s") and not c.startswith("per rank")]:
+        ax.plot(t.index, t[col], marker="o", label=col)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("episodes per forward (batch)")
+    ax.set_ylabel("episodes per second")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def sessions(res: dist_jobs.JobResult):
+    """The ranks' ProfilingSession reports merged (what `wmbook aggregate` prints): per rank and per stage."""
+    return aggregate_reports(res.job_dir / "sessions", write=False)
+
+
+def result_rows(cfg: RunConfig, spec: dist_jobs.JobSpec, ranks: dict[int, dict]) -> list[dict]:
+    """The job's results rows (those of the ranks that finished): variant `<layout> x<nproc>`; the single-GPU run
+    beside it as variant `one GPU`."""
+    common = dict(notebook=NOTEBOOK, workload=cfg.workload.name, preset=cfg.preset.name, warmup=cfg.warmup,
+                  repeats=cfg.repeats, params={**cfg.params(), "stack": list(spec.stack), "nproc": spec.nproc,
+                                               "layout": spec.layout})
+    v = f"{spec.layout} x{spec.nproc}"
+    rows = []
+
+    def add(variant, metric, value, unit, summary=None, **extra):
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return
+        row = results_store.make_row(variant=variant, metric=metric, value=float(value), unit=unit, **common, **extra)
+        if summary:
+            row.update({k: summary[k] for k in ("median", "p20", "p80", "p95", "n")})
+        rows.append(row)
+
+    for r, res in sorted(ranks.items()):
+        spread = res["busy_ms"] if "p20" in res["busy_ms"] else None  # data-parallel ranks: one timed phase
+        add(v, f"busy_ms:rank{r}", res["busy_ms"]["median"], "ms", spread)
+        add(v, f"idle_ms:rank{r}", res["wall_ms"]["median"] - res["busy_ms"]["median"], "ms")
+        if "wire" in res and r == 0:
+            add(v, "wire_bytes_per_block", res["wire"]["bytes"], "bytes")
+            add(v, "wire_one_way_ms", res["wire"]["one_way_ms"]["median"], "ms", res["wire"]["one_way_ms"])
+    if spec.layout == "stage-split":
+        if 0 in ranks:
+            s = ranks[0]["single"]
+            add("one GPU", "fps", s["fps"]["median"], "frames/s", s["fps"])
+            add("one GPU", "first_frame_ms", s["first_frame_ms"]["median"], "ms", s["first_frame_ms"])
+            add("one GPU", "denoise_ms_per_block", s["denoise_ms"]["median"], "ms", s["denoise_ms"])
+            add("one GPU", "decode_ms_per_block", s["decode_ms"]["median"], "ms", s["decode_ms"])
+            add(v, "bound_fps", s["frames_per_block"][-1] / max(s["denoise_ms"]["median"],
+                                                                s["decode_ms"]["median"]) * 1e3, "frames/s")
+        if 1 in ranks:
+            d = ranks[1]
+            gate = "pass" if d["bit_equal"] or (d["psnr_db"] or 0) >= 45 else "fail"
+            add(v, "fps", d["fps"]["median"], "frames/s", d["fps"], gate=gate)
+            add(v, "first_frame_ms", d["first_frame_ms"]["median"], "ms", d["first_frame_ms"], gate=gate)
+            add(v, "frames_bit_equal", float(d["bit_equal"]), "bool", gate=gate)
+            add(v, "psnr_db", d["psnr_db"], "dB", gate=gate)  # stored where not bit-equal (inf is no number)
+    else:
+        for r, res in sorted(ranks.items()):
+            for b in res["batches"]:
+                bv = f"{v}, batch {b['batch']}"
+                add(bv, f"episodes_per_s:rank{r}", b["episodes_per_s"], "episodes/s")
+                if "alone_episodes_per_s" in b:
+                    add(f"one GPU, batch {b['batch']}", "episodes_per_s", b["alone_episodes_per_s"], "episodes/s")
+        if len(ranks) == spec.nproc:
+            for i, b in enumerate(ranks[0]["batches"]):
+                add(f"{v}, batch {b['batch']}", "episodes_per_s",
+                    sum(ranks[r]["batches"][i]["episodes_per_s"] for r in ranks), "episodes/s",
+                    gate="pass" if all(ranks[r]["batches"][i]["bit_equal_to_rank0"] for r in ranks) else "fail")
+    return rows
+
+
+def interpretation(cfg: RunConfig, res: dist_jobs.JobResult) -> list[str]:
+    """Sentences computed from the job's numbers."""
+    if res.spec.layout == "stage-split":
+        t = stream_table(res)
+        split, one = t.iloc[1], t.iloc[0]
+        bound, st = t.attrs["bound_fps"], t.attrs["stage_ms"]
+        slow = max(st, key=st.get)
+        out = [f"Over {res.spec.nproc} ranks the stream runs at **{split['FPS']:.1f} FPS** (p20-p80 "
+               f"{split['FPS p20']:.1f}-{split['FPS p80']:.1f}) against **{one['FPS']:.1f}** for the whole stack on "
+               f"one GPU in the same job: **{split['speedup']:.2f}x**. The single-GPU stage times predict "
+               f"{bound:.0f} FPS (the slower stage, {slow}, takes {st[slow]:.1f} ms a block there); the split runs at "
+               f"{split['FPS'] / bound:.0%} of that prediction (a GPU that runs one stage runs it at its own pace, "
+               f"not interleaved with the other).",
+               f"First frame {split['first frame ms']:.0f} ms against {one['first frame ms']:.0f} ms on one GPU "
+               f"({split['first frame x one GPU']:.2f}x): the first block still waits for both stages."]
+        g = gate_table(res)
+        fr = g.loc["frames (decoder rank)"]
+        out.append("Gate: the latents the denoiser rank sends are "
+                   + ("bit-equal to" if g.iloc[0]["bit-equal"] else "not equal to")
+                   + " the single-GPU run's; the decoded frames are "
+                   + ("bit-equal" if fr["bit-equal"] else f"{fr['PSNR dB']:.1f} dB from the single-GPU frames "
+                      f"(max abs diff {fr['max abs diff']:.3g}; gate 45 dB)") + ".")
+        return out
+    t = rollout_table(res)
+    n = res.spec.nproc
+    best = t["scaling"].idxmax()
+    knee = t.index[-1]
+    gains = t["one GPU alone, episodes/s"]
+    for b, prev in zip(t.index[1:], t.index[:-1]):
+        if gains[b] < 1.1 * gains[prev]:  # less than 10% more per doubling: one GPU's throughput stops growing
+            knee = prev
+            break
+    return [f"{n} ranks run {t.loc[best, f'{n} ranks, episodes/s']:.3g} episodes per second at batch {best}: "
+            f"**{t.loc[best, 'scaling']:.2f}x** one GPU alone at the same batch ({n:d} would be perfect).",
+            f"One GPU's throughput grows with the batch up to batch **{knee}** "
+            f"({gains[knee]:.3g} episodes/s, {t.loc[knee, 'one GPU: gain over batch 1']:.2f}x batch 1); past it, "
+            "a larger batch adds less than 10% per doubling."]

@@ -1,0 +1,94 @@
+"""Notebook 08's stored rows as the reports show them: headline, published table and findings (wmbook.studies.multi_gpu
+measures; this reads the rows back). No summary stage: the summary is one GPU's ladder, and this notebook's rows
+compare several GPUs with that ladder's best stack."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..rows import Findings, device_label, fmt, fmt_spread, latest_runs, md_table, number, row_of
+
+NOTEBOOK = "08_multi_gpu"
+
+
+def _split(run: pd.DataFrame):
+    """(the layout's variant, e.g. 'stage-split x2', its fps row, the single-GPU fps row) of a streaming run."""
+    fps = run[(run["metric"] == "fps") & (run["variant"] != "one GPU")]
+    if not len(fps):
+        return None, None, None
+    v = fps["variant"].iloc[-1]
+    return v, fps.iloc[-1], row_of(run, "fps", "one GPU")
+
+
+def _rollouts(run: pd.DataFrame) -> list[dict]:
+    """Data-parallel: per batch, every rank's episodes per second against one GPU alone."""
+    rows = []
+    for _, r in run[(run["metric"] == "episodes_per_s") & run["variant"].str.contains(r" x\d+, batch ")].iterrows():
+        batch = r["variant"].rsplit("batch ", 1)[1]
+        alone = row_of(run, "episodes_per_s", f"one GPU, batch {batch}")
+        rows.append({"batch": batch, "ranks": r["variant"].split(",")[0], "episodes/s": number(r["value"]),
+                     "one GPU alone": number(alone["value"]) if alone is not None else float("nan"),
+                     "gate": r.get("gate", "")})
+    return rows
+
+
+def headline(run: pd.DataFrame) -> dict:
+    v, split, one = _split(run)
+    if v is not None:
+        out = {"layout": v, "FPS": fmt_spread(split), "one GPU, FPS": fmt_spread(one)}
+        if one is not None:
+            out["speedup"] = fmt(number(split["value"]) / number(one["value"]), "{:.2f}x")
+        out["first frame ms"] = fmt_spread(row_of(run, "first_frame_ms", v), "{:.0f}")
+        out["one GPU, first frame ms"] = fmt_spread(row_of(run, "first_frame_ms", "one GPU"), "{:.0f}")
+        return out
+    rows = _rollouts(run)
+    if not rows:
+        return {}
+    best = max(rows, key=lambda r: r["episodes/s"] / r["one GPU alone"] if r["one GPU alone"] else 0)
+    return {"layout": best["ranks"], "batch": best["batch"], "episodes/s": fmt(best["episodes/s"]),
+            "one GPU alone": fmt(best["one GPU alone"]),
+            "scaling": fmt(best["episodes/s"] / best["one GPU alone"], "{:.2f}x")}
+
+
+def published(df: pd.DataFrame) -> list[str]:
+    """Per workload and preset its latest run: the layout against one GPU of the same job."""
+    parts = []
+    for r in latest_runs(df, NOTEBOOK):
+        h = headline(r)
+        if not h:
+            continue
+        parts.append(f"\n**08 · beyond one GPU, {r['workload'].iloc[0]} / {r['preset'].iloc[0]}** ({device_label(r)}; "
+                     "one GPU measured in the same job)\n")
+        parts.append(md_table([h]))
+    return parts
+
+
+def findings(run: pd.DataFrame) -> Findings:
+    v, split, one = _split(run)
+    links = [("against one GPU", "#Against-one-GPU"), ("where each rank's time goes", "#Where-each-rank's-time-goes")]
+    if v is not None:
+        s, o = number(split["value"]), number(one["value"]) if one is not None else float("nan")
+        first, first1 = row_of(run, "first_frame_ms", v), row_of(run, "first_frame_ms", "one GPU")
+        ratio = number(first["value"]) / number(first1["value"]) if first is not None and first1 is not None \
+            else float("nan")
+        eq = row_of(run, "frames_bit_equal", v)
+        psnr = row_of(run, "psnr_db", v)
+        quality = ("frames bit-equal to the single-GPU run's" if eq is not None and number(eq["value"]) == 1 else
+                   f"frames {fmt(psnr['value'], '{:.1f}')} dB from the single-GPU run's" if psnr is not None else
+                   f"gate {split.get('gate', '')}")
+        head = (f"**{v}: {fmt_spread(split, '{:.1f}')} FPS** against {fmt_spread(one, '{:.1f}')} for the same stack on "
+                f"one GPU in the same job (**{s / o:.2f}x**); first frame {fmt(number(first['value']), '{:.0f}')} ms "
+                f"({ratio:.2f}x one GPU's); {quality}.")
+        goal = (f"Goals (two GPUs): 120 FPS: **{'met' if s >= 120 else 'missed'}** ({s:.1f}); first frame at most 1.15x "
+                f"one GPU's: **{'met' if ratio <= 1.15 else 'missed'}** ({ratio:.2f}x).")
+        return Findings(head, goal, "Read the timeline: the slower stage sets the block period.", links)
+    rows = _rollouts(run)
+    best = max(rows, key=lambda r: r["episodes/s"] / r["one GPU alone"] if r["one GPU alone"] else 0)
+    scale = best["episodes/s"] / best["one GPU alone"]
+    n = int(best["ranks"].rsplit("x", 1)[1])
+    head = (f"**{best['ranks']}, batch {best['batch']}: {fmt(best['episodes/s'])} episodes/s**, {scale:.2f}x one GPU "
+            f"alone at the same batch ({n} would be perfect).")
+    goal = (f"Goal (4 GPUs: at least 3.6x one GPU): "
+            + (f"**{'met' if scale >= 3.6 else 'missed'}** ({scale:.2f}x)." if n == 4 else
+               f"not judged by a run of {n} ranks."))
+    return Findings(head, goal, "Read the batch sweep: where one GPU's throughput stops growing.", links)
