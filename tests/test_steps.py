@@ -3,6 +3,8 @@ sampler, the defaults' outputs unchanged, and the notebook's parameters (tiny pr
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -231,7 +233,7 @@ def test_notebook_03_points():
 
 def test_wma_default_grid_adds_a_trained_presets_shipped_count():
     """The wma grid is DDIM 50/30/20/16/10/5 (20/10/5 for the multistep solvers); a trained preset's shipped count
-    (world-wma's sample_steps, 2) joins every curve and each pass alone, so the sweep shows where its weights ship;
+    (a world preset's sample_steps, e.g. 2) joins every curve and each pass alone, so the sweep shows where its weights ship;
     a preset without one (wma) keeps the grid."""
     from wmbook.pipelines.solvers import UNetStepAxis
     from wmbook.presets import ALL_PRESETS
@@ -239,8 +241,9 @@ def test_wma_default_grid_adds_a_trained_presets_shipped_count():
     ax = UNetStepAxis()
     assert ax.default_counts(ALL_PRESETS["wma"], "ddim") == [50, 30, 20, 16, 10, 5]
     assert ax.default_counts(ALL_PRESETS["wma"], "unipc") == [20, 10, 5]
-    world = ALL_PRESETS["world-wma"]
-    assert world.sample_steps == 2
+    assert ALL_PRESETS["world-wma"].sample_steps == 5  # already on both grids: they stay as they are
+    assert ax.default_counts(ALL_PRESETS["world-wma"], "ddim") == [50, 30, 20, 16, 10, 5]
+    world = dataclasses.replace(ALL_PRESETS["world-wma"], sample_steps=2)  # a count off the grid joins it
     assert ax.default_counts(world, "ddim") == [50, 30, 20, 16, 10, 5, 2]
     assert ax.default_counts(world, "dpmsolver++") == [20, 10, 5, 2]
     labels = [p.label for p in ax.points(world, ("ddim",), None, None, split=True)]

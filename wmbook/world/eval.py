@@ -21,6 +21,7 @@ agent counts the frame's diagonal. `agent_found` is the fraction of those frames
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -181,7 +182,22 @@ def score(pred, case: Case) -> dict:
 
 SCORE_COLUMNS = ("psnr", "ssim", "agent_err_px", "agent_found")
 STEPS_RULE = ("the fewest DDIM steps whose mean PSNR and SSIM beat copy-last's and whose mean agent error is at most "
-              "half of copy-last's, on the selection episodes")
+              "half of copy-last's, on the selection episodes, each mean taken over at least 4 draws of the sampling "
+              "noise and moved against the model by its standard error over the draws")
+# A step count's scores move with the sampling noise: on the shipped world-wma weights the agent error at 2 steps,
+# averaged over the same eight episodes, ranged 3.2-9.4 px over eight draws against a 5.7 px limit, so a single draw,
+# or a mean that clears the limit by less than its own standard error, passes or fails by the luck of the draw.
+MIN_DRAWS = 4
+DRAW_SEED_STRIDE = 10_000  # draw k of episode e samples with seed e + k * stride: draw 0 is the episode's own seed
+
+
+def sample_seed_of(seed: int, draw: int) -> int:
+    """The sampling-noise seed of draw `draw` of episode `seed` (draw 0: the episode's seed, heldout_case's
+    default)."""
+    _check_seed(seed)
+    if isinstance(draw, bool) or not isinstance(draw, (int, np.integer)) or not 0 <= draw:
+        raise ValueError(f"draw={draw!r} is not allowed; allowed values: an integer >= 0")
+    return int(seed) + int(draw) * DRAW_SEED_STRIDE
 SHIPPING_RULE = ("weights ship when, on held-out episodes, their mean PSNR and SSIM beat copy-last's and their mean "
                  "agent error is at most half of copy-last's")
 
@@ -205,9 +221,9 @@ def shipping_failures(model, copy_last) -> list[str]:
 
 
 def summarize(rows) -> "pd.DataFrame":
-    """Per-episode score rows (`prediction`, `seed` and score()'s keys; tools/world_steps_eval.py) -> one row per
-    prediction, in first-seen order: the mean over episodes of each score (NaN-skipping: an episode without a
-    visible agent has no agent error)."""
+    """Per-episode score rows (`prediction`, `seed`, optionally `draw`, and score()'s keys;
+    tools/world_steps_eval.py) -> one row per prediction, in first-seen order: the mean over episodes and draws of
+    each score (NaN-skipping: an episode without a visible agent has no agent error)."""
     import pandas as pd
 
     df = pd.DataFrame(rows)
@@ -215,21 +231,53 @@ def summarize(rows) -> "pd.DataFrame":
     return df.groupby("prediction", sort=False)[cols].agg(lambda v: float(np.nanmean(v)))
 
 
-def choose_steps(rows) -> dict:
-    """The sampling step count a world-wma model ships with, chosen on selection episodes (never the held-out ones)
-    by STEPS_RULE: {"chosen": the step count or None, "rule", "table" (summarize), "passing": labels}. The
-    predictions are labelled 'ddim N' (with ', eta E' when an eta was given) beside a 'copy-last' row."""
-    import re
+def draw_means(rows) -> "pd.DataFrame":
+    """Score rows -> the mean over episodes per prediction and sampling draw (rows without a `draw` are draw 0):
+    index (prediction, draw), one column per score."""
+    import pandas as pd
 
+    df = pd.DataFrame(rows)
+    if "draw" not in df:
+        df = df.assign(draw=0)
+    cols = [c for c in SCORE_COLUMNS if c in df]
+    return df.groupby(["prediction", "draw"], sort=False)[cols].agg(lambda v: float(np.nanmean(v)))
+
+
+def choose_steps(rows, *, min_draws: int = MIN_DRAWS) -> dict:
+    """The sampling step count a world-wma model ships with, chosen on selection episodes (never the held-out ones)
+    by STEPS_RULE: {"chosen": the step count or None, "rule", "table" (summarize: means over episodes and draws),
+    "passing": labels, "draws": how many sampling draws the rows hold, "spread": per prediction and score the lowest
+    and highest of the draws' means, "sem": the standard error of each mean over the draws, "cautious": the means
+    moved against the model by it (what the rule compares), "draws_passing": per step-count label, in how many single
+    draws it would pass}.
+    The predictions are labelled 'ddim N' (with ', eta E' when an eta was given) beside a 'copy-last' row (the
+    copy-last baseline draws nothing, so one draw of it serves every draw). Refused with fewer than `min_draws`
+    draws of the step counts."""
     table = summarize(rows)
     if "copy-last" not in table.index:
         raise ValueError("rows have no 'copy-last' prediction to compare with")
+    per_draw = draw_means(rows)
+    steps = [lab for lab in table.index if re.fullmatch(r"ddim (\d+)(, eta .*)?", str(lab))]
+    draws = min((len(per_draw.loc[lab]) for lab in steps), default=0)
+    if draws < min_draws:
+        raise ValueError(f"the rows hold {draws} sampling draw(s) of each step count; the rule needs at least "
+                         f"min_draws={min_draws} (tools/world_steps_eval.py --draws)")
     base = table.loc["copy-last"]
-    passing = []
-    for label, r in table.iterrows():
-        m = re.fullmatch(r"ddim (\d+)(, eta .*)?", str(label))
-        if m and not shipping_failures(r, base):
-            passing.append((int(m.group(1)), label))
+    # the standard error of each mean over the draws (0 for one draw): the part of the mean the noise can move
+    sem = per_draw.groupby(level="prediction", sort=False).agg(
+        lambda v: float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0)
+    worse = {"psnr": -1.0, "ssim": -1.0, "agent_err_px": 1.0}  # the direction in which a score gets worse
+    cautious = table.copy()
+    for col, sign in worse.items():
+        if col in cautious:
+            cautious[col] = table[col] + sign * sem[col].reindex(table.index).fillna(0.0)
+    passing, draws_passing = [], {}
+    for label in steps:
+        draws_passing[label] = sum(not shipping_failures(r, base) for _, r in per_draw.loc[label].iterrows())
+        if not shipping_failures(cautious.loc[label], base):
+            passing.append((int(re.fullmatch(r"ddim (\d+).*", label).group(1)), label))
     passing.sort()
+    spread = per_draw.groupby(level="prediction", sort=False).agg(["min", "max"])
     return {"chosen": passing[0][0] if passing else None, "rule": STEPS_RULE, "table": table,
-            "passing": [lab for _, lab in passing]}
+            "passing": [lab for _, lab in passing], "draws": draws, "spread": spread, "sem": sem,
+            "cautious": cautious, "draws_passing": draws_passing}
