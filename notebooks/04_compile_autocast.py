@@ -60,7 +60,7 @@ from wmbook import device as wdev
 from wmbook import display as wd
 from wmbook import results
 from wmbook.studies import compile as study
-from wmbook.studies.compile_report import StackTrial
+from wmbook.studies.compile import StackTrial
 
 wd.setup()
 cfg = study.validate(workload=workload, preset=preset, device=device, ladder=ladder, sections=sections,

@@ -73,6 +73,7 @@ from wmbook import device as wdev
 from wmbook import display as wd
 from wmbook import results
 from wmbook.studies import motion as study
+from wmbook.studies import motion_report as report
 
 wd.setup()
 cfg = study.validate(workload=workload, preset=preset, device=device, num_envs=num_envs, frames_per_env=frames_per_env,
@@ -175,7 +176,7 @@ plt.show()
 # ## Results rows
 
 # %%
-rows = study.result_rows(cfg, setup, lad, scaling, stages)
+rows = report.result_rows(cfg, setup, lad, scaling, stages)
 path = results.append(rows, cfg.results_path)
 print(f"appended {len(rows)} rows to {path}")
 wd.rows(cfg.results_path, rows[0]["run_id"])
@@ -184,7 +185,7 @@ wd.rows(cfg.results_path, rows[0]["run_id"])
 # ## Interpretation
 
 # %%
-Markdown(study.interpret(cfg, setup, lad, scaling, stages))
+Markdown(report.interpret(cfg, setup, lad, scaling, stages))
 
 # %% [markdown]
 # **Next:** the world-model notebooks apply the same steps to a denoiser: [04 · compile and

@@ -162,11 +162,11 @@ def test_decoder_variants_registered_where_they_apply():
     streaming = {"vae-stream-buffers", "vae-channels-last", "vae-tiny", "decode-overlap", "ring-kv-cache",
                  "vae-compile-regional"}
     per_frame = {"vae-compile", "vae-compile-max-autotune", "vae-cuda-graphs"}
-    assert streaming | per_frame <= set(variants.known("mg2"))
-    assert per_frame <= set(variants.known("wma")) and not streaming & set(variants.known("wma"))
-    assert "skip-unused-decode" in variants.known("wma") and "skip-unused-decode" not in variants.known("mg2")
+    assert streaming | per_frame <= set(variants.known(workloads.get("mg2")))
+    assert per_frame <= set(variants.known(workloads.get("wma"))) and not streaming & set(variants.known(workloads.get("wma")))
+    assert "skip-unused-decode" in variants.known(workloads.get("wma")) and "skip-unused-decode" not in variants.known(workloads.get("mg2"))
     with pytest.raises(ValueError, match="'vae-cuda-graphs' needs a CUDA device"):
-        variants.resolve(["vae-cuda-graphs"], "mg2", "cpu")
+        variants.resolve(["vae-cuda-graphs"], workloads.get("mg2"), "cpu")
 
 
 def test_compile_after_the_buffers_only():

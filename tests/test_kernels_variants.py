@@ -126,7 +126,7 @@ def test_low_precision_rows_say_why_not_on_cpu():
     assert study.kernel_steps(study.validate(workload="wma", preset="tiny-wma", device="cpu")) == \
         ["triton-fused", "head-conv-gemm", "vae-triton-fused"]
     assert cfg.options.ladder is False  # auto: GPU only
-    assert "attn-sage" in variants.known("wma") and variants.get("attn-sage").tolerance == "fp8"
+    assert "attn-sage" in variants.known(workloads.get("wma")) and variants.get("attn-sage").tolerance == "fp8"
 
 
 def test_fp8_is_the_last_row_where_both_low_precision_rows_run(monkeypatch):

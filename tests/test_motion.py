@@ -12,6 +12,7 @@ from wmbook.motion import fetch as F
 from wmbook.motion import quat as Q
 from wmbook.motion import variants as mv
 from wmbook.motion.library import generate
+from wmbook.studies import motion_report as report
 from wmbook.studies.motion import gate_state
 
 TINY = MOTION_PRESETS["tiny-motion"].with_(num_motions=8)  # a few looping clips and a few clamping ones
@@ -266,7 +267,7 @@ def test_the_replay_floor_enters_the_floor_table_rows_and_interpretation():
     lad = study.run_ladder(s)
     assert lad.replay is None
     assert not any("replay" in q for q in study.floor_table(s, lad).index)
-    assert "replays at" not in study.interpret(cfg, s, lad)
+    assert "replays at" not in report.interpret(cfg, s, lad)
     assert study.step_floor_ms(s, lad) == s.floor_ms()
 
     floor = 10 * s.floor_ms()
@@ -276,10 +277,10 @@ def test_the_replay_floor_enters_the_floor_table_rows_and_interpretation():
     best = lad.best()
     assert tab["step floor ms (the larger floor)"] == pytest.approx(floor)
     assert tab["best in a loop x step floor"] == pytest.approx(best.loop.median / floor)
-    rows = {r["metric"]: r for r in study.result_rows(cfg, s, lad)}
+    rows = {r["metric"]: r for r in report.result_rows(cfg, s, lad)}
     assert rows["graph_replay_floor_ms"]["value"] == pytest.approx(floor)
     assert rows["graph_replay_host_ms"]["value"] == pytest.approx(floor / 2)
-    text = study.interpret(cfg, s, lad)
+    text = report.interpret(cfg, s, lad)
     assert f"replays at {floor * 1e3:.1f} us" in text and "the replay's own cost" in text
     assert lad.in_graph is None and "fetches in one graph" not in text  # nothing captured on the CPU
 
@@ -289,10 +290,10 @@ def test_the_replay_floor_enters_the_floor_table_rows_and_interpretation():
     tab = study.floor_table(s, lad)["value"]
     assert tab[f"packed-gather, {study.IN_GRAPH_K} fetches in one graph: ms per fetch"] == pytest.approx(per)
     assert tab["in one graph x bytes floor"] == pytest.approx(per / s.floor_ms())
-    rows = {(r["metric"], r["variant"]): r for r in study.result_rows(cfg, s, lad)}
+    rows = {(r["metric"], r["variant"]): r for r in report.result_rows(cfg, s, lad)}
     assert rows[("in_graph_fetch_ms", "packed-gather")]["value"] == pytest.approx(per)
     assert rows[("in_graph_fetch_ms", "packed-gather")]["n"] == 3
-    text = study.interpret(cfg, s, lad)
+    text = report.interpret(cfg, s, lad)
     assert f"{study.IN_GRAPH_K} fetches captured in one graph" in text and f"{per * 1e3:.1f} us a fetch" in text
     assert f"the other {(best.loop.median - per) * 1e3:.1f} us of the loop's step" in text
 

@@ -39,27 +39,27 @@ def _applied(ref, workload, names):
 
 
 def test_registry_names_and_errors():
-    mg2 = variants.known("mg2")
+    mg2 = variants.known(workloads.get("mg2"))
     for n in ("tf32", "bf16", "fp16", "autocast-bf16", "vae-bf16", "norm-input-dtype", "kv-slot-write", "action-hoist",
               "cross-kv-prefill", "attn-flash", "channels-last", "cudnn-benchmark", "compile-regional", "compile-whole",
               "compile-regional-max-autotune"):
         assert n in mg2
     # the hygiene group: one variant per change, those the workload has the features for
-    assert variants.hygiene_parts("mg2") == ["norm-input-dtype", "kv-slot-write", "action-hoist", "cross-kv-prefill"]
+    assert variants.hygiene_parts(workloads.get("mg2")) == ["norm-input-dtype", "kv-slot-write", "action-hoist", "cross-kv-prefill"]
     assert variants.hygiene_parts(WMA) == ["norm-input-dtype"]
-    assert [v.name for v in resolve(["bf16", "hygiene"], "wma")] == ["bf16", "norm-input-dtype"]
+    assert [v.name for v in resolve(["bf16", "hygiene"], workloads.get("wma"))] == ["bf16", "norm-input-dtype"]
     with pytest.raises(UnknownVariantError, match="'kv-slot-write' is not known for workload 'wma'"):
-        resolve(["kv-slot-write"], "wma")
+        resolve(["kv-slot-write"], workloads.get("wma"))
     with pytest.raises(UnknownVariantError, match=r"'turbo' is not known for workload 'mg2'; known variants: \["):
-        resolve(["bf16", "turbo"], "mg2")
+        resolve(["bf16", "turbo"], workloads.get("mg2"))
     with pytest.raises(ValueError, match="more than once"):
-        resolve(["bf16", "bf16"], "wma")
+        resolve(["bf16", "bf16"], workloads.get("wma"))
     with pytest.raises(ValueError, match="needs a CUDA device"):
-        resolve(["fp16"], "mg2", CPU)
+        resolve(["fp16"], workloads.get("mg2"), CPU)
     with pytest.raises(ValueError, match="workload='sd'"):
         variants.known("sd")
-    assert tolerance_for(resolve(["tf32", "bf16", "hygiene"], "mg2")) == "bf16"
-    assert tolerance_for(resolve(["hygiene"], "mg2")) == "fp32"
+    assert tolerance_for(resolve(["tf32", "bf16", "hygiene"], workloads.get("mg2"))) == "bf16"
+    assert tolerance_for(resolve(["hygiene"], workloads.get("mg2"))) == "fp32"
     with pytest.raises(ValueError, match="already registered"):
         variants.register("bf16", family="precision", description="x")(lambda p, c: None)
 
@@ -113,7 +113,7 @@ def test_hygiene_parts_each_change_one_thing_and_keep_outputs(mg2_ref):
     from wmbook.variants import swaps
 
     stacks, stack = {"eager": []}, []
-    for part in variants.hygiene_parts("mg2"):
+    for part in variants.hygiene_parts(workloads.get("mg2")):
         stack = stack + [part]
         stacks[part] = stack
     counts = op_counts(mg2_ref, "mg2", stacks, device=CPU)
@@ -194,7 +194,7 @@ def test_wma_temporal_channels_last(wma_ref):
         assert ctx.notes["temporal-channels-last"].startswith(f"{blocks} temporal conv blocks, {4 * blocks} Conv3d")
         assert check.compare(list(out), list(ref_out), dtype="fp32").passed
     assert all(m.temporal_format == torch.contiguous_format for m in wma_ref.model.modules() if isinstance(m, ResBlock))
-    assert "temporal-channels-last" not in variants.known("mg2")
+    assert "temporal-channels-last" not in variants.known(workloads.get("mg2"))
 
 
 def test_wma_head_conv_gemm(wma_ref):
@@ -233,7 +233,7 @@ def test_wma_head_conv_gemm(wma_ref):
     assert not any(isinstance(m, (swaps.Conv1dAsGemm, swaps.ConvTranspose1dAsGemm)) for m in wma_ref.model.modules())
     out = WMA.forward_probe(p).forward()
     assert check.compare(list(out), list(ref_out), dtype="fp32").passed
-    assert "head-conv-gemm" not in variants.known("mg2")
+    assert "head-conv-gemm" not in variants.known(workloads.get("mg2"))
 
 
 def test_wma_skip_unused_heads(wma_ref):
@@ -265,7 +265,7 @@ def test_wma_skip_unused_heads(wma_ref):
     assert key((), {}) == (False, False)
     assert not isinstance(wma_ref.model.diffusion_model.action_unet, swaps.SkippableHead)
     assert ctx.notes["skip-unused-heads"].startswith("decision pass: action head only")
-    assert "skip-unused-heads" not in variants.known("mg2")
+    assert "skip-unused-heads" not in variants.known(workloads.get("mg2"))
 
 
 def test_skip_unused_heads_under_a_whole_compile_adds_no_graphs():
@@ -351,7 +351,7 @@ def test_compile_note_says_what_a_slow_compile_did():
 
 
 def test_effective_stack_keeps_the_last_compile():
-    vs = resolve(["bf16", "compile-regional", "action-hoist", "compile-regional-dynamic"], "mg2")
+    vs = resolve(["bf16", "compile-regional", "action-hoist", "compile-regional-dynamic"], workloads.get("mg2"))
     assert [v.name for v in effective(vs)] == ["bf16", "action-hoist", "compile-regional-dynamic"]
 
 
@@ -464,7 +464,7 @@ def test_action_attn_fused_matches_sdpa_and_compiles_clean(mg2_ref):
     warm, steady = _warm_then_steady(mg2_ref, ["hygiene", "action-attn-fused", "compile-regional"], 3)
     assert warm.summary()["graph_breaks"] == 0 and steady.summary()["recompiles"] == 0
     with pytest.raises(UnknownVariantError):
-        resolve(["action-attn-fused"], "wma")
+        resolve(["action-attn-fused"], workloads.get("wma"))
 
 
 def test_vae_table_reports_psnr(wma_ref):

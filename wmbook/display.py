@@ -27,7 +27,10 @@ from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
 
-HEADLESS_ENV = "WMBOOK_HEADLESS"  # set by wmbook.run for the kernels it starts: no live widgets ("0": live)
+from .frontend import HEADLESS_ENV, headless, headless_start, num  # noqa: F401  (part of this module's face)
+from .widgets import (MONITOR_STATUS, drop_lines, frame_comparer, frame_psnr, ladder_frames,  # noqa: F401
+                      monitor_view, stack_picker)
+from .widgets import to_uint8_frames  # noqa: F401
 
 # suffix -> (unit shown in the header, scale applied to the values); longest suffixes first
 _UNIT_SUFFIXES: tuple[tuple[str, str, float], ...] = (
@@ -47,34 +50,6 @@ _INTEGER_HINTS = ("launches", "kernels", "count", "recompiles", "graph_breaks", 
 
 
 # --------------------------------------------------------------------------- numbers
-
-
-def num(x, digits: int = 3) -> str:
-    """A number with `digits` significant digits, thousands separators, no scientific notation between 1e-3 and
-    1e15; '' for None/NaN, 'inf' for infinities, ints and bools as they are."""
-    if x is None:
-        return ""
-    if isinstance(x, bool):
-        return str(x)
-    if isinstance(x, int) or type(x).__name__.startswith(("int", "uint")):
-        return f"{int(x):,}"
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return str(x)
-    if math.isnan(v):
-        return ""
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if v == 0:
-        return "0"
-    a = abs(v)
-    if a < 1e-3:
-        return f"{v:.{max(digits - 1, 0)}e}"
-    if a >= 10 ** (digits - 1) and a < 1e15:
-        return f"{v:,.0f}"
-    decimals = max(digits - 1 - math.floor(math.log10(a)), 0)
-    return f"{v:,.{decimals}f}"
 
 
 def _percent(x, digits: int = 3) -> str:
@@ -483,40 +458,6 @@ def show_video(path: str | os.PathLike, width: int | None = None, caption: str |
 # --------------------------------------------------------------------------- quiet output
 
 
-def headless_start() -> None:
-    """Run at the start of a headless kernel (wmbook.run): tqdm.auto gives the text bar, which TQDM_DISABLE (set by
-    the runner) turns off; the widget bar would be an empty box in the HTML report and ignores TQDM_DISABLE."""
-    if not headless():
-        return
-    try:
-        import tqdm.auto
-        import tqdm.autonotebook
-        import tqdm.std
-    except ImportError:
-        return
-    for mod in (tqdm.auto, tqdm.autonotebook):
-        mod.tqdm, mod.trange = tqdm.std.tqdm, tqdm.std.trange
-
-
-def headless() -> bool:
-    """True when no frontend is attached to show widgets, so views are static: a kernel started by wmbook.run
-    (WMBOOK_HEADLESS), plain papermill or nbconvert (nbclient executes with stdin closed; JupyterLab, Notebook and
-    VS Code allow it), or no IPython kernel at all (a script). WMBOOK_HEADLESS=0 forces live widgets."""
-    env = os.environ.get(HEADLESS_ENV, "")
-    if env:
-        return env != "0"
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return True
-    kernel = getattr(get_ipython(), "kernel", None)
-    if kernel is None:
-        return True
-    # ipykernel records, per execute request, whether the client can answer input(): a frontend that shows the
-    # notebook can, a batch executor cannot
-    return not bool(getattr(kernel, "_allow_stdin", True))
-
-
 class _DropLines(logging.Filter):
     def __init__(self, *needles: str):
         super().__init__()
@@ -581,9 +522,3 @@ def rows(path: str | os.PathLike, run_id: str, columns: Sequence[str] = ("preset
     cols = [c for c in columns if c in df.columns]
     st = table(df[cols], caption=f"{len(df)} rows of run {run_id} in {Path(path).name}")
     display(HTML(st.to_html()), metadata={"wmbook": {"run_id": run_id, "results_path": str(Path(path).resolve())}})
-
-
-# the widgets (wmbook.widgets) are part of what the notebooks call through this module
-from .widgets import (MONITOR_STATUS, drop_lines, frame_comparer, frame_psnr, ladder_frames,  # noqa: E402,F401
-                      monitor_view, stack_picker)
-from .widgets import to_uint8_frames  # noqa: E402,F401

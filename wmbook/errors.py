@@ -5,12 +5,31 @@ interrupt: one line and 130), so a traceback means a bug in wmbook, never a bad 
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 import sys
 
 
 class InputError(ValueError):
     """A bad input, refused before any work with a message naming it and the allowed values. A ValueError, so code
     that catches ValueError around a check keeps working."""
+
+
+def number_range(lo: float, hi: float = math.inf) -> str:
+    """'a finite number >= 1.0' / 'a finite number in [0.0, 1.0]': how a message states an allowed range (never
+    'in [1.0, inf]', which reads as if inf were allowed)."""
+    return f"a finite number >= {lo}" if hi == math.inf else f"a finite number in [{lo}, {hi}]"
+
+
+def number_error(name: str, v, lo: float, hi: float = math.inf) -> str | None:
+    """Why `v` is not a finite number in [lo, hi] (None when it is): non-finite values named as such."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return f"{name}={v!r} is not allowed: not a number; allowed values: {number_range(lo, hi)}"
+    if not math.isfinite(v):
+        return f"{name}={v!r} is not allowed: it is not finite; allowed values: {number_range(lo, hi)}"
+    if not lo <= v <= hi:
+        return f"{name}={v!r} is not allowed; allowed values: {number_range(lo, hi)}"
+    return None
 
 
 EXIT_INPUT = 2  # argparse's own exit code for a bad command line: the same for every refused input

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .errors import InputError
+from .errors import InputError, number_error, number_range  # noqa: F401  (re-exported)
 from .presets import DTYPES, resolve_device
 
 Check = Callable[[Any, dict], Any]  # (value, already validated values) -> normalized value, or ValueError
@@ -56,23 +56,6 @@ def integer(lo: int, hi: int | None = None) -> Check:
         return int(v)
 
     return check
-
-
-def number_range(lo: float, hi: float = math.inf) -> str:
-    """'a finite number >= 1.0' / 'a finite number in [0.0, 1.0]': how a message states an allowed range (never
-    'in [1.0, inf]', which reads as if inf were allowed)."""
-    return f"a finite number >= {lo}" if hi == math.inf else f"a finite number in [{lo}, {hi}]"
-
-
-def number_error(name: str, v, lo: float, hi: float = math.inf) -> str | None:
-    """Why `v` is not a finite number in [lo, hi] (None when it is): non-finite values named as such."""
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-        return f"{name}={v!r} is not allowed: not a number; allowed values: {number_range(lo, hi)}"
-    if not math.isfinite(v):
-        return f"{name}={v!r} is not allowed: it is not finite; allowed values: {number_range(lo, hi)}"
-    if not lo <= v <= hi:
-        return f"{name}={v!r} is not allowed; allowed values: {number_range(lo, hi)}"
-    return None
 
 
 def number(lo: float, hi: float = math.inf) -> Check:
@@ -248,7 +231,7 @@ def _weights(v, ctx):
         raise _err("weights", v, "'auto' or the path of a world-weights .pt file")
     import json
 
-    from .world.weights import check_weights_file, file_sha256, is_world_preset, workload_of
+    from .world.weights import check_weights_file, file_sha256, is_world_preset
 
     preset = ctx["preset"]
     if not is_world_preset(preset):
@@ -256,7 +239,7 @@ def _weights(v, ctx):
                              f"random weights: leave it at 'auto'")
     path = Path(v).expanduser().resolve()
     try:
-        check_weights_file(path, preset.name, workload_of(preset))
+        check_weights_file(path, preset, ctx["workload"])
     except (FileNotFoundError, ValueError) as e:
         raise ParameterError(f"weights={v!r} is not allowed ({e}); allowed values: 'auto' (the shipped weights) or "
                              f"the path of a world-weights .pt file of preset {preset.name!r}") from None

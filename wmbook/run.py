@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .render import STATUS_FAILED, STATUS_OK, STATUS_PENDING, notebook_facts, render_html, write_index
+from .jupyter_kernel import check_kernel, kernel_for_this_python
 from .paths import git_commit
 
 __all__ = [
@@ -203,76 +204,6 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _python_dir(executable: str) -> Path:
-    return Path(os.path.abspath(executable)).parent
-
-
-@contextlib.contextmanager
-def _kernel_for_this_python(kernel_name: str | None) -> Iterator[str]:
-    """Yield a kernel name whose kernel runs in *this* interpreter's environment.
-
-    An explicitly named kernel is used as is. For the default ``python3``: jupyter_client
-    maps a spec whose argv[0] is ``python``/``python3`` to ``sys.executable``, which is what
-    we want; but a user-level kernelspec (``~/.local/share/jupyter/kernels/python3``)
-    pointing at another interpreter would shadow it and run the notebooks without wmbook.
-    In that case a private ``python3`` spec for ``sys.executable`` is put first on
-    ``JUPYTER_PATH`` for the duration of the run (nothing is installed).
-    """
-    if kernel_name is not None:
-        yield kernel_name
-        return
-    name = "python3"
-    ok = False
-    try:
-        from jupyter_client.kernelspec import KernelSpecManager
-
-        spec = KernelSpecManager().get_kernel_spec(name)
-        argv0 = spec.argv[0] if spec.argv else ""
-        major, minor = sys.version_info[:2]
-        if argv0 in {"python", f"python{major}", f"python{major}.{minor}"}:
-            ok = True
-        elif os.path.isabs(argv0) and _python_dir(argv0) == _python_dir(sys.executable):
-            ok = True
-    except Exception:  # no such kernel, broken spec: fall through to our own spec
-        ok = False
-    if ok:
-        yield name
-        return
-    with tempfile.TemporaryDirectory(prefix="wmbook-kernels-") as tmp:
-        kdir = Path(tmp) / "kernels" / name
-        kdir.mkdir(parents=True)
-        spec = {
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Python 3 (wmbook)",
-            "language": "python",
-            "metadata": {"debugger": True},
-        }
-        (kdir / "kernel.json").write_text(json.dumps(spec, indent=1))
-        old = os.environ.get("JUPYTER_PATH")
-        os.environ["JUPYTER_PATH"] = tmp + (os.pathsep + old if old else "")
-        try:
-            yield name
-        finally:
-            if old is None:
-                os.environ.pop("JUPYTER_PATH", None)
-            else:
-                os.environ["JUPYTER_PATH"] = old
-
-
-def check_kernel(name: str) -> None:
-    """InputError naming the installed kernels when no Jupyter kernelspec is called `name` (checked before any folder
-    is made or kernel started)."""
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    from .errors import InputError
-
-    installed = sorted(KernelSpecManager().find_kernel_specs())
-    if name not in installed:
-        raise InputError(f"kernel={name!r} is not allowed: no such Jupyter kernel is installed; allowed values: "
-                         f"{installed} (`jupyter kernelspec list`), or leave --kernel out for python3 of this "
-                         f"interpreter")
 
 
 # --------------------------------------------------------------------------- running
@@ -586,7 +517,7 @@ def run_notebooks(
 
     t_all = time.perf_counter()
     bar = tqdm(runs, desc="notebooks", unit="nb", disable=not progress, file=sys.stderr)
-    with _kernel_for_this_python(kernel_name) as kname:
+    with kernel_for_this_python(kernel_name) as kname:
         for run in bar:
             bar.set_postfix_str(run.name)
             kcwd = Path(cwd).resolve() if cwd is not None else Path(run.source_path).parent
@@ -619,8 +550,3 @@ def run_notebooks(
     write_index(out_dir, runs, meta)
     return runs
 
-
-if __name__ == "__main__":
-    from .cli import run_main
-
-    sys.exit(run_main(prog="python -m wmbook.run"))

@@ -10,7 +10,7 @@ import sys
 from typing import Sequence
 
 from .check import to_uint8_frames
-from .display import headless, num
+from .frontend import headless, num
 
 # --------------------------------------------------------------------------- widgets with static fallbacks
 

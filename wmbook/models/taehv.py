@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from wmbook.models.checkpoint import load_checked, read_state_dict
+from wmbook.models.decoder_step import DecoderStep
 from wmbook.models.vae import WAN21_LATENTS_MEAN, WAN21_LATENTS_STD, pixel_frames_for
 from wmbook.profiling.labels import label
 
@@ -220,8 +221,6 @@ class StreamingTAEHVDecoder:
         """The step the decoder variants compile (vae-compile: only once every MemBlock has a memory, i.e. after a
         stream's first block, whose shapes differ) and capture (vae-cuda-graphs; no buffers needed: the memory
         goes in and out as arguments)."""
-        from ..workloads.base import DecoderStep
-
         return DecoderStep(self, "step", compiled=lambda args: all(m is not None for m in _memories(self, args[1])))
 
     def use_channels_last(self) -> int:

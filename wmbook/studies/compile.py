@@ -310,3 +310,61 @@ def variants_table(cfg: RunConfig) -> pd.DataFrame:
     out = pd.DataFrame(rows).set_index("variant")
     out.attrs["groups"] = {g: " + ".join(v.name for v in variants.resolve([g], cfg.workload)) for g in variants.GROUPS}
     return out
+
+
+# --- the variant-stack picker (display only: a trial measurement, never a results row) ----------------------------
+
+
+class StackTrial:
+    """Apply a chosen stack of variants to a copy of the reference, gate it against fp32, time its forward as the
+    ladder does (the notebook's warm-up calls, then its repeats: median and p20-p80, wmbook.bench) and one
+    end-to-end run; show the row and its frames against the reference's (notebook 04's picker). Nothing is appended
+    to the results: ladder and compile rows are the measurements of record."""
+
+    KEY = ("variant", "gate", "rel_l2_vs_fp32", "allowed_rel_l2", "forward_ms", "speedup", "x_floor", "e2e_value",
+           "e2e_speedup", "psnr_db", "peak_memory_gib", "first_call_s")
+
+    def __init__(self, ref, cfg, ceilings: dict | None):
+        from dataclasses import replace
+
+        from ..variants.ladder import measure
+
+        self.ref, self.cfg, self.ceilings = ref, cfg, ceilings
+        # timed as the ladder times (warm-up, then repeats: median and spread), with at most 2 warm-up calls and 5
+        # repeats: a trial answers "is this stack faster", the ladder's rows are the measurements of record
+        self.settings = replace(settings(cfg, ceilings), warmup=max(1, min(cfg.warmup, 2)),
+                                repeats=max(3, min(cfg.repeats, 5)), e2e_repeats=1)
+        self._measure = measure
+        self.gate_ref = None  # the fp32 reference's outputs, measured at the first trial (not before: a report that
+        # never runs a trial spends nothing on it)
+
+    def _reference(self) -> None:
+        from ..variants.ladder import GateReference, flop_floor_ms
+
+        row, out, frames = self._measure(self.ref, self.cfg.workload, [], self.cfg.device, self.settings, None)
+        self.gate_ref = GateReference(forward=out, frames=frames)
+        self.frames = frames
+        self.base_ms, self.base_e2e = row.forward.median, row.e2e_value
+        self.floor = flop_floor_ms(row.flops, self.ceilings)
+
+    def __call__(self, stack: list[str]):
+        from IPython.display import display
+
+        from .. import display as wd
+        from ..variants import resolve
+
+        if self.gate_ref is None:
+            self._reference()
+        vs = resolve(list(stack), self.cfg.workload, self.cfg.device)
+        row, out, frames = self._measure(self.ref, self.cfg.workload, vs, self.cfg.device, self.settings,
+                                         self.gate_ref)
+        row.variant = " + ".join(stack) or "fp32 eager (reference)"
+        row.finish(self.floor, self.base_ms, self.base_e2e, self.cfg.workload.metric)
+        rec = pd.DataFrame([row.record()]).set_index("row")
+        display(wd.table(rec, columns=self.KEY, strict=False,
+                         rename={"e2e_value": f"{row.e2e_metric or 'end to end'} ({self.cfg.workload.metric.unit})"},
+                         caption=f"The picked stack: forward median (p20-p80) of {self.settings.repeats} calls after "
+                                 f"{self.settings.warmup} warm-up calls (a trial: not a results row)"))
+        if frames is not None and self.frames is not None:
+            wd.frame_comparer(self.frames, frames, labels=("fp32 reference", row.variant))
+        return row

@@ -3,7 +3,7 @@ profiled with the seed's recipe, broken down by its stages, then optimized one n
 gated against a float64 reference, measured against the bytes it must move, and scaled to more robots.
 
 Everything workload-specific comes from the `motion` workload object (wmbook.workloads.motion) and wmbook.motion.
-Results rows and interpretation: wmbook.studies.motion_report (re-exported here).
+Results rows and interpretation: wmbook.studies.motion_report.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from ..params import (DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, W
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from .compile import _compile_backend
-from .motion_report import IN_GRAPH_K, interpret, result_rows  # noqa: F401  (rows and interpretation: motion_report)
+
+IN_GRAPH_K = 16  # fetches captured in one graph for MotionLadder.in_graph (measure_in_graph)
 
 NOTEBOOK = "07_motion_data_loading"
 QUAT_FIELDS = ("root_rot", "body_rot_b")  # q and -q are one rotation: compared after taking the reference's sign
@@ -568,9 +569,8 @@ def plot_scaling(scaling: pd.DataFrame, ax=None):
     return ax
 
 
-__all__ = ["MotionLadder", "MotionRow", "MotionSetup", "SPEC", "StateGate", "capture_table", "floor_table",
-           "gate_state",
-           "gate_table", "interpret", "ladder_steps", "ladder_table", "library_table", "measure", "plot_ladder",
-           "plot_scaling", "plot_stages", "profile_fetch", "reference_state", "result_rows", "run_ladder",
+__all__ = ["IN_GRAPH_K", "MotionLadder", "MotionRow", "MotionSetup", "SPEC", "StateGate", "capture_table",
+           "floor_table", "gate_state", "gate_table", "ladder_steps", "ladder_table", "library_table", "measure",
+           "plot_ladder", "plot_scaling", "plot_stages", "profile_fetch", "reference_state", "run_ladder",
            "run_scaling", "scaling_slopes", "setup", "skipped", "stage_table", "step_floor_ms", "top_operations",
            "validate"]

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
 NOTEBOOK = "07_motion_data_loading"
 STAGE = (0, "eager")  # the motion workload's only notebook: its eager row and its best row are the summary
-IN_GRAPH_K = 16  # fetches captured in one graph for MotionLadder.in_graph (wmbook.studies.motion.measure_in_graph)
 
 
 def result_rows(cfg: RunConfig, s: MotionSetup, lad: MotionLadder, scaling: pd.DataFrame | None = None,
@@ -80,7 +79,7 @@ def result_rows(cfg: RunConfig, s: MotionSetup, lad: MotionLadder, scaling: pd.D
 def interpret(cfg: RunConfig, s: MotionSetup, lad: MotionLadder, scaling: pd.DataFrame | None = None,
               stages: pd.DataFrame | None = None) -> str:
     """Sentences computed from the measured numbers."""
-    from .motion import LEAF_STAGES, scaling_slopes, step_floor_ms  # late: wmbook.studies.motion re-exports this module
+    from .motion import LEAF_STAGES, scaling_slopes, step_floor_ms  # late: the study module holds torch and numpy
 
     ref, best = lad.reference, lad.best()
     goals = cfg.workload.goals

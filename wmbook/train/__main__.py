@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError, command
+from .core import trainable_workloads
 
 
 @command("python -m wmbook.train")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m wmbook.train", description=__doc__)
-    ap.add_argument("--workload", required=True, choices=["mg2", "wma"])
+    ap.add_argument("--workload", required=True, choices=trainable_workloads())
     ap.add_argument("--preset", default=None, help="a world preset of the workload (default: world-<workload>)")
     ap.add_argument("--out", type=Path, default=None,
                     help="weights file, .pt (default: data/weights/runs/<UTC date>-<preset>/<preset>.pt, a new folder; "

@@ -23,13 +23,19 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from .. import workloads
 from ..atomic import atomic_open
 from ..paths import REPORTS_DIR, git_commit
 from ..presets import ALL_PRESETS, resolve_device
+from ..world.weights import build_world_pipeline, check_weights_file, is_world_preset, load_weights
 
-WORKLOADS = ("mg2", "wma")
 DEFAULT_DECISION_FRACTION = 0.5
 COMPILE_BACKENDS = ("none", "inductor", "aot_eager")
+
+
+def trainable_workloads() -> list[str]:
+    """The workloads with a world model to train (the `world` feature), by name."""
+    return [w.name for w in workloads.all_workloads() if "world" in w.features]
 
 
 @dataclass
@@ -70,14 +76,12 @@ class TrainConfig:
 
     def check(self) -> "TrainConfig":
         """Every value checked before anything expensive runs (ValueError naming the parameter)."""
-        from .. import workloads
-        from ..world.weights import is_world_preset, workload_of
-
-        if self.workload not in WORKLOADS:
-            raise ValueError(f"workload={self.workload!r} is not allowed; allowed values: {list(WORKLOADS)}")
-        allowed = [k for k, v in ALL_PRESETS.items() if is_world_preset(v) and workload_of(v) == self.workload]
+        if self.workload not in trainable_workloads():
+            raise ValueError(f"workload={self.workload!r} is not allowed; allowed values: {trainable_workloads()}")
+        wl = workloads.get(self.workload)
+        allowed = [k for k, v in wl.presets.items() if is_world_preset(v)]
         if not isinstance(self.preset, str):  # a preset object (tests: a smaller world preset)
-            if not is_world_preset(self.preset) or workload_of(self.preset) != self.workload:
+            if not is_world_preset(self.preset) or self.preset.name not in wl.presets:
                 raise ValueError(f"preset={getattr(self.preset, 'name', self.preset)!r} is not allowed for workload "
                                  f"{self.workload!r}; allowed values: {allowed} or a world preset object")
         elif self.preset not in allowed:
@@ -153,11 +157,9 @@ class TrainConfig:
         if self.resume and self.ckpt.is_file():  # one that cannot be resumed is named now, not after rendering
             _check_resumable(self, _read_ckpt(self.ckpt, "cpu"))
         if self.init_weights is not None:
-            from ..world.weights import check_weights_file
-
             name = self.preset if isinstance(self.preset, str) else self.preset.name
             try:
-                check_weights_file(self.init_weights, name, self.workload)
+                check_weights_file(self.init_weights, self.preset, workloads.get(self.workload))
             except (FileNotFoundError, ValueError) as e:
                 raise ValueError(f"init_weights={str(self.init_weights)!r} is not allowed ({e}); allowed values: a "
                                  f"world-weights .pt file of preset {name!r}") from None
@@ -227,18 +229,16 @@ def _lr(cfg: TrainConfig, step: int, elapsed: float) -> float:
 
 def build_training(cfg: TrainConfig, device: torch.device, bank=None):
     """(pipeline, objective) for cfg; the pipeline is fp32 with its model trainable."""
-    from .. import workloads
     from .data import EpisodeBank
-    from ..world.weights import build_world_pipeline
 
     p = ALL_PRESETS[cfg.preset] if isinstance(cfg.preset, str) else cfg.preset
     if bank is None:  # rendered first: the worker processes fork before CUDA is initialised
         bank = EpisodeBank(cfg.data_seed, cfg.episodes, cfg.episode_frames, device=device,
                            workers=cfg.workers or _default_workers(), progress=cfg.progress)
-    pipe = build_world_pipeline(cfg.workload, p, device=device, dtype=torch.float32, vae_dtype=torch.float32,
+    wl = workloads.get(cfg.workload)
+    pipe = build_world_pipeline(wl, p, device=device, dtype=torch.float32, vae_dtype=torch.float32,
                                 weights=False)
     pipe.model.train().requires_grad_(True)
-    wl = workloads.get(cfg.workload)
     if cfg.compile != "none":
         compile_for_training(wl, pipe, cfg.compile)
     options = dict(change_weight=cfg.change_weight, sigma_min=cfg.sigma_min, agent_weight=cfg.agent_weight)
@@ -246,9 +246,7 @@ def build_training(cfg: TrainConfig, device: torch.device, bank=None):
         options["decision_fraction"] = cfg.decision_fraction
     obj = wl.training_objective(pipe, bank, **options)
     if cfg.init_weights is not None:  # after the objective, whose output-conv zero-init is for fresh models only
-        from ..world.weights import load_weights
-
-        load_weights(pipe, cfg.workload, cfg.init_weights)  # in place: the model stays trainable
+        load_weights(pipe, wl, cfg.init_weights)  # in place: the model stays trainable
     return pipe, obj
 
 
@@ -396,7 +394,7 @@ def train(cfg: TrainConfig, bank=None) -> dict:
 
         fails = shipping_failures(meta["eval"]["model"], meta["eval"]["copy_last"])
         meta["shipping_rule"] = {"rule": SHIPPING_RULE, "passes": not fails, "fails": fails}
-    save_weights(pipe, cfg.workload, cfg.out, meta)
+    save_weights(pipe, workloads.get(cfg.workload), cfg.out, meta)
     if cfg.ship:
         from ..world.weights import ship_weights, weights_path
 
@@ -434,10 +432,12 @@ def _device_name(dev: torch.device) -> str:
     return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
 
 
-def evaluate(workload: str, pipe, cases: int, seeds=None, progress: bool = False) -> dict:
-    """Mean scores of the model and of the copy-last-frame baseline over `cases` held-out episodes (0, 1, ...)."""
+def evaluate(workload, pipe, cases: int, seeds=None, progress: bool = False) -> dict:
+    """Mean scores of the model and of the copy-last-frame baseline over `cases` held-out episodes (0, 1, ...)
+    (workload: a Workload or its name)."""
     from ..world import eval as weval
 
+    workload = workloads.get(workload)
     seeds = list(range(cases)) if seeds is None else list(seeds)
     model, base = [], []
     for s in tqdm(seeds, desc="held-out evaluation", disable=not progress, leave=False):

@@ -11,7 +11,7 @@ import logging
 
 import torch
 
-from . import VariantContext, register, register_group
+from .registry import VariantContext, register, register_group
 from . import swaps
 
 # --- precision -------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from .. import check
 from ..bench import Samples, time_fn
 from ..profiling.breakdown import kernel_summary, profile_calls
 from ..workloads import E2ESize, get
-from . import GlobalFlags, VariantContext, resolve, tolerance_for
+from .registry import GlobalFlags, VariantContext, resolve, tolerance_for
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from ..bench import time_fn
 from ..presets import DTYPES
 from ..profiling.breakdown import CAST_OPS
 from ..workloads import get
-from . import GlobalFlags, resolve
+from .registry import GlobalFlags, resolve
 from .ladder import GateReference, LadderSettings, _changes_precision, apply_stack, flop_floor_ms, measure
 from .swaps import to_memory_format
 

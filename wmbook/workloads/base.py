@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..models.decoder_step import DecoderStep  # noqa: F401  (part of the workloads' face)
 from ..params import Param
 
 
@@ -76,18 +77,6 @@ class GraphTarget:
     attr: str
     name: str
     key_fn: Callable | None = None
-
-
-@dataclass(frozen=True)
-class DecoderStep:
-    """The per-frame decode callable that decoder variants compile or capture: `getattr(owner, attr)`. compiled(args):
-    whether a call is one to compile (None: every call; a streaming decoder compiles its steady frames only).
-    make_static(pipe): what capture needs first (the streaming decoder's caches in fixed buffers), or None."""
-
-    owner: Any
-    attr: str
-    compiled: Callable | None = None
-    make_static: Callable | None = None
 
 
 @dataclass

@@ -53,7 +53,7 @@ def int_option(text: str, option: str, lo: int = 0, hi: int | None = None) -> li
 class Case:
     """One held-out prediction problem."""
 
-    workload: str  # "mg2" | "wma"
+    workload: str  # the name of the workload whose world model made the case
     seed: int  # held-out index (episode seed HELDOUT_BASE + seed)
     start: int  # the last conditioning frame's index in the episode
     inputs: object  # StreamInputs (mg2) | WMAInputs (wma)
@@ -66,14 +66,15 @@ class Case:
 
 
 def _workload(workload):
-    """The Workload object of `workload` (a name or one), which must have a world model (the `world` feature)."""
-    from .. import workloads
-
-    wl = workloads.get(getattr(workload, "name", workload))
-    if "world" not in wl.features:
-        allowed = [w.name for w in workloads.all_workloads() if "world" in w.features]
-        raise ValueError(f"workload={wl.name!r} is not allowed; allowed values: {allowed}")
-    return wl
+    """`workload`, a Workload object, which must have a world model (the `world` feature). A name is refused: the
+    caller holds the object (wmbook.workloads.get), and resolving it here would tie this module to the workloads
+    package, which uses it."""
+    if isinstance(workload, str) or not hasattr(workload, "features"):
+        raise TypeError(f"workload={workload!r} is not allowed here; pass the Workload object "
+                        f"(wmbook.workloads.get(name))")
+    if "world" not in workload.features:
+        raise ValueError(f"workload={workload.name!r} has no world model (the 'world' feature)")
+    return workload
 
 
 def _check_seed(seed) -> None:
@@ -95,11 +96,10 @@ def heldout_case(workload, pipe, seed: int, *, start: int | None = None, num_blo
     (default: the preset's);
     sample_seed: the seed of the sampling noise (default: `seed`)."""
     from .env import VIEW
-    from .weights import workload_of
 
     wl = _workload(workload)
     p = pipe.preset
-    if not is_world_preset(p) or workload_of(p) != wl.name or (p.height, p.width) != (VIEW, VIEW):
+    if not is_world_preset(p) or p.name not in wl.presets or (p.height, p.width) != (VIEW, VIEW):
         raise ValueError(f"the pipeline's preset {p.name!r} is not a world preset of workload {wl.name!r} making "
                          f"{VIEW}x{VIEW} frames (what wmbook.world renders)")
     sample_seed = seed if sample_seed is None else sample_seed

@@ -2,7 +2,7 @@
 
 The file (torch.save of plain containers and tensors; read with weights_only=True) holds
   format    "wmbook-world-weights/1"
-  workload  "mg2" | "wma";  preset  the preset name
+  workload  the name of the workload the preset belongs to;  preset  the preset name
   model     the trained model's state dict (bf16: each file stays under 20 MB)
   encoders  the frozen, randomly initialised encoders the model was trained against, so that a library whose random
             init differs cannot silently change the model's inputs: "clip" (both workloads) and, for wma, "text"
@@ -21,6 +21,7 @@ import torch
 from ..atomic import atomic_open
 from ..models.checkpoint import CheckpointFileError, load_checked, read_checkpoint_file
 from ..paths import DATA_DIR
+from ..presets import ALL_PRESETS, WorldCausalPreset, WorldWMAPreset
 
 FORMAT = "wmbook-world-weights/1"
 WEIGHTS_DIR = DATA_DIR / "weights"
@@ -28,32 +29,35 @@ WEIGHTS_DIR = DATA_DIR / "weights"
 
 def is_world_preset(preset) -> bool:
     """True for a world preset (a name or a preset object): the small models trained on wmbook.world."""
-    from ..presets import ALL_PRESETS, WorldCausalPreset, WorldWMAPreset
-
     if isinstance(preset, str):
         preset = ALL_PRESETS.get(preset)
     return isinstance(preset, (WorldCausalPreset, WorldWMAPreset))
 
 
-def workload_of(preset) -> str:
-    """'mg2' or 'wma' for a world preset (ValueError otherwise)."""
-    from ..presets import ALL_PRESETS, WorldCausalPreset, WorldWMAPreset
-
+def _world_preset(preset):
+    """The preset object of a world preset (a name or the object); ValueError naming the world presets otherwise."""
     p = ALL_PRESETS.get(preset) if isinstance(preset, str) else preset
-    if isinstance(p, WorldCausalPreset):
-        return "mg2"
-    if isinstance(p, WorldWMAPreset):
-        return "wma"
-    names = [k for k, v in ALL_PRESETS.items() if isinstance(v, (WorldCausalPreset, WorldWMAPreset))]
-    raise ValueError(f"preset={getattr(p, 'name', preset)!r} is not a world preset; allowed values: {names}")
+    if not is_world_preset(p):
+        names = [k for k, v in ALL_PRESETS.items() if is_world_preset(v)]
+        raise ValueError(f"preset={getattr(p, 'name', preset)!r} is not a world preset; allowed values: {names}")
+    return p
+
+
+def _check_owner(workload, preset) -> str:
+    """The name of `workload` (a Workload object: it, not this module, knows its presets) after checking that the
+    world preset `preset` is one of its own."""
+    if isinstance(workload, str) or not hasattr(workload, "presets"):
+        raise TypeError(f"workload={workload!r} is not allowed here; pass the Workload object "
+                        f"(wmbook.workloads.get(name))")
+    if preset.name not in workload.presets:
+        raise ValueError(f"preset={preset.name!r} does not belong to workload {workload.name!r}; allowed values: "
+                         f"{[k for k, v in workload.presets.items() if is_world_preset(v)]}")
+    return workload.name
 
 
 def weights_path(preset) -> Path:
     """data/weights/<preset.weights> of a world preset."""
-    workload_of(preset)
-    from ..presets import ALL_PRESETS
-
-    p = ALL_PRESETS[preset] if isinstance(preset, str) else preset
+    p = _world_preset(preset)
     return WEIGHTS_DIR / (p.weights or f"{p.name}.pt")
 
 
@@ -70,13 +74,10 @@ def _token_key(sd: dict) -> str:
     return keys[0]
 
 
-def pipeline_state(pipe, workload: str, dtype=torch.bfloat16) -> dict:
-    """The weights file's content for a pipeline of a world preset (model in `dtype`, encoders as they are: the CLIP
-    tower, and the text tower where the pipeline has one)."""
-    own = workload_of(pipe.preset)
-    if workload != own:
-        raise ValueError(f"workload={workload!r} is not allowed for preset {pipe.preset.name!r}; allowed values: "
-                         f"[{own!r}]")
+def pipeline_state(pipe, workload, dtype=torch.bfloat16) -> dict:
+    """The weights file's content for a pipeline of a world preset of `workload` (a Workload; model in `dtype`,
+    encoders as they are: the CLIP tower, and the text tower where the pipeline has one)."""
+    name = _check_owner(workload, _world_preset(pipe.preset))
     model = {k: (v.detach().to("cpu", dtype) if v.is_floating_point() else v.detach().cpu())
              for k, v in pipe.model.state_dict().items()}
     enc = {"clip": {k: v.detach().cpu() for k, v in pipe.clip.state_dict().items()}}
@@ -87,10 +88,10 @@ def pipeline_state(pipe, workload: str, dtype=torch.bfloat16) -> dict:
         enc["text_token_ids"] = ids
         enc["text_token_rows"] = text.pop(key)[ids].clone()
         enc["text"] = text
-    return {"format": FORMAT, "workload": workload, "preset": pipe.preset.name, "model": model, "encoders": enc}
+    return {"format": FORMAT, "workload": name, "preset": pipe.preset.name, "model": model, "encoders": enc}
 
 
-def save_weights(pipe, workload: str, path, meta: dict | None = None) -> Path:
+def save_weights(pipe, workload, path, meta: dict | None = None) -> Path:
     """Write the weights file atomically (and `meta` as JSON beside it, `<path>.json`, when given)."""
     path = Path(path)
     state = pipeline_state(pipe, workload)
@@ -154,23 +155,28 @@ def file_sha256(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def check_weights_file(path, preset_name: str, workload: str) -> dict:
-    """read_weights(path) for a world preset: ValueError (FileNotFoundError when missing) saying why when the file is
-    not there, not a world-weights file, or holds another preset's weights. The callers name their parameter."""
+def check_weights_file(path, preset, workload) -> dict:
+    """read_weights(path) for a world preset of `workload` (a Workload): ValueError (FileNotFoundError when missing)
+    saying why when the file is not there, not a world-weights file, or holds another preset's weights. The callers
+    name their parameter."""
+    p = _world_preset(preset)
+    name = _check_owner(workload, p)
     state = read_weights(path)
-    if state.get("preset") != preset_name or state.get("workload") != workload:
+    if state.get("preset") != p.name or state.get("workload") != name:
         raise ValueError(f"it holds {state.get('workload')}/{state.get('preset')} weights")
     return state
 
 
-def load_weights(pipe, workload: str, path=None) -> dict:
-    """Load a weights file into a pipeline of a world preset, strictly (keys, shapes, preset name); returns the
-    file's content. path=None: the preset's shipped file (FileNotFoundError naming it when missing)."""
+def load_weights(pipe, workload, path=None) -> dict:
+    """Load a weights file into a pipeline of a world preset of `workload` (a Workload), strictly (keys, shapes,
+    preset name); returns the file's content. path=None: the preset's shipped file (FileNotFoundError naming it
+    when missing)."""
+    name = _check_owner(workload, _world_preset(pipe.preset))
     path = weights_path(pipe.preset) if path is None else Path(path)
     state = read_weights(path)
-    if state["workload"] != workload or state["preset"] != pipe.preset.name:
+    if state["workload"] != name or state["preset"] != pipe.preset.name:
         raise ValueError(f"{str(path)!r} holds weights of {state['workload']}/{state['preset']}; this pipeline is "
-                         f"{workload}/{pipe.preset.name}")
+                         f"{name}/{pipe.preset.name}")
     enc = state["encoders"]
     load_checked(pipe.model, state["model"], strict=True, what=f"world weights {path.name} (model)")
     load_checked(pipe.clip, enc["clip"], strict=True, what=f"world weights {path.name} (clip)")
@@ -188,16 +194,11 @@ def load_weights(pipe, workload: str, path=None) -> dict:
 
 
 def build_world_pipeline(workload, preset, device="auto", dtype="auto", vae_dtype="auto", weights=True):
-    """A pipeline of a world preset (workload: a Workload or its name): frozen encoders from the preset's encoder
-    seed, then (weights=True) the shipped weights loaded strictly (checked to exist before anything is built);
-    weights=False: random weights; a path: that file."""
-    from .. import workloads
-    from ..presets import ALL_PRESETS
-
-    p = ALL_PRESETS[preset] if isinstance(preset, str) else preset
-    wl = workload_of(p)
-    if wl != getattr(workload, "name", workload):
-        raise ValueError(f"preset={p.name!r} belongs to workload {wl!r}, not {getattr(workload, 'name', workload)!r}")
+    """A pipeline of a world preset of `workload` (a Workload): frozen encoders from the preset's encoder seed, then
+    (weights=True) the shipped weights loaded strictly (checked to exist before anything is built); weights=False:
+    random weights; a path: that file."""
+    p = _world_preset(preset)
+    _check_owner(workload, p)
     path = None
     if weights is True:
         path = weights_path(p)
@@ -205,7 +206,7 @@ def build_world_pipeline(workload, preset, device="auto", dtype="auto", vae_dtyp
         path = Path(weights)
     if path is not None and not path.is_file():
         read_weights(path)  # raises FileNotFoundError naming the file
-    pipe = workloads.get(wl).new_pipeline(p, device, dtype, vae_dtype, seed=p.encoder_seed)
+    pipe = workload.new_pipeline(p, device, dtype, vae_dtype, seed=p.encoder_seed)
     if path is not None:
-        load_weights(pipe, wl, path)
+        load_weights(pipe, workload, path)
     return pipe
