@@ -6,6 +6,7 @@ import pytest
 import torch
 
 
+from wmbook import workloads
 from wmbook.presets import PRESETS, WMA_PRESETS, ActionConfig
 from wmbook.world import locate_agent, render_episode
 from wmbook.world import eval as weval
@@ -29,8 +30,8 @@ def tiny_world_wma():
 
 @pytest.fixture(scope="module")
 def pipes(one_thread):
-    return {"mg2": wweights.build_world_pipeline("mg2", tiny_world_mg2(), device="cpu", dtype="fp32", weights=False),
-            "wma": wweights.build_world_pipeline("wma", tiny_world_wma(), device="cpu", dtype="fp32", weights=False)}
+    return {"mg2": wweights.build_world_pipeline(workloads.get("mg2"), tiny_world_mg2(), device="cpu", dtype="fp32", weights=False),
+            "wma": wweights.build_world_pipeline(workloads.get("wma"), tiny_world_wma(), device="cpu", dtype="fp32", weights=False)}
 
 
 # --- the world ------------------------------------------------------------------------------------------------
@@ -133,10 +134,10 @@ def test_eval_functions_on_random_weights(pipes, wl):
     pipe = pipes[wl]
     assert weval.is_world_preset("world-mg2") and weval.is_world_preset(pipe.preset)
     assert not weval.is_world_preset("tiny") and not weval.is_world_preset("nope")
-    case = weval.heldout_case(wl, pipe, 3)
+    case = weval.heldout_case(workloads.get(wl), pipe, 3)
     n = 4 * (2 * 3 - 1) if wl == "mg2" else pipe.preset.frames
     assert case.target.shape == (n, 64, 64, 3) and case.target_xy.shape == (n, 2)
-    pred = weval.predict(wl, pipe, case)
+    pred = weval.predict(workloads.get(wl), pipe, case)
     assert pred.shape == case.target.shape and pred.dtype == np.uint8
     s = weval.score(pred, case)
     assert set(s) >= {"psnr", "ssim", "agent_err_px"} and all(np.isfinite(v) for v in s.values())
@@ -144,7 +145,7 @@ def test_eval_functions_on_random_weights(pipes, wl):
     assert np.isfinite(base["psnr"]) and base["psnr"] > s["psnr"]  # random weights do not beat copying
     perfect = weval.score(case.target, case)
     assert perfect["psnr"] == 100.0 and perfect["ssim"] == pytest.approx(1.0) and perfect["agent_err_px"] < 0.6
-    again = weval.predict(wl, pipe, weval.heldout_case(wl, pipe, 3))
+    again = weval.predict(workloads.get(wl), pipe, weval.heldout_case(workloads.get(wl), pipe, 3))
     assert np.array_equal(again, pred)  # seeded
 
 
@@ -172,7 +173,7 @@ def test_ssim_matches_a_known_value():
 
 def test_world_actions_are_checked(pipes):
     pipe = pipes["wma"]
-    case = weval.heldout_case("wma", pipe, 0)
+    case = weval.heldout_case(workloads.get("wma"), pipe, 0)
     with pytest.raises(ValueError, match="world_actions="):
         pipe.run_iteration(case.inputs, world_actions=torch.zeros(1, 3, 6), progress=False)
 
@@ -185,20 +186,20 @@ def test_weights_round_trip_strict(pipes, wl, tmp_path):
     from wmbook.models.checkpoint import CheckpointMismatchError
 
     pipe = pipes[wl]
-    path = wweights.save_weights(pipe, wl, tmp_path / "w.pt", meta={"x": 1})
+    path = wweights.save_weights(pipe, workloads.get(wl), tmp_path / "w.pt", meta={"x": 1})
     assert (tmp_path / "w.pt.json").is_file()
-    fresh = wweights.build_world_pipeline(wl, pipe.preset, device="cpu", dtype="fp32", weights=path)
+    fresh = wweights.build_world_pipeline(workloads.get(wl), pipe.preset, device="cpu", dtype="fp32", weights=path)
     for (k, a), (_, b) in zip(pipe.model.state_dict().items(), fresh.model.state_dict().items()):
         assert torch.equal(a.to(torch.bfloat16).float(), b), k
-    case = weval.heldout_case(wl, fresh, 1)
-    assert weval.predict(wl, fresh, case).shape == case.target.shape
+    case = weval.heldout_case(workloads.get(wl), fresh, 1)
+    assert weval.predict(workloads.get(wl), fresh, case).shape == case.target.shape
     state = torch.load(path, weights_only=True)
     state["model"].pop(next(iter(state["model"])))
     torch.save(state, tmp_path / "bad.pt")
     with pytest.raises(CheckpointMismatchError):
-        wweights.build_world_pipeline(wl, pipe.preset, device="cpu", dtype="fp32", weights=tmp_path / "bad.pt")
+        wweights.build_world_pipeline(workloads.get(wl), pipe.preset, device="cpu", dtype="fp32", weights=tmp_path / "bad.pt")
     with pytest.raises(FileNotFoundError, match="missing.pt"):
-        wweights.build_world_pipeline(wl, pipe.preset, device="cpu", dtype="fp32", weights=tmp_path / "missing.pt")
+        wweights.build_world_pipeline(workloads.get(wl), pipe.preset, device="cpu", dtype="fp32", weights=tmp_path / "missing.pt")
 
 
 def test_workload_pipeline_names_the_missing_weights(tmp_path, monkeypatch):
@@ -211,12 +212,12 @@ def test_workload_pipeline_names_the_missing_weights(tmp_path, monkeypatch):
 
 def test_predict_forwards_sampling_options(pipes):
     pipe = pipes["wma"]
-    case = weval.heldout_case("wma", pipe, 2)
-    one, out = weval.predict("wma", pipe, case, ddim_steps=1, return_output=True)
+    case = weval.heldout_case(workloads.get("wma"), pipe, 2)
+    one, out = weval.predict(workloads.get("wma"), pipe, case, ddim_steps=1, return_output=True)
     assert out.ddim_steps == 1 and one.shape == case.target.shape
-    assert not np.array_equal(one, weval.predict("wma", pipe, case, ddim_steps=2))
+    assert not np.array_equal(one, weval.predict(workloads.get("wma"), pipe, case, ddim_steps=2))
     with pytest.raises(ValueError, match="ddim_steps="):
-        weval.predict("wma", pipe, case, ddim_steps=0)
+        weval.predict(workloads.get("wma"), pipe, case, ddim_steps=0)
 
 
 @pytest.mark.parametrize("wl, kw, name", [("mg2", {"start": -1}, "start="), ("mg2", {"num_blocks": 0}, "num_blocks="),
@@ -226,14 +227,14 @@ def test_heldout_case_refuses_bad_input(pipes, wl, kw, name):
     pipe = pipes.get(wl, pipes["mg2"])
     kw = {"seed": 0, **kw}
     with pytest.raises(ValueError, match=name):
-        weval.heldout_case(wl, pipe, **kw)
+        weval.heldout_case(workloads.get(wl), pipe, **kw)
 
 
 def test_heldout_case_needs_a_world_sized_preset():
     from wmbook.pipelines.causal import CausalStreamingPipeline
 
     with pytest.raises(ValueError, match="world preset"):
-        weval.heldout_case("mg2", CausalStreamingPipeline("tiny-sf", device="cpu", dtype="fp32"), 0)
+        weval.heldout_case(workloads.get("mg2"), CausalStreamingPipeline("tiny-sf", device="cpu", dtype="fp32"), 0)
 
 
 @pytest.mark.parametrize("wl, preset", [("mg2", "world-mg2"), ("wma", "world-wma")])
@@ -253,9 +254,9 @@ def test_shipped_weights_load_strict_and_beat_copy_last(one_thread, wl, preset):
     assert meta["eval"]["model"]["psnr"] > meta["eval"]["copy_last"]["psnr"]
     if getattr(presets[preset], "sample_steps", 0):  # scored at the count the pipeline samples with
         assert meta["eval"]["ddim_steps"] == meta["sampling_steps"]["chosen"] == presets[preset].sample_steps
-    pipe = wweights.build_world_pipeline(wl, presets[preset], device="cpu")  # strict load inside
-    case = weval.heldout_case(wl, pipe, 0)
-    model = weval.score(weval.predict(wl, pipe, case), case)
+    pipe = wweights.build_world_pipeline(workloads.get(wl), presets[preset], device="cpu")  # strict load inside
+    case = weval.heldout_case(workloads.get(wl), pipe, 0)
+    model = weval.score(weval.predict(workloads.get(wl), pipe, case), case)
     base = weval.score(weval.copy_last(case), case)
     assert model["psnr"] > base["psnr"] + 1.0, (model, base)
     if meta["eval"].get("draws"):
@@ -280,8 +281,8 @@ def test_shipped_weights_load_strict_and_beat_copy_last(one_thread, wl, preset):
     if meta["eval"]["model"]["agent_err_px"] < meta["eval"]["copy_last"]["agent_err_px"]:
         # weights whose provenance claims action following: the agent is found where the actions put it, over three
         # held-out episodes (one episode's agent may stand still, where copy-last is right by construction)
-        cases = [weval.heldout_case(wl, pipe, s) for s in (1, 2)]
-        scores = [model] + [weval.score(weval.predict(wl, pipe, c), c) for c in cases]
+        cases = [weval.heldout_case(workloads.get(wl), pipe, s) for s in (1, 2)]
+        scores = [model] + [weval.score(weval.predict(workloads.get(wl), pipe, c), c) for c in cases]
         bases = [base] + [weval.score(weval.copy_last(c), c) for c in cases]
         err = sum(s["agent_err_px"] for s in scores) / 3
         assert err < 0.5 * sum(b["agent_err_px"] for b in bases) / 3, (scores, bases)
@@ -305,8 +306,8 @@ def test_world_steps_eval_tool_scores_each_step_count(tmp_path, capsys):
     assert tool.main(["missing.pt", "--draws", "0"]) == 2 and "--draws='0'" in capsys.readouterr().err
     assert tool.main(["missing.pt", "--draws", "2", "--choose", "c"]) == 2
     assert "--draws='2' is not allowed with --choose" in capsys.readouterr().err
-    pipe = wweights.build_world_pipeline("wma", "world-wma", device="cpu", dtype="fp32", weights=False)
-    path = wweights.save_weights(pipe, "wma", tmp_path / "w.pt")
+    pipe = wweights.build_world_pipeline(workloads.get("wma"), "world-wma", device="cpu", dtype="fp32", weights=False)
+    path = wweights.save_weights(pipe, workloads.get("wma"), tmp_path / "w.pt")
     out = tmp_path / "scores.csv"
     choice = tmp_path / "choice"
     assert tool.main([str(path), "--seeds", "1", "--steps", "1,2", "--eta", "0", "--draws", "4", "--out", str(out),
@@ -340,8 +341,8 @@ def test_world_action_sensitivity_tool(tmp_path, capsys):
     spec.loader.exec_module(tool)
     assert tool.main(["missing.pt", "--seeds", "1"]) == 2 and "--seeds='1'" in capsys.readouterr().err
     assert tool.main(["missing.pt", "--timesteps", "1000"]) == 2 and "--timesteps='1000'" in capsys.readouterr().err
-    pipe = wweights.build_world_pipeline("wma", "world-wma", device="cpu", dtype="fp32", weights=False)
-    path = wweights.save_weights(pipe, "wma", tmp_path / "w.pt")
+    pipe = wweights.build_world_pipeline(workloads.get("wma"), "world-wma", device="cpu", dtype="fp32", weights=False)
+    path = wweights.save_weights(pipe, workloads.get("wma"), tmp_path / "w.pt")
     assert tool.main([str(path), "--seeds", "0,1", "--timesteps", "500", "--steps", "1"]) == 0
     den = pd.read_csv(f"{path}.denoiser.csv")
     assert (den["out_swap_embedding_only"] == 0).all() and (den["out_swap_cross_attention_only"] > 0).all()
@@ -455,8 +456,8 @@ def test_notebook_03_runs_a_world_preset_on_another_weights_file(tmp_path, monke
     wl = workloads.get("wma")
     monkeypatch.setitem(wl.presets, "world-wma", wl.presets["world-wma"].with_(tiny=True))
 
-    pipe = wweights.build_world_pipeline("wma", "world-wma", device="cpu", dtype="fp32", weights=False)
-    path = wweights.save_weights(pipe, "wma", tmp_path / "w.pt", {"git_commit": "abc1234"})
+    pipe = wweights.build_world_pipeline(workloads.get("wma"), "world-wma", device="cpu", dtype="fp32", weights=False)
+    path = wweights.save_weights(pipe, workloads.get("wma"), tmp_path / "w.pt", {"git_commit": "abc1234"})
     kw = dict(workload="wma", device="cpu", solvers="ddim", sampling_steps="2", split_passes=False,
               results_path=str(tmp_path / "r.csv"))
     cfg = steps.validate(preset="world-wma", weights=str(path), **kw)
@@ -481,7 +482,7 @@ def test_notebook_03_runs_a_world_preset_on_another_weights_file(tmp_path, monke
         steps.validate(preset="world-wma", weights=3, **kw)
     with pytest.raises(ParameterError, match="applies to the trained world presets only"):
         steps.validate(preset="tiny-wma", weights=str(path), **kw)
-    mg2 = wweights.save_weights(wweights.build_world_pipeline("mg2", "world-mg2", device="cpu", dtype="fp32",
-                                                              weights=False), "mg2", tmp_path / "m.pt")
+    mg2 = wweights.save_weights(wweights.build_world_pipeline(workloads.get("mg2"), "world-mg2", device="cpu", dtype="fp32",
+                                                              weights=False), workloads.get("mg2"), tmp_path / "m.pt")
     with pytest.raises(ParameterError, match="holds mg2/world-mg2 weights"):
         steps.validate(preset="world-wma", weights=str(mg2), **kw)

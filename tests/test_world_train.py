@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from test_world import tiny_world_mg2, tiny_world_wma
+from wmbook import workloads
 from wmbook.train import TrainConfig, train
 from wmbook.train.data import EpisodeBank
 from wmbook.train.objectives import Mg2Objective, WMAObjective
@@ -22,7 +23,7 @@ def bank(one_thread):
 
 def _pipe(wl):
     p = tiny_world_mg2() if wl == "mg2" else tiny_world_wma()
-    return wweights.build_world_pipeline(wl, p, device="cpu", dtype="fp32", weights=False)
+    return wweights.build_world_pipeline(workloads.get(wl), p, device="cpu", dtype="fp32", weights=False)
 
 
 def test_teacher_forcing_equals_the_cached_block_loop(bank):
@@ -93,7 +94,7 @@ def test_train_resumes_and_ships_strict_weights(bank, tmp_path):
     assert saved["data_seed"] == 0 and saved["preset"] == "world-mg2-test" and "git_commit" in saved
     assert set(saved["eval"]) == {"heldout_seeds", "model", "copy_last"}
     assert out.stat().st_size < 20 * 2**20
-    pipe = wweights.build_world_pipeline("mg2", tiny_world_mg2(), device="cpu", dtype="fp32", weights=out)
+    pipe = wweights.build_world_pipeline(workloads.get("mg2"), tiny_world_mg2(), device="cpu", dtype="fp32", weights=out)
     assert not pipe.model.training
     with pytest.raises(ValueError, match="was made with"):
         train(TrainConfig(steps=5, **{**kw, "batch": 2}), bank=bank)
@@ -153,7 +154,7 @@ class _Mg2Oracle(torch.nn.Module):
 
 def _mg2_pipe(prediction):
     p = tiny_world_mg2().with_(prediction=prediction)
-    return wweights.build_world_pipeline("mg2", p, device="cpu", dtype="fp32", weights=False)
+    return wweights.build_world_pipeline(workloads.get("mg2"), p, device="cpu", dtype="fp32", weights=False)
 
 
 @pytest.mark.parametrize("prediction", ["x0", "flow"])
@@ -178,13 +179,13 @@ def test_mg2_oracle_makes_the_pipeline_reproduce_the_heldout_frames(prediction, 
 
     pipe = _mg2_pipe(prediction)
     p = pipe.preset
-    case = weval.heldout_case("mg2", pipe, 1)
+    case = weval.heldout_case(workloads.get("mg2"), pipe, 1)
     n = pixel_frames_for(case.num_blocks * p.num_frame_per_block, True)
     ep = weval.heldout_episode(1, case.start + n)
     video = torch.from_numpy(ep.frames[case.start:case.start + n]).permute(3, 0, 1, 2)[None].float() / 127.5 - 1
     z = normalize_latents(pipe.vae, pipe.vae.encode(video).latent_dist.mode())
     pipe.model = _Mg2Oracle(z, prediction)
-    s = weval.score(weval.predict("mg2", pipe, case, solver=solver), case)
+    s = weval.score(weval.predict(workloads.get("mg2"), pipe, case, solver=solver), case)
     base = weval.score(weval.copy_last(case), case)
     assert s["psnr"] > 60 and s["ssim"] > 0.999 and s["agent_err_px"] < 0.5, s
     assert base["psnr"] < 40, base
@@ -215,7 +216,7 @@ class _WMAOracle(torch.nn.Module):
 @pytest.mark.parametrize("model_output", ["x0-residual", "x0", "v"])
 def test_wma_oracle_has_zero_video_loss(bank, model_output):
     torch.manual_seed(0)
-    pipe = wweights.build_world_pipeline("wma", tiny_world_wma().with_(model_output=model_output), device="cpu",
+    pipe = wweights.build_world_pipeline(workloads.get("wma"), tiny_world_wma().with_(model_output=model_output), device="cpu",
                                          dtype="fp32", weights=False)
     obj = WMAObjective(pipe, bank)
     g = torch.Generator().manual_seed(0)
@@ -239,14 +240,14 @@ def test_wma_oracle_makes_the_pipeline_reproduce_the_heldout_frames(solver, step
     from wmbook.models.wma.vae import encode_frame
 
     p = tiny_world_wma().with_(use_dynamic_rescale=rescale, model_output=model_output)
-    pipe = wweights.build_world_pipeline("wma", p, device="cpu", dtype="fp32", weights=False)
-    case = weval.heldout_case("wma", pipe, 2)
+    pipe = wweights.build_world_pipeline(workloads.get("wma"), p, device="cpu", dtype="fp32", weights=False)
+    case = weval.heldout_case(workloads.get("wma"), pipe, 2)
     tgt = torch.from_numpy(case.target).permute(3, 0, 1, 2).float() / 127.5 - 1  # [3, T, H, W]
     x0 = torch.stack([encode_frame(pipe.vae, tgt[:, k][None], p.scale_factor) for k in range(p.frames)], 2)
     scale = torch.tensor([dynamic_rescale(p, t) if p.use_dynamic_rescale else 1.0
                           for t in range(p.num_train_timesteps)])
     pipe.model = _WMAOracle(pipe.model, x0, pipe.scheduler.alphas_cumprod, scale, model_output)
-    s = weval.score(weval.predict("wma", pipe, case, solver=solver, ddim_steps=steps), case)
+    s = weval.score(weval.predict(workloads.get("wma"), pipe, case, solver=solver, ddim_steps=steps), case)
     base = weval.score(weval.copy_last(case), case)
     if rescale:  # few steps end far from scale 1 (DPM-Solver++ / UniPC see an x0 whose scale moves with t)
         assert s["psnr"] < 38, s  # the rescale's contrast loss (documents why the world preset has it off)
@@ -296,8 +297,8 @@ def test_x0_residual_training_starts_at_copy_last(bank):
     cfg = TrainConfig(workload="wma", preset=p, out=Path("unused.pt"), steps=1, device="cpu").check()
     pipe, _ = build_training(cfg, torch.device("cpu"), bank)
     pipe.model.eval().requires_grad_(False)
-    case = weval.heldout_case("wma", pipe, 1)
-    s = weval.score(weval.predict("wma", pipe, case, ddim_steps=10), case)
+    case = weval.heldout_case(workloads.get("wma"), pipe, 1)
+    s = weval.score(weval.predict(workloads.get("wma"), pipe, case, ddim_steps=10), case)
     base = weval.score(weval.copy_last(case), case)
     assert abs(s["psnr"] - base["psnr"]) < 0.5 and abs(s["ssim"] - base["ssim"]) < 0.02, (s, base)
 
@@ -506,7 +507,7 @@ def test_frame_stride_spaces_windows_actions_and_heldout_cases(bank):
     assert not batch["action"][:, -1].any()  # the window's last frame takes no action
 
     pipe = _pipe("wma")
-    case = weval.heldout_case("wma", pipe, 0)
+    case = weval.heldout_case(workloads.get("wma"), pipe, 0)
     start = (n_obs + 6) * s
     ep = weval.heldout_episode(0, start + t * s + 1)
     assert case.start == start and np.array_equal(case.last, ep.frames[start])

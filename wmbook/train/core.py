@@ -81,7 +81,7 @@ class TrainConfig:
         wl = workloads.get(self.workload)
         allowed = [k for k, v in wl.presets.items() if is_world_preset(v)]
         if not isinstance(self.preset, str):  # a preset object (tests: a smaller world preset)
-            if not is_world_preset(self.preset) or self.preset.name not in wl.presets:
+            if not is_world_preset(self.preset) or not wl.owns_preset(self.preset):
                 raise ValueError(f"preset={getattr(self.preset, 'name', self.preset)!r} is not allowed for workload "
                                  f"{self.workload!r}; allowed values: {allowed} or a world preset object")
         elif self.preset not in allowed:

@@ -119,6 +119,11 @@ class Workload:
     def __repr__(self) -> str:
         return f"<Workload {self.name}: {self.title}>"
 
+    def owns_preset(self, preset) -> bool:
+        """True when `preset` (a preset object) is one of this workload's: one of its named presets, or a variation
+        of one (`preset.with_(...)`, a smaller test preset: the same preset class)."""
+        return any(type(preset) is type(p) for p in self.presets.values())
+
     # --- configuration ---------------------------------------------------------------------------------
     def default_vae_dtype(self, dtype: torch.dtype) -> torch.dtype:
         """vae_dtype 'auto'."""

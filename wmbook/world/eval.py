@@ -99,7 +99,7 @@ def heldout_case(workload, pipe, seed: int, *, start: int | None = None, num_blo
 
     wl = _workload(workload)
     p = pipe.preset
-    if not is_world_preset(p) or p.name not in wl.presets or (p.height, p.width) != (VIEW, VIEW):
+    if not is_world_preset(p) or not wl.owns_preset(p) or (p.height, p.width) != (VIEW, VIEW):
         raise ValueError(f"the pipeline's preset {p.name!r} is not a world preset of workload {wl.name!r} making "
                          f"{VIEW}x{VIEW} frames (what wmbook.world renders)")
     sample_seed = seed if sample_seed is None else sample_seed

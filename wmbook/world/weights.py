@@ -49,7 +49,7 @@ def _check_owner(workload, preset) -> str:
     if isinstance(workload, str) or not hasattr(workload, "presets"):
         raise TypeError(f"workload={workload!r} is not allowed here; pass the Workload object "
                         f"(wmbook.workloads.get(name))")
-    if preset.name not in workload.presets:
+    if not workload.owns_preset(preset):
         raise ValueError(f"preset={preset.name!r} does not belong to workload {workload.name!r}; allowed values: "
                          f"{[k for k, v in workload.presets.items() if is_world_preset(v)]}")
     return workload.name
