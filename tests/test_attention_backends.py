@@ -10,11 +10,26 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_mask
 
 from wmbook.models import attention as attn
-from wmbook.models.attention import (ATTENTION_BACKENDS, AttentionBackendError, attention, attention_backend,
-                                     block_causal_block_mask, block_causal_frame_mask, block_mask_from_dense,
-                                     get_attention_backend, set_attention_backend)
-from wmbook.variants.attention import (attention_backend_table, auto_kernel, backend_scores, best_backend,
-                                       classify_attention_kernel, flex_vs_dense_mask, record_attention_shapes)
+from wmbook.models.attention import (
+    ATTENTION_BACKENDS,
+    AttentionBackendError,
+    attention,
+    attention_backend,
+    block_causal_block_mask,
+    block_causal_frame_mask,
+    block_mask_from_dense,
+    get_attention_backend,
+    set_attention_backend,
+)
+from wmbook.variants.attention import (
+    attention_backend_table,
+    auto_kernel,
+    backend_scores,
+    best_backend,
+    classify_attention_kernel,
+    flex_vs_dense_mask,
+    record_attention_shapes,
+)
 
 pytestmark = pytest.mark.numerics  # rerun with oneDNN and ATen held to older ISAs: `make test-isa`
 

@@ -14,9 +14,21 @@ import pytest
 import torch
 
 from wmbook.profiling import label, profile, set_labels
-from wmbook.profiling.analysis import (CATEGORIES, LABEL_DEVICE_TIME_DEFINITION, activity_categories, classify,
-                                       kernel_summary, label_table, label_tree, op_bytes, op_flops, stage_table,
-                                       top_level_labels, trace_busy_ms, work)
+from wmbook.profiling.analysis import (
+    CATEGORIES,
+    LABEL_DEVICE_TIME_DEFINITION,
+    activity_categories,
+    classify,
+    kernel_summary,
+    label_table,
+    label_tree,
+    op_bytes,
+    op_flops,
+    stage_table,
+    top_level_labels,
+    trace_busy_ms,
+    work,
+)
 from wmbook.profiling.breakdown import analyze
 from wmbook.profiling.collect import device_busy_ms
 from wmbook.profiling.trace import Trace

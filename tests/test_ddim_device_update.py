@@ -16,8 +16,7 @@ import torch
 
 from wmbook import workloads
 from wmbook.graphs import GraphedCallable
-from wmbook.pipelines.ddim import (WMAInteractionPipeline, ddim_table, ddim_update, head_coef_table,
-                                   video_coef_table)
+from wmbook.pipelines.ddim import ddim_table, ddim_update, head_coef_table, video_coef_table
 
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and the CUDA kernels' rounding need a "
                                                                 "CUDA device")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import _decode_blocks
+
 from wmbook import variants, workloads
 from wmbook.models.vae import StreamingWanDecoder, build_wan_vae, unnormalize_latents, wan_vae_config
 from wmbook.variants.ladder import apply_stack

@@ -37,7 +37,8 @@ def test_bad_jobs_refused_before_any_process(change, message, tmp_path):
     assert message in str(e.value)
     with pytest.raises(JobError):
         run_job(spec, tmp_path / "jobs", progress=False)
-    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())  # nothing started, nothing written
+    # nothing started, nothing written
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
 
 
 def test_layouts_and_multicast_off():

@@ -140,7 +140,8 @@ def test_replay_equals_eager_and_outputs_are_copies():
     g = GraphedCallable(fn, warmup=2)
     xs = [torch.randn(8, 64, device="cuda") for _ in range(5)]
     outs = [g(x, {"s": torch.tensor(2.0, device="cuda")})["y"] for x in xs]
-    assert g.captured == 1 and g.entries and next(iter(g.entries.values())).replays == 2  # the capture call runs eagerly
+    # the capture call runs eagerly
+    assert g.captured == 1 and g.entries and next(iter(g.entries.values())).replays == 2
     for x, o in zip(xs, outs):
         torch.testing.assert_close(o, lin(x) * 2.0)  # earlier outputs not overwritten by later replays
     assert g(torch.randn(4, 64, device="cuda"), {"s": torch.tensor(1.0, device="cuda")})["y"].shape == (4, 64)

@@ -32,9 +32,8 @@ _PTR = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16",
 
 def _launches(monkeypatch) -> list[tuple]:
     """(python function, {arg name: value}) of every kernel launch the ops' tiny cases make."""
-    from triton.runtime.interpreter import InterpretedFunction
-
     from test_kernels_ops import _cases  # pytest puts tests/ on the path (no package)
+    from triton.runtime.interpreter import InterpretedFunction
 
     seen, real = [], InterpretedFunction.run
 

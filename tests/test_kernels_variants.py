@@ -91,9 +91,7 @@ def test_fused_kernel_really_runs(ref, monkeypatch):
     """Poison the kernel launchers: the fused model's output must change (the swap is not a silent no-op)."""
     wl, pipe = ref
     fused, _ = apply_stack(pipe, wl, ["triton-fused"], DEV)
-    from wmbook.kernels import adaln, group_norm_silu
-
-    from wmbook.kernels import short_attention
+    from wmbook.kernels import adaln, group_norm_silu, short_attention
 
     targets = [(adaln, "adaln_modulate")] if wl.name == "mg2" else [(group_norm_silu, "group_norm_silu"),
                                                                     (short_attention, "short_attention")]
@@ -233,9 +231,9 @@ def test_fp8_leaves_inductors_settings_alone(monkeypatch):
     import types
 
     import torch._inductor.config as inductor_config
+
     from wmbook import variants
-    from wmbook.variants import VariantContext
-    from wmbook.variants import builtin
+    from wmbook.variants import VariantContext, builtin
 
     asked, quantized = {}, []
 

@@ -11,7 +11,6 @@ import torch
 
 from wmbook import bench, check, device, results
 
-
 # ---- bench ---------------------------------------------------------------------------------
 
 

@@ -195,7 +195,8 @@ def test_runner_sees_only_the_ipynb_files():
     assert wmrun.resolve_notebooks([IPYNBS[0].stem[:2]], NOTEBOOKS) == [IPYNBS[0].resolve()]
 
 
-# ------------------------------------------------------------------ the stripping tool (nbstripout, `make strip`'s flags)
+# ------------------------------------------------------------------ the stripping tool (nbstripout, `make strip`'s
+# flags)
 
 
 def test_strip_tool_keeps_tags_drops_outputs(tmp_path):

@@ -1,12 +1,11 @@
 """Notebook 01 end to end with papermill on the tiny preset (what `make report` does on a CPU)."""
 
 import ast
-
-import papermill as pm
-import pandas as pd
-import pytest
-
 from pathlib import Path
+
+import pandas as pd
+import papermill as pm
+import pytest
 
 from wmbook import studies
 from wmbook.params import ParameterError

@@ -7,9 +7,9 @@ import re
 import pytest
 import torch
 
-from wmbook.studies import baseline
 from wmbook.pipelines.causal import CausalStreamingPipeline, warped_timesteps
 from wmbook.profiling import label_table, profile, set_labels
+from wmbook.studies import baseline
 
 
 @pytest.fixture(scope="module")

@@ -186,7 +186,8 @@ def test_cross_links_prefer_the_same_workload(tmp_path):
     assert link("04_compile_autocast", tmp_path, "02_bottleneck_breakdown-wma-bf16") == "04_compile_autocast-wma.html"
     assert link("04_compile_autocast", tmp_path, "02_bottleneck_breakdown-mg2-universal") == \
         "04_compile_autocast-mg2-universal-compile.html"
-    assert link("05_triton_kernels", tmp_path, "06_cuda_graphs-mg2-universal") == "05_triton_kernels-zz.html"  # partial last
+    # partial last
+    assert link("05_triton_kernels", tmp_path, "06_cuda_graphs-mg2-universal") == "05_triton_kernels-zz.html"
     assert link("03_step_reduction", tmp_path, "02_bottleneck_breakdown-wma-bf16") == "03_step_reduction-wma.html"
     assert link("03_step_reduction", tmp_path, "02_bottleneck_breakdown-world-mg2") == "03_step_reduction-world-mg2.html"
     assert link("07_motion_data_loading", tmp_path, "02_bottleneck_breakdown-wma") is None

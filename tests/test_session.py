@@ -9,7 +9,6 @@ import torch
 
 from wmbook.profiling import report as report_mod
 from wmbook.profiling.config import ProfilingConfig, load_config, presets
-from wmbook.profiling.labels import label, labels_enabled, set_labels
 from wmbook.profiling.decorators import (
     add_profiling_event,
     profile_block_computation,
@@ -18,6 +17,7 @@ from wmbook.profiling.decorators import (
     profile_model_parameters,
     profile_session,
 )
+from wmbook.profiling.labels import label, labels_enabled, set_labels
 from wmbook.profiling.overhead import measure_overhead
 from wmbook.profiling.session import (
     DEFINITIONS,

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import _decode_blocks as _stream  # noqa: E402  (tests/ is on sys.path under pytest)
 
 from wmbook.models.checkpoint import CheckpointMismatchError
 from wmbook.models.taehv import (
@@ -13,7 +14,6 @@ from wmbook.models.taehv import (
     load_taehv_decoder,
 )
 from wmbook.models.vae import WAN21_LATENTS_MEAN, WAN21_LATENTS_STD, pixel_frames_for
-from conftest import _decode_blocks as _stream  # noqa: E402  (tests/ is on sys.path under pytest)
 
 pytestmark = pytest.mark.numerics  # rerun with oneDNN and ATen held to older ISAs: `make test-isa`
 

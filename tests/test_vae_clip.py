@@ -4,6 +4,7 @@ import inspect
 
 import pytest
 import torch
+from conftest import _decode_blocks as _stream  # noqa: E402  (tests/ is on sys.path under pytest)
 
 from wmbook.models.clip import ClipImageEncoder, clip_dim, clip_tokens, clip_vision_config
 from wmbook.models.vae import (
@@ -15,7 +16,6 @@ from wmbook.models.vae import (
     unnormalize_latents,
     wan_vae_config,
 )
-from conftest import _decode_blocks as _stream  # noqa: E402  (tests/ is on sys.path under pytest)
 
 pytestmark = pytest.mark.numerics  # rerun with oneDNN and ATen held to older ISAs: `make test-isa`
 

@@ -11,8 +11,13 @@ import wmbook.models.wma.layers as wma_layers
 import wmbook.models.wma.unet as wma_unet
 from wmbook.models.wma import WMA_FINE_LABELS, WMAWorldModel, parameter_counts
 from wmbook.models.wma.flops import step_flops, unet_forward_flops
-from wmbook.models.wma.mapping import (from_upstream_key, load_upstream_checkpoint, to_upstream_keys, upstream_ema_key,
-                                      upstream_state_dict)
+from wmbook.models.wma.mapping import (
+    from_upstream_key,
+    load_upstream_checkpoint,
+    to_upstream_keys,
+    upstream_ema_key,
+    upstream_state_dict,
+)
 from wmbook.models.wma.unet import FrameContext, ResBlock, SpatialTransformer, TemporalTransformer
 from wmbook.presets import get_preset
 from wmbook.profiling import profile, set_labels

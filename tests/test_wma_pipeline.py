@@ -11,12 +11,19 @@ import pytest
 import torch
 
 from wmbook import workloads
-from wmbook.studies import baseline as baseline_study
-from wmbook.pipelines.ddim import (WMAInteractionPipeline, check_run_params, ddim_table, ddim_update, dynamic_rescale,
-                                   head_scheduler, video_scheduler)
+from wmbook.pipelines.ddim import (
+    WMAInteractionPipeline,
+    check_run_params,
+    ddim_table,
+    ddim_update,
+    dynamic_rescale,
+    head_scheduler,
+    video_scheduler,
+)
 from wmbook.presets import ALL_PRESETS, PRESETS, WMA_PRESETS, WMAPreset, get_preset
 from wmbook.profiling import label_table, profile
 from wmbook.profiling.sections import SectionTimer
+from wmbook.studies import baseline as baseline_study
 
 
 @pytest.fixture(autouse=True, scope="module")

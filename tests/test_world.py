@@ -5,11 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-
 from wmbook import workloads
 from wmbook.presets import PRESETS, WMA_PRESETS, ActionConfig
-from wmbook.world import locate_agent, render_episode
 from wmbook.world import eval as weval
+from wmbook.world import locate_agent, render_episode
 from wmbook.world import weights as wweights
 
 

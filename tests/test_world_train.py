@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from test_world import tiny_world_mg2, tiny_world_wma
+
 from wmbook import workloads
 from wmbook.train import TrainConfig, train
 from wmbook.train.data import EpisodeBank
@@ -236,8 +236,8 @@ def test_wma_oracle_makes_the_pipeline_reproduce_the_heldout_frames(solver, step
     the reference's last DDIM step leaves (it ends on alpha_bar[0], not 1: about 42 dB), far above copy-last.
     With DynamiCrafter's dynamic rescale (the reference presets; the world preset has it off) DDIM ends on
     scale(t_last) x0, so only many steps come close (42.1 dB at 50 steps, 30.8 at 5 on world-wma, seed 0)."""
-    from wmbook.pipelines.ddim import dynamic_rescale
     from wmbook.models.wma.vae import encode_frame
+    from wmbook.pipelines.ddim import dynamic_rescale
 
     p = tiny_world_wma().with_(use_dynamic_rescale=rescale, model_output=model_output)
     pipe = wweights.build_world_pipeline(workloads.get("wma"), p, device="cpu", dtype="fp32", weights=False)

@@ -17,11 +17,11 @@ import json
 
 import torch
 
+from wmbook import workloads
 from wmbook.bench import Samples, host_launch_ms, time_fn, time_once
 from wmbook.errors import command
 from wmbook.profiling.breakdown import kernel_summary, profile_calls
 from wmbook.variants import GlobalFlags, resolve
-from wmbook import workloads
 from wmbook.variants.ladder import apply_stack
 
 

@@ -2,10 +2,14 @@
 
 Run on a GPU host from the repo root: PYTHONPATH=$PWD python3 tools/diag_forward.py
 """
-import torch, time
-from wmbook.presets import get_preset
-from wmbook.models.causal_wan import CausalWanModel
+import time
+
+import torch
+
 from wmbook.bench import time_fn
+from wmbook.models.causal_wan import CausalWanModel
+from wmbook.presets import get_preset
+
 dev = torch.device("cuda")
 for name, kw in [("mg2 full", {}), ("mg2 no action", {"action": None})]:
     p = get_preset("mg2-universal").with_(**kw)
@@ -26,10 +30,15 @@ for name, kw in [("mg2 full", {}), ("mg2 no action", {"action": None})]:
         m(x, t, ctx, cond_concat=cond[:, :, :3], actions=acts, cache=cache, start_frame=0)
         f = lambda: m(x, t, ctx, cond_concat=cond[:, :, 3:], actions=acts, cache=cache, start_frame=3)
         tm = time_fn(f, warmup=3, repeats=20)
-        torch.cuda.synchronize(); t0 = time.perf_counter(); f(); t1 = time.perf_counter()  # host launch time
-        torch.cuda.synchronize(); t2 = time.perf_counter()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        f()
+        t1 = time.perf_counter()  # host launch time
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA, torch.profiler.ProfilerActivity.CPU]) as prof:
-            f(); torch.cuda.synchronize()
+            f()
+            torch.cuda.synchronize()
     ka = prof.key_averages()
     top = sorted(ka, key=lambda e: -e.self_device_time_total)[:8]
     print(f"{name}: forward {tm}; host enqueue {1e3*(t1-t0):.1f} ms, drain {1e3*(t2-t1):.1f} ms")

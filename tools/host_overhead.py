@@ -13,12 +13,12 @@ import json
 
 import torch
 
+from wmbook import workloads
 from wmbook.bench import host_launch_ms, time_fn, time_once
 from wmbook.errors import command
 from wmbook.profiling.breakdown import device_busy_ms
 from wmbook.variants import GlobalFlags, resolve
 from wmbook.variants.compile_monitor import CompileMonitor
-from wmbook import workloads
 from wmbook.variants.ladder import apply_stack
 
 

@@ -16,8 +16,8 @@ import yaml
 
 from wmbook import workloads
 from wmbook.errors import command
-from wmbook.profiling.config import load_config
 from wmbook.profiling import measure_overhead
+from wmbook.profiling.config import load_config
 from wmbook.studies import breakdown
 
 GPU_METRICS = ("monitor_gpu_temperature", "monitor_gpu_power", "monitor_gpu_clocks")

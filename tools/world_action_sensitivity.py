@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 import torch
+
 from wmbook.errors import InputError, command
 
 

@@ -19,6 +19,7 @@ import sys
 
 import pandas as pd
 import torch
+
 from wmbook.errors import InputError, command
 
 

@@ -239,7 +239,14 @@ def run_main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> int
 def _run_main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> int:
     """``wmbook run ...``: parse, check, execute (wmbook.run.run_notebooks), print where the report is."""
     from . import run as _run
-    from .run import NOTEBOOK_GLOB, UnknownNotebookError, default_out_dir, discover_notebooks, notebooks_dir, resolve_notebooks
+    from .run import (
+        NOTEBOOK_GLOB,
+        UnknownNotebookError,
+        default_out_dir,
+        discover_notebooks,
+        notebooks_dir,
+        resolve_notebooks,
+    )
 
     ap = build_run_parser(prog)
     args = ap.parse_args(argv)

@@ -28,9 +28,16 @@ from typing import Iterable, Mapping, Sequence
 import pandas as pd
 
 from .frontend import HEADLESS_ENV, headless, headless_start, num  # noqa: F401  (part of this module's face)
-from .widgets import (MONITOR_STATUS, drop_lines, frame_comparer, frame_psnr, ladder_frames,  # noqa: F401
-                      monitor_view, stack_picker)
-from .widgets import to_uint8_frames  # noqa: F401
+from .widgets import (  # noqa: F401
+    MONITOR_STATUS,
+    drop_lines,
+    frame_comparer,
+    frame_psnr,
+    ladder_frames,
+    monitor_view,
+    stack_picker,
+    to_uint8_frames,  # noqa: F401
+)
 
 # suffix -> (unit shown in the header, scale applied to the values); longest suffixes first
 _UNIT_SUFFIXES: tuple[tuple[str, str, float], ...] = (

@@ -13,9 +13,9 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import fcntl
-import io
 import functools
 import importlib.metadata
+import io
 import json
 import os
 import platform
@@ -244,7 +244,7 @@ def _scan(f) -> tuple[list[str], int, list[str]]:
     missing = [c for c in KEY_COLUMNS + ("value",) if c not in header]
     dup = sorted({c for c in header if header.count(c) > 1})
     if missing or dup:
-        return header, 0, [f"line 1 (the header): " + "; ".join(
+        return header, 0, ["line 1 (the header): " + "; ".join(
             ([f"columns {missing} missing"] if missing else []) + ([f"columns {dup} repeated"] if dup else []))]
     keys = [(c, header.index(c)) for c in KEY_COLUMNS]
     nums = [(c, header.index(c)) for c in NUMERIC_COLUMNS if c in header]

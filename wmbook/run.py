@@ -32,21 +32,19 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import os
 import platform
 import re
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from .render import STATUS_FAILED, STATUS_OK, STATUS_PENDING, notebook_facts, render_html, write_index
 from .jupyter_kernel import check_kernel, kernel_for_this_python
 from .paths import git_commit
+from .render import STATUS_FAILED, STATUS_OK, STATUS_PENDING, notebook_facts, render_html, write_index
 
 __all__ = [
     "NotebookRun",

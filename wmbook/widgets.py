@@ -187,7 +187,6 @@ class _LineFilter:
     """A text stream that passes everything to `target` except whole lines matching `pattern`."""
 
     def __init__(self, target, pattern: str):
-        import re
         import threading
 
         self.target, self.pattern = target, re.compile(pattern)
@@ -226,7 +225,6 @@ class drop_lines:
         self.filter = None
 
     def __enter__(self):
-        import sys
 
         self._old = sys.stdout
         self.filter = _LineFilter(self._old, self.pattern)
@@ -234,7 +232,6 @@ class drop_lines:
         return self.filter
 
     def __exit__(self, *exc):
-        import sys
 
         try:
             self.filter.flush()

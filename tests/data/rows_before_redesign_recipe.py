@@ -2,6 +2,7 @@
 rows_tiny_before_redesign.csv (run from a checkout of commit 17fce5b: `PYTHONPATH=<checkout> python THIS OUT.csv TMPDIR`)."""
 import sys
 from pathlib import Path
+
 import pandas as pd
 import torch
 
@@ -12,6 +13,7 @@ CEIL = {"gemm_tflops": 1.0, "copy_gbps": 10.0, "sdpa_tflops": 0.5, "device_name"
 rows = []
 
 from wmbook import workloads
+
 for wl, extra in (("mg2", {}), ("wma", {})):
     cfg = workloads.validate(wl, device="cpu", warmup=0, repeats=2, profile=True, output_dir=str(tmp / f"01-{wl}"),
                              results_path=str(tmp / "r.csv"), seed=0)
@@ -22,12 +24,14 @@ for wl, extra in (("mg2", {}), ("wma", {})):
     rows += bl.result_rows(cfg, res, stages)
 
 from wmbook import bottleneck as bn
+
 cfg = bn.validate(workload="mg2", device="cpu", trace="tests/data/trace_tiny_h100.json.gz", measure_overhead=False,
                   output_dir=str(tmp / "02"), results_path=str(tmp / "r.csv"))
 bd = bn.breakdown(cfg.trace, cfg, {"gemm_tflops": 802.0, "sdpa_tflops": 691.0, "copy_gbps": 3000.0})
 rows += bn.result_rows(cfg, bd)
 
 from wmbook import compile_autocast as ca
+
 for wl, steps in (("mg2", ["bf16", "hygiene", "action-attn-fused"]), ("wma", ["bf16", "hygiene", "channels-last"])):
     cfg = ca.validate(workload=wl, device="cpu", sections="ladder", warmup=0, repeats=2, e2e_repeats=1,
                       output_dir=str(tmp / f"04-{wl}"), results_path=str(tmp / "r.csv"))

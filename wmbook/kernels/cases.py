@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 
 
-
 def _set_params(module: torch.nn.Module, **values: torch.Tensor) -> None:
     """Move `module` to the values' device and dtype and copy them into its parameters of those names (the eager
     sequence is the module's own call on the case's inputs)."""
@@ -61,7 +60,9 @@ def dit_cases(dim: int, num_heads: int, grid: tuple[int, int, int], eps: float =
     """adaLN modulate (norm1/norm2), gated residual + the next adaLN (self-attention residual then norm3), q/k RMSNorm +
     3-D RoPE, at [batch, f * h * w, dim] for one block's token grid (f, h, w) (fp32 modulation, as upstream Wan)."""
     from ..models.causal_wan import WanLayerNorm, WanRMSNorm, apply_rope
-    from . import adaln, gated_residual_adaln as gra, qk_norm_rope as qkr
+    from . import adaln
+    from . import gated_residual_adaln as gra
+    from . import qk_norm_rope as qkr
 
     f, gh, gw = grid
     b, n, c = batch, f * gh * gw, dim

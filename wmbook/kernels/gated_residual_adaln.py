@@ -10,8 +10,17 @@ from __future__ import annotations
 
 import torch
 
-from . import (check_dtype, check_rows, define_op, launch, modulation_frames, modulation_strides, next_pow2, row_warps,
-               runs_triton)
+from . import (
+    check_dtype,
+    check_rows,
+    define_op,
+    launch,
+    modulation_frames,
+    modulation_strides,
+    next_pow2,
+    row_warps,
+    runs_triton,
+)
 
 try:
     import triton

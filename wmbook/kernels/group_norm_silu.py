@@ -369,8 +369,6 @@ def group_norm_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, n
     if not cl:
         x = x.contiguous()
     b, c = x.shape[:2]
-    s = x.numel() // max(1, b * c)
-    cg = c // num_groups
     out = torch.empty_like(x)  # x's strides: channels-last stays channels-last
     if x.numel() == 0:
         return out

@@ -35,15 +35,25 @@ from tqdm.auto import tqdm
 
 from ..atomic import atomic_open
 from ..bench import DeviceTimer
+from ..errors import number_error
 from ..models.wma import WMA_FORWARD_LABEL, WMAWorldModel
 from ..models.wma.conditioning import ClipImageTokens, OpenClipTextEncoder
 from ..models.wma.vae import build_sd_vae, decode_frame, encode_frame
-from ..errors import number_error
 from ..presets import WMAPreset, get_preset, resolve_device, resolve_dtype
 from ..profiling.labels import label
 from .causal import export_gif, load_image
-from .ddim_tables import (HEAD_COEFS, VIDEO_COEFS, DDIMTable, ddim_table, ddim_update,  # noqa: F401  (re-exported)
-                          dynamic_rescale, head_coef_table, head_scheduler, video_coef_table, video_scheduler)
+from .ddim_tables import (  # noqa: F401  (re-exported)
+    HEAD_COEFS,
+    VIDEO_COEFS,
+    DDIMTable,
+    ddim_table,
+    ddim_update,
+    dynamic_rescale,
+    head_coef_table,
+    head_scheduler,
+    video_coef_table,
+    video_scheduler,
+)
 
 ITERATION_LABEL = "WMA_Interaction_Iteration"  # one interaction iteration (the breakdown region)
 DEFAULT_INSTRUCTION = "pick up the yellow box and place it in the basket"

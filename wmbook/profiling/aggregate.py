@@ -3,7 +3,8 @@
     agg = aggregate_reports("profiling_reports/development")  # folders of <name>_<time>_rank<r>.json and/or files
     print(agg.text()); agg.ranks; agg.metrics; agg.stages; agg.paths
     group_reports(["data/reports/h100/artifacts/02_bottleneck_breakdown"])  # {session name: [report paths]}
-    aggregate_sessions("data/reports/h100/artifacts/02_bottleneck_breakdown")  # {session name: AggregateReport}, one per session
+    # {session name: AggregateReport}, one per session
+    aggregate_sessions("data/reports/h100/artifacts/02_bottleneck_breakdown")
 
 Reports belong to one session when they carry the same session name (report["session"]["name"]).
 Aggregates are written to ./profiling_reports/aggregate/<session>_aggregate.json (+ .html) of the current
@@ -26,7 +27,7 @@ import pandas as pd
 
 from ..atomic import atomic_open
 from .jsonable import jsonable as _jsonable
-from .report import SCHEMA, _CSS, _e, _table, slug
+from .report import _CSS, SCHEMA, _e, _table, slug
 
 AGGREGATE_SCHEMA = "wmbook.profiling.aggregate/1"
 

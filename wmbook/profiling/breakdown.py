@@ -31,17 +31,45 @@ import pandas as pd
 
 from . import plots
 from .analysis import (
-    CAST_OPS, CATEGORIES, DECODE_LABEL_RE, DIT_FINE_LABELS, FORWARD_LABEL, LABEL_DEVICE_TIME_DEFINITION,
-    SHORT_KERNEL_US, aten_ops_per_forward, casts, category_times, classify, classify_cpu_op, cpu_hotspots,
-    decode_ms, forward_categories, forward_split, generated_units, kernel_summary, label_tree, launch_numbers,
-    launch_stats, part_categories, op_bytes, op_flops, roofline, select, suggest, sync_numbers, syncs, top_level_labels,
-    trace_busy_ms, unclassified,
+    CAST_OPS,
+    CATEGORIES,
+    DECODE_LABEL_RE,
+    DIT_FINE_LABELS,
+    FORWARD_LABEL,
+    LABEL_DEVICE_TIME_DEFINITION,
+    SHORT_KERNEL_US,
+    aten_ops_per_forward,
+    casts,
+    category_times,
+    classify,
+    classify_cpu_op,
+    cpu_hotspots,
+    decode_ms,
+    forward_categories,
+    forward_split,
+    generated_units,
+    kernel_summary,
+    label_tree,
+    launch_numbers,
+    launch_stats,
+    op_bytes,
+    op_flops,
+    part_categories,
+    roofline,
+    select,
+    suggest,
+    sync_numbers,
+    syncs,
+    top_level_labels,
+    trace_busy_ms,
+    unclassified,
 )
 from .analysis.suggestions import NOTEBOOKS  # noqa: F401
 from .collect import device_busy_ms, profile_calls
 from .jsonable import finite_or_none, jsonable
 from .plots import plot_categories, plot_forward_split, plot_label_tree, plot_roofline
 from .trace import Trace
+
 
 @dataclass
 class Breakdown:

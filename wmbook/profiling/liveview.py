@@ -8,7 +8,6 @@ from .monitor import ResourceMonitor
 from .timelines import draw_timelines, figure_png, png_base64
 
 
-
 def _ipython_kernel():
     """The running IPython kernel shell, or None (plain Python, terminal IPython)."""
     try:

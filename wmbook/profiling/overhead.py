@@ -14,7 +14,6 @@ from .sections import SectionTimer
 from .session import ProfilingSession, current_session
 
 
-
 def label_timing_cost_us(device=None, n: int = 2000) -> float:
     """Host microseconds one `label()` range costs when a session times it (a SectionTimer attached: two event
     records and its bookkeeping), over the same range untimed; the median of 5 rounds of `n` ranges."""

@@ -13,7 +13,6 @@ import json
 import re
 from pathlib import Path
 
-
 from ..atomic import atomic_open
 from .definitions import DEFINITIONS
 from .jsonable import jsonable as _jsonable

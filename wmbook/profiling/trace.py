@@ -272,11 +272,17 @@ class Trace:
             op_idx.append(oi)
             hit = corr_launch.get(corr)
             if hit is not None:
-                launch_us.append(hit[0]); lpid.append(hit[1]); ltid.append(hit[2])  # fmt: skip
+                launch_us.append(hit[0])
+                lpid.append(hit[1])
+                ltid.append(hit[2])
             elif oi >= 0:
-                launch_us.append(O.at[oi, "start_us"]); lpid.append(O.at[oi, "pid"]); ltid.append(O.at[oi, "tid"])  # fmt: skip
+                launch_us.append(O.at[oi, "start_us"])
+                lpid.append(O.at[oi, "pid"])
+                ltid.append(O.at[oi, "tid"])
             else:
-                launch_us.append(np.nan); lpid.append(None); ltid.append(None)  # fmt: skip
+                launch_us.append(np.nan)
+                lpid.append(None)
+                ltid.append(None)
         K["launch_us"] = np.asarray(launch_us, dtype=float)
         K["launch_pid"], K["launch_tid"] = lpid, ltid
         K["op"] = np.asarray(op_idx, dtype=np.int64)

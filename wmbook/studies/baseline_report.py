@@ -5,8 +5,19 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..rows import (Findings, Stage, fmt, fmt_spread, fmt_value, latest_runs, md_table, number, row_of, run_dtype,
-                    workload_of)
+from ..rows import (
+    Findings,
+    Stage,
+    fmt,
+    fmt_spread,
+    fmt_value,
+    latest_runs,
+    md_table,
+    number,
+    row_of,
+    run_dtype,
+    workload_of,
+)
 
 NOTEBOOK = "01_baseline_profiling"
 STAGE = (0, "eager")  # the summary's first stage: the reference, at the precision upstream runs it

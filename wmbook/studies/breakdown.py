@@ -13,8 +13,20 @@ from pathlib import Path
 from .. import display as _display
 from .. import results as results_store
 from ..bench import Samples
-from ..params import (DEVICE, DTYPE, OUTPUT_DIR, PRESET, RESULTS_PATH, SEED, VAE_DTYPE, WARMUP, Param,
-                      ParameterError, boolean, integer)
+from ..params import (
+    DEVICE,
+    DTYPE,
+    OUTPUT_DIR,
+    PRESET,
+    RESULTS_PATH,
+    SEED,
+    VAE_DTYPE,
+    WARMUP,
+    Param,
+    ParameterError,
+    boolean,
+    integer,
+)
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 

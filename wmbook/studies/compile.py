@@ -16,13 +16,25 @@ import importlib.util
 import pandas as pd
 import torch
 
-from ..params import (DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WARMUP, Param, ParameterError,
-                      choice, integer, name_list, subset_or_all)
+from ..params import (
+    DEVICE,
+    OUTPUT_DIR,
+    PRESET,
+    REPEATS,
+    RESULTS_PATH,
+    SEED,
+    WARMUP,
+    Param,
+    ParameterError,
+    choice,
+    integer,
+    name_list,
+    subset_or_all,
+)
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from ..workloads import E2ESize
-from .compile_report import (guard_groups, interpret, plot_compile_times, plot_forward_vs_floor,  # noqa: F401
-                             result_rows)
+from .compile_report import guard_groups, interpret, plot_compile_times, plot_forward_vs_floor, result_rows  # noqa: F401
 
 NOTEBOOK = "04_compile_autocast"
 SECTIONS = ("precision", "vae", "hygiene", "attention", "ladder", "compile")

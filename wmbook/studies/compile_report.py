@@ -9,8 +9,22 @@ import math
 import pandas as pd
 
 from .. import results as results_store
-from ..rows import (Findings, Stage, device_label, fmt, fmt_spread, fmt_value, gate_of, ladder_stage, md_table,
-                    number, psnr_clause, row_of, summary_best, workload_of)
+from ..rows import (
+    Findings,
+    Stage,
+    device_label,
+    fmt,
+    fmt_spread,
+    fmt_value,
+    gate_of,
+    ladder_stage,
+    md_table,
+    number,
+    psnr_clause,
+    row_of,
+    summary_best,
+    workload_of,
+)
 
 NOTEBOOK = "04_compile_autocast"
 STAGE = (1, "+ precision and compile (04)")

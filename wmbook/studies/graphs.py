@@ -483,7 +483,8 @@ def _run_goal(e: pd.DataFrame, f: pd.DataFrame, categories: pd.DataFrame | None 
     return out
 
 
-# --- whole generations before and after: GPU idle and the streams ------------------------------------------------------
+# --- whole generations before and after: GPU idle and the streams
+# ------------------------------------------------------
 
 
 TRACE_DDIM_STEPS = 10  # DDIM steps per pass of a profiled whole generation (UNet workloads)

@@ -8,9 +8,25 @@ import math
 
 import pandas as pd
 
-from ..rows import (Findings, Stage, best_counted, device_label, fmt, fmt_spread, fmt_value, ladder_stage,
-                    latest_decoder_run, latest_runs, md_table, metric_row, number, psnr_clause, row_of,
-                    summary_best, workload_of)
+from ..rows import (
+    Findings,
+    Stage,
+    best_counted,
+    device_label,
+    fmt,
+    fmt_spread,
+    fmt_value,
+    ladder_stage,
+    latest_decoder_run,
+    latest_runs,
+    md_table,
+    metric_row,
+    number,
+    psnr_clause,
+    row_of,
+    summary_best,
+    workload_of,
+)
 
 NOTEBOOK = "06_cuda_graphs"
 STAGE = (3, "+ static caches and CUDA graphs (06)")

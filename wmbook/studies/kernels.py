@@ -130,7 +130,7 @@ def sweep_sites(workload: str, preset: str | None, device: torch.device, kernels
                 compiled = torch.compile(case.eager, dynamic=False)
                 compiled(**inputs)
                 timed.append((base | {"setting": "torch.compile", "rel_l2": _rel_l2(compiled(**inputs), ref),
-                                      "gate": "reference"}, lambda: compiled(**inputs)))
+                                      "gate": "reference"}, lambda compiled=compiled, inputs=inputs: compiled(**inputs)))
             for s in settings_of(case):
                 run = runner(case, inputs, s)
                 try:
@@ -223,7 +223,7 @@ def kernel_table(cfg: RunConfig, ceilings: dict | None) -> pd.DataFrame:
             with torch.inference_mode():
                 err_compile = _rel_l2(compiled(**inputs), ref)
                 for impl, fn in (("eager", case.eager), ("compile", compiled), ("fused", case.fused)):
-                    med, p20, p80, how = _bench(lambda fn=fn: fn(**inputs), cfg.options.rep_ms, dev)
+                    med, p20, p80, how = _bench(lambda fn=fn, inputs=inputs: fn(**inputs), cfg.options.rep_ms, dev)
                     row.update({f"{impl} timing": how, f"{impl} us": med * 1e3, f"{impl} us p20": p20 * 1e3,
                                 f"{impl} us p80": p80 * 1e3,
                                 f"{impl} GB/s": nbytes / (med * 1e-3) / 1e9})

@@ -7,8 +7,22 @@ import math
 
 import pandas as pd
 
-from ..rows import (Findings, Stage, device_label, metric_row, summary_best, fmt, fmt_spread, fmt_value, ladder_stage, latest_runs,
-                    md_table, number, row_of, workload_of)
+from ..rows import (
+    Findings,
+    Stage,
+    device_label,
+    fmt,
+    fmt_spread,
+    fmt_value,
+    ladder_stage,
+    latest_runs,
+    md_table,
+    metric_row,
+    number,
+    row_of,
+    summary_best,
+    workload_of,
+)
 
 NOTEBOOK = "05_triton_kernels"
 STAGE = (2, "+ fused Triton kernels (05)")

@@ -17,13 +17,41 @@ import pandas as pd
 import torch
 
 from .. import check
-from ..bench import (ReplayFloor, Samples, graph_replay_floor, host_launch_ms, time_back_to_back, time_fn, time_in_graph,
-                     time_once)
+from ..bench import (
+    ReplayFloor,
+    Samples,
+    graph_replay_floor,
+    host_launch_ms,
+    time_back_to_back,
+    time_fn,
+    time_in_graph,
+    time_once,
+)
 from ..motion import variants as mvariants
-from ..motion.fetch import (CALL_STAGES, FETCH_LABEL, STATE_LABEL, STATE_STAGES, MotionState, get_motion_state,
-                            no_label, sample_queries, state_layout)
-from ..params import (DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WARMUP, Param, ParameterError,
-                      integer, name_list)
+from ..motion.fetch import (
+    CALL_STAGES,
+    FETCH_LABEL,
+    STATE_LABEL,
+    STATE_STAGES,
+    MotionState,
+    get_motion_state,
+    no_label,
+    sample_queries,
+    state_layout,
+)
+from ..params import (
+    DEVICE,
+    OUTPUT_DIR,
+    PRESET,
+    REPEATS,
+    RESULTS_PATH,
+    SEED,
+    WARMUP,
+    Param,
+    ParameterError,
+    integer,
+    name_list,
+)
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from .compile import _compile_backend

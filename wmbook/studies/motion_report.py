@@ -10,8 +10,20 @@ import pandas as pd
 
 from .. import results as results_store
 from ..motion import variants as mvariants
-from ..rows import (Findings, Stage, best_counted, device_label, fmt, fmt_spread, fmt_value, latest_runs, md_table, number,
-                    row_of, scaled)
+from ..rows import (
+    Findings,
+    Stage,
+    best_counted,
+    device_label,
+    fmt,
+    fmt_spread,
+    fmt_value,
+    latest_runs,
+    md_table,
+    number,
+    row_of,
+    scaled,
+)
 
 if TYPE_CHECKING:
     from ..runconfig import RunConfig

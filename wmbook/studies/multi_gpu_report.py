@@ -88,7 +88,7 @@ def findings(run: pd.DataFrame) -> Findings:
     n = int(best["ranks"].rsplit("x", 1)[1])
     head = (f"**{best['ranks']}, batch {best['batch']}: {fmt(best['episodes/s'])} episodes/s**, {scale:.2f}x one GPU "
             f"alone at the same batch ({n} would be perfect).")
-    goal = (f"Goal (4 GPUs: at least 3.6x one GPU): "
+    goal = ("Goal (4 GPUs: at least 3.6x one GPU): "
             + (f"**{'met' if scale >= 3.6 else 'missed'}** ({scale:.2f}x)." if n == 4 else
                f"not judged by a run of {n} ranks."))
     return Findings(head, goal, "Read the batch sweep: where one GPU's throughput stops growing.", links)

@@ -8,7 +8,6 @@ import pandas as pd
 
 from .. import results as results_store
 
-
 EQUAL_WORK_TOLERANCE = 1.15  # points of equal work whose times differ by more than this: the run says so
 
 

@@ -33,8 +33,24 @@ from tqdm.auto import tqdm
 from .. import results as results_store
 from ..bench import Samples
 from ..check import compare, require_finite
-from ..params import (DEVICE, DTYPE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, VAE_DTYPE, WARMUP, WEIGHTS,
-                      Param, ParameterError, boolean, integer, name_list, number)
+from ..params import (
+    DEVICE,
+    DTYPE,
+    OUTPUT_DIR,
+    PRESET,
+    REPEATS,
+    RESULTS_PATH,
+    SEED,
+    VAE_DTYPE,
+    WARMUP,
+    WEIGHTS,
+    Param,
+    ParameterError,
+    boolean,
+    integer,
+    name_list,
+    number,
+)
 from ..pipelines.solvers import SampleRun, StepPoint
 from ..presets import dtype_name
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig

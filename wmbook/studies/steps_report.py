@@ -9,7 +9,7 @@ import json
 import pandas as pd
 
 from .. import results as results_store
-from ..rows import (Findings, Stage, device_label, fmt, fmt_spread, fmt_value, latest_runs, md_table, number, row_of)
+from ..rows import Findings, Stage, device_label, fmt, fmt_spread, fmt_value, latest_runs, md_table, number, row_of
 from .step_notes import EQUAL_WORK_TOLERANCE, equal_work_spread_rows, timing_noise_note, weights_note
 
 NOTEBOOK = "03_step_reduction"

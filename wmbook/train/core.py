@@ -60,7 +60,8 @@ class TrainConfig:
     change_weight: float = 0.0  # extra loss weight on latent positions that change between frames (objectives.py)
     agent_weight: float = 0.0  # extra loss weight on the latent cells where the agent is or was (objectives.py)
     sigma_min: float = 0.05  # the x0 losses' noise-level floor: their weight 1 / sigma^2 is capped at 1 / sigma_min^2
-    decision_fraction: float = DEFAULT_DECISION_FRACTION  # workloads with a decision pass (wma): the share of samples trained as one
+    # workloads with a decision pass (wma): the share of samples trained as one
+    decision_fraction: float = DEFAULT_DECISION_FRACTION
     resume: bool = True
     compile: str = "none"  # torch.compile backend for the training forward + backward (none | inductor | aot_eager)
     eval_cases: int = 8  # held-out episodes scored at the end (0: none)

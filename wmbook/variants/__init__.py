@@ -20,8 +20,23 @@ Every variant passes the correctness gate (wmbook.check) against the fp32 refere
 """
 
 from . import builtin  # noqa: F401  (registers the built-in variants)
-from .registry import (FAMILIES, GROUPS, INDUCTOR_KEYS, REGISTRY, GlobalFlags, UnknownVariantError, Variant,
-                       VariantContext, get, hygiene_parts, known, register, register_group, resolve, tolerance_for)
+from .registry import (
+                       FAMILIES,
+                       GROUPS,
+                       INDUCTOR_KEYS,
+                       REGISTRY,
+                       GlobalFlags,
+                       UnknownVariantError,
+                       Variant,
+                       VariantContext,
+                       get,
+                       hygiene_parts,
+                       known,
+                       register,
+                       register_group,
+                       resolve,
+                       tolerance_for,
+)
 
 __all__ = ["FAMILIES", "GROUPS", "GlobalFlags", "INDUCTOR_KEYS", "REGISTRY", "UnknownVariantError", "Variant",
            "VariantContext", "get", "hygiene_parts", "known", "register", "register_group", "resolve", "tolerance_for"]

@@ -24,10 +24,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import BlockMask
 
 from ..bench import time_fn, time_once
-from ..presets import resolve_device
 from ..check import compare
 from ..models import attention as attn
-from ..presets import DTYPES, dtype_name
+from ..presets import DTYPES, dtype_name, resolve_device
 
 _THIS_FILES = {os.path.abspath(__file__), os.path.abspath(attn.__file__)}
 

@@ -11,8 +11,8 @@ import logging
 
 import torch
 
-from .registry import VariantContext, register, register_group
 from . import swaps
+from .registry import VariantContext, register, register_group
 
 # --- precision -------------------------------------------------------------------------------------------
 

@@ -398,7 +398,7 @@ def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, 
            "method": "in-process"}
     if eager_first:
         model = make_model()
-        row["eager_first_s"] = time_once(lambda: run_once(model), dev) / 1e3
+        row["eager_first_s"] = time_once(lambda model=model: run_once(model), dev) / 1e3
         del model
     row["backend_import_s"] = _import_backend(spec.backend)
     phases = ("cold", "warm") if spec.backend == "inductor" else ("cold",)
@@ -409,14 +409,14 @@ def measure_compile_time(make_model, run_once, spec: CompileSpec, regions=None, 
             model = make_model()
             record = apply_compile(model, spec, regions=regions)
             with CompileMonitor() as mon:
-                first_ms = time_once(lambda: run_once(model), dev)
+                first_ms = time_once(lambda model=model: run_once(model), dev)
             row.update(_phase_cols(phase, first_ms / 1e3, mon.summary()))
             if phase == "cold":
                 row["graph_breaks"] = mon.summary()["graph_breaks"]
                 if len(phases) > 1:
                     del model
         with CompileMonitor() as smon:
-            t = time_fn(lambda: run_once(model), warmup=1, repeats=steady_repeats, device=dev)
+            t = time_fn(lambda model=model: run_once(model), warmup=1, repeats=steady_repeats, device=dev)
         row.update(steady_ms=t.median, steady_p20=t.p20, steady_p80=t.p80)
         row["steady_recompiles"] = smon.summary()["recompiles"]
         row["n_targets"] = record.n_targets

@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 import torch._dynamo
 
+
 def _first_line(text) -> str:
     return str(text or "").strip().splitlines()[0].strip() if str(text or "").strip() else ""
 

@@ -19,14 +19,11 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..profiling.labels import detail_label as dl
-from .swaps import swap_class
-
-
 # importing the kernel modules registers their ops (torch.ops.wmbook.*); this module is imported only when a
 # fused variant is applied
-from ..kernels import (adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu,  # noqa: E402,F401
-                       short_attention)
+from ..kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu, short_attention  # noqa: E402,F401
+from ..profiling.labels import detail_label as dl
+from .swaps import swap_class
 
 ops = torch.ops.wmbook
 

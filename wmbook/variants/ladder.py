@@ -25,8 +25,8 @@ import math
 import time
 from dataclasses import dataclass, field, fields
 
-import pandas as pd
 import numpy as np
+import pandas as pd
 import torch
 from tqdm.auto import tqdm
 

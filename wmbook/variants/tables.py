@@ -14,8 +14,8 @@ from ..bench import time_fn
 from ..presets import DTYPES
 from ..profiling.breakdown import CAST_OPS
 from ..workloads import get
-from .registry import GlobalFlags, resolve
 from .ladder import GateReference, LadderSettings, _changes_precision, apply_stack, flop_floor_ms, measure
+from .registry import GlobalFlags, resolve
 from .swaps import to_memory_format
 
 VARIANT_COLUMNS = ["variant", "gate", "tolerance", "rel_l2_vs_fp32", "allowed_rel_l2", "budget_rel_l2",
@@ -76,7 +76,7 @@ def vae_table(ref, workload, dtypes=("fp32", "bf16", "fp16"), *, device: torch.d
                         to_memory_format(pipe.vae, layout.memory_format)
             frames = wl.decode(pipe, latents).float()
             with torch.no_grad():
-                tm = time_fn(lambda: wl.decode(pipe, latents), warmup=1, repeats=repeats, device=device)
+                tm = time_fn(lambda pipe=pipe: wl.decode(pipe, latents), warmup=1, repeats=repeats, device=device)
             if ref_frames is None:
                 ref_frames = frames
             q = check.compare(frames, ref_frames, dtype="fp32", frames=True)

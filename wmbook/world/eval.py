@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from .env import locate_agent, render_episode
 from .weights import is_world_preset

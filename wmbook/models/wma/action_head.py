@@ -19,7 +19,6 @@ from ...presets import WMAPreset
 from .layers import sinusoidal_pos_emb
 
 
-
 def spatial_softmax_of_feature(levels: int) -> list[int]:
     """Which of the `levels` unique spatial-softmax blocks reads each of the 2*levels+1 UNet features.
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 import torch
 
 from ..checkpoint import load_checked, read_state_dict
-
 from .action_head import spatial_softmax_of_feature
 from .model import WMAWorldModel
 

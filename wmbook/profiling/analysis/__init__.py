@@ -17,19 +17,44 @@
 
 from .categories import CATEGORIES, activity_categories, classify, classify_cpu_op, op_categories  # noqa: F401
 from .forward import (  # noqa: F401
-    DECODE_LABEL_RE, DIT_FINE_LABELS, FORWARD_LABEL, decode_ms, forward_categories, forward_split, generated_units,
+    DECODE_LABEL_RE,
+    DIT_FINE_LABELS,
+    FORWARD_LABEL,
+    decode_ms,
+    forward_categories,
+    forward_split,
+    generated_units,
     part_categories,
 )
 from .host import (  # noqa: F401
-    CAST_OPS, SYNC_OPS, SYNC_RUNTIME, aten_ops_per_forward, casts, cpu_hotspots, sync_numbers, syncs,
+    CAST_OPS,
+    SYNC_OPS,
+    SYNC_RUNTIME,
+    aten_ops_per_forward,
+    casts,
+    cpu_hotspots,
+    sync_numbers,
+    syncs,
 )
 from .kernels import kernel_summary  # noqa: F401
 from .labels import (  # noqa: F401
-    LABEL_COLUMNS, LABEL_DEVICE_TIME_DEFINITION, label_device_times, label_table, label_tree, stage_table,
+    LABEL_COLUMNS,
+    LABEL_DEVICE_TIME_DEFINITION,
+    label_device_times,
+    label_table,
+    label_tree,
+    stage_table,
     top_level_labels,
 )
 from .launches import (  # noqa: F401
-    LAUNCH_CALLS, SHORT_KERNEL_US, busy_ms, host_ms, launch_numbers, launch_stats, trace_busy_ms, union_ms,
+    LAUNCH_CALLS,
+    SHORT_KERNEL_US,
+    busy_ms,
+    host_ms,
+    launch_numbers,
+    launch_stats,
+    trace_busy_ms,
+    union_ms,
 )
 from .region import Region, activities, ops, runtime_calls, select, work  # noqa: F401
 from .roofline import op_bytes, op_flops, roofline  # noqa: F401
