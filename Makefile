@@ -3,7 +3,7 @@
 # the exact versions of constraints.txt.
 #
 #   make report [WORKLOADS=all|mg2|wma] [REPORT=dir] [NOTEBOOKS="01 02"] [ARGS="-p repeats 2"] [PRESET=name]
-#   make test   [PYTEST_ARGS="-k runner"]   # under 15 minutes on 2 cores; `make test-all` adds the slow cases
+#   make test   [PYTEST_ARGS="-k runner"]   # ruff, then pytest: under 15 minutes on 2 cores; `make test-all` adds slow ones
 #   make test-isa [ISA_TESTS="-m numerics"]  # those tests again with oneDNN and ATen held to AVX2, then AVX512_CORE
 #   make test-latest  # the tests against the newest releases of every dependency (./.venv-latest)
 #   make lock   # rewrite constraints.txt from the venv (after a deliberate upgrade passed the tests)
@@ -42,7 +42,7 @@ LATEST ?=
 DEPS_SUM := $(firstword $(shell cat pyproject.toml $(CONSTRAINTS) | cksum))
 STAMP := $(VENV)/.installed-$(DEPS_SUM)$(if $(LATEST),-latest)
 
-.PHONY: publish report test test-isa test-all test-latest lock lab strip strip-check venv clean-venv help chromium published-index
+.PHONY: publish report test lint test-isa test-all test-latest lock lab strip strip-check venv clean-venv help chromium published-index
 
 help:
 	@sed -n '1,13p' Makefile | sed 's/^# \{0,1\}//'
@@ -52,8 +52,12 @@ report: $(STAMP)
 
 # TEST_WORKERS: pytest-xdist workers (auto: one per core; 0 runs in this process)
 TEST_WORKERS ?= auto
-test: $(STAMP)
+test: lint
 	$(VPY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# ruff (settings in pyproject.toml: pyflakes, pycodestyle at 120 columns, import order); `make test` runs it first
+lint: $(STAMP)
+	$(VPY) -m ruff check .
 
 # The numerics-sensitive tests (marker `numerics`) again on older instruction sets: which bf16 kernels run depends on
 # the instructions the CPU really has (oneDNN: AVX512-BF16, AMX, VNNI; ATen: AVX2 or AVX512), so each pass is another

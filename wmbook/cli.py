@@ -226,7 +226,8 @@ def build_run_parser(prog: str = "wmbook run") -> argparse.ArgumentParser:
     ap.add_argument("--workload", metavar="NAMES", help="comma-separated workloads, or 'all': a notebook with a "
                     "workload parameter runs once per workload (default: the notebooks' own default)")
     ap.add_argument("--kernel", help="Jupyter kernel name (default: python3 of this interpreter)")
-    ap.add_argument("--timeout", type=_positive_seconds, help="per-cell execution limit in seconds (> 0; default: none)")
+    ap.add_argument("--timeout", type=_positive_seconds,
+                    help="per-cell execution limit in seconds (> 0; default: none)")
     ap.add_argument("--list", action="store_true", help="list the notebooks and exit")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     return ap

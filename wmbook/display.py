@@ -41,7 +41,8 @@ from .widgets import (  # noqa: F401
 
 # suffix -> (unit shown in the header, scale applied to the values); longest suffixes first
 _UNIT_SUFFIXES: tuple[tuple[str, str, float], ...] = (
-    ("_tflops", "TFLOP/s", 1.0), ("_tflop_s", "TFLOP/s", 1.0), ("_gb_s", "GB/s", 1.0), ("_gbps", "GB/s", 1.0), ("_gflop", "GFLOP", 1.0), ("_gib", "GiB", 1.0),
+    ("_tflops", "TFLOP/s", 1.0), ("_tflop_s", "TFLOP/s", 1.0), ("_gb_s", "GB/s", 1.0), ("_gbps", "GB/s", 1.0),
+    ("_gflop", "GFLOP", 1.0), ("_gib", "GiB", 1.0),
     ("_mib", "MiB", 1.0), ("_frac_of_ceiling", "% of ceiling", 100.0), ("_share", "%", 100.0),
     ("_frac", "%", 100.0), ("_pct", "%", 1.0), ("_ms", "ms", 1.0), ("_us", "us", 1.0), ("_s", "s", 1.0),
     ("_db", "dB", 1.0), ("_fps", "frames/s", 1.0), ("_x", "x", 1.0),
@@ -224,7 +225,8 @@ def format_frame(df: pd.DataFrame, columns: Sequence[str] | None = None, units: 
         integer = _is_integer_col(name, s)
         vals = []
         for i, v in enumerate(s.tolist()):
-            ru = row_units.iloc[i] if row_units is not None and c in ("median", "value", "mean", "last", "max") else None
+            ru = (row_units.iloc[i] if row_units is not None and c in ("median", "value", "mean", "last", "max")
+                  else None)
             mixed = not pd.api.types.is_numeric_dtype(s)  # a column of quantities: 3.0 frames is 3
             if (integer or mixed) and isinstance(v, (int, float)) and not isinstance(v, bool) and v == v \
                     and not math.isinf(v) and float(v).is_integer() and row_units is None:

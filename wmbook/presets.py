@@ -250,8 +250,9 @@ class WMAPreset:
 WMA_PRESETS: dict[str, WMAPreset] = {
     # Same code paths as `wma` at toy width: 4 frames at 64x64 (latent 8x8), 4 UNet levels, 2 of 3 DDIM steps.
     "tiny-wma": WMAPreset(
-        name="tiny-wma", height=64, width=64, frames=4, model_channels=16, num_head_channels=8, norm_groups=8, context_dim=32,
-        init_attn_heads=2, num_stem_token=2, output_action_context_len=4, stem_heads=2, stem_dim_head=16, agent_state_dim=6, agent_action_dim=6,
+        name="tiny-wma", height=64, width=64, frames=4, model_channels=16, num_head_channels=8, norm_groups=8,
+        context_dim=32, init_attn_heads=2, num_stem_token=2, output_action_context_len=4, stem_heads=2,
+        stem_dim_head=16, agent_state_dim=6, agent_action_dim=6,
         text_len=8, text_width=32, text_layers=2, text_heads=2, clip="tiny", resampler_dim=32, resampler_depth=1,
         resampler_heads=2, resampler_dim_head=16, resampler_queries=2, head_down_dims=(16, 32, 64, 64),
         head_kernel_size=3, head_step_embed_dim=16, head_act_proj_dim=8, obs_widths=(16, 16, 32, 32),

@@ -185,7 +185,8 @@ def publish(executed, name: str, folder=H200) -> Path:
                          f"notebook (.ipynb)")
     stem = executed.stem.removesuffix(".FAILED").split("-", 1)[0]  # the notebook ('04_compile_autocast-mg2': a run's)
     if not re.fullmatch(re.escape(stem) + r"-[A-Za-z0-9][A-Za-z0-9_.-]*", name or ""):
-        raise ValueError(f"name={name!r} is not allowed; allowed values: '{stem}-<tag>' (letters, digits, '-', '_', '.')")
+        raise ValueError(f"name={name!r} is not allowed; allowed values: '{stem}-<tag>' (letters, digits, '-', '_', "
+                         "'.')")
     if not folder.is_dir():
         raise ValueError(f"folder={str(folder)!r} is not allowed: not a folder; allowed values: an existing folder")
     return render_html(executed, folder / f"{name}.html", published=True)
@@ -228,11 +229,12 @@ def main(argv=None) -> int:
                     help="with --write: allow blocks with fewer tables or table rows than the current ones (without it "
                          "such blocks are refused and every page stays as it is)")
     ap.add_argument("--index", metavar="FOLDER", default=None,
-                    help="write FOLDER/index.html for a folder of rendered reports (e.g. data/reports/h200): the summary "
-                         "per workload, each report's findings and headline numbers from the stored rows, links")
+                    help="write FOLDER/index.html for a folder of rendered reports (e.g. data/reports/h200): the "
+                         "summary per workload, each report's findings and headline numbers from the stored rows, "
+                         "links")
     ap.add_argument("--tidy", metavar="FOLDER", default=None,
-                    help="make the stored HTML reports of FOLDER whole (wmbook.tidy: findings box from the stored rows, "
-                         "no network scripts, machine paths or stderr boxes, links mended)")
+                    help="make the stored HTML reports of FOLDER whole (wmbook.tidy: findings box from the stored "
+                         "rows, no network scripts, machine paths or stderr boxes, links mended)")
     ap.add_argument("--device", default=None,
                     help=f"only rows of devices whose name contains this (default: {README_DEVICE!r}, the README "
                          "block's device; with --index, the folder's name when a stored device name contains it, e.g. "
@@ -252,8 +254,8 @@ def main(argv=None) -> int:
                          "and indexes show the latest run that was not cut)")
     ap.add_argument("--partial", nargs=2, metavar=("RUN_ID", "REASON"), default=None,
                     help="mark a stored run that finished as partial: it measured part of its notebook by choice "
-                         "(e.g. notebook 06 for its decoder table); the notebook's tables and headlines keep the latest "
-                         "full run, a table only some runs have takes the latest run that has it")
+                         "(e.g. notebook 06 for its decoder table); the notebook's tables and headlines keep the "
+                         "latest full run, a table only some runs have takes the latest run that has it")
     a = ap.parse_args(argv)
     for flag, mark in (("cut", results.mark_cut), ("partial", results.mark_partial)):
         if getattr(a, flag) is not None:

@@ -141,7 +141,8 @@ class ActionModule(nn.Module):
         b, _, cdim = x.shape
         nh = cfg.heads_num
         if inputs is None:  # reference: every module windows the raw actions itself, like upstream
-            inputs = prepare_action_inputs(actions, start_frame, f, cfg, x.dtype, frames_per_block=self.frames_per_block,
+            inputs = prepare_action_inputs(actions, start_frame, f, cfg, x.dtype,
+                                           frames_per_block=self.frames_per_block,
                                            local_attn_size=self.local_attn_size, cached=cache is not None)
         mask = inputs.mask
 

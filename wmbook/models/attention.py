@@ -70,7 +70,8 @@ def _batch_chunked(q, k, v, mask):
     return torch.cat(outs)
 
 
-def small_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def small_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    mask: torch.Tensor | None = None) -> torch.Tensor:
     """Attention for tiny sequences as broadcast multiply + reduce, in fp32: q [..., Lq, H, D], k/v [..., Lk, H, D]
     with leading dims that broadcast (k/v shared by many query rows need no expanded copy); mask bool [Lq, Lk],
     True = attend. Returns [..., Lq, H, D] in q's dtype.
@@ -329,7 +330,8 @@ def _flash_attn_func():
 
 def _flash_attn(q, k, v, mask):
     if mask is not None:
-        raise AttentionBackendError(f"attention backend 'flash_attn' takes no attention mask: {describe_call(q, k, v, mask)}; "
+        raise AttentionBackendError("attention backend 'flash_attn' takes no attention mask: "
+                                    f"{describe_call(q, k, v, mask)}; "
                                     "use 'flex' or an SDPA backend for masked calls")
     fn = _flash_attn_func()
     try:

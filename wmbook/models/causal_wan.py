@@ -160,7 +160,8 @@ class CausalWanAttentionBlock(nn.Module):
         self.modulation = nn.Parameter(torch.randn(1, 6, dim) / dim**0.5)
         self.action_model = None
         if p.action is not None and block_idx in p.action.blocks:
-            self.action_model = ActionModule(p.action, local_attn_size=p.kv_capacity_frames(), frames_per_block=p.num_frame_per_block)
+            self.action_model = ActionModule(p.action, local_attn_size=p.kv_capacity_frames(),
+                                             frames_per_block=p.num_frame_per_block)
 
     def forward(self, x, e, grid, context, cos, sin, *, attn_start=None, action_start=None, kv_cache=None,
                 cross_cache=None, actions=None, action_cache=None, mask=None, action_inputs=None):
@@ -170,7 +171,8 @@ class CausalWanAttentionBlock(nn.Module):
         # reaches a compiled block
         # x [B, L, C]; e [B, F, 6, C] per-frame modulation (time projection)
         f = e.shape[1]
-        shift_msa, scale_msa, gate_msa, shift_ffn, scale_ffn, gate_ffn = (self.modulation.unsqueeze(1) + e).chunk(6, dim=2)
+        mod = (self.modulation.unsqueeze(1) + e).chunk(6, dim=2)
+        shift_msa, scale_msa, gate_msa, shift_ffn, scale_ffn, gate_ffn = mod
 
         def modulate(h, shift, scale):  # per-frame AdaLN: [B, F, S, C] * [B, F, 1, C]
             return (h.unflatten(1, (f, -1)) * (1 + scale) + shift).flatten(1, 2)

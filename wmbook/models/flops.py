@@ -35,7 +35,8 @@ def dit_forward_flops(p: CausalWanPreset, block_idx: int = 1, cross_kv_cached: b
     }
     if not cross_kv_cached:
         ctx_in = p.clip_dim if p.model_type == "i2v" else p.text_dim
-        parts["context_embed"] = 2 * ctx * (ctx_in * ctx_in + ctx_in * c) if p.model_type == "i2v" else 2 * ctx * (ctx_in * c + c * c)
+        parts["context_embed"] = (2 * ctx * (ctx_in * ctx_in + ctx_in * c) if p.model_type == "i2v"
+                                  else 2 * ctx * (ctx_in * c + c * c))
         parts["cross_attn_kv"] = p.num_layers * 2 * 2 * ctx * c * c
     a = p.action
     if a is not None:

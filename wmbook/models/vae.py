@@ -197,7 +197,8 @@ class StreamingWanDecoder:
         self.num_convs = sum(isinstance(m, _wan.WanCausalConv3d) for m in dec.modules())
         self._dec_first_chunk = _accepts(dec.forward, "first_chunk")
         self._up_first_chunk = all(_accepts(ub.forward, "first_chunk") for ub in getattr(dec, "up_blocks", []))
-        can_stage = all(hasattr(dec, n) for n in ("conv_in", "mid_block", "up_blocks", "norm_out", "nonlinearity", "conv_out"))
+        can_stage = all(hasattr(dec, n)
+                        for n in ("conv_in", "mid_block", "up_blocks", "norm_out", "nonlinearity", "conv_out"))
         self.stage_labels = bool(stage_labels) and can_stage
         self.patch_size = getattr(vae.config, "patch_size", None)
         self.reset()

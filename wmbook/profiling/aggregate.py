@@ -186,8 +186,8 @@ def _wrong_types(d: dict) -> str | None:
         if not _is_number_or_none(st.get("total_ms")) or not _is_number_or_none(st.get("depth")):
             return f"has stages[{i}].total_ms / depth = {st.get('total_ms')!r} / {st.get('depth')!r}, not numbers"
     mon = (d.get("monitor") or {}).get("summary")
-    if mon is not None and (not isinstance(mon, list) or not all(isinstance(r, dict) and isinstance(r.get("metric"),
-                                                                                                     str) for r in mon)):
+    if mon is not None and (not isinstance(mon, list)
+                            or not all(isinstance(r, dict) and isinstance(r.get("metric"), str) for r in mon)):
         return "has monitor.summary that is not a list of objects with a string 'metric'"
     return None
 

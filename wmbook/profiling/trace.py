@@ -39,8 +39,8 @@ LABELS_COLUMNS = ["name", "start_us", "end_us", "duration_us", "pid", "tid", "pa
 OPS_COLUMNS = ["name", "start_us", "end_us", "duration_us", "pid", "tid", "external_id", "input_dims", "input_types",
               "concrete_inputs", "parent", "label"]
 RUNTIME_CALLS_COLUMNS = ["name", "start_us", "duration_us", "end_us", "pid", "tid", "correlation", "label"]
-DEVICE_ACTIVITIES_COLUMNS = ["name", "kind", "start_us", "duration_us", "end_us", "stream", "correlation", "external_id",
-                    "bytes", "launch_us", "launch_pid", "launch_tid", "op", "label"]
+DEVICE_ACTIVITIES_COLUMNS = ["name", "kind", "start_us", "duration_us", "end_us", "stream", "correlation",
+                             "external_id", "bytes", "launch_us", "launch_pid", "launch_tid", "op", "label"]
 DEVICE_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
 NEST_EPS_US = 0.002  # trace ts and dur are rounded to ns separately, so a child's end can pass its parent's by ~1 ns
 

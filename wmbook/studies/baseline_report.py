@@ -75,7 +75,8 @@ def findings(run: pd.DataFrame) -> Findings:
     else:
         goal = ("No target here: this is the baseline that notebooks 04 and 06 measure their targets against.")
     return Findings(head + ".", goal, "Next: where the time goes, operator by operator.",
-                    [("the interpretation", "#Interpretation"), ("02 · bottleneck breakdown", "02_bottleneck_breakdown")])
+                    [("the interpretation", "#Interpretation"),
+                     ("02 · bottleneck breakdown", "02_bottleneck_breakdown")])
 
 
 def stage(run: pd.DataFrame, wl) -> Stage | None:

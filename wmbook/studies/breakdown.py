@@ -72,7 +72,8 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("detail", True, boolean, "fine labels inside the forward while tracing"),
     Param("profiling_config", "development", _profiling_config, "development | production | a YAML path"),
     Param("measure_overhead", True, boolean, "time the pipeline with and without the session's monitors"),
-    Param("overhead_pairs", 8, integer(2), "paired runs (one without, one inside a session) of the overhead measurement"),
+    Param("overhead_pairs", 8, integer(2),
+          "paired runs (one without, one inside a session) of the overhead measurement"),
     OUTPUT_DIR, RESULTS_PATH, SEED))
 
 
@@ -208,7 +209,8 @@ def interpret(cfg: RunConfig, bd, overhead: dict | None = None) -> str:
                      f"{lo:+.1%} to {hi:+.1%}; {i['median']:.1f} vs {b['median']:.1f} ms), {verdict}.")
         acc = overhead["accounted"]
         lines.append(f"Accounted part by part, the session adds {overhead['accounted_frac']:.2%} to the launching "
-                     f"thread: {acc['timed_labels_per_call']:.0f} timed labels per run x {acc['us_per_timed_label']:.1f} "
+                     f"thread: {acc['timed_labels_per_call']:.0f} timed labels per run x "
+                     f"{acc['us_per_timed_label']:.1f} "
                      f"us = {acc['labels_frac']:.2%}, and the sampler thread's {acc['sampler_frac']:.2%} of the wall "
                      f"time (an upper bound on what it can take from the launching thread).")
     if cfg.tiny:

@@ -156,7 +156,8 @@ def _ladder_lines(cfg, ladder) -> list[str]:
     failed = t[t["gate"] == "FAIL"]["variant"].tolist()
     lines = [f"The ladder takes one {wl.forward_name} from {t['forward_ms'].iloc[0]:.3g} ms (fp32 eager) to "
              f"{last_ok['forward_ms']:.3g} ms with `{last_ok['stack']}`, {last_ok['speedup']:.2f}x, every counted row "
-             f"within its correctness gate" + (f"; rows that failed it (not counted): {failed}" if failed else "") + "."]
+             "within its correctness gate"
+             + (f"; rows that failed it (not counted): {failed}" if failed else "") + "."]
     goal = wl.goals.get("forward_x_floor")
     if last_ok["x_floor"] == last_ok["x_floor"]:
         busy = last_ok.get("gpu_busy_ms", float("nan"))
@@ -166,8 +167,8 @@ def _ladder_lines(cfg, ladder) -> list[str]:
                         if busy == busy else "") + ".")
     best = t.loc[t["speedup"].idxmax()] if t["speedup"].notna().any() else None
     if best is not None and best.name != last_ok.name:
-        lines.append(f"The fastest counted forward is row {best.name} (`{best['stack']}`): {best['forward_ms']:.3g} ms, "
-                     f"{best['speedup']:.2f}x; later rows are slower, so they do not pay off at this shape.")
+        lines.append(f"The fastest counted forward is row {best.name} (`{best['stack']}`): {best['forward_ms']:.3g} "
+                     f"ms, {best['speedup']:.2f}x; later rows are slower, so they do not pay off at this shape.")
     e2e = t["e2e_speedup"].dropna()
     if len(e2e) > 1:
         top = t.loc[e2e.idxmax()]
@@ -326,7 +327,8 @@ def published(df: pd.DataFrame) -> list[str]:
             crow.append({"compile": v.split(":", 1)[1], "cold s": fmt(val.get("cold_s"), "{:.1f}"),
                          "warm s": fmt(val.get("warm_s"), "{:.1f}"),
                          "steady forward ms": fmt_spread(m.get("steady_forward_ms"), "{:.1f}"),
-                         "x floor": fmt(val.get("x_floor"), "{:.1f}"), "GPU busy ms": fmt(val.get("gpu_busy_ms"), "{:.1f}"),
+                         "x floor": fmt(val.get("x_floor"), "{:.1f}"),
+                         "GPU busy ms": fmt(val.get("gpu_busy_ms"), "{:.1f}"),
                          "graph breaks": fmt(val.get("graph_breaks"), "{:.0f}"),
                          "recompiles, steady run": fmt(val.get("steady_run_recompiles"), "{:.0f}"),
                          "commit": c["git_commit"].iloc[0] or "?", "measured (UTC)": str(c["timestamp"].iloc[0])[:16]})
@@ -351,11 +353,12 @@ def findings(run: pd.DataFrame) -> Findings:
     if best is not None and first is not None:
         v = best["variant"]
         head = (f"Best gated row **{'+ ' + v.split(' + ')[-1] if ' + ' in v else v}**: one "
-                f"{wl.forward_name} in **{fmt_spread(best)} ms**, {fmt(number(first['value']) / number(best['value']), '{:.2f}x')} "
+                f"{wl.forward_name} in **{fmt_spread(best)} ms**, "
+                f"{fmt(number(first['value']) / number(best['value']), '{:.2f}x')} "
                 f"fp32 eager ({fmt_spread(first)} ms); {wl.metric.label} {fmt_value(run, wl.metric.name, '{:.3g}', v)}"
                 + psnr_clause(run, v) + ".")
-        xf, goal_x = number(row_of(run, "x_floor", v)["value"]) if row_of(run, "x_floor", v) is not None else math.nan, \
-            wl.goals.get("forward_x_floor")
+        xrow = row_of(run, "x_floor", v)
+        xf, goal_x = number(xrow["value"]) if xrow is not None else math.nan, wl.goals.get("forward_x_floor")
         if goal_x and xf == xf:
             goals.append(f"forward within {goal_x:g}x its FLOP floor: **{_verdict(xf <= goal_x)}** ({xf:.2f}x)")
         step_goal = wl.goals.get("ddim_step_speedup")
@@ -368,7 +371,8 @@ def findings(run: pd.DataFrame) -> Findings:
             f"{k} {v}" for k, v in headline(run).items()) + "."
     cold, cold_goal = row_of(run, "cold_s", "compile:regional, after hygiene"), wl.goals.get("regional_cold_s")
     if cold is not None and cold_goal:
-        goals.append(f"regional compile under {cold_goal:.0f} s cold: **{_verdict(number(cold['value']) < cold_goal)}** "
+        goals.append(f"regional compile under {cold_goal:.0f} s cold: "
+                     f"**{_verdict(number(cold['value']) < cold_goal)}** "
                      f"({number(cold['value']):.1f} s)")
     rec = row_of(run, "steady_run_recompiles", "compile:regional, after hygiene")
     if rec is not None:
@@ -377,8 +381,8 @@ def findings(run: pd.DataFrame) -> Findings:
     goal = ("Goals: " + "; ".join(goals) + ".") if goals else "No goal of this workload is judged by this run."
     return Findings(head, goal, "Read the ladder (each row adds one variant) and the compile table; then fused kernels "
                     "and CUDA graphs on top of the best stack.",
-                    [("the ladder", "#The-ladder"), ("the compile table", "#torch.compile"), ("05 · Triton kernels", "05_triton_kernels"),
-                     ("06 · CUDA graphs", "06_cuda_graphs")])
+                    [("the ladder", "#The-ladder"), ("the compile table", "#torch.compile"),
+                     ("05 · Triton kernels", "05_triton_kernels"), ("06 · CUDA graphs", "06_cuda_graphs")])
 
 
 def stage(run: pd.DataFrame, wl) -> Stage | None:

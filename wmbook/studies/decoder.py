@@ -131,7 +131,8 @@ def decode_stream(decoder, latents: torch.Tensor, block: int, timer: DeviceTimer
 
 
 def run_decoder_table(ref, workload, latents: torch.Tensor, stacks: dict[str, list[str]], *, warmup: int = 1,
-                      repeats: int = 5, compile_backend: str = "inductor", keep_frames: bool = False) -> list[DecoderRow]:
+                      repeats: int = 5, compile_backend: str = "inductor",
+                      keep_frames: bool = False) -> list[DecoderRow]:
     """Every stack decodes `latents` (warm-up passes, then `repeats` timed passes, device events per block); its frames
     are compared with the first stack's (the fp32 reference)."""
     from .. import variants
@@ -281,7 +282,8 @@ def result_rows(cfg, rows: list[DecoderRow]) -> list[dict]:
         v = "decoder: " + (" + ".join(r.stack) or "fp32")
         out.append(results_store.make_row(metric="decoder_ms_per_block", value=r.block_ms.median, unit="ms",
                                           variant=v, timing=r.block_ms, gate=r.gate, **common))
-        for metric, value, unit in (("decoder_psnr_db", r.psnr_db, "dB"), ("decoder_first_pass_s", r.first_pass_s, "s")):
+        for metric, value, unit in (("decoder_psnr_db", r.psnr_db, "dB"),
+                                    ("decoder_first_pass_s", r.first_pass_s, "s")):
             if np.isfinite(value):
                 out.append(results_store.make_row(metric=metric, value=float(value), unit=unit, variant=v, **common))
         # one profiled steady block's GPU time, whole and by category (a GPU run's): where a decoder's time goes
@@ -322,7 +324,8 @@ def interpret(table: pd.DataFrame, block_ms_e2e: float | None = None) -> str:
     if len(ok):
         best = ok["ms / block"].idxmin()
         b = ok.loc[best]
-        lines.append(f"The fastest full decoder within {DECODER_PSNR_DB:.0f} dB of it is `{best}`: {b['ms / block']:.3g} ms "
+        lines.append(f"The fastest full decoder within {DECODER_PSNR_DB:.0f} dB of it is `{best}`: "
+                     f"{b['ms / block']:.3g} ms "
                      f"({b['speedup']:.1f}x, {b['PSNR dB vs fp32']:.1f} dB"
                      + (f", {b['x floor']:.1f}x the floor" if b["x floor"] == b["x floor"] else "")
                      + f"; its first pass took {b['first pass s']:.3g} s).")

@@ -190,7 +190,8 @@ def findings(run: pd.DataFrame) -> Findings:
     head = (f"Best gated row **{'+ ' + v.split(' + ')[-1] if v != first['variant'] else 'base'}**: "
             f"{m.label if m else 'end to end'} **{fmt(e2e['value'] if e2e is not None else None)}**, one forward "
             f"{fmt_spread(best)} ms"
-            + (f" at {number(best['value']) / number(busy['value']):.2f}x its GPU busy time" if busy is not None else "")
+            + (f" at {number(best['value']) / number(busy['value']):.2f}x its GPU busy time"
+               if busy is not None else "")
             + (f", {launches} launches" if (launches := fmt_value(run, "launches_per_forward", "{:.0f}", v)) != "-"
                else "") + psnr_clause(run, v) + ".")
     goals = []
@@ -207,7 +208,8 @@ def findings(run: pd.DataFrame) -> Findings:
     goal = ("Goals: " + "; ".join(goals) + ".") if goals else "No goal of this workload is judged by this run."
     return Findings(head, goal, "Read the ladder (wall against GPU busy time per row) and the decoder table; fewer "
                     "denoising steps on this stack are notebook 03's question.",
-                    [("the rows", "#The-rows"), ("the decoder", "#The-decoder"), ("03 · step reduction", "03_step_reduction")])
+                    [("the rows", "#The-rows"), ("the decoder", "#The-decoder"),
+                     ("03 · step reduction", "03_step_reduction")])
 
 
 def stage(run: pd.DataFrame, wl) -> Stage | None:

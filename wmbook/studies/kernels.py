@@ -129,8 +129,9 @@ def sweep_sites(workload: str, preset: str | None, device: torch.device, kernels
             if gpu:
                 compiled = torch.compile(case.eager, dynamic=False)
                 compiled(**inputs)
-                timed.append((base | {"setting": "torch.compile", "rel_l2": _rel_l2(compiled(**inputs), ref),
-                                      "gate": "reference"}, lambda compiled=compiled, inputs=inputs: compiled(**inputs)))
+                row = base | {"setting": "torch.compile", "rel_l2": _rel_l2(compiled(**inputs), ref),
+                              "gate": "reference"}
+                timed.append((row, lambda compiled=compiled, inputs=inputs: compiled(**inputs)))
             for s in settings_of(case):
                 run = runner(case, inputs, s)
                 try:

@@ -369,7 +369,8 @@ def measure(s: MotionSetup, stack, num_envs: int | None = None, anchors: dict | 
             notes: dict | None = None, loop_calls: int = 50) -> MotionRow:
     """Build the stack's term, warm it (compile, capture), gate its output against the float64 reference, then time
     `repeats` steps after `warmup` (CUDA events; an interpreted kernel only 3, without warm-up: its time is not a
-    speed), then `repeats` rounds of `loop_calls` fetches issued back to back (`loop`: the per-step cost in a loop, where
+    speed), then `repeats` rounds of `loop_calls` fetches issued back to back (`loop`: the per-step cost in a loop,
+    where
     the host issues a fetch while the GPU runs the last; the one-at-a-time time adds the two); on a GPU also its GPU
     busy time and launches per step from one profiled run of 5 steps."""
     cfg = s.cfg

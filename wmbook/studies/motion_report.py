@@ -155,9 +155,10 @@ def interpret(cfg: RunConfig, s: MotionSetup, lad: MotionLadder, scaling: pd.Dat
         if best.loop is not None and best.loop.median > ig.median:
             rest = (f"; the other {(best.loop.median - ig.median) * us:.1f} us of the loop's step are the graph launch "
                     f"and its host path, which a step captured whole pays once for all its work")
-        lines.append(f"With {lad.in_graph_k} fetches captured in one graph (a fetch inside a larger captured program, such "
-                     f"as an environment step captured whole), `{lad.in_graph_stack}` costs {ig.median * us:.1f} us a "
-                     f"fetch (p20 {ig.p20 * us:.1f}, p80 {ig.p80 * us:.1f}), {xf:.1f}x the bytes floor{counted}{rest}.")
+        lines.append(f"With {lad.in_graph_k} fetches captured in one graph (a fetch inside a larger captured program, "
+                     f"such as an environment step captured whole), `{lad.in_graph_stack}` costs {ig.median * us:.1f} "
+                     f"us a fetch (p20 {ig.p20 * us:.1f}, p80 {ig.p80 * us:.1f}), {xf:.1f}x the bytes "
+                     f"floor{counted}{rest}.")
     elif "in-graph" in lad.notes:
         lines.append(f"The fetch inside a larger graph was not measured: {lad.notes['in-graph']}.")
     failed = [r.name for r in lad.rows if r.gate == "FAIL"]

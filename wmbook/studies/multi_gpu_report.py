@@ -79,8 +79,8 @@ def findings(run: pd.DataFrame) -> Findings:
         head = (f"**{v}: {fmt_spread(split, '{:.1f}')} FPS** against {fmt_spread(one, '{:.1f}')} for the same stack on "
                 f"one GPU in the same job (**{s / o:.2f}x**); first frame {fmt(number(first['value']), '{:.0f}')} ms "
                 f"({ratio:.2f}x one GPU's); {quality}.")
-        goal = (f"Goals (two GPUs): 120 FPS: **{'met' if s >= 120 else 'missed'}** ({s:.1f}); first frame at most 1.15x "
-                f"one GPU's: **{'met' if ratio <= 1.15 else 'missed'}** ({ratio:.2f}x).")
+        goal = (f"Goals (two GPUs): 120 FPS: **{'met' if s >= 120 else 'missed'}** ({s:.1f}); first frame at most "
+                f"1.15x one GPU's: **{'met' if ratio <= 1.15 else 'missed'}** ({ratio:.2f}x).")
         return Findings(head, goal, "Read the timeline: the slower stage sets the block period.", links)
     rows = _rollouts(run)
     best = max(rows, key=lambda r: r["episodes/s"] / r["one GPU alone"] if r["one GPU alone"] else 0)

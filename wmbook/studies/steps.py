@@ -519,8 +519,8 @@ def interpret(sweep: Sweep) -> str:
         errs = [r.quality.get("agent_err_px") for r in sweep.results if r is not ref]
         better = [e for e in errs if e is not None and e < ref.quality.get("agent_err_px", np.nan)]
         if len(better) > len(errs) / 2:  # the reference is not the best tracker: the budget is relative to it
-            lines.append(f"More steps do not track the agent better here: {len(better)} of {len(errs)} fewer-step points "
-                         f"keep it closer than the full-step run's {ref.quality['agent_err_px']:.1f} px ("
+            lines.append(f"More steps do not track the agent better here: {len(better)} of {len(errs)} fewer-step "
+                         f"points keep it closer than the full-step run's {ref.quality['agent_err_px']:.1f} px ("
                          + (f"these weights ship at {cfg.preset.sample_steps} steps a pass, chosen on other episodes; "
                             if getattr(cfg.preset, "sample_steps", 0) else "")
                          + "a stochastic sampler draws fresh noise at each of the full run's steps). The budget is "

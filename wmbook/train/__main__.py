@@ -50,9 +50,9 @@ def main(argv=None) -> int:
                     help="noise-level floor of the x0 losses' 1 / sigma^2 weight (larger: nearly clean draws weigh "
                          "less, min-SNR style)")
     ap.add_argument("--decision-fraction", type=float, default=0.5,
-                    help="workloads with a decision pass (wma): the share of samples trained as decision passes (action "
-                         "tokens zeroed, the action head's loss), the rest as world-model passes (the true actions, "
-                         "the state head's loss); the video loss applies to both")
+                    help="workloads with a decision pass (wma): the share of samples trained as decision passes "
+                         "(action tokens zeroed, the action head's loss), the rest as world-model passes (the true "
+                         "actions, the state head's loss); the video loss applies to both")
     ap.add_argument("--compile", default="none", choices=["none", "inductor", "aot_eager"],
                     help="torch.compile the denoiser for training (none: eager)")
     ap.add_argument("--eval-cases", type=int, default=8, help="held-out episodes scored at the end")

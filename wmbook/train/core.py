@@ -126,8 +126,9 @@ class TrainConfig:
             raise ValueError(f"decision_fraction={v!r} is not allowed; allowed values: a number in [0, 1]")
         if v != DEFAULT_DECISION_FRACTION and "decision_pass" not in workloads.get(self.workload).features:
             allowed = [w.name for w in workloads.all_workloads() if "decision_pass" in w.features]
-            raise ValueError(f"decision_fraction={v!r} is not allowed for workload {self.workload!r} (it has no decision "
-                             f"pass); allowed: the default {DEFAULT_DECISION_FRACTION} here, any fraction for {allowed}")
+            raise ValueError(f"decision_fraction={v!r} is not allowed for workload {self.workload!r} (it has no "
+                             f"decision pass); allowed: the default {DEFAULT_DECISION_FRACTION} here, any fraction "
+                             f"for {allowed}")
         self.out = Path(self.out)
         if self.out.suffix != ".pt":
             raise ValueError(f"out={str(self.out)!r} is not allowed; allowed values: a path ending in .pt")

@@ -8,7 +8,8 @@ the MSE of the flow against eps - x0 on block j only. What the model outputs fol
 loss is |x0_hat - x0|^2 / sigma^2 with sigma clamped at SIGMA_MIN; Li & He 2025). Why x0: a 2x2 patch of the
 space-to-depth latents is 768 numbers out of a 256-wide token, and a flow target carries the noise, which a rank-256
 read-out cannot reproduce (a flow-predicting world-mg2 plateaued at flow loss 0.85 on the H100, above the 2/3 of the
-unit noise variance it cannot represent, and sampled noisy frames: 14.5 dB, SSIM 0.05); the clean latents can. This is exactly what inference computes: there the
+unit noise variance it cannot represent, and sampled noisy frames: 14.5 dB, SSIM 0.05); the clean latents can. This is
+exactly what inference computes: there the
 past blocks' keys and values come from the cache-refresh pass at t = 0 on the clean block, which attends to the
 earlier blocks through the same window, so the masked forward on the clean prefix reproduces the cache contents
 (teacher forcing: the clean prefix is ground truth, not the model's own earlier output). sigma is drawn like the
@@ -22,10 +23,12 @@ x_t and the v target use the alphas of `wmbook.pipelines.ddim.video_scheduler` (
 With the world preset's model_output "x0" the UNet's video output is x0_hat ("x0-residual": x0_hat minus the last
 observed frame's latent, the cond_latent the UNet gets beside x_t) and the loss is the v error it implies,
 |x0_hat - x0|^2 / (1 - alpha_bar_t), with sqrt(1 - alpha_bar_t) clamped at SIGMA_MIN (the pipeline converts x0_hat to
-v for its samplers; wmbook.pipelines.ddim). The world preset turns use_dynamic_rescale off (wmbook.presets). The UNet's dropout is set to 0 for training.
+v for its samplers; wmbook.pipelines.ddim). The world preset turns use_dynamic_rescale off (wmbook.presets). The UNet's
+dropout is set to 0 for training.
 A share `decision_fraction` of the samples (default half) are decision passes (action tokens zeroed, the instruction)
 and train the action head on the true action chunk; the others are world-model passes (the true actions as action
-tokens, empty prompt) and train the state head on the future states; the heads are epsilon predictions on `head_scheduler`'s alphas at the same t, weighted 0.1.
+tokens, empty prompt) and train the state head on the future states; the heads are epsilon predictions on
+`head_scheduler`'s alphas at the same t, weighted 0.1.
 The video loss applies to both kinds.
 """
 
@@ -196,7 +199,8 @@ class WMAObjective:
         if sigma_min is not None:
             self.SIGMA_MIN = sigma_min
         if not 0 <= decision_fraction <= 1:
-            raise ValueError(f"decision_fraction={decision_fraction!r} is not allowed; allowed values: a number in [0, 1]")
+            raise ValueError(f"decision_fraction={decision_fraction!r} is not allowed; allowed values: a number in [0, "
+                             "1]")
         self.decision_fraction = float(decision_fraction)
         self.model = pipe.model
         dev = pipe.device

@@ -147,8 +147,8 @@ def _sage_attention(pipe, ctx: VariantContext):
 
     set_attention_backend("sage")  # an AttentionBackendError says why where it cannot run
     reset_sage_call_counts()
-    ctx.notes["attn-sage"] = ("SageAttention for unmasked calls of head dim 64/96/128 and a key length that is a multiple of 64, "
-                              "SDPA for the rest "
+    ctx.notes["attn-sage"] = ("SageAttention for unmasked calls of head dim 64/96/128 and a key length that is a "
+                              "multiple of 64, SDPA for the rest "
                               "(wmbook.models.attention.sage_call_counts() says how many of each)")
 
 
@@ -192,7 +192,8 @@ def _channels_last(pipe, ctx: VariantContext):
 def _temporal_channels_last(pipe, ctx: VariantContext):
     from ..models.wma.unet import ResBlock
 
-    blocks = [m for m in ctx.workload.denoiser(pipe).modules() if isinstance(m, ResBlock) and m.temporal_conv is not None]
+    blocks = [m for m in ctx.workload.denoiser(pipe).modules()
+              if isinstance(m, ResBlock) and m.temporal_conv is not None]
     n = 0
     for b in blocks:
         b.temporal_format = torch.channels_last_3d
@@ -363,8 +364,8 @@ for _scope, _mode, _dyn in (("regional", "default", False), ("regional", "defaul
                             ("whole", "reduce-overhead", False)):
     register(compile_variant(_scope, _mode, _dyn), family="compile", gpu_only=_mode == "reduce-overhead",
              description=f"torch.compile, {_scope}, mode={_mode}, dynamic={_dyn}"
-                         + (" (inductor's CUDA graphs: compare with cuda-graphs)" if _mode == "reduce-overhead" else ""))(
-        _compile(_scope, _mode, _dyn))
+                         + (" (inductor's CUDA graphs: compare with cuda-graphs)"
+                            if _mode == "reduce-overhead" else ""))(_compile(_scope, _mode, _dyn))
 
 
 def _new_cudagraph_step_per_forward(model: torch.nn.Module) -> None:
@@ -431,8 +432,8 @@ def buffered_decoder(decoder):
 
     if not isinstance(decoder, BufferedStreamingDecoder):
         if getattr(decoder, "compiled_step", False):
-            raise ValueError("vae-stream-buffers (or vae-cuda-graphs, which brings it) must come before vae-compile: the "
-                             "compiled step was made from the decoder without buffers")
+            raise ValueError("vae-stream-buffers (or vae-cuda-graphs, which brings it) must come before vae-compile: "
+                             "the compiled step was made from the decoder without buffers")
         swaps.swap_class(decoder, BufferedStreamingDecoder).use_buffers()
     return decoder
 
@@ -440,7 +441,8 @@ def buffered_decoder(decoder):
 @register("vae-stream-buffers", family="decoder", requires=("streaming_decoder",),
           description="the streaming Wan decoder's causal caches kept in place: one preallocated, zero-bordered input "
                       "window per causal convolution (input written once, convolved without padding, past frames moved "
-                      "to the front) instead of a clone, two concatenations and an F.pad copy per convolution and frame")
+                      "to the front) instead of a clone, two concatenations and an F.pad copy per convolution and "
+                      "frame")
 def _vae_stream_buffers(pipe, ctx: VariantContext):
     buffered_decoder(ctx.workload.streaming_decoder(pipe))
     ctx.notes["vae-stream-buffers"] = "decoder causal caches in preallocated input windows"
@@ -493,9 +495,9 @@ for _mode, _suffix in (("default", ""), ("max-autotune-no-cudagraphs", "-max-aut
 @register("vae-compile-regional", family="decoder", requires=("streaming_decoder",),
           description="torch.compile of the streaming Wan decoder's regions for its steady frames: each residual "
                       "block, the head (norm + SiLU + conv_out) and the other causal convolutions, with their cache "
-                      "windows as arguments (vae-stream-buffers comes with it), so blocks of one shape share a compiled "
-                      "graph: a compile per distinct block shape instead of the whole step's; the attention and the "
-                      "resamplers' 2-D convolutions stay eager")
+                      "windows as arguments (vae-stream-buffers comes with it), so blocks of one shape share a "
+                      "compiled graph: a compile per distinct block shape instead of the whole step's; the attention "
+                      "and the resamplers' 2-D convolutions stay eager")
 def _vae_compile_regional(pipe, ctx: VariantContext):
     from .vae_stream import RegionalCompiledDecoder
 
@@ -570,7 +572,8 @@ def _skip_unused_heads(pipe, ctx: VariantContext):
     unet = getattr(ctx.workload.denoiser(pipe), "diffusion_model", None)
     heads = [getattr(unet, "action_unet", None), getattr(unet, "state_unet", None)]
     if not all(isinstance(h, ConditionalUnet1D) for h in heads):
-        raise ValueError(f"skip-unused-heads needs the action and state heads; the {ctx.workload.name} denoiser has none")
+        raise ValueError(f"skip-unused-heads needs the action and state heads; the {ctx.workload.name} denoiser has "
+                         "none")
     for h in heads:
         swaps.swap_class(h, swaps.SkippableHead)
     swaps.swap_class(pipe, swaps.SkipUnusedHeads)

@@ -57,7 +57,8 @@ class FusedDiTBlock:
     def forward(self, x, e, grid, context, cos, sin, *, attn_start=None, action_start=None, kv_cache=None,
                 cross_cache=None, actions=None, action_cache=None, mask=None, action_inputs=None):
         b, f = e.shape[:2]
-        shift_msa, scale_msa, gate_msa, shift_ffn, scale_ffn, gate_ffn = (self.modulation.unsqueeze(1) + e).chunk(6, dim=2)
+        mod = (self.modulation.unsqueeze(1) + e).chunk(6, dim=2)
+        shift_msa, scale_msa, gate_msa, shift_ffn, scale_ffn, gate_ffn = mod
         s = x.shape[1] // f
         with dl("DiT_Norm_Modulation"):
             h = ops.adaln_modulate(x, shift_msa, scale_msa, self.norm1.eps)

@@ -97,7 +97,8 @@ def known(workload=None, family: str | None = None) -> list[str]:
     belong to `family`."""
     _load_all()
     wl = _workload(workload)
-    return [n for n, v in REGISTRY.items() if (wl is None or v.applies_to(wl)) and (family is None or v.family == family)]
+    return [n for n, v in REGISTRY.items()
+            if (wl is None or v.applies_to(wl)) and (family is None or v.family == family)]
 
 
 def hygiene_parts(workload) -> list[str]:

@@ -1,7 +1,8 @@
 """The Wan VAE's streaming decode with its causal caches kept in place (the `vae-stream-buffers` variant).
 
 diffusers' decoder (the reference, wmbook.models.vae.StreamingWanDecoder) carries each causal convolution's past
-frames as a list of tensors: for every convolution and every latent frame it clones the input's last frames, concatenates
+frames as a list of tensors: for every convolution and every latent frame it clones the input's last frames,
+concatenates
 the old cache in front of the input, zero-pads the result in space (F.pad) and convolves, about nine frame-sized copies
 per convolution, with new tensors every frame. Here each causal convolution owns one preallocated input window
 

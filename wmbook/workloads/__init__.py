@@ -63,5 +63,6 @@ def for_preset(preset_name: str) -> Workload:
                      f"{sorted(p for wl in all_workloads() for p in wl.presets)}")
 
 
-__all__ = ["DecoderStep", "E2ESize", "EndToEnd", "GraphTarget", "Labels", "Layout", "Metric", "Probe", "Workload", "all_workloads", "for_preset", "get",
+__all__ = ["DecoderStep", "E2ESize", "EndToEnd", "GraphTarget", "Labels", "Layout", "Metric", "Probe", "Workload",
+           "all_workloads", "for_preset", "get",
            "names"]

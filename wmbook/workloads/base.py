@@ -139,8 +139,8 @@ class Workload:
 
             raise ParameterError(f"preset={cfg.preset.name!r} is a trained world model and its weights "
                                  f"{str(weights_path(cfg.preset))!r} are not there; train them first with `python -m "
-                                 f"wmbook.train --workload {self.name} --minutes M --ship` (they ship when they beat copy-last) or pick "
-                                 f"another preset")
+                                 f"wmbook.train --workload {self.name} --minutes M --ship` (they ship when they beat "
+                                 f"copy-last) or pick another preset")
 
     # --- building --------------------------------------------------------------------------------------
     def pipeline(self, preset, device: torch.device, dtype: torch.dtype, vae_dtype: torch.dtype, seed: int = 0):

@@ -64,8 +64,8 @@ class Mg2Workload(Workload):
     presets = {k: v for k, v in PRESETS.items()}
     real_preset = "mg2-universal"
     tiny_preset = "tiny"
-    features = frozenset({"denoiser", "world", "kv_cache", "action_modules", "cross_attention_cache", "streaming_decoder",
-                          "frame_decoder", "block_causal_attention"})
+    features = frozenset({"denoiser", "world", "kv_cache", "action_modules", "cross_attention_cache",
+                          "streaming_decoder", "frame_decoder", "block_causal_attention"})
     # notebook 04's goals at the real shape (H100, bf16): forward within 1.5x its FLOP floor with compile,
     # regional cold compile under 60 s
     # notebook 06's: 60 FPS with the full Wan decoder; notebook 01 states the real-time mark against its baseline

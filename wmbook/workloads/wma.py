@@ -382,8 +382,8 @@ class WMAWorkload(Workload):
             f"{s['conditioning_share']:.0%} and saving {s['save_share']:.0%}.",
         ]
         seed = SEED_PROFILE
-        line = (f"The original project's published profile of this model (fp32 eager, DDIM {seed['ddim_steps']}, GPU not named) reported "
-                f"{seed['iteration_s']:.0f} s per iteration, {seed['step_s']:.2f} s per step and "
+        line = (f"The original project's published profile of this model (fp32 eager, DDIM {seed['ddim_steps']}, GPU "
+                f"not named) reported {seed['iteration_s']:.0f} s per iteration, {seed['step_s']:.2f} s per step and "
                 f"{seed['sampling_share']:.0%} in sampling; we measure {it.median:.3g} s, "
                 f"{s['ddim_step_ms'].median / 1e3:.3g} s per step and {s['sampling_share']:.0%} in sampling")
         if steps != seed["ddim_steps"]:

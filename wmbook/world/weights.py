@@ -107,8 +107,8 @@ def save_weights(pipe, workload, path, meta: dict | None = None) -> Path:
 def read_weights(path) -> dict:
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"world-model weights {str(path)!r} not found; train them with "
-                                f"`python -m wmbook.train --workload mg2|wma --minutes M --ship` (README: world models)")
+        raise FileNotFoundError(f"world-model weights {str(path)!r} not found; train them with `python -m "
+                                "wmbook.train --workload WORKLOAD --minutes M --ship` (README: world models)")
     state = read_checkpoint_file(path)
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointFileError(f"{str(path)!r} is not a wmbook world-weights file (format {FORMAT!r})")

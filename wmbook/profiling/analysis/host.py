@@ -28,7 +28,8 @@ def syncs(trace, region: str | Region | None = None) -> pd.DataFrame:
     R, O = runtime_calls(trace, reg), ops(trace, reg)
     rows = []
     for nm, g in R[R["name"].isin(SYNC_RUNTIME)].groupby("name"):
-        rows.append({"call": nm, "kind": "runtime", "count": int(len(g)), "host_ms": float(g["duration_us"].sum()) / 1e3})
+        rows.append({"call": nm, "kind": "runtime", "count": int(len(g)),
+                     "host_ms": float(g["duration_us"].sum()) / 1e3})
     for nm, g in O[O["name"].isin(SYNC_OPS)].groupby("name"):
         rows.append({"call": nm, "kind": "aten", "count": int(len(g)), "host_ms": float(g["duration_us"].sum()) / 1e3})
     if trace.source == "gpu":
@@ -96,4 +97,5 @@ def aten_ops_per_forward(trace, region: str | Region | None = None, forward_labe
     n_fwd = forward_count(trace, reg, forward_label)
     if not len(O) or not n_fwd:
         return float("nan")
-    return float((O["name"].str.startswith("aten::").to_numpy() & _ops_in_forward(trace, O, forward_label)).sum()) / n_fwd
+    aten = O["name"].str.startswith("aten::").to_numpy()
+    return float((aten & _ops_in_forward(trace, O, forward_label)).sum()) / n_fwd

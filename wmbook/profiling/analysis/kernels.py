@@ -55,8 +55,8 @@ def _host_labels(trace: Trace, calls: int) -> pd.DataFrame:
     if not len(lt):
         return pd.DataFrame(columns=cols)
     top = lt.loc[lt["depth"] == 0, "cpu_total_ms"].sum()
-    out = pd.DataFrame({"label_name": lt["label"], "ms": lt["cpu_self_ms"] / calls, "self_ms": lt["cpu_self_ms"] / calls,
-                        "total_ms": lt["cpu_total_ms"] / calls})
+    out = pd.DataFrame({"label_name": lt["label"], "ms": lt["cpu_self_ms"] / calls,
+                        "self_ms": lt["cpu_self_ms"] / calls, "total_ms": lt["cpu_total_ms"] / calls})
     out["share"] = out["ms"] / (top / calls) if top > 0 else float("nan")
     out["source"] = "cpu"
     return out.sort_values("ms", ascending=False, kind="stable").reset_index(drop=True)[cols]

@@ -141,7 +141,8 @@ def label_device_times(trace) -> pd.DataFrame:
                 n_total[names[j]] = n_total.get(names[j], 0) + int(n)
             j = parent[j]
     keys = list(dict.fromkeys(names + (["(unlabelled)"] if "(unlabelled)" in total_us else [])))
-    return pd.DataFrame({"self_us": [self_us.get(k, 0.0) for k in keys], "total_us": [total_us.get(k, 0.0) for k in keys],
+    return pd.DataFrame({"self_us": [self_us.get(k, 0.0) for k in keys],
+                         "total_us": [total_us.get(k, 0.0) for k in keys],
                          "activities": [n_total.get(k, 0) for k in keys]}, index=pd.Index(keys, name="label"))
 
 

@@ -83,7 +83,8 @@ def launch_numbers(trace, region: str | Region | None = None, forward_label: str
             idle_share=max(0.0, span - union) / span if span > 0 else float("nan"),
             kernels=int(len(kern)), memcpy_memset=int(len(K) - len(kern)),
             launch_calls=int(len(launches)), launch_host_ms=float(launches["duration_us"].sum()) / 1e3,
-            kernels_per_forward=(float(in_fwd[(K["kind"] == "kernel").to_numpy()].sum()) / n_fwd) if n_fwd else float("nan"),
+            kernels_per_forward=((float(in_fwd[(K["kind"] == "kernel").to_numpy()].sum()) / n_fwd) if n_fwd
+                                 else float("nan")),
             short_kernel_share=float(short.mean()) if len(d) else float("nan"),
             short_kernel_time_share=float(d[short].sum() / d.sum()) if d.sum() > 0 else float("nan"),
             kernel_mean_us=float(d.mean()) if len(d) else float("nan"),

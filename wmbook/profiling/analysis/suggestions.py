@@ -81,7 +81,8 @@ def suggest(bd) -> pd.DataFrame:
         frac = rf.at["GEMM/linear", "frac_of_ceiling"]
         if frac == frac and frac < GEMM_FRAC_MIN and ms("GEMM/linear") > 0:
             add("GEMMs below the measured ceiling", f"{rf.at['GEMM/linear', 'tflops']:.3g} TFLOP/s = {frac:.0%} "
-                f"of the measured {rf.at['GEMM/linear', 'ceiling_tflops']:.3g} TFLOP/s", ms("GEMM/linear") * (1 - frac / GEMM_FRAC_MIN), "04",
+                f"of the measured {rf.at['GEMM/linear', 'ceiling_tflops']:.3g} TFLOP/s",
+                ms("GEMM/linear") * (1 - frac / GEMM_FRAC_MIN), "04",
                 "bf16 weights/autocast, max-autotune compile, larger fused GEMMs")
     fs = s.get("forward_share")
     if fs is not None and fs == fs and fs >= FORWARD_SHARE_MIN:
