@@ -173,17 +173,6 @@ def stack_parts(variant: str) -> list[str]:
     return [p for p in str(variant).split(" + ") if p]
 
 
-def added_label(variant: str, before: str | None) -> str:
-    """A ladder row named by what it adds to the row before: '+ compile-regional' (the full stack is in the
-    appendix); the first row keeps its name."""
-    parts, prev = stack_parts(variant), stack_parts(before or "")
-    if before is None or not parts:
-        return str(variant)
-    if parts[:len(prev)] == prev and len(parts) > len(prev):
-        return "+ " + " + ".join(parts[len(prev):])
-    return " + ".join(parts) if len(parts) <= 2 else f"{parts[0]} + ... + {parts[-1]} ({len(parts)} variants)"
-
-
 # --------------------------------------------------------------------------- what a study reports from its rows
 
 

@@ -45,12 +45,6 @@ def apply_time_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> to
     return torch.cat([rot.type_as(x), x[..., dims:]], dim=-1)
 
 
-def time_rope(x: torch.Tensor, start: int, dims: int, theta: float) -> torch.Tensor:
-    """RoPE over the frame index (tables built on the fly) on the first `dims` channels of x [N, F, H, D]."""
-    cos, sin = time_rope_tables(start, x.shape[1], dims, theta, x.device)
-    return apply_time_rope(x, cos, sin)
-
-
 def action_windows(cond: torch.Tensor, start_frame: int, num_frames: int, ratio: int, window: int,
                    sync_check: bool = True) -> torch.Tensor:
     """cond [B, N_pix, ...] -> [B, F, window*ratio, ...]: raw frames [ratio*(i-window), ratio*i) per latent i.

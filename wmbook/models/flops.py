@@ -57,13 +57,6 @@ def dit_forward_flops(p: CausalWanPreset, block_idx: int = 1, cross_kv_cached: b
     return {k: float(v) for k, v in parts.items()}
 
 
-def block_flops(p: CausalWanPreset, block_idx: int) -> float:
-    """All DiT forwards of one block: denoising steps + the cache-refresh pass."""
-    first = dit_forward_flops(p, block_idx, cross_kv_cached=block_idx > 0)["total"]
-    rest = dit_forward_flops(p, block_idx, cross_kv_cached=True)["total"]
-    return first + (p.forwards_per_block - 1) * rest
-
-
 def counted_flops(fn, *args) -> float:
     """FLOPs of fn(*args) as torch.utils.flop_counter counts them (convolutions, matmuls, attention): run it on meta
     tensors, so a real-shape decoder is counted in a fraction of a second without running anything."""

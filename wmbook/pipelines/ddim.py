@@ -499,9 +499,6 @@ class WMAInteractionPipeline:
         inputs = self.prepare(seed=seed)
         return inputs, self.run_iteration(inputs, save_dir=save_dir, progress=progress, **kw)
 
-    def reference_outputs(self, inputs: WMAInputs, **kw) -> dict[str, torch.Tensor]:
-        """Latents, decoded frames, actions and states of one iteration: what a variant is gated against."""
-        return self.run_iteration(inputs, progress=False, **kw).reference()
 
 
 def to_uint8_video(frames: torch.Tensor) -> np.ndarray:

@@ -120,10 +120,6 @@ class SectionTimer(DeviceTimer):
         self._done.clear()
         self.dropped = 0
 
-    @property
-    def open_sections(self) -> int:
-        return len(self._stack)
-
     def __len__(self) -> int:
         return len(self._done)
 
