@@ -26,7 +26,6 @@ from ..params import (
     WARMUP,
     Param,
     ParameterError,
-    choice,
     integer,
     name_list,
     subset_or_all,
@@ -34,12 +33,12 @@ from ..params import (
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from ..workloads import E2ESize
+from .common import compile_backend, e2e_blocks
 from .compile_report import guard_groups, interpret, plot_compile_times, plot_forward_vs_floor, result_rows  # noqa: F401
 
 NOTEBOOK = "04_compile_autocast"
 SECTIONS = ("precision", "vae", "hygiene", "attention", "ladder", "compile")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
-COMPILE_BACKENDS = ("auto", "inductor", "aot_eager", "eager")
 COMPILE_CONFIGS = ("reference", "hygiene", "dynamic", "whole", "max-autotune")
 WORKING_DTYPE = "bf16"  # the precision the hygiene, attention and compile sections work in (what the pipelines run)
 
@@ -63,21 +62,12 @@ def _compile_modes(v, ctx):
     return tuple(modes)
 
 
-def _compile_backend(v, ctx):
-    choice(*COMPILE_BACKENDS)(v, ctx)
-    return v if v != "auto" else ("inductor" if ctx["device"].type == "cuda" else "aot_eager")
-
-
 def _compile_table(v, ctx):
     """'auto': every configuration on a GPU; on a CPU (aot_eager at tiny shapes, a smoke run) all but `dynamic`,
     whose symbolic tracing alone takes minutes there and says nothing about a GPU's dynamic compile."""
     if v == "auto":
         return tuple(c for c in COMPILE_CONFIGS if ctx["device"].type == "cuda" or c != "dynamic")
     return subset_or_all(COMPILE_CONFIGS)(v, ctx)
-
-
-def _e2e_blocks(v, ctx):
-    return integer(0)(v, ctx) or (4 if ctx["device"].type == "cuda" else 3)
 
 
 def _cross_check(cfg: RunConfig) -> None:
@@ -91,11 +81,11 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("ladder", "auto", _ladder, "auto: the workload's default ladder; or comma-separated variant names"),
     Param("sections", "all", subset_or_all(SECTIONS), f"all, or a comma-separated subset of {list(SECTIONS)}"),
     Param("compile_modes", "default", _compile_modes, "modes in the ladder and the compile table"),
-    Param("compile_backend", "auto", _compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
+    Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
     Param("compile_table", "auto", _compile_table, "configurations of the compile table; auto: all on a GPU, "
           "without `dynamic` on a CPU"),
     WARMUP.with_default(3), REPEATS.with_default(10),
-    Param("e2e_blocks", 0, _e2e_blocks, "blocks per end-to-end ladder run (causal DiT); 0: 4 on a GPU, 3 on a CPU"),
+    Param("e2e_blocks", 0, e2e_blocks, "blocks per end-to-end ladder run (causal DiT); 0: 4 on a GPU, 3 on a CPU"),
     Param("recompile_blocks", 10, integer(2), "blocks of the warm run whose recompiles the compile table counts"),
     Param("e2e_ddim_steps", 5, integer(1), "DDIM steps per pass in the end-to-end run (UNet)"),
     Param("e2e_repeats", 2, integer(1), "timed end-to-end runs per row"),

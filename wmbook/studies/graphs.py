@@ -19,23 +19,13 @@ from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WA
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from ..workloads import E2ESize
-from .compile import _compile_backend, _e2e_blocks
+from .common import compile_backend, e2e_blocks, variant_stack
 
 NOTEBOOK = "06_cuda_graphs"
 
 
-def _base(v, ctx):
-    if v == "auto":
-        return None
-    from .. import variants
-    from ..params import name_list
-
-    steps = name_list(v, ctx)
-    variants.resolve(steps, ctx["workload"], ctx["device"])
-    return tuple(steps)
-
-
-def _cross_check(cfg: RunConfig) -> None:
+def check_e2e(cfg: RunConfig) -> None:
+    """The end-to-end run's blocks fit the preset (notebooks 05 and 06)."""
     cfg.workload.check_e2e(cfg.preset, "e2e_blocks", e2e_size(cfg), cfg.device)
 
 
@@ -43,9 +33,9 @@ def _e2e_repeats(v, ctx):
     return integer(0)(v, ctx) or (3 if ctx["device"].type == "cuda" else 2)
 
 
-# the end-to-end run of every ladder row (notebooks 05 and 06); checked against the preset by _cross_check
+# the end-to-end run of every ladder row (notebooks 05 and 06); checked against the preset by check_e2e
 E2E_PARAMS = (
-    Param("e2e_blocks", 0, _e2e_blocks, "blocks per end-to-end run (causal DiT); 0: 4 on a GPU, 3 on a CPU"),
+    Param("e2e_blocks", 0, e2e_blocks, "blocks per end-to-end run (causal DiT); 0: 4 on a GPU, 3 on a CPU"),
     Param("e2e_ddim_steps", 0, integer(0), "DDIM steps per pass in the end-to-end run (UNet); 0: the preset's "
           "default (50 at the real shape: seconds per interaction iteration)"),
     Param("e2e_repeats", 0, _e2e_repeats, "timed end-to-end runs per row (their median with p20-p80); 0: 3 on a "
@@ -54,15 +44,15 @@ E2E_PARAMS = (
 
 SPEC = NotebookSpec(NOTEBOOK, (
     WORKLOAD, PRESET, DEVICE,
-    Param("base", "auto", _base, "the stack the graph rows build on; auto: notebook 04's best (its ladder + compile), "
-          "on a GPU with notebook 05's denoiser kernels"),
-    Param("steps", "auto", _base, "the rows added to the base, in order; auto: static caches, ring KV caches, CUDA "
-          "graphs, then the decoder's (bf16, stream buffers, channels-last, compile, graphs)"),
+    Param("base", "auto", variant_stack(), "the stack the graph rows build on; auto: notebook 04's best (its ladder + "
+          "compile), on a GPU with notebook 05's denoiser kernels"),
+    Param("steps", "auto", variant_stack(), "the rows added to the base, in order; auto: static caches, ring KV "
+          "caches, CUDA graphs, then the decoder's (bf16, stream buffers, channels-last, compile, graphs)"),
     Param("reduce_overhead", True, boolean, "also measure the base with torch.compile mode reduce-overhead (GPU)"),
     Param("decoder_table", True, boolean, "the decoder rows (the same latents through each decoder stack)"),
-    Param("compile_backend", "auto", _compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
+    Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
     WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS,
-    OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=_cross_check)
+    OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=check_e2e)
 
 
 def validate(**params) -> RunConfig:

@@ -20,8 +20,8 @@ from .. import results as results_store
 from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WARMUP, Param, boolean, number
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
-from .compile import _compile_backend
-from .graphs import DENOISER_KERNELS, E2E_PARAMS, _base, _cross_check, best_of_04, e2e_size, store_each_row
+from .common import compile_backend, variant_stack
+from .graphs import DENOISER_KERNELS, E2E_PARAMS, best_of_04, check_e2e, e2e_size, store_each_row
 
 NOTEBOOK = "05_triton_kernels"
 
@@ -36,13 +36,14 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("rep_ms", 200, number(1, 10000), "milliseconds of repeated graph replays per kernel timing"),
     Param("ladder", "auto", _ladder, "the ladder rows on top of notebook 04's best stack; auto: on a GPU only (on a "
           "CPU the interpreted kernels take seconds per forward)"),
-    Param("base", "auto", _base, "the stack the rows build on; auto: notebook 04's best (its ladder + compile)"),
-    Param("steps", "auto", _base, "rows added to the base, in order; auto: triton-fused, head-conv-gemm (wma), "
-          "vae-triton-fused, attn-sage (where sageattention is installed), fp8 (where the device has FP8; "
+    Param("base", "auto", variant_stack(),
+          "the stack the rows build on; auto: notebook 04's best (its ladder + compile)"),
+    Param("steps", "auto", variant_stack(), "rows added to the base, in order; auto: triton-fused, head-conv-gemm "
+          "(wma), vae-triton-fused, attn-sage (where sageattention is installed), fp8 (where the device has FP8; "
           "last: the slowest row to build)"),
-    Param("compile_backend", "auto", _compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
+    Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
     WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS,
-    OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=_cross_check)
+    OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=check_e2e)
 
 
 def validate(**params) -> RunConfig:

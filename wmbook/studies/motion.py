@@ -54,7 +54,8 @@ from ..params import (
 )
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
-from .compile import _compile_backend
+from .common import compile_backend
+from .motion_plots import plot_ladder, plot_scaling
 
 IN_GRAPH_K = 16  # fetches captured in one graph for MotionLadder.in_graph (measure_in_graph)
 
@@ -93,7 +94,7 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("steps", "auto", _steps, "the ladder after the eager reference, in order; auto: every motion variant that "
           f"runs on the device ({', '.join(mvariants.known())})"),
     Param("scaling_envs", "auto", _scaling_envs, "robot counts of the scaling figure; auto: the preset's"),
-    Param("compile_backend", "auto", _compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
+    Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
     Param("profile_warmup", 5, integer(0), "profiler schedule: untraced warm-up steps (the seed's --warmup)"),
     Param("profile_active", 10, integer(1), "profiler schedule: traced steps (the seed's --active)"),
     WARMUP.with_default(5), REPEATS.with_default(50), OUTPUT_DIR, RESULTS_PATH, SEED),
@@ -517,30 +518,6 @@ def floor_table(s: MotionSetup, lad: MotionLadder) -> pd.DataFrame:
     return pd.DataFrame({"value": d}).rename_axis("quantity")
 
 
-def plot_ladder(lad: MotionLadder, ax=None):
-    """ms per step of every row (log scale), p20-p80 whiskers, the bytes floor as a line; failed or interpreted rows
-    hatched."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(8, 3.2))
-    names = [r.name.split(" + ")[-1] if r.stack else "eager" for r in lad.rows]
-    med = np.array([r.fetch.median for r in lad.rows])
-    err = np.array([[r.fetch.median - r.fetch.p20 for r in lad.rows], [r.fetch.p80 - r.fetch.median for r in lad.rows]])
-    colors = ["#228833" if r.counts else "#BBBBBB" for r in lad.rows]
-    bars = ax.bar(range(len(med)), med, yerr=err, color=colors, capsize=3)
-    for b, r in zip(bars, lad.rows):
-        if not r.counts:
-            b.set_hatch("//")
-    ax.axhline(lad.reference.floor_ms, color="#CC3311", ls="--", lw=1, label="bytes floor (copy bandwidth)")
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(med)), [f"+ {n}" if i else n for i, n in enumerate(names)], rotation=20, ha="right")
-    ax.set_ylabel("ms per step")
-    ax.set_title(f"The fetch, one variant at a time ({lad.reference.num_envs} robots)")
-    ax.legend(loc="upper right", fontsize=8)
-    return ax
-
-
 # --- scaling --------------------------------------------------------------------------------------------------------
 
 def run_scaling(s: MotionSetup, lad: MotionLadder) -> pd.DataFrame:
@@ -575,27 +552,6 @@ def scaling_slopes(scaling: pd.DataFrame) -> pd.DataFrame:
             out.append({"stack": stack, "from robots": int(n0), "to robots": int(n1), "time x": t1 / t0,
                         "slope": math.log(t1 / t0) / math.log(n1 / n0)})
     return pd.DataFrame(out)
-
-
-def plot_scaling(scaling: pd.DataFrame, ax=None):
-    """ms per step against robots (log-log), one line per stack, the bytes floor dashed."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.5, 3.6))
-    for stack, g in scaling.groupby("stack", sort=False):
-        g = g.sort_values("num_envs")
-        ax.errorbar(g["num_envs"], g["fetch ms"], yerr=[g["fetch ms"] - g["p20"], g["p80"] - g["fetch ms"]],
-                    marker="o", ms=3, capsize=2, label=stack.split(" + ")[-1])
-    f = scaling.drop_duplicates("num_envs").sort_values("num_envs")
-    ax.plot(f["num_envs"], f["bytes floor ms"], "k--", lw=1, label="bytes floor")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("robots (num_envs)")
-    ax.set_ylabel("ms per step")
-    ax.set_title("Scaling: cost per step against robots")
-    ax.legend(fontsize=7, ncol=2)
-    return ax
 
 
 __all__ = ["IN_GRAPH_K", "MotionLadder", "MotionRow", "MotionSetup", "SPEC", "StateGate", "capture_table",

@@ -55,7 +55,7 @@ from ..pipelines.solvers import SampleRun, StepPoint
 from ..presets import dtype_name
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
-from .compile import _compile_backend
+from .common import compile_backend, variant_stack
 from .step_notes import timing_noise_note, widest_equal_work
 
 NOTEBOOK = "03_step_reduction"
@@ -93,18 +93,6 @@ def _eta(v, ctx):
     return ctx["workload"].step_axis().parse_eta(v, ctx["preset"], ctx["_name"])
 
 
-def _base(v, ctx):
-    if v == "none":
-        return None
-    from .. import variants
-
-    stack = name_list(v, ctx)
-    if not stack:
-        raise ParameterError(f"base={v!r} is not allowed; allowed values: 'none' or comma-separated variant names")
-    variants.resolve(stack, ctx["workload"], ctx["device"])  # unknown names list the known ones
-    return tuple(stack)
-
-
 def _cross_check(cfg: RunConfig) -> None:
     axis = cfg.workload.step_axis()
     if cfg.options.blocks:
@@ -137,9 +125,9 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("deviation_budget_db", 30.0, number(0.0, 200.0), "knee without ground truth: the smallest PSNR of a point's "
           "frames against the full-step run's frames (solver error)"),
     Param("quality_cases", 2, integer(1), "held-out episodes per point (trained world presets only)"),
-    Param("base", "none", _base, "none: the eager pipeline at dtype; or a variant stack (e.g. notebook 06's best) "
-          "applied to the fp32 reference, dtype then is the stack's"),
-    Param("compile_backend", "auto", _compile_backend, "for a base stack with compile; auto: inductor on a GPU, "
+    Param("base", "none", variant_stack("none", empty=False), "none: the eager pipeline at dtype; or a variant stack "
+          "(e.g. notebook 06's best) applied to the fp32 reference, dtype then is the stack's"),
+    Param("compile_backend", "auto", compile_backend, "for a base stack with compile; auto: inductor on a GPU, "
           "aot_eager on a CPU"),
     WARMUP.with_default(1), REPEATS.with_default(3), OUTPUT_DIR, RESULTS_PATH, SEED),
     workload_params=False, cross_check=_cross_check)

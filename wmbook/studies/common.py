@@ -1,0 +1,40 @@
+"""Parameter checks several studies share (the compile backend, the end-to-end blocks, a variant stack): one
+definition, imported by each study, so that no study reaches into another's private helpers."""
+
+from __future__ import annotations
+
+from .. import variants
+from ..params import ParameterError, choice, integer, name_list
+
+COMPILE_BACKENDS = ("auto", "inductor", "aot_eager", "eager")
+
+
+def compile_backend(v, ctx):
+    """`compile_backend`: auto is inductor on a GPU, aot_eager on a CPU (inductor's CPU codegen takes minutes)."""
+    choice(*COMPILE_BACKENDS)(v, ctx)
+    return v if v != "auto" else ("inductor" if ctx["device"].type == "cuda" else "aot_eager")
+
+
+def e2e_blocks(v, ctx):
+    """`e2e_blocks`: 0 is 4 blocks on a GPU, 3 on a CPU."""
+    return integer(0)(v, ctx) or (4 if ctx["device"].type == "cuda" else 3)
+
+
+def variant_stack(unset: str = "auto", empty: bool = True):
+    """The check of a variant-stack parameter: comma-separated names, each checked against the workload and the device
+    (an unknown name lists the known ones); the word `unset` gives None; empty=False refuses an empty list."""
+
+    def check(v, ctx):
+        if v == unset:
+            return None
+        stack = name_list(v, ctx)
+        if not stack and not empty:
+            raise ParameterError(f"{ctx['_name']}={v!r} is not allowed; allowed values: {unset!r} or comma-separated "
+                                 f"variant names")
+        variants.resolve(stack, ctx["workload"], ctx["device"])
+        return tuple(stack)
+
+    return check
+
+
+__all__ = ["COMPILE_BACKENDS", "compile_backend", "e2e_blocks", "variant_stack"]
