@@ -32,7 +32,7 @@ except ImportError:  # the custom op falls back to the reference
     triton = None
 
 
-# the channels-first launcher's defaults, from tools/gn_sweep.py on the H100 at 68ba953
+# the channels-first launcher's defaults, from tools/gn_sweep.py on the H100
 # (data/reports/h100/gn_sweep-wma-68ba953.csv): 2048 / 4096 / 4 warps was best at the wma temporal conv block
 # (1x320x16x40x64 bf16: 39.9 us against 50.7 us with 1024 / 1024; compile 43.1 us) and within 0.5 us of the best at
 # the SD VAE decoder (1x128x320x512 fp32: 100.4 us against 121.6 us; compile 102.0 us)
@@ -47,7 +47,7 @@ if triton is not None:
     # user-defined kernels (torch.compile tracing the triton_ops) counts a call's results as derived from all of its
     # arguments, so a store through such an offset marks that pointer written. The normalizing kernel's store through
     # the offset of a load helper made x and add "mutated"; compiling the wma UNet then failed in inductor's scheduler
-    # (H100, 5880f6e and f07412f: KeyError 'op282'). tests/test_kernels_inductor_analysis.py checks every kernel.
+    # (KeyError 'op282'). tests/test_kernels_inductor_analysis.py checks every kernel.
 
     @triton.jit
     def _group_offsets(

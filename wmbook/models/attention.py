@@ -366,8 +366,8 @@ def _sage_func():
 
 def _count_sage(route: str) -> None:
     # not inside a compiled region: reading the counter there made dynamo guard on its value, so every call recompiled
-    # until the recompile limit (64) and the block then ran eager (the H100 attn-sage row at mg2-universal, a9c51cd:
-    # 219 ms a forward against 59 ms). Dynamo's reorderable logging functions would keep the count, but it drops
+    # until the recompile limit (64) and the block then ran eager (at mg2-universal on an H100: 219 ms a forward
+    # against 59 ms). Dynamo's reorderable logging functions would keep the count, but it drops
     # them when called from an inlined function (torch 2.11-2.13), as this one is
     if not torch.compiler.is_compiling():
         _SAGE_CALLS[route] += 1

@@ -73,10 +73,8 @@ def best_of_04(cfg: RunConfig) -> list[str]:
 
 
 # notebook 05's rows that change the denoiser's kernels, not its precision: on a GPU notebook 06 builds on them (the
-# issue: "on top of the best rows of notebook 04, and 05 when it exists"). As graph rows they cost a compile of the
-# whole denoiser each (triton-fused's row took 3.7 minutes on the H100 at 6359a95, its end-to-end runs included;
-# notebook 06 at wma did not fit a session's 30 minutes of device time at a2935f1); in the base they are compiled
-# once. vae-triton-fused (the decoder), fp8 and attn-sage (low precision, comparison rows of notebook 05) are not
+# notebook builds on the best rows of notebook 04, and 05 where it ran). As graph rows they would cost a compile of
+# the whole denoiser each (minutes per row at the real shapes); in the base they are compiled once. vae-triton-fused (the decoder), fp8 and attn-sage (low precision, comparison rows of notebook 05) are not
 # among them.
 DENOISER_KERNELS = ("triton-fused", "head-conv-gemm")
 
@@ -221,8 +219,9 @@ def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
     reduce_overhead (GPU), the base compiled with mode reduce-overhead as a comparison row (comparison_rows). Rows
     keep their pipelines and profiled forwards (for the capture table and the timeline figure). Each row's results
     rows are stored as soon as it is measured (store_each_row). The profiled whole generations (generation_traces, in
-    `ladder.generation_traces`) are taken before the comparison rows: on the H100 the notebook's kernel died in that
-    profiling each time it came after the reduce-overhead row (665a961, f07412f), never before it (b1cc15c)."""
+    `ladder.generation_traces`) are taken before the comparison rows: profiling a generation after the
+    reduce-overhead row (inductor's own CUDA graphs in the process) ended the notebook's kernel on an H100, profiling
+    it before never did."""
     from ..variants.ladder import LadderSettings
     from ..variants.ladder import run_ladder as _run
 
@@ -334,8 +333,8 @@ def row_results(cfg: RunConfig, r) -> list[dict]:
             (r.e2e_metric, r.e2e_value, cfg.workload.metric.unit, r.e2e_samples),
             ("first_frame_ms", r.e2e_first_frame_ms, "ms", None), ("run_s", r.e2e_run_s, "s", r.e2e_run_samples),
             ("psnr_db", r.psnr_db, "dB", None), ("peak_memory_gib", r.peak_memory_gib, "GiB", None),
-            # where a row's minutes go (the fp8 row at mg2-universal took 14.4 of them at b50f9e1, between stored
-            # timestamps): its first call (the compile, for compiled rows) and the whole row
+            # where a row's minutes go (a compiled row's can be many): its first call (the compile, for compiled
+            # rows) and the whole row
             ("first_call_s", r.first_call_s, "s", None), ("row_s", r.row_s, "s", None)):
         if metric and value is not None and np.isfinite(value):
             out.append(results_store.make_row(metric=metric, value=float(value), unit=unit, variant=v, timing=timing,

@@ -336,8 +336,8 @@ def kernel_steps(cfg: RunConfig) -> list[str]:
         return list(cfg.options.steps)
     known = variants.known(cfg.workload)
     steps = [s for s in (*DENOISER_KERNELS, "vae-triton-fused") if s in known]
-    # fp8 last: its row is the slowest to build (14.4 minutes at mg2-universal on the H100, b50f9e1; cut by the time
-    # limit at both workloads on the H200, 4c8ad9d), so a run cut there has every other row stored
+    # fp8 last: its row is the slowest to build (its whole-denoiser compile takes many minutes at the real shapes),
+    # so a run cut there has every other row stored
     steps += [s for s, why in _low_precision(cfg.device).items() if s in known and why is None]
     return steps
 

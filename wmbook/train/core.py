@@ -410,9 +410,9 @@ def train(cfg: TrainConfig, bank=None) -> dict:
 def _compile_warmup(cfg: TrainConfig, obj, opt, dev: torch.device, use_amp: bool) -> float:
     """Seconds spent compiling: two forward + backward passes on batches from a generator of their own (the training
     draws stay those of an eager run), gradients dropped, no optimizer step, so the weights do not move. The training
-    budget and its learning-rate schedule start after it: counted in the budget (as before f3df044), inductor's
-    compile of the UNet took about 450 s of 13 training minutes on the H100 (the first logged step, 25, came at 461 s)
-    and left the cosine schedule at 5.3e-5, about a tenth of its peak, by step 50 (825 steps in all)."""
+    budget and its learning-rate schedule start after it: counted in the budget, inductor's compile of the UNet
+    (about 450 s on an H100) would take a large part of a short run and leave the cosine schedule near its end
+    before training had begun."""
     t0 = time.perf_counter()
     gen = torch.Generator(dev).manual_seed(cfg.seed + 7919)
     for _ in range(2):  # the second call checks that nothing recompiles on the next batch

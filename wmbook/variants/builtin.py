@@ -285,9 +285,8 @@ def _fp8(pipe, ctx: VariantContext):
 
     # set_inductor_config=False: by default the config turns on inductor's coordinate-descent tuning process-wide
     # (torchao.quantization.utils.recommended_inductor_config_setter, never restored), which benchmarks every
-    # generated kernel's launch configuration in all directions at compile time: the likely reason this row took 14.4
-    # minutes at mg2-universal on the H100 (b50f9e1) and ran past the time limits on the H200 (4c8ad9d), and a
-    # setting every later compile in the process would have inherited
+    # generated kernel's launch configuration in all directions at compile time (a quarter of an hour for this row at
+    # mg2-universal), a setting every later compile in the process would inherit
     quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=PerRow(), set_inductor_config=False),
               filter_fn=big_linear)
     if not seen:

@@ -392,8 +392,7 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
     """Apply `stack` to a copy of `ref`, gate its forward, time it (and an end-to-end run when `e2e`):
     (row, forward output, decoded frames). e2e="frames": one end-to-end run for its frames only (no warm-up run, no
     end-to-end time on the row): the fp32 reference of a ladder whose tables start at a later row needs its frames
-    to gate against, not its time (at wma three fp32 iterations fewer: notebook 01 timed one at 31.0 s on an H100,
-    a4bda95)."""
+    to gate against, not its time (at wma three fp32 iterations fewer, each about half a minute on an H100)."""
     if e2e not in (True, False, "frames"):
         raise ValueError(f"e2e={e2e!r} is not allowed; allowed values: True, False, 'frames'")
     wl = get(workload)
