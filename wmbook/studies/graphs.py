@@ -72,10 +72,10 @@ def best_of_04(cfg: RunConfig) -> list[str]:
     return [*cfg.workload.default_ladder(cfg.device, None), compile_variant(cfg.workload.compile_scope)]
 
 
-# notebook 05's rows that change the denoiser's kernels, not its precision: on a GPU notebook 06 builds on them (the
-# notebook builds on the best rows of notebook 04, and 05 where it ran). As graph rows they would cost a compile of
-# the whole denoiser each (minutes per row at the real shapes); in the base they are compiled once. vae-triton-fused (the decoder), fp8 and attn-sage (low precision, comparison rows of notebook 05) are not
-# among them.
+# notebook 05's rows that change the denoiser's kernels, not its precision: on a GPU notebook 06 builds on them (it
+# builds on the best rows of notebook 04, and of 05 where it ran). As graph rows they would cost a compile of the whole
+# denoiser each (minutes per row at the real shapes); in the base they are compiled once. vae-triton-fused (the
+# decoder), fp8 and attn-sage (low precision, comparison rows of notebook 05) are not among them.
 DENOISER_KERNELS = ("triton-fused", "head-conv-gemm")
 
 # the comparison row that keeps notebook 04's best stack alone (the goal's baseline) where the base differs from it:
