@@ -347,7 +347,8 @@ def test_record_attention_shapes_of_the_tiny_dit(tiny_pipe):
         assert rows["calls_per_forward"].sum() == len(a.blocks)
     assert (df["mask_kind"] == "none").all()  # the cached streaming path passes no masks
     r = df.iloc[0]
-    assert r["gflop_per_call"] == pytest.approx(2 * r["batch"] * r["heads"] * r["q_len"] * r["kv_len"] * 2 * r["head_dim"] / 1e9)
+    assert r["gflop_per_call"] == pytest.approx(2 * r["batch"] * r["heads"] * r["q_len"] * r["kv_len"] * 2
+                                                * r["head_dim"] / 1e9)
     assert df["flop_share"].sum() == pytest.approx(1.0)
     assert df["gflop_per_forward"].is_monotonic_decreasing
 

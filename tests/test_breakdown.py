@@ -207,7 +207,8 @@ def test_classify_by_kernel_and_op_names():
     assert classify("sm90_xmma_gemm_bf16bf16_bf16f32", None) == "GEMM/linear"
     assert classify("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", None) == "GEMM/linear"
     assert classify("flash_fwd_kernel", None) == "attention"
-    assert classify("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>", "aten::_flash_attention_forward") == "attention"
+    assert classify("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>",
+                    "aten::_flash_attention_forward") == "attention"
     assert classify("cutlass_80_tensorop_s16816gemm", "aten::addmm") == "GEMM/linear"
     assert classify("cudnn::implicit_convolve_sgemm", "aten::cudnn_convolution") == "convolution"
     assert classify("vectorized_layer_norm_kernel", "aten::native_layer_norm") == "normalization"

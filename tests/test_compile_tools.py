@@ -1,5 +1,5 @@
-"""torch.compile tools (wmbook.variants.compile, wmbook.variants.compile_monitor): spec checks, regional compile, recompile and graph-break
-accounting, cache directories, cold vs warm compile time.
+"""torch.compile tools (wmbook.variants.compile, wmbook.variants.compile_monitor): spec checks, regional compile,
+recompile and graph-break accounting, cache directories, cold vs warm compile time.
 
 Dynamo-side checks use backend="eager" (no codegen); one tiny inductor compile measures cold vs warm.
 """

@@ -112,7 +112,8 @@ def test_regional_compile_shares_graphs_between_blocks_of_one_shape():
     residual = first.frames[first.frames["function"] == "residual_in_windows"]
     assert 1 <= len(residual) < len(blocks), (len(residual), len(blocks))
     assert steady.summary()["frame_attempts"] == 0, steady.summary()
-    for stack in (["vae-compile-regional", "vae-compile"], ["vae-stream-buffers", "vae-compile", "vae-compile-regional"]):
+    for stack in (["vae-compile-regional", "vae-compile"],
+                  ["vae-stream-buffers", "vae-compile", "vae-compile-regional"]):
         with pytest.raises(ValueError, match="both compile the decoder"):
             _bench(stack)
     with pytest.raises(ValueError, match="stand-in decoder"):
@@ -120,7 +121,8 @@ def test_regional_compile_shares_graphs_between_blocks_of_one_shape():
 
 
 def test_decode_overlap_refuses_a_compiled_decoder_step():
-    """Measured on the H100: an inductor-compiled step on a second stream changed the frames (tools/overlap_check.py)."""
+    """Measured on the H100: an inductor-compiled step on a second stream changed the frames
+    (tools/overlap_check.py)."""
     from types import SimpleNamespace
 
     wl = workloads.get("mg2")
@@ -163,8 +165,10 @@ def test_decoder_variants_registered_where_they_apply():
                  "vae-compile-regional"}
     per_frame = {"vae-compile", "vae-compile-max-autotune", "vae-cuda-graphs"}
     assert streaming | per_frame <= set(variants.known(workloads.get("mg2")))
-    assert per_frame <= set(variants.known(workloads.get("wma"))) and not streaming & set(variants.known(workloads.get("wma")))
-    assert "skip-unused-decode" in variants.known(workloads.get("wma")) and "skip-unused-decode" not in variants.known(workloads.get("mg2"))
+    assert (per_frame <= set(variants.known(workloads.get("wma")))
+            and not streaming & set(variants.known(workloads.get("wma"))))
+    assert ("skip-unused-decode" in variants.known(workloads.get("wma"))
+            and "skip-unused-decode" not in variants.known(workloads.get("mg2")))
     with pytest.raises(ValueError, match="'vae-cuda-graphs' needs a CUDA device"):
         variants.resolve(["vae-cuda-graphs"], workloads.get("mg2"), "cpu")
 
@@ -350,7 +354,8 @@ def test_decoder_rows_store_their_gpu_time_by_category_and_the_account_names_con
                                  pixel_frames_per_block=12, gpu_busy_ms=busy, categories=cats)
 
     rows = [row("fp32", "reference", 270.0, {"convolution": 200.0, "normalization": 40.0}, 262.0),
-            row("compiled", "pass", 83.0, {"convolution": 44.0, "elementwise/activation": 20.0, "copy/cast": 16.0}, 81.0),
+            row("compiled", "pass", 83.0, {"convolution": 44.0, "elementwise/activation": 20.0, "copy/cast": 16.0},
+                81.0),
             row("tiny", "needs real weights", 4.0, {"convolution": 3.0}, 3.5),
             row("broken", "FAIL", 50.0, {"convolution": 1.0}, 2.0)]
     stored = {(r["variant"], r["metric"]): r["value"] for r in dstudy.result_rows(cfg, rows)}

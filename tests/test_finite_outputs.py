@@ -37,6 +37,7 @@ def test_require_finite_names_the_bad_outputs():
     good = torch.zeros(3)
     bad = torch.tensor([1.0, float("nan"), float("inf")])
     require_finite({"a": good, "skipped": None})
-    with pytest.raises(NonFiniteError, match=r"wma produced non-finite outputs: world_frames \(2 of 3 values, shape \(3,\)\)") as e:
+    with pytest.raises(NonFiniteError,
+                       match=r"wma produced non-finite outputs: world_frames \(2 of 3 values, shape \(3,\)\)") as e:
         require_finite({"a": good, "world_frames": bad}, "wma")
     assert "a (" not in str(e.value)

@@ -95,8 +95,10 @@ def test_the_forward_probe_keeps_caches_of_its_own():
 
 
 def test_graph_variants_registered_and_gpu_only():
-    assert {"static-caches", "cuda-graphs", "compile-regional-reduce-overhead"} <= set(variants.known(workloads.get("mg2")))
-    assert "static-caches" not in variants.known(workloads.get("wma")) and "cuda-graphs" in variants.known(workloads.get("wma"))
+    assert {"static-caches", "cuda-graphs", "compile-regional-reduce-overhead"} <= set(
+        variants.known(workloads.get("mg2")))
+    assert ("static-caches" not in variants.known(workloads.get("wma"))
+            and "cuda-graphs" in variants.known(workloads.get("wma")))
     with pytest.raises(ValueError, match="'cuda-graphs' needs a CUDA device"):
         variants.resolve(["bf16", "cuda-graphs"], workloads.get("mg2"), "cpu")
     for wl in workloads.all_workloads():

@@ -216,7 +216,8 @@ def test_an_interrupted_run_leaves_no_success_report_and_whole_rows(tmp_path):
                           "-p", "results_path", str(store), "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, cwd=ROOT, start_new_session=True)
     deadline = time.time() + 240
-    while not (store.exists() and results.problems(store) == [] and len(results.read(store))) and time.time() < deadline:
+    while (not (store.exists() and results.problems(store) == [] and len(results.read(store)))
+           and time.time() < deadline):
         time.sleep(0.5)
     os.killpg(q.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole foreground group, the kernel too
     _, err = q.communicate(timeout=120)

@@ -142,8 +142,8 @@ def _workload_names() -> set[str]:
 
 def workload_name_uses(source: str, names: set[str]) -> list[tuple[int, str]]:
     """(line, what) for each workload name compared (``==``, ``!=``, ``in``), listed (a list, tuple or set literal) or
-    returned in `source`. A ``requires=`` set names workload *features* (one of them, "motion", is spelled like the motion
-    workload): it is not read."""
+    returned in `source`. A ``requires=`` set names workload *features* (one of them, "motion", is spelled like the
+    motion workload): it is not read."""
     tree = ast.parse(source)
     features = {id(n) for kw in ast.walk(tree) if isinstance(kw, ast.keyword) and kw.arg == "requires"
                 for n in ast.walk(kw.value)}

@@ -26,7 +26,8 @@ def _qkv(shape, dtype, seed, strided=False):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape,problems,strided", [
-    ((9, 16, 5, 64), 4, False),  # the UNet's temporal attention (16 frames, 5 heads of 64), 9 positions: a partial last program
+    ((9, 16, 5, 64), 4, False),  # the UNet's temporal attention (16 frames, 5 heads of 64), 9 positions: a partial
+                                 # last program
     ((3, 13, 2, 40), 8, False),  # 13 frames, head dim 40: both blocks part-filled; fewer sequences than problems
     ((2, 1, 1, 16), 1, False),  # one frame: softmax over one key
     ((4, 33, 3, 24), 2, True),  # longer than a 32 block, strided views of one projection

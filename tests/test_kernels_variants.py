@@ -60,7 +60,8 @@ def test_triton_fused_equals_reference(ref, request):
     if wl.name == "wma":  # both self-attentions of every temporal transformer on the short-sequence kernel
         from wmbook.models.wma.unet import TemporalTransformer
 
-        n = 2 * sum(len(t.transformer_blocks) for t in wl.denoiser(fused).modules() if isinstance(t, TemporalTransformer))
+        n = 2 * sum(len(t.transformer_blocks) for t in wl.denoiser(fused).modules()
+                    if isinstance(t, TemporalTransformer))
         assert n and f"{n} temporal self-attentions on short_attention" in note, note
     # the swaps really call the kernels' ops: a model without them differs from one with a poisoned op
     from wmbook.variants import fused as fmod
@@ -204,7 +205,8 @@ def test_interpretation_says_when_a_row_saves_gpu_time_but_not_wall_time():
     assert "wall 2.01x its GPU busy time; the base's 1.16x" in text, text
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the ops are triton_ops traced by inductor only on a CUDA GPU")
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="the ops are triton_ops traced by inductor only on a CUDA GPU")
 @pytest.mark.parametrize("compile_step", ["compile-whole", "compile-regional"])
 def test_triton_fused_under_compile_on_gpu(ref, compile_step):
     """The fused ops traced by inductor inside the whole denoiser, in the ladders' order (compile, then

@@ -138,7 +138,8 @@ def test_stack_picker_in_jupyterlab(tmp_path):
                               "w.sessionContext.session.kernel.connectionStatus === 'connected'); })()"), 120,
               "the kernel")
         page.js("(jupyterapp.commands.execute('notebook:run-all-cells'), true)")  # not awaited: it runs for minutes
-        button = "[...document.querySelectorAll('.jp-OutputArea button')].find(b => /apply, gate, time/.test(b.textContent))"
+        button = ("[...document.querySelectorAll('.jp-OutputArea button')]"
+                  ".find(b => /apply, gate, time/.test(b.textContent))")
         _wait(lambda: page.js(f"!!({button})"), 600, "the stack picker", poll=2)
         chose = page.js("(() => { const s = document.querySelector('.widget-select-multiple select'); "
                         "const o = [...s.options].find(o => o.textContent.trim() === 'bf16'); o.selected = true; "

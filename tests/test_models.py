@@ -49,7 +49,8 @@ def test_kv_cached_generation_equals_masked_full_sequence(name, num_blocks):
         for b in range(num_blocks):
             sl = slice(b * k, (b + 1) * k)
             c = cond[:, :, sl] if cond is not None else None
-            m(torch.randn_like(x[:, :, sl]), t[:, sl] * 0.5, ctx, cond_concat=c, actions=acts, cache=cache, start_frame=b * k)
+            m(torch.randn_like(x[:, :, sl]), t[:, sl] * 0.5, ctx, cond_concat=c, actions=acts, cache=cache,
+              start_frame=b * k)
             outs.append(m(x[:, :, sl], t[:, sl], ctx, cond_concat=c, actions=acts, cache=cache, start_frame=b * k))
         cached = torch.cat(outs, dim=2)
     assert full.shape == (1, 16, num_blocks * k, *p.latent_hw)

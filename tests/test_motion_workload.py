@@ -112,7 +112,8 @@ def test_world_model_variants_do_not_apply_to_the_motion_workload():
     """The variant registry acts on world-model pipelines: the motion workload (no denoiser) gets none of it."""
     from wmbook import variants
 
-    assert variants.known(workloads.get("motion")) == [] and "tf32" in variants.known(workloads.get("mg2")) and "triton-fused" in variants.known(workloads.get("wma"))
+    assert (variants.known(workloads.get("motion")) == [] and "tf32" in variants.known(workloads.get("mg2"))
+            and "triton-fused" in variants.known(workloads.get("wma")))
 
 
 def test_top_operations_names_the_gpu_annotation_of_a_range_apart():

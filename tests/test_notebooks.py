@@ -223,7 +223,8 @@ def test_notebook_06_tiny_mg2(tmp_path):
     assert runs[0].status == "ok", runs[0].error
     df = pd.read_csv(results)
     ladder = df[df["metric"] == "forward_ms"]
-    assert ladder["variant"].str.endswith("static-caches").any() and ladder["variant"].str.endswith("ring-kv-cache").any()
+    assert (ladder["variant"].str.endswith("static-caches").any()
+            and ladder["variant"].str.endswith("ring-kv-cache").any())
     assert set(ladder["gate"].dropna()) == {"pass"} and {"fps", "first_frame_ms"} <= set(df["metric"])
     assert len(ladder) == 3 and not (df["metric"] == "decoder_ms_per_block").any()  # base, + static, + ring
 

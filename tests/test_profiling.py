@@ -71,7 +71,8 @@ def test_profile_writes_gzip_trace_with_labels(tmp_path, labels_on):
     assert by.loc["2.3.0_Denoising_Step_0_t1000", "parent"] == "2.3_Block_0"
     assert by.loc["2.3.0_Denoising_Step_0_t1000", "count"] == 2
     host = kernel_summary(res.trace_path)["labels"].set_index("label_name")
-    assert (host["source"] == "cpu").all() and host.loc["1.1_X", "total_ms"] == pytest.approx(by.loc["1.1_X", "cpu_total_ms"])
+    assert ((host["source"] == "cpu").all()
+            and host.loc["1.1_X", "total_ms"] == pytest.approx(by.loc["1.1_X", "cpu_total_ms"]))
 
     ka = res.key_averages()
     assert {"name", "count", "cpu_time_total_us", "device_time_total_us"} <= set(ka.columns)
@@ -154,7 +155,8 @@ def test_label_table_self_time_arithmetic():
     assert df.loc["B", "gpu_self_ms"] == pytest.approx(0.025) == df.loc["B", "gpu_total_ms"]
     assert df.loc["D", "gpu_total_ms"] == pytest.approx(0.010)
     assert df.loc["E", "gpu_total_ms"] == 0.0  # launched nothing
-    assert df.loc["A", "gpu_self_ms"] + df.loc[["B", "C"], "gpu_total_ms"].sum() == pytest.approx(df.loc["A", "gpu_total_ms"])
+    assert df.loc["A", "gpu_self_ms"] + df.loc[["B", "C"], "gpu_total_ms"].sum() == pytest.approx(
+        df.loc["A", "gpu_total_ms"])
 
     st = stage_table(label_table({"traceEvents": [_x("1_Prep", 0, 30), _x("2_Inf", 30, 90)]}))
     assert st["share"].tolist() == pytest.approx([0.25, 0.75])

@@ -29,8 +29,8 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's `chromium
                                                             "(apt-get install -y chromium) to run the screenshot tests")
 
 # a 2x2 two-frame animated GIF
-GIF = base64.b64decode("R0lGODlhAgACAPABAAAAAP///yH/C05FVFNDQVBFMi4wAwEAAAAh+QQAAAAAACwAAAAAAgACAAACAoRRACH5BAAAAAAALAAAAAACAAIA"
-                       "AAIChFEAOw==")
+GIF = base64.b64decode("R0lGODlhAgACAPABAAAAAP///yH/C05FVFNDQVBFMi4wAwEAAAAh+QQAAAAAACwAAAAAAgACAAACAoRRACH5BAAA"
+                       "AAAALAAAAAACAAIAAAIChFEAOw==")
 
 
 def _png_figure() -> str:
@@ -182,14 +182,16 @@ def test_cross_links_prefer_the_same_workload(tmp_path):
               "03_step_reduction-world-mg2", "03_step_reduction-wma"):
         (tmp_path / f"{n}.html").write_text("x")
     link = html_clean.report_link
-    assert link("01_baseline_profiling", tmp_path, "02_bottleneck_breakdown-wma-bf16") == "01_baseline_profiling-wma-bf16.html"
+    assert link("01_baseline_profiling", tmp_path, "02_bottleneck_breakdown-wma-bf16") == \
+        "01_baseline_profiling-wma-bf16.html"
     assert link("04_compile_autocast", tmp_path, "02_bottleneck_breakdown-wma-bf16") == "04_compile_autocast-wma.html"
     assert link("04_compile_autocast", tmp_path, "02_bottleneck_breakdown-mg2-universal") == \
         "04_compile_autocast-mg2-universal-compile.html"
     # partial last
     assert link("05_triton_kernels", tmp_path, "06_cuda_graphs-mg2-universal") == "05_triton_kernels-zz.html"
     assert link("03_step_reduction", tmp_path, "02_bottleneck_breakdown-wma-bf16") == "03_step_reduction-wma.html"
-    assert link("03_step_reduction", tmp_path, "02_bottleneck_breakdown-world-mg2") == "03_step_reduction-world-mg2.html"
+    assert link("03_step_reduction", tmp_path, "02_bottleneck_breakdown-world-mg2") == \
+        "03_step_reduction-world-mg2.html"
     assert link("07_motion_data_loading", tmp_path, "02_bottleneck_breakdown-wma") is None
 
 
@@ -211,7 +213,8 @@ def test_publish_renders_into_the_folder_and_refuses_bad_input(tmp_path):
     executed = run_dir / "02_bottleneck_breakdown.ipynb"
     nbformat.write(nb, executed)
     for args, msg in (((run_dir / "nope.ipynb", "02_bottleneck_breakdown-wma"), "executed="),
-                      ((executed, "02_bottleneck_breakdown"), "name="), ((executed, "01_baseline_profiling-wma"), "name="),
+                      ((executed, "02_bottleneck_breakdown"), "name="),
+                      ((executed, "01_baseline_profiling-wma"), "name="),
                       ((executed, "02_bottleneck_breakdown-wma"), "folder=")):
         with pytest.raises(ValueError, match=msg):
             published.publish(*args, folder=folder if msg != "folder=" else tmp_path / "none")
@@ -261,7 +264,8 @@ def test_folder_index(tmp_path):
 
 def test_render_flaws_names_what_an_older_render_shows(tmp_path):
     page = tmp_path / "r.html"
-    page.write_text(f"<html><body>{wd.table(_wide_ladder()).to_html()}<img src='data:image/png;base64,AA'></body></html>")
+    page.write_text(f"<html><body>{wd.table(_wide_ladder()).to_html()}"
+                    "<img src='data:image/png;base64,AA'></body></html>")
     assert report_index.render_flaws(page) == []
     page.write_text('<table><tr><th>a</th><th>\u2026</th></tr></table><img alt="x" src="fig.png">')
     assert report_index.render_flaws(page) == ["tables cut ('...')", "images not embedded"]

@@ -106,7 +106,8 @@ def test_failure_names_the_line_that_raised(tmp_path):
     nb = nbformat.v4.new_notebook()
     params = nbformat.v4.new_code_cell("n = 1")
     params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell("import math\nvalue = math.sqrt(n)\nvalue = math.sqrt(-n)\nprint(value)")]
+    nb.cells = [params, nbformat.v4.new_code_cell("import math\nvalue = math.sqrt(n)\n"
+                                                  "value = math.sqrt(-n)\nprint(value)")]
     path = tmp_path / "nb_line.ipynb"
     nbformat.write(nb, path)
     (bad,) = wmrun.run_notebooks([path], out=tmp_path / "o", kernel_name="python3", progress=False)

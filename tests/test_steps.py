@@ -233,8 +233,8 @@ def test_notebook_03_points():
 
 def test_wma_default_grid_adds_a_trained_presets_shipped_count():
     """The wma grid is DDIM 50/30/20/16/10/5 (20/10/5 for the multistep solvers); a trained preset's shipped count
-    (a world preset's sample_steps, e.g. 2) joins every curve and each pass alone, so the sweep shows where its weights ship;
-    a preset without one (wma) keeps the grid."""
+    (a world preset's sample_steps, e.g. 2) joins every curve and each pass alone, so the sweep shows where its
+    weights ship; a preset without one (wma) keeps the grid."""
     from wmbook.pipelines.solvers import UNetStepAxis
     from wmbook.presets import ALL_PRESETS
 
@@ -344,7 +344,8 @@ def test_notebook_03_study_without_ground_truth(tmp_path, monkeypatch):
     steps.quality(cfg2, pipe, sw, progress=False)
     assert sw.has_quality and sw.copy_last["psnr"] == 20.0
     kt = steps.knee_table(sw).set_index("curve")  # 6 forwards: 29 dB; 2 forwards: 27 dB (loss 2 dB <= 2.5)
-    assert kt.loc["ddim", "knee"] == "ddim 1+1" and kt.loc["ddim", "PSNR change vs full steps (dB)"] == pytest.approx(-2.0)
+    assert (kt.loc["ddim", "knee"] == "ddim 1+1"
+            and kt.loc["ddim", "PSNR change vs full steps (dB)"] == pytest.approx(-2.0))
     assert "psnr_gt" in {r["metric"] for r in steps.result_rows(sw)}
     assert sw.weights_sha256 is None and "weights_sha256" not in results.params_of(steps.result_rows(sw)[0])
     assert "The weights ship at" not in steps.interpret(sw)  # tiny-wma has no shipped count

@@ -45,7 +45,8 @@ def test_registry_names_and_errors():
               "compile-regional-max-autotune"):
         assert n in mg2
     # the hygiene group: one variant per change, those the workload has the features for
-    assert variants.hygiene_parts(workloads.get("mg2")) == ["norm-input-dtype", "kv-slot-write", "action-hoist", "cross-kv-prefill"]
+    assert variants.hygiene_parts(workloads.get("mg2")) == ["norm-input-dtype", "kv-slot-write", "action-hoist",
+                                                            "cross-kv-prefill"]
     assert variants.hygiene_parts(WMA) == ["norm-input-dtype"]
     assert [v.name for v in resolve(["bf16", "hygiene"], workloads.get("wma"))] == ["bf16", "norm-input-dtype"]
     with pytest.raises(UnknownVariantError, match="'kv-slot-write' is not known for workload 'wma'"):

@@ -111,7 +111,8 @@ def _upstream_update(p, ac, ts, j, x, v, noise, eta):
         xi, vi = Fraction(xi), Fraction(vi)
         x0 = Fraction(sq(a_t)) * xi - Fraction(sq(1 - a_t)) * vi
         e_t = Fraction(sq(a_t)) * vi + Fraction(sq(1 - a_t)) * xi
-        out.append(float(Fraction(sq(a_prev)) * x0 * r + Fraction(sq(direction)) * e_t + Fraction(sq(sigma2)) * Fraction(ni)))
+        out.append(float(Fraction(sq(a_prev)) * x0 * r + Fraction(sq(direction)) * e_t
+                         + Fraction(sq(sigma2)) * Fraction(ni)))
     return torch.tensor(out, dtype=torch.float64)
 
 

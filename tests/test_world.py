@@ -29,8 +29,10 @@ def tiny_world_wma():
 
 @pytest.fixture(scope="module")
 def pipes(one_thread):
-    return {"mg2": wweights.build_world_pipeline(workloads.get("mg2"), tiny_world_mg2(), device="cpu", dtype="fp32", weights=False),
-            "wma": wweights.build_world_pipeline(workloads.get("wma"), tiny_world_wma(), device="cpu", dtype="fp32", weights=False)}
+    return {"mg2": wweights.build_world_pipeline(workloads.get("mg2"), tiny_world_mg2(), device="cpu", dtype="fp32",
+                                                 weights=False),
+            "wma": wweights.build_world_pipeline(workloads.get("wma"), tiny_world_wma(), device="cpu", dtype="fp32",
+                                                 weights=False)}
 
 
 # --- the world ------------------------------------------------------------------------------------------------
@@ -196,9 +198,11 @@ def test_weights_round_trip_strict(pipes, wl, tmp_path):
     state["model"].pop(next(iter(state["model"])))
     torch.save(state, tmp_path / "bad.pt")
     with pytest.raises(CheckpointMismatchError):
-        wweights.build_world_pipeline(workloads.get(wl), pipe.preset, device="cpu", dtype="fp32", weights=tmp_path / "bad.pt")
+        wweights.build_world_pipeline(workloads.get(wl), pipe.preset, device="cpu", dtype="fp32",
+                                      weights=tmp_path / "bad.pt")
     with pytest.raises(FileNotFoundError, match="missing.pt"):
-        wweights.build_world_pipeline(workloads.get(wl), pipe.preset, device="cpu", dtype="fp32", weights=tmp_path / "missing.pt")
+        wweights.build_world_pipeline(workloads.get(wl), pipe.preset, device="cpu", dtype="fp32",
+                                      weights=tmp_path / "missing.pt")
 
 
 def test_workload_pipeline_names_the_missing_weights(tmp_path, monkeypatch):
@@ -481,7 +485,8 @@ def test_notebook_03_runs_a_world_preset_on_another_weights_file(tmp_path, monke
         steps.validate(preset="world-wma", weights=3, **kw)
     with pytest.raises(ParameterError, match="applies to the trained world presets only"):
         steps.validate(preset="tiny-wma", weights=str(path), **kw)
-    mg2 = wweights.save_weights(wweights.build_world_pipeline(workloads.get("mg2"), "world-mg2", device="cpu", dtype="fp32",
-                                                              weights=False), workloads.get("mg2"), tmp_path / "m.pt")
+    mg2 = wweights.save_weights(wweights.build_world_pipeline(workloads.get("mg2"), "world-mg2", device="cpu",
+                                                              dtype="fp32", weights=False),
+                                workloads.get("mg2"), tmp_path / "m.pt")
     with pytest.raises(ParameterError, match="holds mg2/world-mg2 weights"):
         steps.validate(preset="world-wma", weights=str(mg2), **kw)

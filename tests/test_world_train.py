@@ -94,7 +94,8 @@ def test_train_resumes_and_ships_strict_weights(bank, tmp_path):
     assert saved["data_seed"] == 0 and saved["preset"] == "world-mg2-test" and "git_commit" in saved
     assert set(saved["eval"]) == {"heldout_seeds", "model", "copy_last"}
     assert out.stat().st_size < 20 * 2**20
-    pipe = wweights.build_world_pipeline(workloads.get("mg2"), tiny_world_mg2(), device="cpu", dtype="fp32", weights=out)
+    pipe = wweights.build_world_pipeline(workloads.get("mg2"), tiny_world_mg2(), device="cpu", dtype="fp32",
+                                         weights=out)
     assert not pipe.model.training
     with pytest.raises(ValueError, match="was made with"):
         train(TrainConfig(steps=5, **{**kw, "batch": 2}), bank=bank)
@@ -216,8 +217,8 @@ class _WMAOracle(torch.nn.Module):
 @pytest.mark.parametrize("model_output", ["x0-residual", "x0", "v"])
 def test_wma_oracle_has_zero_video_loss(bank, model_output):
     torch.manual_seed(0)
-    pipe = wweights.build_world_pipeline(workloads.get("wma"), tiny_world_wma().with_(model_output=model_output), device="cpu",
-                                         dtype="fp32", weights=False)
+    pipe = wweights.build_world_pipeline(workloads.get("wma"), tiny_world_wma().with_(model_output=model_output),
+                                         device="cpu", dtype="fp32", weights=False)
     obj = WMAObjective(pipe, bank)
     g = torch.Generator().manual_seed(0)
     batch = obj.sample_batch(g, 4)
@@ -280,7 +281,8 @@ def test_world_prediction_conventions_are_checked():
 
     with pytest.raises(ValueError, match="prediction="):
         ALL_PRESETS["world-mg2"].with_(prediction="eps")
-    with pytest.raises(ValueError, match=r"model_output='eps' is not allowed; allowed values: \['x0-residual', 'x0', 'v'\]"):
+    with pytest.raises(ValueError,
+                       match=r"model_output='eps' is not allowed; allowed values: \['x0-residual', 'x0', 'v'\]"):
         ALL_PRESETS["world-wma"].with_(model_output="eps")
     with pytest.raises(ValueError, match="use_dynamic_rescale=False"):
         ALL_PRESETS["world-wma"].with_(use_dynamic_rescale=True)

@@ -86,9 +86,10 @@ def main(argv=None) -> int:
         flops = 2 * ci * co * k[0] * k[1] * k[2] * frames * (h - k[1] + 1) * (w - k[2] + 1)
         m3 = time_fn(c3, warmup=3, repeats=a.repeats).median
         m2 = time_fn(c2, warmup=3, repeats=a.repeats).median
-        rows.append({"C_in": ci, "C_out": co, "kernel": "x".join(map(str, k)), "frames": frames, "H": h - 2 * (k[1] // 2),
-                     "W": w - 2 * (k[2] // 2), "count": n, "conv3d ms": m3, "3x conv2d ms": m2,
-                     "conv3d TFLOP/s": flops / m3 / 1e9, "conv2d TFLOP/s": flops / m2 / 1e9, "rel err": err})
+        rows.append({"C_in": ci, "C_out": co, "kernel": "x".join(map(str, k)), "frames": frames,
+                     "H": h - 2 * (k[1] // 2), "W": w - 2 * (k[2] // 2), "count": n, "conv3d ms": m3,
+                     "3x conv2d ms": m2, "conv3d TFLOP/s": flops / m3 / 1e9, "conv2d TFLOP/s": flops / m2 / 1e9,
+                     "rel err": err})
     t = pd.DataFrame(rows)
     t["conv3d ms total"] = t["conv3d ms"] * t["count"]
     t["conv2d ms total"] = t["3x conv2d ms"] * t["count"]

@@ -36,7 +36,8 @@ for name, kw in [("mg2 full", {}), ("mg2 no action", {"action": None})]:
         t1 = time.perf_counter()  # host launch time
         torch.cuda.synchronize()
         t2 = time.perf_counter()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA, torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA,
+                                                torch.profiler.ProfilerActivity.CPU]) as prof:
             f()
             torch.cuda.synchronize()
     ka = prof.key_averages()

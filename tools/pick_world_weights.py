@@ -52,7 +52,8 @@ def main(argv=None) -> int:
         ev = meta.get("eval", {}) if isinstance(meta, dict) else {}
         mg = margin(meta) if isinstance(meta, dict) else None
         print(f"{w}: model {ev.get('model')} vs copy-last {ev.get('copy_last')} -> "
-              + ("passes the shipping rule, PSNR +%.2f dB" % mg if mg is not None else "does not pass the shipping rule"))
+              + ("passes the shipping rule, PSNR +%.2f dB" % mg if mg is not None
+                 else "does not pass the shipping rule"))
         if mg is not None and (best is None or mg > best[0]):
             best = (mg, w, meta)
     if best is None:

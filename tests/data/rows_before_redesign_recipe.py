@@ -1,5 +1,6 @@
 """Rows of notebooks 01, 02 and 04 on the tiny presets with the pre-redesign API: the recipe that wrote
-rows_tiny_before_redesign.csv (run from a checkout of commit 17fce5b: `PYTHONPATH=<checkout> python THIS OUT.csv TMPDIR`)."""
+rows_tiny_before_redesign.csv (run from a checkout of commit 17fce5b:
+`PYTHONPATH=<checkout> python THIS OUT.csv TMPDIR`)."""
 import sys
 from pathlib import Path
 
