@@ -63,7 +63,6 @@ seed = 0
 
 # %%
 import matplotlib.pyplot as plt
-import pandas as pd
 from IPython.display import Markdown, display
 
 from wmbook import device as wdev
