@@ -37,8 +37,7 @@ REPORT_CSS = f"""
 .jp-OutputArea-output table, .jp-RenderedHTMLCommon table {{ font-size: 12px; }}
 .jp-OutputArea-output {{ overflow-x: auto; }}
 .wmbook-nav {{ font: 13px system-ui, sans-serif; margin: 0.5em 1em; }}
-details.wmbook-appendix > summary {{ font: 600 15px system-ui, sans-serif; margin: 0.8em 0 0.4em 1em;
-  cursor: pointer; }}
+details.wmbook-appendix > summary {{ font: 600 15px system-ui, sans-serif; margin: 0.8em 0 0.4em 1em; cursor: pointer; }}
 """
 
 
