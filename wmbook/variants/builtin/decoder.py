@@ -1,0 +1,132 @@
+"""The streaming decoder: caches in place, channels-last, compiled and captured steps, the tiny stand-in."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import swaps
+from ..registry import VariantContext, register
+from .compile import raise_recompile_limit_for_regions
+
+
+def buffered_decoder(decoder):
+    """The streaming decoder with its causal caches kept in place (swapped in once)."""
+    from ..vae_stream import BufferedStreamingDecoder
+
+    if not isinstance(decoder, BufferedStreamingDecoder):
+        if getattr(decoder, "compiled_step", False):
+            raise ValueError("vae-stream-buffers (or vae-cuda-graphs, which brings it) must come before vae-compile: "
+                             "the compiled step was made from the decoder without buffers")
+        swaps.swap_class(decoder, BufferedStreamingDecoder).use_buffers()
+    return decoder
+
+
+@register("vae-stream-buffers", family="decoder", requires=("streaming_decoder",),
+          description="the streaming Wan decoder's causal caches kept in place: one preallocated, zero-bordered input "
+                      "window per causal convolution (input written once, convolved without padding, past frames moved "
+                      "to the front) instead of a clone, two concatenations and an F.pad copy per convolution and "
+                      "frame")
+def _vae_stream_buffers(pipe, ctx: VariantContext):
+    buffered_decoder(ctx.workload.streaming_decoder(pipe))
+    ctx.notes["vae-stream-buffers"] = "decoder causal caches in preallocated input windows"
+
+
+@register("vae-channels-last", family="decoder", requires=("streaming_decoder",),
+          description="the streaming decoder in channels_last_3d (NDHWC): its 3-D convolution weights, its input and, "
+                      "with vae-stream-buffers, every causal convolution's input window")
+def _vae_channels_last(pipe, ctx: VariantContext):
+    dec = ctx.workload.streaming_decoder(pipe)
+    if hasattr(dec, "use_channels_last"):  # a stand-in decoder of 2-D convolutions (vae-tiny) sets its own layout
+        ctx.notes["vae-channels-last"] = f"{dec.use_channels_last()} decoder convolution weights in channels-last"
+        return
+    n = swaps.to_memory_format(dec.vae.decoder, torch.channels_last_3d)
+    n += swaps.to_memory_format(dec.vae.decoder, torch.channels_last)  # the resamplers' 2-D convolutions
+    swaps.swap_class(dec, swaps.FramesInMemoryFormat)
+    dec.memory_format = torch.channels_last_3d
+    if hasattr(dec, "windows"):
+        dec.use_buffers(torch.channels_last_3d)
+    ctx.notes["vae-channels-last"] = f"{n} decoder convolution weights in channels-last"
+
+
+def _vae_compile(mode: str):
+    def apply(pipe, ctx: VariantContext):
+        if "streaming_decoder" in ctx.workload.features and hasattr(ctx.workload.streaming_decoder(pipe), "regions"):
+            raise ValueError("vae-compile and vae-compile-regional both compile the decoder: use one of them")
+        step = ctx.workload.decoder_step(pipe)
+        eager = getattr(step.owner, step.attr)
+        compiled = torch.compile(eager, mode=None if mode == "default" else mode, backend=ctx.compile_backend,
+                                 dynamic=False)
+        if step.compiled is None:
+            setattr(step.owner, step.attr, compiled)
+        else:
+            def decode_step(*args, **kwargs):  # the calls the workload says to compile; the others stay eager
+                return (compiled if step.compiled(args) else eager)(*args, **kwargs)
+
+            setattr(step.owner, step.attr, decode_step)
+        step.owner.compiled_step = True
+        ctx.notes[f"vae-compile:{mode}"] = f"decoder step compiled ({mode}, {ctx.compile_backend})"
+
+    return apply
+
+
+for _mode, _suffix in (("default", ""), ("max-autotune-no-cudagraphs", "-max-autotune")):
+    register(f"vae-compile{_suffix}", family="decoder", requires=("frame_decoder",),
+             description=f"torch.compile of the decoder's per-frame step (mode={_mode}; a streaming decoder's steady "
+                         f"frames); the first decode pays the compilation")(_vae_compile(_mode))
+
+
+@register("vae-compile-regional", family="decoder", requires=("streaming_decoder",),
+          description="torch.compile of the streaming Wan decoder's regions for its steady frames: each residual "
+                      "block, the head (norm + SiLU + conv_out) and the other causal convolutions, with their cache "
+                      "windows as arguments (vae-stream-buffers comes with it), so blocks of one shape share a "
+                      "compiled graph: a compile per distinct block shape instead of the whole step's; the attention "
+                      "and the resamplers' 2-D convolutions stay eager")
+def _vae_compile_regional(pipe, ctx: VariantContext):
+    from ..vae_stream import RegionalCompiledDecoder
+
+    dec = ctx.workload.streaming_decoder(pipe)
+    if hasattr(dec, "decoder_step"):
+        raise ValueError("vae-compile-regional compiles the Wan decoder's blocks; the stand-in decoder (vae-tiny) has "
+                         "none: use vae-compile")
+    if getattr(dec, "compiled_step", False):
+        raise ValueError("vae-compile-regional and vae-compile both compile the decoder: use one of them")
+    buffered_decoder(dec)
+    swaps.swap_class(dec, RegionalCompiledDecoder).compile_regions(backend=ctx.compile_backend)
+    # one compiled graph per distinct block shape (and layout): more than dynamo's default of 8 for one function
+    limit = raise_recompile_limit_for_regions()
+    ctx.notes["vae-compile-regional"] = (f"decoder residual blocks, head and causal convolutions compiled as regions "
+                                         f"({ctx.compile_backend}; recompile limit {limit})")
+
+
+@register("vae-cuda-graphs", family="decoder", requires=("frame_decoder",), gpu_only=True,
+          description="the decoder's per-frame step captured in CUDA graphs, in a memory pool of their own (decode may "
+                      "overlap the denoiser); a streaming decoder first gets its caches in fixed buffers "
+                      "(vae-stream-buffers) and one graph per phase (its first frame, its second, the steady ones)")
+def _vae_cuda_graphs(pipe, ctx: VariantContext):
+    from ...graphs import GraphedCallable
+
+    step = ctx.workload.decoder_step(pipe)
+    if step.make_static is not None:
+        step.make_static(pipe)
+    g = GraphedCallable(getattr(step.owner, step.attr), name="decoder step", device=ctx.device,
+                        pool=torch.cuda.graph_pool_handle())
+    setattr(step.owner, step.attr, g)
+    pipe.graphed = [*getattr(pipe, "graphed", []), g]
+    ctx.notes["vae-cuda-graphs"] = "decoder step graphed"
+
+
+@register("vae-tiny", family="decoder", requires=("streaming_decoder",), frames_judged=False,
+          description="a tiny streaming decoder (TAEHV, ~10 M parameters, no 3-D convolutions) in place of the Wan VAE "
+                      "decoder; random weights unless WMBOOK_TAEHV_WEIGHTS names a taew2_1.pth-style file, so its "
+                      "frames' quality needs real weights")
+def _vae_tiny(pipe, ctx: VariantContext):
+    import os
+
+    from ...models.taehv import StreamingTAEHVDecoder, build_taehv, load_taehv_decoder
+
+    path = os.environ.get("WMBOOK_TAEHV_WEIGHTS", "")
+    tiny = build_taehv(ctx.workload.decoder_size(pipe), dtype=pipe.vae_dtype, device=ctx.device)
+    if path:
+        load_taehv_decoder(tiny, path)
+    ctx.workload.set_streaming_decoder(pipe, StreamingTAEHVDecoder(tiny))
+    ctx.notes["vae-tiny"] = f"TAEHV decoder, {'weights ' + path if path else 'random weights (quality not judged)'}"

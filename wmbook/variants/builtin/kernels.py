@@ -1,0 +1,80 @@
+"""Fused Triton kernels and fp8 GEMMs (notebook 05)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..registry import VariantContext, register
+
+
+@register("triton-fused", family="kernels",
+          description="notebook 05's fused Triton kernels swapped into the denoiser (torch.library ops: compile traces "
+                      "them, graphs capture them): the DiT's adaLN modulate, gated residual + adaLN, q/k RMSNorm + "
+                      "RoPE; the UNet's GroupNorm + SiLU (+ the time-embedding add) and its temporal self-attention "
+                      "(short sequences, many per program)")
+def _triton_fused(pipe, ctx: VariantContext):
+    from .. import fused
+
+    counts = {**fused.fuse_dit(ctx.workload.denoiser(pipe)), **fused.fuse_unet(ctx.workload.denoiser(pipe))}
+    counts = {k: v for k, v in counts.items() if v}
+    if not counts:
+        raise ValueError(f"triton-fused found nothing to fuse in the {ctx.workload.name} denoiser")
+    ctx.notes["triton-fused"] = ", ".join(f"{v} {k}" for k, v in counts.items())
+
+
+@register("vae-triton-fused", family="decoder",
+          description="the decoder's norm + SiLU pairs as one Triton kernel each (Wan VAE: RMS norm + SiLU; SD VAE: "
+                      "GroupNorm + SiLU)")
+def _vae_triton_fused(pipe, ctx: VariantContext):
+    from .. import fused
+
+    n = fused.fuse_decoder(pipe.vae.decoder)
+    if not n:
+        raise ValueError("vae-triton-fused found no norm + SiLU pair in the decoder")
+    ctx.notes["vae-triton-fused"] = f"{n} decoder norms fused with their SiLU"
+
+
+def fp8_unavailable(device: torch.device) -> str | None:
+    """Why the fp8 variant cannot run on `device` (None when it can): FP8 tensor cores need a CUDA device of compute
+    capability 8.9 or newer, and torchao."""
+    if device.type != "cuda":
+        return f"fp8 GEMMs need a CUDA GPU with FP8 tensor cores (compute capability >= 8.9); this is {device.type}"
+    cap = torch.cuda.get_device_capability(device)
+    if cap < (8, 9):
+        return f"fp8 GEMMs need compute capability >= 8.9; {torch.cuda.get_device_name(device)} has {cap[0]}.{cap[1]}"
+    try:
+        # (torchao's SyntaxWarning on a fresh host is filtered where wmbook is imported: diffusers loads it first)
+        from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_  # noqa: F401
+    except Exception as e:  # noqa: BLE001 -- an import that fails in any way leaves the row out, with the reason
+        return f"fp8 needs torchao's float8 inference path (pip install torchao; the `fp8` extra): {e!r}"
+    return None
+
+
+@register("fp8", family="precision", tolerance="fp8", gpu_only=True,
+          description="the denoiser's large linears as fp8 GEMMs through torchao's float8 inference path (dynamic "
+                      "row-wise scales for activations and weights, e4m3); needs bf16 weights and FP8 tensor cores")
+def _fp8(pipe, ctx: VariantContext):
+    why = fp8_unavailable(ctx.device)
+    if why:
+        raise ValueError(why)
+    from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_
+
+    model = ctx.workload.denoiser(pipe)
+    seen = []
+
+    def big_linear(m, fqn):
+        ok = (isinstance(m, torch.nn.Linear) and m.weight.dtype == torch.bfloat16 and m.in_features >= 256
+              and m.out_features >= 256 and m.in_features % 16 == 0 and m.out_features % 16 == 0)
+        if ok:
+            seen.append(fqn)
+        return ok
+
+    # set_inductor_config=False: by default the config turns on inductor's coordinate-descent tuning process-wide
+    # (torchao.quantization.utils.recommended_inductor_config_setter, never restored), which benchmarks every
+    # generated kernel's launch configuration in all directions at compile time (a quarter of an hour for this row at
+    # mg2-universal), a setting every later compile in the process would inherit
+    quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=PerRow(), set_inductor_config=False),
+              filter_fn=big_linear)
+    if not seen:
+        raise ValueError("fp8 found no bf16 linear of >= 256 features: apply bf16 first")
+    ctx.notes["fp8"] = f"{len(seen)} linears in fp8 (row-wise dynamic scales)"

@@ -1,0 +1,45 @@
+"""What runs where: the decode on a second stream, heads and decodes an iteration does not use."""
+
+from __future__ import annotations
+
+from .. import swaps
+from ..registry import VariantContext, register
+
+
+@register("decode-overlap", family="graphs", requires=("streaming_decoder",), gpu_only=True,
+          description="block k decoded on a second CUDA stream while the DiT denoises block k+1 (events order the "
+                      "streams; the next block needs block k's caches, not its pixels)")
+def _decode_overlap(pipe, ctx: VariantContext):
+    if getattr(ctx.workload.streaming_decoder(pipe), "compiled_step", False):
+        raise ValueError("decode-overlap cannot follow vae-compile: the inductor-compiled decoder step run on a second "
+                         "CUDA stream gave different frames than on the main stream (H100, mg2-universal: max abs "
+                         "difference up to 0.38 from the second block on; the eager step is bit-exact; "
+                         "tools/overlap_check.py); leave out one of them")
+    swaps.swap_class(pipe, swaps.DecodeOverlap)
+    ctx.notes["decode-overlap"] = "decode on a second stream"
+
+
+@register("skip-unused-heads", family="graphs", requires=("ddim", "unet"),
+          description="each pass runs only the head it is read for: the decision pass its action head (its states "
+                      "are not read), the world-model pass its state head (its actions are not read); half the heads' "
+                      "forwards of an iteration, the same actions, states, latents and frames")
+def _skip_unused_heads(pipe, ctx: VariantContext):
+    from ...models.wma.action_head import ConditionalUnet1D
+
+    unet = getattr(ctx.workload.denoiser(pipe), "diffusion_model", None)
+    heads = [getattr(unet, "action_unet", None), getattr(unet, "state_unet", None)]
+    if not all(isinstance(h, ConditionalUnet1D) for h in heads):
+        raise ValueError(f"skip-unused-heads needs the action and state heads; the {ctx.workload.name} denoiser has "
+                         "none")
+    for h in heads:
+        swaps.swap_class(h, swaps.SkippableHead)
+    swaps.swap_class(pipe, swaps.SkipUnusedHeads)
+    ctx.notes["skip-unused-heads"] = "decision pass: action head only; world-model pass: state head only"
+
+
+@register("skip-unused-decode", family="graphs", requires=("ddim",),
+          description="the decision pass's video is not decoded (only its action chunk is used; the world-model pass "
+                      "decodes the iteration's frames)")
+def _skip_unused_decode(pipe, ctx: VariantContext):
+    swaps.swap_class(pipe, swaps.SkipUnusedDecode)
+    ctx.notes["skip-unused-decode"] = "decision pass not decoded"
