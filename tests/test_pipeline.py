@@ -136,3 +136,28 @@ def test_detail_labels_only_when_asked(pipe, tmp_path):
             "DiT_Attention", "DiT_CrossAttn", "DiT_Action", "DiT_FFN", "DiT_Head"}
     assert fine <= names[True]
     assert not (fine & names[False])
+
+
+def test_decode_first_gives_the_same_frames_one_forward_sooner(pipe):
+    """The decode-first variant decodes each block before its cache-refresh forward: latents and frames bit for bit
+    those of the reference order; the first frame arrives before the first block ends (its refresh comes after), each
+    block still accounts for all its forwards and its decode."""
+    from wmbook import variants, workloads
+    from wmbook.variants import swaps
+    from wmbook.variants.ladder import apply_stack
+
+    wl = workloads.get("mg2")
+    assert "decode-first" in variants.known(wl) and "decode-first" not in variants.known(workloads.get("wma"))
+    first, _ = apply_stack(pipe, wl, ["decode-first"], torch.device("cpu"))
+    assert isinstance(first, swaps.DecodeBeforeRefresh) and not pipe.decode_before_refresh
+    with torch.no_grad():
+        a = pipe.generate(pipe.prepare(3, seed=0), progress=False)
+        b = first.generate(first.prepare(3, seed=0), progress=False)
+    assert torch.equal(a.latents, b.latents) and torch.equal(a.frames, b.frames)
+    n = len(pipe.sampling_timesteps(None, None)) + 1  # the steps and the refresh
+    for out in (a, b):
+        assert [len(f) for f in out.forward_ms] == [n] * 3 and len(out.decode_ms) == 3
+        for bi in (1, 2):  # a block's parts are its time (the first block's also holds the cache's initialization)
+            assert sum(out.forward_ms[bi]) + out.decode_ms[bi] == pytest.approx(out.block_ms[bi], rel=0.05)
+    assert b.first_frame_ms < b.block_ms[0]  # the refresh of block 0 comes after its frames
+    assert a.first_frame_ms == pytest.approx(a.block_ms[0])

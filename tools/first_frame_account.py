@@ -1,12 +1,15 @@
 """Where a stream's first frame goes: notebook 06's best stack (its default base and graph steps, full decoder) at a
 preset, one fresh stream of one block at a time, each part timed with the pipeline's own device events (KV-cache
-initialization, each DiT forward of block 0, its decode) beside the host's wall clock of the same call; then a stream
+initialization, each DiT forward of block 0, its decode) beside the host's wall clock of the same call; then streams
 of `--blocks` blocks for the steady block against which the first one compares.
 
     python tools/first_frame_account.py --preset mg2-universal --rounds 10 --out first_frame.csv
+    python tools/first_frame_account.py --extra decode-first --out first_frame.csv   # both stacks, side by side
 
-Warm-up (compiles, graph captures) is excluded: `--warmup` one-block streams run before the timed ones. Medians with
-p20-p80 over the rounds; the CSV holds every round.
+With --extra, the stack plus those variants is measured too, its rounds interleaved with the stack's, and gated: its
+latents and frames must equal the stack's bit for bit (a variant that only reorders work), else it is reported as
+failing and its times do not count. Warm-up (compiles, graph captures) is excluded: `--warmup` one-block streams of
+each stack run before the timed ones. Medians with p20-p80 over the rounds; the CSV holds every round.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from wmbook.variants.ladder import apply_stack
 
 
 def _account(out, wall_ms: float) -> dict:
-    row = {"first_frame_ms": out.first_frame_ms, "wall_ms": wall_ms, "decode_ms": out.decode_ms[0]}
     fwd = out.forward_ms[0]
-    row["cache_init_ms"] = out.first_frame_ms - sum(fwd) - out.decode_ms[0]
+    row = {"first_frame_ms": out.first_frame_ms, "wall_ms": wall_ms, "block0_ms": out.block_ms[0],
+           "decode_ms": out.decode_ms[0],
+           "cache_init_ms": out.block_ms[0] - sum(fwd) - out.decode_ms[0]}
     for j, ms in enumerate(fwd):
         row[f"forward{j}_ms"] = ms
     row["forwards_ms"] = sum(fwd)
@@ -39,9 +43,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="mg2-universal")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--rounds", type=int, default=10, help="timed one-block streams (>= 3)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed one-block streams first (>= 1)")
-    ap.add_argument("--blocks", type=int, default=8, help="blocks of the steady stream (>= 3)")
+    ap.add_argument("--rounds", type=int, default=10, help="timed one-block streams per stack (>= 3)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed one-block streams per stack first (>= 1)")
+    ap.add_argument("--blocks", type=int, default=8, help="blocks of the steady streams (>= 3)")
+    ap.add_argument("--extra", default="", help="comma-separated variants added to the stack as a second row")
     ap.add_argument("--out", type=Path, default=None, help="CSV of every round")
     a = ap.parse_args(argv)
     for name, lo in (("rounds", 3), ("warmup", 1), ("blocks", 3)):
@@ -50,12 +55,19 @@ def main(argv=None) -> int:
     cfg = study06.validate(workload="mg2", preset=a.preset, device=a.device)
     wl = workloads.get("mg2")
     stack = [*study06.base_stack(cfg), *study06.graph_steps(cfg)]
+    stacks = {"stack": stack}
+    extra = [v for v in a.extra.split(",") if v]
+    if extra:
+        from wmbook import variants
+
+        variants.resolve([*stack, *extra], wl, cfg.device)  # names checked before anything is built
+        stacks["stack + " + " + ".join(extra)] = [*stack, *extra]
     print("stack:", " + ".join(stack), flush=True)
     ref = wl.reference_pipeline(cfg.preset, cfg.device, cfg.seed)
-    pipe, _ = apply_stack(ref, wl, stack, cfg.device, cfg.options.compile_backend)
+    pipes = {k: apply_stack(ref, wl, s, cfg.device, cfg.options.compile_backend)[0] for k, s in stacks.items()}
     del ref
 
-    def stream(blocks: int):
+    def stream(pipe, blocks: int):
         inputs = pipe.prepare(blocks, seed=cfg.seed)
         if cfg.device.type == "cuda":
             torch.cuda.synchronize(cfg.device)
@@ -67,38 +79,50 @@ def main(argv=None) -> int:
         return out, (time.perf_counter() - t0) * 1e3
 
     for i in range(a.warmup):
-        stream(1)
+        for pipe in pipes.values():
+            stream(pipe, 1)
         print(f"warm-up {i + 1}/{a.warmup}", flush=True)
-    rows = []
-    for i in range(a.rounds):
-        out, wall = stream(1)
-        rows.append({"round": i, **_account(out, wall)})
-    steady = []  # every block from the third on, of 3 streams
+    rows, steady, outs = [], [], {}
+    for i in range(a.rounds):  # interleaved: each round runs every stack once
+        for k, pipe in pipes.items():
+            out, wall = stream(pipe, 1)
+            rows.append({"stack": k, "round": i, **_account(out, wall)})
     for run in range(3):
-        out, _ = stream(a.blocks)
-        for b in range(2, a.blocks):
-            steady.append({"run": run, "block": b, "block_ms": out.block_ms[b], "forwards_ms": sum(out.forward_ms[b]),
-                           "decode_ms": out.decode_ms[b]})
-    keys = [k for k in rows[0] if k != "round"]
+        for k, pipe in pipes.items():
+            out, _ = stream(pipe, a.blocks)
+            outs[k] = out
+            for b in range(2, a.blocks):
+                steady.append({"stack": k, "run": run, "block": b, "block_ms": out.block_ms[b],
+                               "forwards_ms": sum(out.forward_ms[b]), "decode_ms": out.decode_ms[b]})
+    gate = {}
+    base = outs["stack"]
+    for k, out in outs.items():
+        same = torch.equal(out.latents, base.latents) and torch.equal(out.frames, base.frames)
+        gate[k] = "reference" if k == "stack" else ("pass (bit-equal)" if same else "FAIL (frames differ)")
     dev = torch.cuda.get_device_name(cfg.device) if cfg.device.type == "cuda" else "cpu"
-    print(f"\nfirst frame of a fresh stream, {cfg.preset.name}, {dev}, {a.rounds} rounds: median (p20-p80)")
-    for k in keys:
-        s = Samples([r[k] for r in rows], "ms")
-        print(f"  {k:16s} {s.median:8.2f} ({s.p20:.2f}-{s.p80:.2f})")
-    print(f"a steady block (blocks 2-{a.blocks - 1} of 3 streams of {a.blocks}): median (p20-p80)")
-    for k in ("block_ms", "forwards_ms", "decode_ms"):
-        s = Samples([r[k] for r in steady], "ms")
-        print(f"  {k:16s} {s.median:8.2f} ({s.p20:.2f}-{s.p80:.2f})")
+    keys = [k for k in rows[0] if k not in ("stack", "round")]
+    for k in pipes:
+        print(f"\n{k} [{gate[k]}]: first frame of a fresh stream, {cfg.preset.name}, {dev}, {a.rounds} rounds, "
+              "median (p20-p80)")
+        for key in keys:
+            s = Samples([r[key] for r in rows if r["stack"] == k], "ms")
+            print(f"  {key:16s} {s.median:8.2f} ({s.p20:.2f}-{s.p80:.2f})")
+        print(f"  a steady block (blocks 2-{a.blocks - 1} of 3 streams of {a.blocks}):")
+        for key in ("block_ms", "forwards_ms", "decode_ms"):
+            s = Samples([r[key] for r in steady if r["stack"] == k], "ms")
+            print(f"  {key:16s} {s.median:8.2f} ({s.p20:.2f}-{s.p80:.2f})")
     if a.out is not None:
+        for r in rows:
+            r["gate"] = gate[r["stack"]]
         with a.out.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=["round", *keys])
+            w = csv.DictWriter(f, fieldnames=["stack", "round", *keys, "gate"])
             w.writeheader()
             w.writerows(rows)
         with a.out.with_name(a.out.stem + "-steady.csv").open("w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(steady[0]))
             w.writeheader()
             w.writerows(steady)
-    return 0
+    return 0 if all(not g.startswith("FAIL") for g in gate.values()) else 1
 
 
 if __name__ == "__main__":

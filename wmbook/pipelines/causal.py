@@ -71,6 +71,8 @@ class CausalStreamingPipeline:
     preset, device, dtype and vae_dtype take objects (a Preset, torch.device, torch.dtype) or their names.
     """
 
+    decode_before_refresh = False  # the decode-first variant (wmbook.variants.swaps.DecodeBeforeRefresh) sets it
+
     def __init__(self, preset: str | CausalWanPreset = "tiny", device="auto", dtype="auto", vae_dtype="auto",
                  seed: int = 0, checkpoint: str | None = None, use_ema: bool = False):
         from ..models.vae import StreamingWanDecoder, build_wan_vae, wan_vae_config
@@ -188,6 +190,9 @@ class CausalStreamingPipeline:
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
         timer.mark("start")
+        # decode_before_refresh (the decode-first variant): a block's frames are decoded before the cache-refresh
+        # forward, which only the next block needs, so the frames arrive one forward sooner
+        first = decode and self.decode_before_refresh
         latents, frames, fpb = [], [], []
         with label("2_Pipeline_Inference"):
             with label("2.1_KV_Cache_Initialization"):
@@ -196,15 +201,20 @@ class CausalStreamingPipeline:
             for bi in tqdm(range(inputs.num_blocks), desc="blocks", disable=not progress, leave=False):
                 with label(f"2.3_Block_{bi}"):
                     timer.mark(f"b{bi}_start")
-                    x0 = self.denoise_block(bi, inputs, cache, ts, timer, stepper=stepper, generator=gen)
+                    x0 = self.denoise_steps(bi, inputs, cache, ts, timer, stepper=stepper, generator=gen)
+                    if not first:
+                        self.refresh_cache(bi, x0, inputs, cache, timer, len(ts))
                     latents.append(x0)
                     if on_block is not None:
                         on_block(bi, x0)
                     if decode:
                         with label(f"2.3.{bi}_VAE_Decode"):
-                            fr = self.decode_block(x0, timer, f"b{bi}_end")
+                            fr = self.decode_block(x0, timer, f"b{bi}_frames" if first else f"b{bi}_end")
                         frames.append(fr)
                         fpb.append(fr.shape[2])
+                        if first:
+                            self.refresh_cache(bi, x0, inputs, cache, timer, len(ts))
+                            timer.mark(f"b{bi}_end")
                     else:
                         fpb.append(pixel_frames_for(k, bi == 0))
                         timer.mark(f"b{bi}_end")
@@ -212,24 +222,30 @@ class CausalStreamingPipeline:
         timer.synchronize()
         out = StreamOutput(frames=torch.cat(frames, dim=2) if frames else None, latents=torch.cat(latents, dim=2),
                            frames_per_block=fpb)
-        prev = "start"
+        prev, n = "start", len(ts)
         for bi in range(inputs.num_blocks):
-            marks = [f"b{bi}_start"] + [f"b{bi}_f{j}" for j in range(len(ts) + 1)]
-            out.forward_ms.append([timer.elapsed_ms(a, c) for a, c in zip(marks[:-1], marks[1:])])
-            out.decode_ms.append(timer.elapsed_ms(f"b{bi}_f{len(ts)}", f"b{bi}_end"))
+            steps = [f"b{bi}_start"] + [f"b{bi}_f{j}" for j in range(n)]
+            fwd = [timer.elapsed_ms(a, c) for a, c in zip(steps[:-1], steps[1:])]
+            if first:  # the last step, the decode, then the refresh
+                fwd.append(timer.elapsed_ms(f"b{bi}_frames", f"b{bi}_f{n}"))
+                out.decode_ms.append(timer.elapsed_ms(f"b{bi}_f{n - 1}", f"b{bi}_frames"))
+            else:  # the last step, the refresh, then the decode
+                fwd.append(timer.elapsed_ms(f"b{bi}_f{n - 1}", f"b{bi}_f{n}"))
+                out.decode_ms.append(timer.elapsed_ms(f"b{bi}_f{n}", f"b{bi}_end"))
+            out.forward_ms.append(fwd)
             out.block_ms.append(timer.elapsed_ms(prev, f"b{bi}_end"))
             prev = f"b{bi}_end"
-        out.first_frame_ms = timer.elapsed_ms("start", "b0_end")
+        out.first_frame_ms = timer.elapsed_ms("start", "b0_frames" if first else "b0_end")
         out.total_ms = timer.elapsed_ms("start", prev)
         if dev.type == "cuda":
             out.peak_memory_bytes = int(torch.cuda.max_memory_allocated(dev))
         return out
 
-    def denoise_block(self, bi: int, inputs: StreamInputs, cache: GenerationCache, ts: list[float], timer: DeviceTimer,
-                      *, stepper=None, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Block bi's denoising steps and its cache refresh (labels 2.3.{bi}_*): its clean latents [B, 16, k, h, w].
-        Marks b{bi}_f{j} after each forward. `stepper`: a FlowStepper (euler / unipc), else the reference re-noising
-        with noise from `generator`."""
+    def denoise_steps(self, bi: int, inputs: StreamInputs, cache: GenerationCache, ts: list[float],
+                      timer: DeviceTimer, *, stepper=None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Block bi's denoising steps (labels 2.3.{bi}_*): its clean latents [B, 16, k, h, w]; the cache refresh is
+        `refresh_cache`. Marks b{bi}_f{j} after each forward. `stepper`: a FlowStepper (euler / unipc), else the
+        reference re-noising with noise from `generator`."""
         k = self.preset.num_frame_per_block
         start = bi * k
         noisy = inputs.noise[:, :, start:start + k].contiguous()  # one stride for every forward input
@@ -249,10 +265,15 @@ class CausalStreamingPipeline:
                             sigma = ts[j + 1] / 1000.0
                             eps = torch.randn(x0.shape, generator=generator, device=self.device, dtype=torch.float32)
                             noisy = ((1 - sigma) * x0.float() + sigma * eps).to(x0.dtype)
-        with label(f"2.3.{bi}_Update_KV_Cache"):
-            self.denoise(x0, 0.0, inputs, cache, start)  # cache refresh on the clean prediction
-        timer.mark(f"b{bi}_f{len(ts)}")
         return x0
+
+    def refresh_cache(self, bi: int, x0: torch.Tensor, inputs: StreamInputs, cache: GenerationCache,
+                      timer: DeviceTimer, n_steps: int) -> None:
+        """Block bi's cache-refresh forward on its clean prediction at t=0 (what the next block attends to); marks
+        b{bi}_f{n_steps}."""
+        with label(f"2.3.{bi}_Update_KV_Cache"):
+            self.denoise(x0, 0.0, inputs, cache, bi * self.preset.num_frame_per_block)
+        timer.mark(f"b{bi}_f{n_steps}")
 
     def decode_block(self, x0: torch.Tensor, timer: DeviceTimer, done: str) -> torch.Tensor:
         """Decode one block's clean latents with the streaming decoder; marks `done` when its frames are there."""

@@ -255,6 +255,14 @@ class DecodeOverlap:
             torch.cuda.current_stream(self.device).wait_stream(side)
 
 
+class DecodeBeforeRefresh:
+    """CausalStreamingPipeline that decodes each block before its cache-refresh forward: the refresh writes what the
+    next block attends to and the decode reads only the block's clean latents, so the frames are the same and arrive
+    one DiT forward sooner (the first frame of a stream most of all); the block's work is unchanged."""
+
+    decode_before_refresh = True
+
+
 class FramesInMemoryFormat:
     """StreamingWanDecoder whose per-frame step gets its input in the decoder's `memory_format` (channels_last_3d:
     the layout then carries through the convolutions that follow)."""

@@ -19,6 +19,14 @@ def _decode_overlap(pipe, ctx: VariantContext):
     ctx.notes["decode-overlap"] = "decode on a second stream"
 
 
+@register("decode-first", family="graphs", requires=("streaming_decoder", "kv_cache"),
+          description="each block decoded before its cache-refresh forward (which only the next block needs): the "
+                      "same frames, one forward sooner; the first frame of a stream most of all")
+def _decode_first(pipe, ctx: VariantContext):
+    swaps.swap_class(pipe, swaps.DecodeBeforeRefresh)
+    ctx.notes["decode-first"] = "each block's frames decoded before its cache refresh"
+
+
 @register("skip-unused-heads", family="graphs", requires=("ddim", "unet"),
           description="each pass runs only the head it is read for: the decision pass its action head (its states "
                       "are not read), the world-model pass its state head (its actions are not read); half the heads' "
