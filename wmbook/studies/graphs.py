@@ -108,7 +108,8 @@ def base_stack(cfg: RunConfig) -> list[str]:
 # decode on a second stream) is not among them: it cannot follow vae-compile (see its error) and with the eager step it
 # bought 1-3% (tools/overlap_check.py); pass `steps` to add it (variant, GPU only). skip-unused-heads (wma: each pass
 # runs only the head it is read for; its flags stay out of the compiled graphs: swaps.SkippableHead) on a GPU only, to
-# keep the CPU run short.
+# keep the CPU run short. decode-first (each block decoded before its cache refresh: the same frames, the first one a
+# forward sooner) is added through `steps` until the published ladder has its row.
 # Notebook 05's kernels are in the base on a GPU (DENOISER_KERNELS).
 GRAPH_STEPS = (("static-caches", False), ("ring-kv-cache", False), ("skip-unused-decode", False),
                ("skip-unused-heads", True), ("cuda-graphs", True))
