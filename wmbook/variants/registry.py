@@ -78,11 +78,6 @@ def register_group(name: str, members: tuple[str, ...]) -> None:
     GROUPS[name] = tuple(members)
 
 
-def _load_all() -> None:
-    """The built-in variants register when wmbook.variants is imported (its __init__ imports wmbook.variants.builtin);
-    importing this module alone (as builtin does) leaves the registry to be filled."""
-
-
 def _workload(workload):
     """`workload` as given: a Workload object (what the callers hold) or None; a name is refused, since resolving it
     here would tie the variants to the workloads package that uses them."""
@@ -95,7 +90,6 @@ def _workload(workload):
 def known(workload=None, family: str | None = None) -> list[str]:
     """Registered variant names, optionally only those that apply to `workload` (a Workload) and
     belong to `family`."""
-    _load_all()
     wl = _workload(workload)
     return [n for n, v in REGISTRY.items()
             if (wl is None or v.applies_to(wl)) and (family is None or v.family == family)]
@@ -108,7 +102,6 @@ def hygiene_parts(workload) -> list[str]:
 
 def get(name: str, workload=None) -> Variant:
     """The variant `name` (UnknownVariantError lists the known names, for `workload` if given)."""
-    _load_all()
     wl = _workload(workload)
     v = REGISTRY.get(name)
     if v is None or (wl is not None and not v.applies_to(wl)):
@@ -121,7 +114,6 @@ def get(name: str, workload=None) -> Variant:
 def resolve(names, workload, device: torch.device | str | None = None) -> list[Variant]:
     """Check a list of names (all of them, before any work): known, applicable, no repeats, runnable here.
     A group name expands to its members that apply to the workload."""
-    _load_all()
     if isinstance(names, str):
         names = [names]
     try:
