@@ -160,7 +160,7 @@ if "attention" in cfg.options.sections:
 lad = None
 if "ladder" in cfg.options.sections:
     steps = cfg.options.ladder or study.default_ladder(cfg, best)
-    print("ladder:", " -> ".join(["fp32 eager", *steps]))
+    print("ladder:", " -> ".join(["fp32 eager", *map(str, steps)]))
     lad = study.run_ladder(ref, cfg, steps, ceilings)
     t = lad.table()
     e2e_name = next((m for m in t["e2e_metric"] if isinstance(m, str) and m), "end to end")

@@ -72,7 +72,8 @@ cfg = study.validate(workload=workload, preset=preset, device=device, kernel_tab
                      ladder=ladder, base=base, steps=steps, compile_backend=compile_backend, warmup=warmup,
                      repeats=repeats, e2e_blocks=e2e_blocks, e2e_ddim_steps=e2e_ddim_steps, e2e_repeats=e2e_repeats,
                      output_dir=output_dir, results_path=results_path, seed=seed)
-print("base stack:", " -> ".join(study.base_stack(cfg)), "| kernel rows:", " -> ".join(study.kernel_steps(cfg)))
+print("base stack:", " -> ".join(map(str, study.base_stack(cfg))), "| kernel rows:",
+      " -> ".join(map(str, study.kernel_steps(cfg))))
 print(study.fp8_note(cfg))
 # the key columns, narrow enough for a 1400 px page (the full stacks and every other column: the appendix)
 LADDER_KEY = ["variant", "gate", "rel_l2_vs_fp32", "forward_ms", "speedup", "x_floor", "gpu_busy_ms", "launches",
@@ -123,7 +124,7 @@ if cfg.options.ladder:
     display(wd.table(t, columns=LADDER_KEY, strict=False, caption="Ladder rows",
                      rename={"e2e_value": f"end to end ({cfg.workload.metric.unit})"}))
     wd.appendix(t, "the ladder, every column")
-    if "attn-sage" in study.kernel_steps(cfg):
+    if "attn-sage" in map(str, study.kernel_steps(cfg)):
         st = study.sage_table()
         if len(st):
             display(wd.table(st, percent=["share"], caption="attn-sage: attention() calls outside compiled regions, by "

@@ -76,7 +76,8 @@ cfg = study.validate(workload=workload, preset=preset, device=device, base=base,
                      reduce_overhead=reduce_overhead, decoder_table=decoder_table, compile_backend=compile_backend, warmup=warmup, repeats=repeats, e2e_blocks=e2e_blocks,
                      e2e_ddim_steps=e2e_ddim_steps, e2e_repeats=e2e_repeats, output_dir=output_dir,
                      results_path=results_path, seed=seed)
-print("base stack:", " -> ".join(study.base_stack(cfg)), "| graph rows:", " -> ".join(study.graph_steps(cfg)) or "-")
+print("base stack:", " -> ".join(map(str, study.base_stack(cfg))),
+      "| graph rows:", " -> ".join(map(str, study.graph_steps(cfg))) or "-")
 # the key columns, narrow enough for a 1400 px page (the full stacks and every other column: the appendix)
 LADDER_KEY = ["variant", "gate", "rel_l2_vs_fp32", "forward_ms", "speedup", "x_floor", "gpu_busy_ms", "launches",
               "e2e_value", "e2e_first_frame_ms", "psnr_db", "peak_memory_gib"]

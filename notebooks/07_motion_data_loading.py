@@ -80,7 +80,7 @@ cfg = study.validate(workload=workload, preset=preset, device=device, num_envs=n
                      steps=steps, scaling_envs=scaling_envs, compile_backend=compile_backend,
                      profile_warmup=profile_warmup, profile_active=profile_active, warmup=warmup, repeats=repeats,
                      output_dir=output_dir, results_path=results_path, seed=seed)
-print("ladder:", " -> ".join(["eager", *study.ladder_steps(cfg)]), "| scaling:", list(cfg.options.scaling_envs))
+print("ladder:", " -> ".join(["eager", *map(str, study.ladder_steps(cfg))]), "| scaling:", list(cfg.options.scaling_envs))
 wd.table(cfg.table(), caption="Parameters of this run (validated)")
 
 # %% [markdown]

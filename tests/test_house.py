@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "wmbook"
 MAX_LINES = 600
@@ -187,3 +189,36 @@ def test_workloads_are_named_only_inside_the_workloads_package():
         if uses:
             bad[str(path.relative_to(ROOT))] = uses
     assert not bad, f"workload names compared or listed outside wmbook/workloads/: {bad}"
+
+
+def test_a_runs_stacks_are_resolved_once_into_variant_objects():
+    """A stack parameter's value in the RunConfig is the resolved Variants (a group expanded to its members), and the
+    ladder code passes them through as they are: nothing downstream looks a name up again."""
+
+    from wmbook import variants
+    from wmbook.motion import variants as mvariants
+    from wmbook.studies import compile as study04
+    from wmbook.studies import graphs as study06
+    from wmbook.studies import kernels as study05
+    from wmbook.studies import motion as study07
+    from wmbook.studies import steps as study03
+
+    cfg = study06.validate(workload="mg2", preset="tiny", device="cpu", base="bf16,hygiene", steps="static-caches")
+    assert all(isinstance(v, variants.Variant) for v in cfg.options.base + cfg.options.steps)
+    assert [v.name for v in cfg.options.base] == ["bf16", *variants.hygiene_parts(cfg.workload)]
+    assert cfg.params()["base"] == ",".join(v.name for v in cfg.options.base)  # a results row records the names
+    again = variants.resolve(cfg.options.base, cfg.workload, cfg.device)
+    assert all(a is b for a, b in zip(again, cfg.options.base))
+    for stack in (study06.base_stack(cfg), study06.graph_steps(cfg), study06.best_of_04(cfg)):
+        assert stack and all(isinstance(v, variants.Variant) for v in stack)
+    c04 = study04.validate(workload="wma", device="cpu", ladder="bf16,channels-last")
+    assert [v.name for v in c04.options.ladder] == ["bf16", "channels-last"]
+    assert all(isinstance(v, variants.Variant) for v in study04.default_ladder(c04))
+    c05 = study05.validate(workload="wma", device="cpu", preset="tiny-wma")
+    assert all(isinstance(v, variants.Variant) for v in study05.base_stack(c05) + study05.kernel_steps(c05))
+    c03 = study03.validate(workload="mg2", preset="tiny", device="cpu", base="bf16")
+    assert [type(v) for v in c03.options.base] == [variants.Variant]
+    c07 = study07.validate(device="cpu")
+    assert all(isinstance(v, mvariants.MotionVariant) for v in study07.ladder_steps(c07))
+    with pytest.raises(ValueError, match="base"):  # an unknown name is refused at the check, naming the parameter
+        study06.validate(workload="mg2", preset="tiny", device="cpu", base="bf16,turbo")

@@ -74,7 +74,7 @@ def test_motion_parameters_are_checked_with_their_allowed_values():
     cfg = study.validate(device="cpu")
     assert (cfg.workload.name, cfg.preset.name, cfg.options.num_envs, cfg.options.frames_per_env) == \
         ("motion", "tiny-motion", 64, 2)
-    assert cfg.options.scaling_envs == (64, 256, 1024) and study.ladder_steps(cfg)[-1] == "triton"
+    assert cfg.options.scaling_envs == (64, 256, 1024) and study.ladder_steps(cfg)[-1].name == "triton"
     assert study.validate(device="cpu", num_envs=100, scaling_envs="512, 32").options.scaling_envs == (32, 512)
     bad = [(dict(steps="packed-gather,turbo"), r"steps='packed-gather,turbo' is not allowed: variant 'turbo' is not "
                                                r"known; known variants: \['packed-gather'"),

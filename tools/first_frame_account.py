@@ -62,7 +62,7 @@ def main(argv=None) -> int:
 
         variants.resolve([*stack, *extra], wl, cfg.device)  # names checked before anything is built
         stacks["stack + " + " + ".join(extra)] = [*stack, *extra]
-    print("stack:", " + ".join(stack), flush=True)
+    print("stack:", " + ".join(map(str, stack)), flush=True)
     ref = wl.reference_pipeline(cfg.preset, cfg.device, cfg.seed)
 
     def stream(pipe, blocks: int):

@@ -3,8 +3,8 @@
 A notebook declares its parameters as a `NotebookSpec` (the common ones of wmbook.params, its workload's own,
 and its own options). `validate(spec, **values)` checks all of them before any heavy work, in one place, with
 errors that name the parameter and its allowed values (unknown names too), and returns a frozen `RunConfig`
-holding the `Workload`, `Preset`, `torch.device` and `torch.dtype` objects: nothing downstream resolves a name
-again.
+holding the `Workload`, `Preset`, `torch.device` and `torch.dtype` objects, and each variant stack as its resolved
+`Variant` objects (wmbook.studies.common.variant_stack): nothing downstream resolves a name again.
 
     from wmbook.studies import baseline
     cfg = baseline.validate(workload="wma", preset="tiny-wma", ddim_steps=3)

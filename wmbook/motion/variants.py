@@ -46,6 +46,9 @@ class MotionVariant:
     needs: tuple[str, ...] = ()  # variants that must be in the stack before it
     supersedes: tuple[str, ...] = ()  # earlier variants whose effect it replaces
 
+    def __str__(self) -> str:  # a stack prints as the names it was given by (a results row's params)
+        return self.name
+
     def check_device(self, device: torch.device) -> None:
         if self.gpu_only and device.type != "cuda":
             raise ValueError(f"variant {self.name!r} needs a CUDA device; on {device.type} leave it out")
@@ -147,9 +150,9 @@ def _needs(name: str) -> list[str]:
 def resolve(names, device: torch.device | str | None = None) -> list[MotionVariant]:
     """Check a list of names (all of them, before any work): known, no repeats, what each needs before it, runnable
     on `device`."""
-    if isinstance(names, str):
+    if isinstance(names, (str, MotionVariant)):
         names = [names]
-    names = list(names)
+    names = [str(n) if isinstance(n, MotionVariant) else n for n in names]  # resolved ones are checked the same way
     out = []
     for i, n in enumerate(names):
         v = REGISTRY.get(n)
@@ -176,7 +179,7 @@ def effective(stack) -> list[str]:
 def apply_stack(stack, library: MotionLibrary, num_envs: int, frames_per_env: int = 1, step_dt: float = 0.02,
                 ctx: MotionContext | None = None) -> MotionDataTerm:
     """A new term over `library` with the variants of `stack` (names or MotionVariants) applied in order."""
-    vs = resolve([v.name if isinstance(v, MotionVariant) else v for v in stack], library.device)
+    vs = resolve(stack, library.device)
     ctx = ctx or MotionContext(device=library.device)
     term = MotionDataTerm(library, num_envs, frames_per_env, step_dt)
     for v in vs:

@@ -22,7 +22,9 @@ def e2e_blocks(v, ctx):
 
 def variant_stack(unset: str = "auto", empty: bool = True):
     """The check of a variant-stack parameter: comma-separated names, each checked against the workload and the device
-    (an unknown name lists the known ones); the word `unset` gives None; empty=False refuses an empty list."""
+    (an unknown name lists the known ones) and resolved to its Variant (a group to its members); the word `unset`
+    gives None; empty=False refuses an empty list. The RunConfig holds the Variants: nothing downstream looks a
+    name up again."""
 
     def check(v, ctx):
         if v == unset:
@@ -31,8 +33,7 @@ def variant_stack(unset: str = "auto", empty: bool = True):
         if not stack and not empty:
             raise ParameterError(f"{ctx['_name']}={v!r} is not allowed; allowed values: {unset!r} or comma-separated "
                                  f"variant names")
-        variants.resolve(stack, ctx["workload"], ctx["device"])
-        return tuple(stack)
+        return tuple(variants.resolve(stack, ctx["workload"], ctx["device"]))
 
     return check
 

@@ -16,6 +16,7 @@ import importlib.util
 import pandas as pd
 import torch
 
+from .. import variants
 from ..params import (
     DEVICE,
     OUTPUT_DIR,
@@ -32,8 +33,9 @@ from ..params import (
 )
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
+from ..variants import Variant
 from ..workloads import E2ESize
-from .common import compile_backend, e2e_blocks
+from .common import compile_backend, e2e_blocks, variant_stack
 from .compile_report import guard_groups, interpret, plot_compile_times, plot_forward_vs_floor, result_rows  # noqa: F401
 
 NOTEBOOK = "04_compile_autocast"
@@ -41,16 +43,6 @@ SECTIONS = ("precision", "vae", "hygiene", "attention", "ladder", "compile")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 COMPILE_CONFIGS = ("reference", "hygiene", "dynamic", "whole", "max-autotune")
 WORKING_DTYPE = "bf16"  # the precision the hygiene, attention and compile sections work in (what the pipelines run)
-
-
-def _ladder(v, ctx):
-    if v == "auto":
-        return None
-    from .. import variants
-
-    steps = name_list(v, ctx)
-    variants.resolve(steps, ctx["workload"], ctx["device"])  # unknown names list the known ones
-    return tuple(steps)
 
 
 def _compile_modes(v, ctx):
@@ -78,7 +70,7 @@ def _cross_check(cfg: RunConfig) -> None:
 
 SPEC = NotebookSpec(NOTEBOOK, (
     WORKLOAD, PRESET, DEVICE,
-    Param("ladder", "auto", _ladder, "auto: the workload's default ladder; or comma-separated variant names"),
+    Param("ladder", "auto", variant_stack(), "auto: the workload's default ladder; or comma-separated variant names"),
     Param("sections", "all", subset_or_all(SECTIONS), f"all, or a comma-separated subset of {list(SECTIONS)}"),
     Param("compile_modes", "default", _compile_modes, "modes in the ladder and the compile table"),
     Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
@@ -156,7 +148,7 @@ def attention_section(ref, cfg: RunConfig):
     from ..variants.ladder import apply_stack
 
     wl = cfg.workload
-    pipe, _ = apply_stack(ref, wl, [WORKING_DTYPE], cfg.device)
+    pipe, _ = apply_stack(ref, wl, variants.resolve([WORKING_DTYPE], wl, cfg.device), cfg.device)
     probe = wl.forward_probe(pipe, cfg.seed)
     with torch.no_grad(), record_attention_shapes(wl.denoiser(pipe), forwards=1) as rec:
         probe.forward()
@@ -178,10 +170,9 @@ def attention_section(ref, cfg: RunConfig):
     return shapes, table, best, flex
 
 
-def default_ladder(cfg: RunConfig, attention: str | None = None) -> list[str]:
+def default_ladder(cfg: RunConfig, attention: str | None = None) -> list[Variant]:
     """The workload's ladder up to compile [with the attention backend that won], then the compile rows in the
     workload's scope (the DiT compiles its repeated block, the UNet whole)."""
-    from .. import variants
     from ..variants.builtin import compile_variant
 
     attn = None
@@ -189,30 +180,33 @@ def default_ladder(cfg: RunConfig, attention: str | None = None) -> list[str]:
         v = variants.get(f"attn-{attention}")  # on a CPU the timed winner can be a kernel only CUDA runs
         if cfg.device.type == "cuda" or not v.gpu_only:
             attn = v.name
-    steps = [v.name for v in variants.resolve(cfg.workload.default_ladder(cfg.device, attn), cfg.workload)]
     modes = cfg.options.compile_modes if cfg.device.type == "cuda" else ("default",)  # no autotuning off a GPU
-    return steps + [compile_variant(cfg.workload.compile_scope, m) for m in modes]
+    names = cfg.workload.default_ladder(cfg.device, attn) + [compile_variant(cfg.workload.compile_scope, m)
+                                                             for m in modes]
+    return variants.resolve(names, cfg.workload, cfg.device)
 
 
-def run_ladder(ref, cfg: RunConfig, steps: list[str], ceilings: dict | None):
+def run_ladder(ref, cfg: RunConfig, steps: list[Variant], ceilings: dict | None):
     from ..variants.ladder import run_ladder as _run
 
     return _run(cfg.workload, cfg.preset, steps, device=cfg.device, settings=settings(cfg, ceilings), reference=ref)
 
 
-def compile_configs(cfg: RunConfig) -> list[tuple[str, list[str], object]]:
+def compile_configs(cfg: RunConfig) -> list[tuple[str, list[Variant], object]]:
     """(label, variants applied before compiling, CompileSpec) for the compile table: the regional compile of
     the reference code first (what recompiles and why), then after the hygiene variants, dynamic, whole model,
     modes."""
     from ..variants.compile import CompileSpec
 
-    d, b = WORKING_DTYPE, cfg.options.compile_backend
-    rows = {"reference": ("regional, reference code", [d], CompileSpec("regional", "default", False, b)),
-            "hygiene": ("regional, after hygiene", [d, "hygiene"], CompileSpec("regional", "default", False, b)),
-            "dynamic": ("regional, dynamic=True", [d, "hygiene"], CompileSpec("regional", "default", True, b)),
-            "whole": ("whole model", [d, "hygiene"], CompileSpec("whole", "default", False, b))}
+    b = cfg.options.compile_backend
+    d = variants.resolve([WORKING_DTYPE], cfg.workload, cfg.device)
+    h = variants.resolve([WORKING_DTYPE, "hygiene"], cfg.workload, cfg.device)
+    rows = {"reference": ("regional, reference code", d, CompileSpec("regional", "default", False, b)),
+            "hygiene": ("regional, after hygiene", h, CompileSpec("regional", "default", False, b)),
+            "dynamic": ("regional, dynamic=True", h, CompileSpec("regional", "default", True, b)),
+            "whole": ("whole model", h, CompileSpec("whole", "default", False, b))}
     if "max-autotune-no-cudagraphs" in cfg.options.compile_modes and b == "inductor":
-        rows["max-autotune"] = ("regional, max-autotune-no-cudagraphs", [d, "hygiene"],
+        rows["max-autotune"] = ("regional, max-autotune-no-cudagraphs", h,
                                 CompileSpec("regional", "max-autotune-no-cudagraphs", False, b))
     return [rows[k] for k in cfg.options.compile_table if k in rows]
 
@@ -302,8 +296,6 @@ def _reason_summary(recompiles: pd.DataFrame, top: int = 4) -> str:
 
 def variants_table(cfg: RunConfig) -> pd.DataFrame:
     """The variants this workload can use: family, gate tolerance, GPU only, what each does."""
-    from .. import variants
-
     rows = []
     for n in variants.known(cfg.workload):
         v = variants.get(n)

@@ -15,9 +15,11 @@ import pandas as pd
 import torch
 
 from .. import results as results_store
+from .. import variants
 from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WARMUP, Param, boolean, integer
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
+from ..variants import Variant
 from ..workloads import E2ESize
 from .common import compile_backend, e2e_blocks, variant_stack
 
@@ -65,11 +67,12 @@ def e2e_size(cfg: RunConfig) -> E2ESize:
     return E2ESize(blocks=cfg.options.e2e_blocks, ddim_steps=steps)
 
 
-def best_of_04(cfg: RunConfig) -> list[str]:
+def best_of_04(cfg: RunConfig) -> list[Variant]:
     """Notebook 04's best stack: its default ladder, then compile in the workload's scope (notebook 05's base)."""
     from ..variants.builtin import compile_variant
 
-    return [*cfg.workload.default_ladder(cfg.device, None), compile_variant(cfg.workload.compile_scope)]
+    names = [*cfg.workload.default_ladder(cfg.device, None), compile_variant(cfg.workload.compile_scope)]
+    return variants.resolve(names, cfg.workload, cfg.device)
 
 
 # notebook 05's rows that change the denoiser's kernels, not its precision: on a GPU notebook 06 builds on them (it
@@ -84,17 +87,15 @@ DENOISER_KERNELS = ("triton-fused", "head-conv-gemm")
 BEST_OF_04 = "notebook 04's best stack alone (the goal's baseline)"
 
 
-def denoiser_kernels(cfg: RunConfig) -> list[str]:
+def denoiser_kernels(cfg: RunConfig) -> list[Variant]:
     """DENOISER_KERNELS that apply to the workload, on a GPU (on a CPU the kernels run in Triton's interpreter)."""
-    from .. import variants
-
     if cfg.device.type != "cuda":
         return []
     known = variants.known(cfg.workload)
-    return [k for k in DENOISER_KERNELS if k in known]
+    return variants.resolve([k for k in DENOISER_KERNELS if k in known], cfg.workload, cfg.device)
 
 
-def base_stack(cfg: RunConfig) -> list[str]:
+def base_stack(cfg: RunConfig) -> list[Variant]:
     """The stack the graph rows build on: `base`, or notebook 04's best with notebook 05's denoiser kernels (on a GPU,
     where they apply) before its compile."""
     if cfg.options.base is not None:
@@ -115,19 +116,17 @@ GRAPH_STEPS = (("static-caches", False), ("ring-kv-cache", False), ("skip-unused
                ("skip-unused-heads", True), ("cuda-graphs", True))
 
 
-def graph_steps(cfg: RunConfig) -> list[str]:
+def graph_steps(cfg: RunConfig) -> list[Variant]:
     """What the graph rows add, in order (GRAPH_STEPS that apply to the workload and run on the device, then the
     workload's decoder rows), or the `steps` parameter when given."""
-    from .. import variants
-
     if cfg.options.steps is not None:
         return list(cfg.options.steps)
     known = variants.known(cfg.workload)
     steps = [n for n, gpu in GRAPH_STEPS if n in known and (cfg.device.type == "cuda" or not gpu)]
-    return steps + cfg.workload.decoder_ladder(cfg.device)
+    return variants.resolve(steps + cfg.workload.decoder_ladder(cfg.device), cfg.workload, cfg.device)
 
 
-def stand_in_row(cfg: RunConfig, base: list[str]) -> dict[str, list[str]]:
+def stand_in_row(cfg: RunConfig, base: list[Variant]) -> dict[str, list[Variant]]:
     """{label: stack} of the comparison row with the workload's stand-in decoder (Workload.stand_in_decoder: the tiny
     decoder, compiled) after the captured denoiser, where the workload has one and `steps` is not given: the loop's
     end-to-end rate once the decoder costs what the tiny one does. Its frames need the stand-in's real weights."""
@@ -135,9 +134,9 @@ def stand_in_row(cfg: RunConfig, base: list[str]) -> dict[str, list[str]]:
     if not stand_in or cfg.options.steps is not None:
         return {}
     dec = set(cfg.workload.decoder_ladder(cfg.device))
-    denoiser = [s for s in graph_steps(cfg) if s not in dec]
+    denoiser = [v for v in graph_steps(cfg) if v.name not in dec]
     return {"captured denoiser + the tiny decoder, compiled (random weights: frames not judged)":
-            base + denoiser + stand_in}
+            base + denoiser + variants.resolve(stand_in, cfg.workload, cfg.device)}
 
 
 CACHE_STACKS = (("static-caches",), ("ring-kv-cache",), ("static-caches", "ring-kv-cache"))
@@ -150,7 +149,6 @@ def static_cache_check(cfg: RunConfig, blocks: int | None = None) -> pd.DataFram
     whether the caches kept their addresses across the generations (what a CUDA-graph replay needs). The ring reads
     its keys in slot order, not time order, so it may differ from the reference by fp32 rounding once it wraps.
     Empty for a workload without cross-call state."""
-    from .. import variants
     from ..variants.ladder import apply_stack
 
     wl = cfg.workload
@@ -166,7 +164,7 @@ def static_cache_check(cfg: RunConfig, blocks: int | None = None) -> pd.DataFram
         expected = {seed: ref.generate(ref.prepare(n, seed=seed), progress=False, decode=False).latents
                     for seed in (cfg.seed, cfg.seed + 1)}
         for stack in stacks:
-            pipe, _ = apply_stack(ref, wl, list(stack), cfg.device)
+            pipe, _ = apply_stack(ref, wl, variants.resolve(stack, wl, cfg.device), cfg.device)
             ptr = None
             for seed, a in expected.items():
                 inputs = pipe.prepare(n, seed=seed)
@@ -193,24 +191,21 @@ def _spy(fn, seen: list):
     return init_cache
 
 
-def comparison_rows(cfg: RunConfig, base: list[str]) -> dict[str, list[str]]:
+def comparison_rows(cfg: RunConfig, base: list[Variant]) -> dict[str, list[Variant]]:
     """{label: stack} of the rows measured beside the ladder: notebook 04's best stack alone (BEST_OF_04, the 2x
     goal's baseline) on a GPU wherever the base differs from it (notebook 05's kernels, or a `base` parameter that
     folds rows in); with reduce_overhead (GPU), the base compiled with mode reduce-overhead; the stand-in decoder's
     row (stand_in_row)."""
-    from .. import variants
     from ..variants.builtin import compile_variant
 
     comparisons = {}
     best = best_of_04(cfg)
-    # groups (hygiene) compare as the variants they expand to
-    if cfg.device.type == "cuda" and (variants.resolve(base, cfg.workload, cfg.device)
-                                      != variants.resolve(best, cfg.workload, cfg.device)):
+    if cfg.device.type == "cuda" and base != best:
         comparisons[BEST_OF_04] = best
-    if cfg.options.reduce_overhead and cfg.device.type == "cuda" and any(s.startswith("compile-") for s in base):
-        ro = [compile_variant(cfg.workload.compile_scope, "reduce-overhead") if s.startswith("compile-") else s
-              for s in base]
-        comparisons["base, compiled with mode reduce-overhead (torch.compile's CUDA graphs)"] = ro
+    if cfg.options.reduce_overhead and cfg.device.type == "cuda" and any(v.family == "compile" for v in base):
+        ro = variants.get(compile_variant(cfg.workload.compile_scope, "reduce-overhead"), cfg.workload)
+        comparisons["base, compiled with mode reduce-overhead (torch.compile's CUDA graphs)"] = [
+            ro if v.family == "compile" else v for v in base]
     comparisons.update(stand_in_row(cfg, base))
     return comparisons
 
@@ -231,15 +226,11 @@ def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
     o = cfg.options
     st = LadderSettings(seed=cfg.seed, warmup=cfg.warmup, repeats=cfg.repeats, e2e=e2e_size(cfg),
                         e2e_repeats=o.e2e_repeats, compile_backend=o.compile_backend, ceilings=ceilings, keep=True)
-    from .. import variants
-
-    n_base = len(variants.resolve(base, cfg.workload, cfg.device))  # groups (hygiene) expand to their variants
-
     def traces(lad):
         lad.generation_traces = generation_traces(lad, cfg)
 
     return _run(cfg.workload, cfg.preset, base + graph_steps(cfg), device=cfg.device, settings=st, reference=ref,
-                from_row=n_base, comparisons=comparisons, on_row=store_each_row(cfg), before_comparisons=traces)
+                from_row=len(base), comparisons=comparisons, on_row=store_each_row(cfg), before_comparisons=traces)
 
 
 def forward_table(lad) -> pd.DataFrame:

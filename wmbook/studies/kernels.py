@@ -17,9 +17,11 @@ import pandas as pd
 import torch
 
 from .. import results as results_store
+from .. import variants
 from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WARMUP, Param, boolean, number
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
+from ..variants import Variant
 from .common import compile_backend, variant_stack
 from .graphs import DENOISER_KERNELS, E2E_PARAMS, best_of_04, check_e2e, e2e_size, store_each_row
 
@@ -321,17 +323,15 @@ def _low_precision(device) -> dict:
     return {"attn-sage": sage_unavailable(device), "fp8": fp8_unavailable(device)}
 
 
-def base_stack(cfg: RunConfig) -> list[str]:
+def base_stack(cfg: RunConfig) -> list[Variant]:
     """The stack the kernel rows build on: `base`, or notebook 04's best."""
     return list(cfg.options.base) if cfg.options.base is not None else best_of_04(cfg)
 
 
-def kernel_steps(cfg: RunConfig) -> list[str]:
+def kernel_steps(cfg: RunConfig) -> list[Variant]:
     """The rows added to the base: `steps`, or triton-fused, head-conv-gemm (wma: the heads' 1-D convolutions as
     GEMMs), vae-triton-fused, attn-sage (the quantized attention comparison row) and fp8 (each low-precision row
     where it can run; the ladder is cumulative, so where both run the fp8 row keeps attn-sage's attention)."""
-    from .. import variants
-
     if cfg.options.steps is not None:
         return list(cfg.options.steps)
     known = variants.known(cfg.workload)
@@ -339,7 +339,7 @@ def kernel_steps(cfg: RunConfig) -> list[str]:
     # fp8 last: its row is the slowest to build (its whole-denoiser compile takes many minutes at the real shapes),
     # so a run cut there has every other row stored
     steps += [s for s, why in _low_precision(cfg.device).items() if s in known and why is None]
-    return steps
+    return variants.resolve(steps, cfg.workload, cfg.device)
 
 
 SAGE_ROUTES = ("attn-sage sends a call to SageAttention when its key length is a whole number of 64-key blocks and "
@@ -370,7 +370,6 @@ def fp8_note(cfg: RunConfig) -> str:
 def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
     """The base stack (one row), then each kernel step, gated against fp32 (the ladder of wmbook.variants); each row's
     results rows stored as soon as it is measured."""
-    from .. import variants
     from ..variants.ladder import LadderSettings
     from ..variants.ladder import run_ladder as _run
 
@@ -378,9 +377,8 @@ def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
     o = cfg.options
     st = LadderSettings(seed=cfg.seed, warmup=cfg.warmup, repeats=cfg.repeats, e2e=e2e_size(cfg),
                         e2e_repeats=o.e2e_repeats, compile_backend=o.compile_backend, ceilings=ceilings, keep=False)
-    n_base = len(variants.resolve(base, cfg.workload, cfg.device))
     return _run(cfg.workload, cfg.preset, base + kernel_steps(cfg), device=cfg.device, settings=st, reference=ref,
-                from_row=n_base, on_row=store_each_row(cfg))
+                from_row=len(base), on_row=store_each_row(cfg))
 
 
 def _launch_bound(first, r, before: str = "the base's") -> str:

@@ -70,8 +70,8 @@ def _steps(v, ctx):
     if not steps:
         raise ParameterError(f"steps={v!r} is not allowed; allowed values: 'auto' or a comma-separated list of "
                              f"{mvariants.known()}")
-    mvariants.resolve(steps, ctx["device"])  # unknown names list the known ones; GPU-only ones refused on a CPU
-    return tuple(steps)
+    # unknown names list the known ones; GPU-only ones are refused on a CPU
+    return tuple(mvariants.resolve(steps, ctx["device"]))
 
 
 def _scaling_envs(v, ctx):
@@ -106,9 +106,11 @@ def validate(**params) -> RunConfig:
     return _validate(SPEC, **params)
 
 
-def ladder_steps(cfg: RunConfig) -> list[str]:
+def ladder_steps(cfg: RunConfig) -> list[mvariants.MotionVariant]:
     """The variants the ladder adds after the eager reference, in order."""
-    return list(cfg.options.steps) if cfg.options.steps is not None else cfg.workload.default_ladder(cfg.device)
+    if cfg.options.steps is not None:
+        return list(cfg.options.steps)
+    return mvariants.resolve(cfg.workload.default_ladder(cfg.device), cfg.device)
 
 
 # --- the setup: one library, its float64 copy, the robots' clips and times --------------------------------------
@@ -393,8 +395,9 @@ def measure(s: MotionSetup, stack, num_envs: int | None = None, anchors: dict | 
     n = term.num_envs
     loop = None if slow else time_back_to_back(term.fetch, calls=loop_calls, rounds=cfg.repeats, warmup=1,
                                                device=cfg.device)
-    row = MotionRow(list(stack), n, samples, "reference" if anchors is None else ("pass" if gate.passed else "FAIL"),
-                    gate, s.floor_ms(n), s.bytes_per_step(n), first_call_s=first, speed_counts=not slow,
+    verdict = "reference" if anchors is None else ("pass" if gate.passed else "FAIL")
+    row = MotionRow([str(v) for v in stack], n, samples, verdict, gate, s.floor_ms(n), s.bytes_per_step(n),
+                    first_call_s=first, speed_counts=not slow,
                     note="; ".join(v for k, v in ctx.notes.items() if k in eff), loop=loop)
     if cfg.device.type == "cuda":
         from ..profiling import profile_calls, trace_busy_ms

@@ -23,6 +23,7 @@ from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WA
 from ..profiling.aggregate import aggregate_reports
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
+from ..variants import Variant
 from . import graphs as study06
 
 NOTEBOOK = "08_multi_gpu"
@@ -85,7 +86,7 @@ def validate(**params) -> RunConfig:
     return _validate(SPEC, **params)
 
 
-def single_gpu_stack(cfg: RunConfig) -> list[str]:
+def single_gpu_stack(cfg: RunConfig) -> list[Variant]:
     """The stack every rank applies: `base`, or notebook 06's best (its base, then its graph and decoder rows)."""
     if cfg.options.base is not None:
         return list(cfg.options.base)
@@ -99,7 +100,7 @@ def job(cfg: RunConfig) -> dist_jobs.JobSpec:
     gpu = cfg.device.type == "cuda"
     spec = dist_jobs.JobSpec(
         workload=cfg.workload.name, preset=cfg.preset.name, layout=o.layout, nproc=o.nproc,
-        device="cuda" if gpu else "cpu", stack=tuple(single_gpu_stack(cfg)),
+        device="cuda" if gpu else "cpu", stack=tuple(v.name for v in single_gpu_stack(cfg)),
         compile_backend=_P06["compile_backend"].check("auto", {"device": cfg.device, "_name": "compile_backend"}),
         blocks=o.blocks or (8 if gpu else 3), ddim_steps=o.ddim_steps, batches=o.batches, warmup=cfg.warmup,
         repeats=cfg.repeats, seed=cfg.seed, timeout_s=float(o.timeout_s))

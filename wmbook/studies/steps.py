@@ -169,7 +169,7 @@ def build(cfg: RunConfig):
         from ..variants.ladder import apply_stack
 
         ref = wl.reference_pipeline(cfg.preset, cfg.device, cfg.seed)
-        pipe, _ = apply_stack(ref, wl, list(cfg.options.base), cfg.device, cfg.options.compile_backend)
+        pipe, _ = apply_stack(ref, wl, cfg.options.base, cfg.device, cfg.options.compile_backend)
     return pipe, axis(cfg).prepare(pipe, cfg.seed, cfg.options.blocks)
 
 
@@ -431,7 +431,7 @@ def result_rows(sweep: Sweep) -> list[dict]:
     params carry the sampling keyword arguments (`sampling`) and the base stack, so a later notebook can stack it."""
     cfg, ax = sweep.cfg, sweep.axis
     tab = table(sweep)
-    base = "+".join(cfg.options.base) if cfg.options.base else "eager"
+    base = "+".join(v.name for v in cfg.options.base) if cfg.options.base else "eager"
     run_params = cfg.params() | {"dtype": sweep.dtype or dtype_name(cfg.dtype)}
     if sweep.weights_sha256:  # which weights the quality columns are of (the shipped file changes between runs)
         run_params["weights_sha256"] = sweep.weights_sha256
@@ -492,7 +492,8 @@ def interpret(sweep: Sweep) -> str:
     """Sentences computed from the measured numbers."""
     cfg, ax, ref = sweep.cfg, sweep.axis, sweep.reference
     dev = str(cfg.device) if cfg.device.type == "cpu" else torch.cuda.get_device_name(cfg.device)
-    stack = f"the `{' + '.join(cfg.options.base)}` stack" if cfg.options.base else f"the eager {sweep.dtype} pipeline"
+    stack = (f"the `{' + '.join(v.name for v in cfg.options.base)}` stack" if cfg.options.base
+             else f"the eager {sweep.dtype} pipeline")
     lines = [f"On {dev} ({stack}), the full-step run (`{ref.point.label}`, {ref.forwards} {ax.forwards_label}) gives "
              f"{ref.metric.median:.3g} {ax.unit} ({ax.metric_label}; p20 {ref.metric.p20:.3g}, p80 "
              f"{ref.metric.p80:.3g})."]

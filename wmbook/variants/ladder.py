@@ -339,7 +339,7 @@ def apply_stack(ref, workload, stack, device, compile_backend: str = "inductor")
     """A deep copy of the reference pipeline with a stack of variants (names or Variants) applied in order, the
     effective compile only: (pipeline, VariantContext)."""
     wl = get(workload)
-    vs = resolve(stack, wl, device) if stack and isinstance(stack[0], str) else list(stack)
+    vs = resolve(stack, wl, device)  # Variants pass through; names (tools, tests) are looked up here
     pipe = copy.deepcopy(ref)
     ctx = VariantContext(workload=wl, device=device, compile_backend=compile_backend)
     for v in effective(vs):

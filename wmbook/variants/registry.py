@@ -39,6 +39,9 @@ class Variant:
     gpu_only: bool = False
     frames_judged: bool = True  # False: its frames cannot be compared with the reference's (random-weight stand-in)
 
+    def __str__(self) -> str:  # a stack prints as the names it was given by (a results row's params)
+        return self.name
+
     def applies_to(self, workload) -> bool:
         return self.requires <= workload.features
 
@@ -113,8 +116,9 @@ def get(name: str, workload=None) -> Variant:
 
 def resolve(names, workload, device: torch.device | str | None = None) -> list[Variant]:
     """Check a list of names (all of them, before any work): known, applicable, no repeats, runnable here.
-    A group name expands to its members that apply to the workload."""
-    if isinstance(names, str):
+    A group name expands to its members that apply to the workload. Variants already resolved (a RunConfig's
+    stacks) are checked the same way and pass through as they are, so resolving a stack twice looks up nothing."""
+    if isinstance(names, (str, Variant)):
         names = [names]
     try:
         names = list(names)
@@ -123,13 +127,16 @@ def resolve(names, workload, device: torch.device | str | None = None) -> list[V
     wl = _workload(workload)
     expanded = []
     for n in names:
-        if not isinstance(n, str):
+        if isinstance(n, Variant):
+            expanded.append(n.name)
+        elif not isinstance(n, str):
             raise ValueError(f"variant names must be strings, got {n!r}")
-        if n in GROUPS:
+        elif n in GROUPS:
             expanded += [m for m in GROUPS[n] if wl is None or REGISTRY[m].applies_to(wl)]
         else:
             expanded.append(n)
-    out = [get(n, wl) for n in expanded]
+    given = {n.name: n for n in names if isinstance(n, Variant)}
+    out = [given[n] if n in given and (wl is None or given[n].applies_to(wl)) else get(n, wl) for n in expanded]
     dup = sorted({n for n in expanded if expanded.count(n) > 1})
     if dup:
         raise ValueError(f"variants {dup} are listed more than once")
