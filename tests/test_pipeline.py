@@ -161,3 +161,30 @@ def test_decode_first_gives_the_same_frames_one_forward_sooner(pipe):
             assert sum(out.forward_ms[bi]) + out.decode_ms[bi] == pytest.approx(out.block_ms[bi], rel=0.05)
     assert b.first_frame_ms < b.block_ms[0]  # the refresh of block 0 comes after its frames
     assert a.first_frame_ms == pytest.approx(a.block_ms[0])
+
+
+def test_stream_frames_hands_out_each_latent_frames_pixels_as_soon_as_they_are_decoded(pipe):
+    """The stream-frames variant: on_frames gets each latent frame's pixel frames (the stream's first latent frame
+    decodes to one frame, every later one to four), their concatenation is the block's frames bit for bit, and the
+    first frame is marked at the first piece (before the block's decode ends); alone and after decode-first. Without
+    it, on_frames gets each block's frames whole."""
+    from wmbook import variants, workloads
+    from wmbook.variants.ladder import apply_stack
+
+    wl = workloads.get("mg2")
+    cpu = torch.device("cpu")
+    assert "stream-frames" in variants.known(wl) and "stream-frames" not in variants.known(workloads.get("wma"))
+    k = pipe.preset.num_frame_per_block
+    with torch.no_grad():
+        whole = []
+        a = pipe.generate(pipe.prepare(2, seed=0), progress=False, on_frames=whole.append)
+        assert [f.shape[2] for f in whole] == a.frames_per_block and torch.equal(torch.cat(whole, 2), a.frames)
+        for stack in (["stream-frames"], ["decode-first", "stream-frames"]):
+            early, _ = apply_stack(pipe, wl, stack, cpu)
+            pieces = []
+            b = early.generate(early.prepare(2, seed=0), progress=False, on_frames=pieces.append)
+            assert torch.equal(a.latents, b.latents) and torch.equal(a.frames, b.frames)
+            assert [p.shape[2] for p in pieces] == [1] + [4] * (2 * k - 1)
+            assert torch.equal(torch.cat(pieces, 2), b.frames)
+            assert 0 < b.first_frame_ms < b.block_ms[0] - b.decode_ms[0] / k  # before the block's decode ends
+    assert not pipe.stream_frames

@@ -5,8 +5,10 @@ of `--blocks` blocks for the steady block against which the first one compares.
 
     python tools/first_frame_account.py --preset mg2-universal --rounds 10 --out first_frame.csv
     python tools/first_frame_account.py --extra decode-first --out first_frame.csv   # both stacks, side by side
+    python tools/first_frame_account.py --extra "decode-first;decode-first,stream-frames"   # three stacks
 
-With --extra, the stack plus those variants is measured too, after the stack in the same process, and gated: its
+With --extra, the stack plus those variants (each `;`-separated set a row of its own) is measured too, after the
+stack in the same process, and gated: its
 latents and frames must equal the stack's bit for bit (a variant that only reorders work), else it is reported as
 failing and its times do not count. Warm-up (compiles, graph captures) is excluded: `--warmup` one-block streams of
 each stack run before its timed ones. Medians with p20-p80 over the rounds; the CSV holds every round.
@@ -46,7 +48,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=10, help="timed one-block streams per stack (>= 3)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed one-block streams per stack first (>= 1)")
     ap.add_argument("--blocks", type=int, default=8, help="blocks of the steady streams (>= 3)")
-    ap.add_argument("--extra", default="", help="comma-separated variants added to the stack as a second row")
+    ap.add_argument("--extra", default="", help="comma-separated variants added to the stack as a row of its own; "
+                    "several rows separated by ';'")
     ap.add_argument("--out", type=Path, default=None, help="CSV of every round")
     a = ap.parse_args(argv)
     for name, lo in (("rounds", 3), ("warmup", 1), ("blocks", 3)):
@@ -56,12 +59,12 @@ def main(argv=None) -> int:
     wl = workloads.get("mg2")
     stack = [*study06.base_stack(cfg), *study06.graph_steps(cfg)]
     stacks = {"stack": stack}
-    extra = [v for v in a.extra.split(",") if v]
-    if extra:
-        from wmbook import variants
+    from wmbook import variants
 
-        variants.resolve([*stack, *extra], wl, cfg.device)  # names checked before anything is built
-        stacks["stack + " + " + ".join(extra)] = [*stack, *extra]
+    for row in a.extra.split(";"):
+        extra = [v for v in row.split(",") if v]
+        if extra:  # names checked before anything is built
+            stacks["stack + " + " + ".join(extra)] = variants.resolve([*stack, *extra], wl, cfg.device)
     print("stack:", " + ".join(map(str, stack)), flush=True)
     ref = wl.reference_pipeline(cfg.preset, cfg.device, cfg.seed)
 

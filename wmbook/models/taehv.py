@@ -174,8 +174,10 @@ class StreamingTAEHVDecoder:
     pixel_frames_for = staticmethod(pixel_frames_for)
 
     @torch.no_grad()
-    def decode_block(self, latents: torch.Tensor) -> torch.Tensor:
-        """Decode the next `F` latent frames of the stream -> [B, 3, T, H, W] in [-1, 1]."""
+    def decode_block(self, latents: torch.Tensor, on_frames=None) -> torch.Tensor:
+        """Decode the next `F` latent frames of the stream -> [B, 3, T, H, W] in [-1, 1]. `on_frames(frames)`: called
+        with the block's frames once they are queued (the startup frames are trimmed across the block's latent frames,
+        so this decoder hands out whole blocks)."""
         dec = self.decoder
         if latents.dim() != 5 or latents.shape[1] != dec.latent_channels or latents.shape[2] < 1:
             raise ValueError(f"expected latents [B, {dec.latent_channels}, F>=1, h, w], got {tuple(latents.shape)}")
@@ -206,6 +208,8 @@ class StreamingTAEHVDecoder:
             out = _to_pixels(y[:, trim:])
         self.blocks_done += 1
         self.pixel_frames_done += out.shape[2]
+        if on_frames is not None:
+            on_frames(out)
         return out
 
     __call__ = decode_block

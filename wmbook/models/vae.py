@@ -250,8 +250,11 @@ class StreamingWanDecoder:
         return self._decoder_staged(x, first) if staged else self._decoder_plain(x, first)
 
     @torch.no_grad()
-    def decode_block(self, latents: torch.Tensor) -> torch.Tensor:
-        """Decode the next `F` latent frames of the stream -> [B, 3, T, H, W] in [-1, 1]."""
+    def decode_block(self, latents: torch.Tensor, on_frames=None) -> torch.Tensor:
+        """Decode the next `F` latent frames of the stream -> [B, 3, T, H, W] in [-1, 1]. `on_frames(frames)`: called
+        with each latent frame's pixel frames (final: unpatchified, clamped) as soon as they are queued, before the
+        block's later latent frames decode: a stream can show its first frame after one latent frame's decode. The
+        pieces are the block's frames (their concatenation is the return value, bit for bit)."""
         if latents.dim() != 5:
             raise ValueError(f"expected latents [B, C, F, h, w], got {tuple(latents.shape)}")
         vae = self.vae
@@ -266,13 +269,23 @@ class StreamingWanDecoder:
             with label(f"VAE_Decode_Frame_{k}"):
                 outs.append(self.decode_frame(x[:, :, i : i + 1, :, :], min(k, 2), staged))
             self.latent_frames_done += 1
+            if on_frames is not None:  # the piece finished now (the ops after the step are per frame)
+                with label("VAE_Decode_Postprocessing"):
+                    outs[-1] = self._finish(outs[-1])
+                on_frames(outs[-1])
         with label("VAE_Decode_Postprocessing"):
             out = outs[0] if len(outs) == 1 else torch.cat(outs, 2)
-            if self.patch_size is not None:
-                out = _wan.unpatchify(out, patch_size=self.patch_size)
-            out = torch.clamp(out, min=-1.0, max=1.0)
+            if on_frames is None:
+                out = self._finish(out)
         self.pixel_frames_done += out.shape[2]
         return out
+
+    def _finish(self, out: torch.Tensor) -> torch.Tensor:
+        """The decoder's output -> final pixel frames: unpatchified (Wan 2.2's patched decoder), clamped to [-1, 1];
+        spatial and per element, so a block's frames finished piece by piece equal those finished at once."""
+        if self.patch_size is not None:
+            out = _wan.unpatchify(out, patch_size=self.patch_size)
+        return torch.clamp(out, min=-1.0, max=1.0)
 
     __call__ = decode_block
 

@@ -72,6 +72,7 @@ class CausalStreamingPipeline:
     """
 
     decode_before_refresh = False  # the decode-first variant (wmbook.variants.swaps.DecodeBeforeRefresh) sets it
+    stream_frames = False  # the stream-frames variant (swaps.FramesPerLatentFrame) sets it
 
     def __init__(self, preset: str | CausalWanPreset = "tiny", device="auto", dtype="auto", vae_dtype="auto",
                  seed: int = 0, checkpoint: str | None = None, use_ema: bool = False):
@@ -171,13 +172,15 @@ class CausalStreamingPipeline:
 
     @torch.no_grad()
     def generate(self, inputs: StreamInputs, *, decode: bool = True, progress: bool = True, denoising_steps=None,
-                 shift: float | None = None, solver: str = "renoise", on_block=None) -> StreamOutput:
+                 shift: float | None = None, solver: str = "renoise", on_block=None, on_frames=None) -> StreamOutput:
         """Run all blocks; timings come from device events (no host sync inside the loop).
 
         Sampling (notebook 03; defaults: the preset's): `denoising_steps` nominal steps per block (e.g. [1000, 500]),
         `shift` of the flow-matching warp, `solver` 'renoise' (the reference), 'euler' or 'unipc' (wmbook.pipelines.
         solvers explains what each does and what is comparable). `on_block(bi, x0)`: called with each block's clean
-        latents as soon as they are queued (wmbook.distributed sends them to a decoder rank)."""
+        latents as soon as they are queued (wmbook.distributed sends them to a decoder rank). `on_frames(frames)`:
+        called with pixel frames as soon as they are queued: a block's, or with stream_frames (the stream-frames
+        variant) each latent frame's, so the stream's first frame leaves after one latent frame's decode."""
         from .solvers import FLOW_SOLVERS, FlowStepper, check_solver
 
         p = self.preset
@@ -209,9 +212,12 @@ class CausalStreamingPipeline:
                         on_block(bi, x0)
                     if decode:
                         with label(f"2.3.{bi}_VAE_Decode"):
-                            fr = self.decode_block(x0, timer, f"b{bi}_frames" if first else f"b{bi}_end")
+                            fr = self.decode_block(x0, timer, f"b{bi}_frames" if first else f"b{bi}_end",
+                                                   self._frames_hook(timer, "b0_px" if bi == 0 else None, on_frames))
                         frames.append(fr)
                         fpb.append(fr.shape[2])
+                        if on_frames is not None and not self.stream_frames:
+                            on_frames(fr)
                         if first:
                             self.refresh_cache(bi, x0, inputs, cache, timer, len(ts))
                             timer.mark(f"b{bi}_end")
@@ -235,7 +241,8 @@ class CausalStreamingPipeline:
             out.forward_ms.append(fwd)
             out.block_ms.append(timer.elapsed_ms(prev, f"b{bi}_end"))
             prev = f"b{bi}_end"
-        out.first_frame_ms = timer.elapsed_ms("start", "b0_frames" if first else "b0_end")
+        out.first_frame_ms = timer.elapsed_ms("start", "b0_px" if decode and self.stream_frames
+                                              else "b0_frames" if first else "b0_end")
         out.total_ms = timer.elapsed_ms("start", prev)
         if dev.type == "cuda":
             out.peak_memory_bytes = int(torch.cuda.max_memory_allocated(dev))
@@ -275,11 +282,28 @@ class CausalStreamingPipeline:
             self.denoise(x0, 0.0, inputs, cache, bi * self.preset.num_frame_per_block)
         timer.mark(f"b{bi}_f{n_steps}")
 
-    def decode_block(self, x0: torch.Tensor, timer: DeviceTimer, done: str) -> torch.Tensor:
-        """Decode one block's clean latents with the streaming decoder; marks `done` when its frames are there."""
-        frames = self.decoder.decode_block(x0.to(self.vae_dtype))
+    def decode_block(self, x0: torch.Tensor, timer: DeviceTimer, done: str, on_frames=None) -> torch.Tensor:
+        """Decode one block's clean latents with the streaming decoder; marks `done` when its frames are there.
+        `on_frames`: from _frames_hook (None: the block's frames come out whole)."""
+        frames = self.decoder.decode_block(x0.to(self.vae_dtype), on_frames=on_frames)
         timer.mark(done)
         return frames
+
+    def _frames_hook(self, timer: DeviceTimer, first: str | None, on_frames):
+        """What the decoder calls with each latent frame's pixel frames (stream_frames): marks `first` at the first
+        piece (the stream's first frame), then hands the piece to `on_frames`; without stream_frames, None (the
+        block's frames go to `on_frames` whole, after the decode)."""
+        if not self.stream_frames:
+            return None
+        pending = [first] if first else []
+
+        def hook(frames):
+            if pending:
+                timer.mark(pending.pop())
+            if on_frames is not None:
+                on_frames(frames)
+
+        return hook
 
     def decode_done(self) -> None:
         """After the last block: every decode has finished on the stream that consumes the frames (a no-op here)."""

@@ -109,21 +109,24 @@ def base_stack(cfg: RunConfig) -> list[Variant]:
 # decode on a second stream) is not among them: it cannot follow vae-compile (see its error) and with the eager step it
 # bought 1-3% (tools/overlap_check.py); pass `steps` to add it (variant, GPU only). skip-unused-heads (wma: each pass
 # runs only the head it is read for; its flags stay out of the compiled graphs: swaps.SkippableHead) on a GPU only, to
-# keep the CPU run short. decode-first (each block decoded before its cache refresh: the same frames, the first one a
-# forward sooner) is added through `steps` until the published ladder has its row.
+# keep the CPU run short. After the decoder rows, the rows that change when frames leave, not what is computed
+# (FRAME_STEPS): decode-first (each block decoded before its cache refresh, a forward sooner) and stream-frames (each
+# latent frame's pixels handed out when decoded): the same frames, an earlier first frame.
 # Notebook 05's kernels are in the base on a GPU (DENOISER_KERNELS).
 GRAPH_STEPS = (("static-caches", False), ("ring-kv-cache", False), ("skip-unused-decode", False),
                ("skip-unused-heads", True), ("cuda-graphs", True))
+FRAME_STEPS = ("decode-first", "stream-frames")
 
 
 def graph_steps(cfg: RunConfig) -> list[Variant]:
     """What the graph rows add, in order (GRAPH_STEPS that apply to the workload and run on the device, then the
-    workload's decoder rows), or the `steps` parameter when given."""
+    workload's decoder rows, then FRAME_STEPS that apply), or the `steps` parameter when given."""
     if cfg.options.steps is not None:
         return list(cfg.options.steps)
     known = variants.known(cfg.workload)
     steps = [n for n, gpu in GRAPH_STEPS if n in known and (cfg.device.type == "cuda" or not gpu)]
-    return variants.resolve(steps + cfg.workload.decoder_ladder(cfg.device), cfg.workload, cfg.device)
+    steps += cfg.workload.decoder_ladder(cfg.device) + [n for n in FRAME_STEPS if n in known]
+    return variants.resolve(steps, cfg.workload, cfg.device)
 
 
 def stand_in_row(cfg: RunConfig, base: list[Variant]) -> dict[str, list[Variant]]:

@@ -238,14 +238,14 @@ class DecodeOverlap:
     decode of a block waits for everything queued before it on the main stream (its latents); the main stream
     waits for the last decode before the frames are used. The block's end mark is recorded on the decode stream."""
 
-    def decode_block(self, x0, timer, done):
+    def decode_block(self, x0, timer, done, on_frames=None):
         main = torch.cuda.current_stream(self.device)
         side = getattr(self, "_decode_stream", None)
         if side is None:
             side = self._decode_stream = torch.cuda.Stream(self.device)
         side.wait_stream(main)
         with torch.cuda.stream(side):
-            frames = self.decoder.decode_block(x0.to(self.vae_dtype))
+            frames = self.decoder.decode_block(x0.to(self.vae_dtype), on_frames=on_frames)
             timer.mark(done)
         return frames  # x0 and the frames stay referenced by the generation until it ends: no early reuse
 
@@ -261,6 +261,14 @@ class DecodeBeforeRefresh:
     one DiT forward sooner (the first frame of a stream most of all); the block's work is unchanged."""
 
     decode_before_refresh = True
+
+
+class FramesPerLatentFrame:
+    """CausalStreamingPipeline whose decoder hands out each latent frame's pixel frames as soon as they are decoded,
+    not when the block's last latent frame is: a stream's first frame (the first latent frame decodes to one pixel
+    frame) leaves after one latent frame's decode; the frames are the same."""
+
+    stream_frames = True
 
 
 class FramesInMemoryFormat:

@@ -27,6 +27,15 @@ def _decode_first(pipe, ctx: VariantContext):
     ctx.notes["decode-first"] = "each block's frames decoded before its cache refresh"
 
 
+@register("stream-frames", family="graphs", requires=("streaming_decoder", "kv_cache"),
+          description="each latent frame's pixel frames handed out as soon as they are decoded, not when the block's "
+                      "last one is: the stream's first frame after one latent frame's decode (with decode-first, "
+                      "before the block's cache refresh too); the same frames")
+def _stream_frames(pipe, ctx: VariantContext):
+    swaps.swap_class(pipe, swaps.FramesPerLatentFrame)
+    ctx.notes["stream-frames"] = "each latent frame's pixel frames handed out as soon as they are decoded"
+
+
 @register("skip-unused-heads", family="graphs", requires=("ddim", "unet"),
           description="each pass runs only the head it is read for: the decision pass its action head (its states "
                       "are not read), the world-model pass its state head (its actions are not read); half the heads' "
