@@ -208,7 +208,8 @@ if lad is not None:
     t = lad.table()
     last_ok = int(t[t["gate"].isin(["pass", "reference"])].index.max())
     trial = StackTrial(ref, cfg, ceilings)
-    wd.stack_picker(list(steps), trial, default=list(steps[:last_ok]), static=None if cfg.tiny else (
+    names = [v.name for v in steps]  # the picker offers names; the trial resolves the picked ones
+    wd.stack_picker(names, trial, default=names[:last_ok], static=None if cfg.tiny else (
         lambda: display(wd.table(t.loc[[last_ok]], columns=StackTrial.KEY, strict=False,
                                  caption="The ladder's row of that stack"))))
 

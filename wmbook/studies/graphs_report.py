@@ -71,6 +71,15 @@ def _best(run: pd.DataFrame):
     return summary_best(run, workload_of(run), among)
 
 
+def _first_frame(run: pd.DataFrame):
+    """The first_frame_ms row with the lowest value among the gated rows whose frames were judged (None without one)."""
+    among = judged(run)
+    passed = set(run.loc[(run["metric"] == "forward_ms") & (run["gate"] == "pass"), "variant"])
+    ff = run[(run["metric"] == "first_frame_ms") & run["variant"].isin(passed & among if among else passed)]
+    ff = ff[pd.to_numeric(ff["value"], errors="coerce").notna()]
+    return None if ff.empty else ff.loc[pd.to_numeric(ff["value"]).idxmin()]
+
+
 def _run_speedup(run: pd.DataFrame):
     """(notebook 04's best stack's run_s row, best row's run_s row, speedup) where the run measured the comparison."""
     b04 = best_of_04_variant(run)
@@ -200,6 +209,13 @@ def findings(run: pd.DataFrame) -> Findings:
         ok = number(e2e["value"]) >= fps_goal
         goals.append(f"{fps_goal:.0f} {wl.metric.label} with the full decoder: **{'met' if ok else 'missed'}** "
                      f"({number(e2e['value']):.3g})")
+    ff = _first_frame(run)
+    if ff is not None:
+        head += (f" The earliest first frame of a fresh stream: **{number(ff['value']):.0f} ms** "
+                 f"(+ {ff['variant'].split(' + ')[-1]}).")
+        if (ff_goal := wl.goals.get("first_frame_ms")) is not None:
+            goals.append(f"first frame within {ff_goal:.0f} ms: "
+                         f"**{'met' if number(ff['value']) <= ff_goal else 'missed'}** ({number(ff['value']):.0f} ms)")
     rs, run_goal = _run_speedup(run), wl.goals.get("run_speedup")
     if run_goal and rs is not None:
         goals.append(f"the whole run {run_goal:g}x faster than notebook 04's best stack: "

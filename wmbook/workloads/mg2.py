@@ -68,8 +68,10 @@ class Mg2Workload(Workload):
                           "streaming_decoder", "frame_decoder", "block_causal_attention"})
     # notebook 04's goals at the real shape (H100, bf16): forward within 1.5x its FLOP floor with compile,
     # regional cold compile under 60 s
-    # notebook 06's: 60 FPS with the full Wan decoder; notebook 01 states the real-time mark against its baseline
-    goals = {"forward_x_floor": 1.5, "regional_cold_s": 60.0, "fps": 60.0, "real_time_fps": REAL_TIME_FPS}
+    # notebook 06's: 60 FPS with the full Wan decoder, a fresh stream's first frame within 100 ms; notebook 01 states
+    # the real-time mark against its baseline
+    goals = {"forward_x_floor": 1.5, "regional_cold_s": 60.0, "fps": 60.0, "first_frame_ms": 100.0,
+             "real_time_fps": REAL_TIME_FPS}
     published_title = ("causal DiT (mg2)** — median (p20-p80); steady blocks; FLOP floor at the measured bf16 GEMM "
                        "ceiling")
     published_columns = (("FPS", "fps", "{:.3g}", True), ("first frame ms", "first_frame_ms", "{:.0f}", False),
