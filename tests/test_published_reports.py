@@ -147,3 +147,10 @@ def test_tidy_makes_a_stored_page_whole(tmp_path):
     details = soup.find("details")
     assert details is not None and "12 rows of run" in details.get_text()
     assert tidy_page(out, tmp_path, "07_motion_data_loading-g1-4096", results.read(tmp_path / "r.csv")) == out
+
+
+def test_published_artifacts_hold_no_machine_paths():
+    """The session reports and tables a published report links (its artifacts folder) show no machine's paths."""
+    found = {_rel(p): html_clean.MACHINE_PATH.findall(p.read_text(errors="replace"))
+             for p in REPORTS.glob("*/artifacts/**/*") if p.is_file() and p.suffix in (".html", ".json", ".md")}
+    assert {k: v for k, v in found.items() if v} == {}
