@@ -118,11 +118,11 @@ def test_low_precision_rows_say_why_not_on_cpu():
 
     assert "CUDA" in fp8_unavailable(CPU) and "CUDA" in sage_unavailable(CPU)
     cfg = study.validate(workload="mg2", preset="tiny", device="cpu")
-    steps, note = study.kernel_steps(cfg), study.fp8_note(cfg)
+    steps, note = [v.name for v in study.kernel_steps(cfg)], study.fp8_note(cfg)
     assert "fp8" not in steps and "attn-sage" not in steps
     assert "fp8 row left out" in note and "attn-sage row left out" in note
     assert steps == ["triton-fused", "vae-triton-fused"]  # the heads' GEMM row is wma's
-    assert study.kernel_steps(study.validate(workload="wma", preset="tiny-wma", device="cpu")) == \
+    assert [v.name for v in study.kernel_steps(study.validate(workload="wma", preset="tiny-wma", device="cpu"))] == \
         ["triton-fused", "head-conv-gemm", "vae-triton-fused"]
     assert cfg.options.ladder is False  # auto: GPU only
     assert "attn-sage" in variants.known(workloads.get("wma")) and variants.get("attn-sage").tolerance == "fp8"
@@ -132,8 +132,10 @@ def test_fp8_is_the_last_row_where_both_low_precision_rows_run(monkeypatch):
     """fp8 is the slowest row to build (14.4 minutes at mg2-universal on the H100): last, so a run cut by its time
     limit has every other row stored."""
     monkeypatch.setattr(study, "_low_precision", lambda device: {"attn-sage": None, "fp8": None})
-    assert study.kernel_steps(study.validate(workload="wma", preset="tiny-wma", device="cpu")) == \
-        ["triton-fused", "head-conv-gemm", "vae-triton-fused", "attn-sage", "fp8"]
+    gpu = dataclasses.replace(study.validate(workload="wma", preset="tiny-wma", device="cpu"),
+                              device=torch.device("cuda"))  # the rows a GPU gets (fp8 is GPU-only)
+    steps = study.kernel_steps(gpu)
+    assert [v.name for v in steps] == ["triton-fused", "head-conv-gemm", "vae-triton-fused", "attn-sage", "fp8"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("sageattention") is None,

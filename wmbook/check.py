@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .presets import DTYPES, dtype_name
@@ -189,8 +190,6 @@ def compare(
 def to_uint8_frames(frames):
     """(T, H, W, 3) uint8 numpy frames from a tensor or array: (T, C, H, W) / (C, T, H, W) / (B, ...) float in
     [-1, 1] or [0, 1], or uint8."""
-    import numpy as np
-
     a = frames.detach().float().cpu().numpy() if hasattr(frames, "detach") else np.asarray(frames)
     while a.ndim > 4 and a.shape[0] == 1:
         a = a[0]
@@ -214,8 +213,6 @@ def to_uint8_frames(frames):
 def frame_psnr(a, b, peak: float = 255.0):
     """PSNR (dB) of each frame of two equal-shape videos [T, ...] (numpy arrays, e.g. uint8 frames): a float64
     array, inf where a frame is identical."""
-    import numpy as np
-
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")

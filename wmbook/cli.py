@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from wmbook import __version__
+
 from .errors import InputError, command
 
 USAGE = """usage: wmbook <command> [options]
@@ -37,8 +39,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE, end="")
         return 0 if argv else 2
     if argv[0] in ("--version", "-V"):
-        from wmbook import __version__
-
         print(f"wmbook {__version__}")
         return 0
     command, rest = argv[0], argv[1:]
@@ -71,7 +71,7 @@ def aggregate_main(argv: Sequence[str]) -> int:
                      help="folder for <session>_aggregate.json (+ .html) (default ./profiling_reports/aggregate)")
     ap.add_argument("--no-html", action="store_true", help="skip the HTML page")
     a = ap.parse_args(list(argv))
-    from wmbook.profiling.aggregate import aggregate_sessions
+    from wmbook.profiling.aggregate import aggregate_sessions  # noqa: PLC0415  heavy: torch, pandas
 
     try:
         aggs = aggregate_sessions(a.paths, session=a.session, output=a.output, output_dir=a.output_dir,
@@ -99,7 +99,7 @@ def results_main(argv: Sequence[str]) -> int:
     chk.add_argument("paths", nargs="*", metavar="PATH",
                      help="results CSV files (default: $WMBOOK_RESULTS, else data/results/results.csv)")
     a = ap.parse_args(list(argv))
-    from . import results
+    from . import results  # noqa: PLC0415  heavy: torch, pandas
 
     failed = False
     for path in [Path(p) for p in a.paths] or [results.default_path()]:
@@ -122,7 +122,7 @@ def results_main(argv: Sequence[str]) -> int:
 
 
 def _yaml_scalar(text: str) -> Any:
-    import yaml
+    import yaml  # noqa: PLC0415  heavy: yaml (~20 ms), -p/-f only: --help stays fast
 
     try:
         return yaml.safe_load(text)
@@ -134,7 +134,7 @@ def load_parameters_file(path) -> dict[str, Any]:
     """The mapping of a `-f` YAML file, every key a parameter name given once: a file that is missing, not UTF-8, not
     YAML, not a mapping, or that repeats a key (where YAML would silently keep the last) or has a key that is not a
     name raises InputError naming the file, the line and what is allowed."""
-    import yaml
+    import yaml  # noqa: PLC0415  heavy: yaml
 
     path = Path(path)
     allowed = "a UTF-8 YAML file with one mapping of parameter names to values, each name once"
@@ -179,7 +179,7 @@ def _workload_list(text: str | None) -> list[str] | None:
     if text is None:
         return None
     if text.strip() == "all":
-        from . import workloads
+        from . import workloads  # noqa: PLC0415  heavy: torch
 
         return workloads.names()
     return [w.strip() for w in text.split(",") if w.strip()]
@@ -239,8 +239,8 @@ def run_main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> int
 
 def _run_main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> int:
     """``wmbook run ...``: parse, check, execute (wmbook.run.run_notebooks), print where the report is."""
-    from . import run as _run
-    from .run import (
+    from . import run as _run  # noqa: PLC0415  heavy: wmbook.run (~0.15 s)
+    from .run import (  # noqa: PLC0415  heavy: wmbook.run
         NOTEBOOK_GLOB,
         UnknownNotebookError,
         default_out_dir,

@@ -26,7 +26,7 @@ def environment(device=None) -> dict:
     env = results.environment_metadata()
     env["cpu_count"] = os.cpu_count()
     try:
-        import psutil
+        import psutil  # noqa: PLC0415  optional: psutil
 
         env["memory_total_gb"] = psutil.virtual_memory().total / 1e9
     except Exception:  # psutil missing

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import html as _html
+import io
 import logging
 import math
 import os
@@ -26,7 +27,10 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
+import torch._logging
+from PIL import Image, ImageSequence
 
+from . import results
 from .frontend import HEADLESS_ENV, headless, headless_start, num  # noqa: F401  (part of this module's face)
 from .widgets import (  # noqa: F401
     MONITOR_STATUS,
@@ -332,8 +336,8 @@ _APPENDIX: list[tuple[str, pd.DataFrame]] = []
 def categories(lad) -> None:
     """A ladder's GPU kernel ms per forward by category (Ladder.categories) as a table and its stacked bars; a line
     saying why there are none (no ladder, or a CPU run) otherwise. Notebooks 04, 05 and 06 show it per row."""
-    import matplotlib.pyplot as plt
-    from IPython.display import display
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
+    from IPython.display import display  # noqa: PLC0415  optional: IPython
 
     cats = lad.categories() if lad is not None else pd.DataFrame()
     if cats.empty:
@@ -356,7 +360,7 @@ def appendix(df: pd.DataFrame, title: str, note: bool = True) -> None:
 
 def show_appendix(clear: bool = True) -> None:
     """Every frame given to appendix(), full width, in the order given."""
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # noqa: PLC0415  optional: IPython
 
     if not _APPENDIX:
         _display_markdown("_No raw tables._")
@@ -370,7 +374,7 @@ def show_appendix(clear: bool = True) -> None:
 
 
 def _display_markdown(text: str) -> None:
-    from IPython.display import Markdown, display
+    from IPython.display import Markdown, display  # noqa: PLC0415  optional: IPython
 
     display(Markdown(text))
 
@@ -384,7 +388,7 @@ LINK_ATTR = "data-wmbook-artifact"  # wmbook.render copies these files into the 
 def link(path: str | os.PathLike, text: str | None = None, note: str = ""):
     """An HTML link to a file the notebook wrote (a trace, a session report). In a rendered report the file is
     copied into the report folder and the link made relative (wmbook.render)."""
-    from IPython.display import HTML
+    from IPython.display import HTML  # noqa: PLC0415  optional: IPython
 
     p = Path(path).resolve()
     label = _html.escape(text or p.name)
@@ -399,10 +403,6 @@ def gif_preview(data: bytes, max_bytes: int = VIDEO_EMBED_BYTES) -> tuple[bytes,
     """An animated GIF at most `max_bytes` long: the same one when it fits, else its frames downscaled (1/2, 1/3, ...
     of the size) and, if that is not enough, every k-th frame with k times the duration. Returns (GIF bytes, what
     was done, "" when nothing)."""
-    import io
-
-    from PIL import Image, ImageSequence
-
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 10_000:
         raise ValueError(f"max_bytes={max_bytes!r} is not allowed; allowed values: an integer >= 10000")
     if len(data) <= max_bytes:
@@ -434,7 +434,7 @@ def show_video(path: str | os.PathLike, width: int | None = None, caption: str |
     it (nbconvert drops image/gif outputs). A GIF over `max_bytes` is embedded as a smaller preview (gif_preview; a
     real-shape video of random weights is noise that GIF cannot compress: 5 MB for notebook 01's 352x640 frames),
     shown at the file's width, with a link to the file itself."""
-    from IPython.display import HTML
+    from IPython.display import HTML  # noqa: PLC0415  optional: IPython
 
     p = Path(path)
     if not p.is_file():
@@ -448,8 +448,6 @@ def show_video(path: str | os.PathLike, width: int | None = None, caption: str |
     if mime == "image/gif":
         raw, note = gif_preview(raw, max_bytes)
         if note and width is None:
-            from PIL import Image
-
             width = Image.open(p).size[0]  # the preview scaled back up to the file's size on the page
     data = base64.b64encode(raw).decode("ascii")
     w = f' width="{int(width)}"' if width else ""
@@ -494,8 +492,6 @@ def setup(quiet: bool = True) -> None:
     drop = _DropLines("Graph break", "graph break", "consider setting", "should be kept in float32",
                       "skipping cudagraphs due to", "Unable to import `torchao` Tensor objects")
     try:
-        import torch._logging
-
         torch._logging.set_logs(graph_breaks=False, recompiles=False)
     except Exception:  # noqa: BLE001  (torch missing or an old version: the warnings stay)
         pass
@@ -523,9 +519,7 @@ def rows(path: str | os.PathLike, run_id: str, columns: Sequence[str] = ("preset
                                                                         "p20", "p80")):
     """Display a run's results rows and tag the output with the run (display metadata {"wmbook": {"run_id",
     "results_path"}}), so a report's index can read its headline numbers from the rows."""
-    from IPython.display import HTML, display
-
-    from . import results
+    from IPython.display import HTML, display  # noqa: PLC0415  optional: IPython
 
     df = results.read(path, run_id=run_id)
     cols = [c for c in columns if c in df.columns]

@@ -45,9 +45,9 @@ def headless_start() -> None:
     if not headless():
         return
     try:
-        import tqdm.auto
-        import tqdm.autonotebook
-        import tqdm.std
+        import tqdm.auto  # noqa: PLC0415  optional: tqdm
+        import tqdm.autonotebook  # noqa: PLC0415  optional: tqdm
+        import tqdm.std  # noqa: PLC0415  optional: tqdm
     except ImportError:
         return
     for mod in (tqdm.auto, tqdm.autonotebook):
@@ -62,7 +62,7 @@ def headless() -> bool:
     if env:
         return env != "0"
     try:
-        from IPython import get_ipython
+        from IPython import get_ipython  # noqa: PLC0415  optional: IPython
     except ImportError:
         return True
     kernel = getattr(get_ipython(), "kernel", None)

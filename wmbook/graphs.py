@@ -255,7 +255,7 @@ class GraphedCallable:
 
     def table(self):
         """One row per input signature: graph captured (or why not), eager calls, replays, graph memory (MiB)."""
-        import pandas as pd
+        import pandas as pd  # noqa: PLC0415  heavy: pandas, only for table()
 
         if self.disabled_reason is not None:
             return pd.DataFrame([{"callable": self.name, "graph": False, "why not": self.disabled_reason}])

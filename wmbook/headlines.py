@@ -10,11 +10,10 @@ import pandas as pd
 
 from . import results
 from .rows import Findings, latest_runs
+from .studies import REPORTS, report_for
 
 
 def _report(run: pd.DataFrame):
-    from .studies import report_for
-
     notebooks = set(run["notebook"])
     if len(notebooks) != 1:
         raise ValueError(f"a report reads the rows of one notebook; got {sorted(notebooks)}")
@@ -57,8 +56,6 @@ def published_runs(df: pd.DataFrame) -> dict[tuple[str, str, str], pd.DataFrame]
     workload and preset, unless the notebook's report module selects otherwise (`runs`: notebook 04 run in parts,
     notebook 06's decoder table). Runs marked cut (results.mark_cut) are left out, runs marked partial
     (results.mark_partial) give only such tables."""
-    from .studies import REPORTS, report_for
-
     df = results.without_cut(df)
     out = {}
     for nb in REPORTS:

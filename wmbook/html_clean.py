@@ -29,7 +29,7 @@ COLLAPSED_SECTIONS = re.compile(r"^(Appendix|Results-rows|Raw-tables)", re.I)
 
 
 def soup_of(text: str):
-    from bs4 import BeautifulSoup
+    from bs4 import BeautifulSoup  # noqa: PLC0415  heavy: bs4 (wmbook run starts without)
 
     return BeautifulSoup(text, "html.parser")
 
@@ -55,7 +55,7 @@ def strip_paths(text: str) -> str:
 
 
 def _text_nodes(soup):
-    from bs4 import Comment, NavigableString
+    from bs4 import Comment, NavigableString  # noqa: PLC0415  heavy: bs4
 
     for node in soup.find_all(string=True):
         if isinstance(node, NavigableString) and not isinstance(node, Comment) \
@@ -78,7 +78,7 @@ def remove_machine_paths(soup) -> int:
 
 def drop(el) -> None:
     """Remove an element with the blank text after it (so a second pass over the page finds nothing to change)."""
-    from bs4 import NavigableString
+    from bs4 import NavigableString  # noqa: PLC0415  heavy: bs4
 
     nxt = el.next_sibling
     if isinstance(nxt, NavigableString) and not nxt.strip():

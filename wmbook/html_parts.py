@@ -44,12 +44,12 @@ details.wmbook-appendix > summary {{ font: 600 15px system-ui, sans-serif; margi
 def markdown(text: str) -> str:
     """Markdown as HTML (conclusions and findings are markdown: code spans, emphasis, lists)."""
     try:
-        import markdown as md
+        import markdown as md  # noqa: PLC0415  optional: markdown
 
         return md.markdown(text)
     except ImportError:
         try:
-            import mistune
+            import mistune  # noqa: PLC0415  optional: mistune
 
             return mistune.html(text)
         except Exception:  # noqa: BLE001

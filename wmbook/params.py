@@ -9,7 +9,9 @@ ParameterError that names the parameter and its allowed values.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -17,8 +19,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from . import paths
 from .errors import InputError, number_error, number_range  # noqa: F401  (re-exported)
 from .presets import DTYPES, resolve_device
+from .world.weights import check_weights_file, file_sha256, is_world_preset
 
 Check = Callable[[Any, dict], Any]  # (value, already validated values) -> normalized value, or ValueError
 
@@ -95,8 +99,6 @@ def _writable(kind: str, allowed: str) -> Check:
     """'auto' or a path the run can write as `kind` ('folder': an existing one or one it can create; 'file': not a
     folder, its folder writable or creatable): checked before the run, so a run never fails at its last write."""
     def check(v, ctx):
-        from . import paths
-
         v = path_or_auto(v, ctx)
         if v != "auto":
             try:
@@ -140,8 +142,6 @@ def device_memory(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory)
     try:
-        import os
-
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return 0
@@ -229,9 +229,6 @@ def _weights(v, ctx):
         return None
     if not isinstance(v, (str, Path)) or not str(v):
         raise _err("weights", v, "'auto' or the path of a world-weights .pt file")
-    import json
-
-    from .world.weights import check_weights_file, file_sha256, is_world_preset
 
     preset = ctx["preset"]
     if not is_world_preset(preset):

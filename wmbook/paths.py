@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from .errors import InputError
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO_ROOT / "data"
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
@@ -64,8 +66,6 @@ def check_output_dir(path, name: str, allowed: str = "a folder you can write to,
     """`path` as a folder a run may write into: an existing writable folder, or one that can be created (its nearest
     existing ancestor a writable folder). Checked before any work, so a run never fails at its last write; raises
     InputError naming `name`."""
-    from .errors import InputError
-
     path = Path(path).expanduser()
     why = _folder_problem(path)
     if why:
@@ -76,8 +76,6 @@ def check_output_dir(path, name: str, allowed: str = "a folder you can write to,
 def check_output_file(path, name: str, allowed: str = "a file path") -> Path:
     """`path` as a file a run will write (or replace, or append to): not a folder, writable if it exists, and its
     folder writable or creatable. Raises InputError naming `name` and `allowed`."""
-    from .errors import InputError
-
     path = Path(path).expanduser()
     why = None
     if path.is_dir():

@@ -18,12 +18,19 @@ tables only some runs have, notebook 06's decoder table, take the latest run tha
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
-from . import results
+from . import headlines, results, summary
+from .atomic import atomic_open
 from .errors import InputError
 from .paths import REPO_ROOT
+from .render import notebook_runs, render_html
+from .report_index import main_report, report_files, write_folder_index
+from .rows import md_table
+from .studies import REPORTS, report_for
+from .tidy import tidy_folder
 
 H100 = REPO_ROOT / "data" / "reports" / "h100"
 H200 = REPO_ROOT / "data" / "reports" / "h200"
@@ -43,8 +50,6 @@ def markdown(path=None, device: str | None = None) -> str:
     """Every notebook's published tables as markdown (each study's report module writes its own); with `device`,
     only rows of devices whose name contains it, so that no table takes one configuration's latest row from another
     machine's run."""
-    from .studies import REPORTS, report_for
-
     df = results.without_cut(results.read(path or results.default_path()))
     df = results.of_device(df, device)
     return "".join(part for nb in REPORTS for part in report_for(nb).published(df))
@@ -53,10 +58,6 @@ def markdown(path=None, device: str | None = None) -> str:
 def glance(path=None, devices=(README_DEVICE, "H100")) -> str:
     """The README's results at a glance (markdown): per workload and device (the reference device first) eager, the
     best single-GPU stack, speedup, quality and its report (wmbook.summary)."""
-    from . import headlines, summary
-    from .report_index import main_report, report_files
-    from .rows import md_table
-
     df = results.without_cut(results.read(path or results.default_path()))
     folders = {dev: folder for folder, dev in FOLDER_PAGES.items()}
 
@@ -83,8 +84,6 @@ def replace_block(page: Path, text: str, begin: str = BEGIN, end: str = END) -> 
     _, tail = rest.split(end, 1)
     new = f"{head}{begin}\n{text}{end}{tail}"
     if new != old:
-        from .atomic import atomic_open
-
         with atomic_open(page, "w") as f:
             f.write(new)
     return new != old
@@ -175,10 +174,6 @@ def publish(executed, name: str, folder=H200) -> Path:
     the files it links copied under `folder`/artifacts/<notebook>/, missing ones kept as text, cross-links to the
     folder's reports of the same workload). Checked before anything is written: the notebook exists and `name`
     is '<its notebook>-<tag>' (the folder index groups reports by that name)."""
-    import re
-
-    from .render import render_html
-
     executed, folder = Path(executed), Path(folder)
     if not executed.is_file() or executed.suffix != ".ipynb":
         raise ValueError(f"executed={str(executed)!r} is not allowed: not a notebook file; allowed values: an executed "
@@ -196,10 +191,7 @@ def publish_report(report, folder=H200) -> list[Path]:
     """Publish every executed notebook of a `wmbook run` report folder that finished (REPORT/executed/*.ipynb) into
     `folder` as '<notebook>-<preset>.html' ('-<dtype>' added where the folder keeps that notebook per dtype), the preset
     and dtype read from its results rows (a run without rows is skipped)."""
-    import nbformat
-
-    from . import results as store
-    from .render import notebook_runs
+    import nbformat  # noqa: PLC0415  heavy: nbformat, for publish_report only
 
     out = []
     for nb_path in sorted(Path(report).glob("executed/*.ipynb")):
@@ -207,9 +199,9 @@ def publish_report(report, folder=H200) -> list[Path]:
             continue
         presets, dtypes = set(), set()
         for rec in notebook_runs(nbformat.read(nb_path, as_version=4)):
-            rows = store.read(rec["results_path"], run_id=rec["run_id"])
+            rows = results.read(rec["results_path"], run_id=rec["run_id"])
             presets |= set(rows["preset"])
-            dtypes |= {store.params_of(r).get("dtype") for _, r in rows.head(1).iterrows()}
+            dtypes |= {results.params_of(r).get("dtype") for _, r in rows.head(1).iterrows()}
         if len(presets) != 1:
             continue
         name = f"{nb_path.stem.split('-', 1)[0]}-{presets.pop()}"
@@ -275,8 +267,6 @@ def main(argv=None) -> int:
             print(p)
         return 0
     if a.tidy is not None:
-        from .tidy import tidy_folder
-
         try:
             for line in tidy_folder(a.tidy):
                 print(line)
@@ -284,8 +274,6 @@ def main(argv=None) -> int:
             ap.error(str(e))
         return 0
     if a.index is not None:
-        from .report_index import write_folder_index
-
         device = a.device
         if device is None:
             name = Path(a.index).name

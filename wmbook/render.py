@@ -163,7 +163,7 @@ TEMPLATE = Path(__file__).parent / "templates"  # wmbook_report: nbconvert's lab
 def report_findings(executed_nb) -> tuple[list[str], list[tuple[str, str]]] | None:
     """The findings bullets and links of an executed notebook, from the results rows its results cell names (None
     when it names none or they are gone)."""
-    from . import headlines, results
+    from . import headlines, results  # noqa: PLC0415  heavy: torch, pandas (wmbook run starts without)
 
     for rec in notebook_runs(executed_nb):
         try:
@@ -206,8 +206,8 @@ def render_html(executed: str | os.PathLike, html_path: str | os.PathLike,
     """Render an executed notebook to standalone HTML that opens with its findings (see the module docstring),
     atomically. `artifacts`: where files outside the report folder are copied (default
     ``<report folder>/artifacts/<notebook>``). A link the page still cannot resolve fails the render (ValueError)."""
-    import nbformat
-    from nbconvert import HTMLExporter
+    import nbformat  # noqa: PLC0415  heavy: nbformat
+    from nbconvert import HTMLExporter  # noqa: PLC0415  heavy: nbconvert
 
     executed = Path(executed)
     html_path = Path(html_path)
@@ -287,7 +287,7 @@ def notebook_runs(nb) -> list[dict]:
 def notebook_facts(executed: str | os.PathLike) -> dict:
     """question, conclusion, run ids, findings bullets and headline numbers (from the results rows) of an executed
     notebook."""
-    import nbformat
+    import nbformat  # noqa: PLC0415  heavy: nbformat
 
     nb = nbformat.read(Path(executed), as_version=4)
     found = report_findings(nb)
@@ -295,7 +295,7 @@ def notebook_facts(executed: str | os.PathLike) -> dict:
                              "results": notebook_runs(nb), "headline": {}, "findings": found[0] if found else []}
     for rec in facts["results"]:
         try:
-            from . import headlines, results
+            from . import headlines, results  # noqa: PLC0415  heavy: torch, pandas (wmbook run starts without)
 
             df = results.read(rec["results_path"], run_id=rec["run_id"])
             if len(df):

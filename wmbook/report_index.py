@@ -13,8 +13,10 @@ import os
 import re
 from pathlib import Path
 
+from . import headlines, results, summary, workloads
 from .atomic import atomic_write_text
 from .html_parts import finding_html, markdown, page, table
+from .paths import REPO_ROOT
 from .render import WIDGET_VIEW, notebook_question
 from .rows import fmt, run_dtype
 
@@ -35,8 +37,6 @@ def _split_report_name(stem: str, keys) -> tuple[str, str | None, str | None, st
                 if best is None or len(cand) > len(best[2] if best[2] == cand else best[1]):
                     best = (nb, wl, preset, rest_l[len(cand):].lstrip("-"))
     if best is None:  # no stored GPU run for it: the longest leading part that names a preset
-        from . import workloads
-
         parts = rest_l.split("-")
         for i in range(len(parts), 0, -1):
             cand = "-".join(parts[:i])
@@ -97,8 +97,6 @@ def report_run(path: Path, df, fallback=None):
 
 
 def _summary_html(df, groups: dict, device: str | None) -> str:
-    from . import summary, workloads
-
     e = html.escape
     parts = []
     for wl in workloads.all_workloads():
@@ -134,10 +132,7 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
     headline numbers and links to every report; other files listed. `device`: only rows whose device name contains it
     (the folder's reports come from one kind of card, the stored rows from several). Written atomically; nothing else
     in the folder is touched."""
-    import nbformat
-
-    from . import headlines, results
-    from .paths import REPO_ROOT
+    import nbformat  # noqa: PLC0415  heavy: nbformat, for write_folder_index only
 
     folder = Path(folder)
     if not folder.is_dir():

@@ -20,7 +20,9 @@ import json
 import os
 import platform
 import socket
+import subprocess
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -28,7 +30,7 @@ import torch
 
 from .atomic import atomic_open
 from .errors import InputError
-from .paths import RESULTS_PATH, git_commit
+from .paths import RESULTS_PATH, check_output_file, git_commit
 
 DEFAULT_PATH = RESULTS_PATH
 
@@ -101,7 +103,7 @@ def _static_metadata() -> dict:
     else:
         kind, name = "cpu", _cpu_name()
     try:
-        import triton
+        import triton  # noqa: PLC0415  optional: triton
 
         triton_version = triton.__version__
     except Exception:  # not installed, or broken install
@@ -194,8 +196,6 @@ def append(rows, path=None) -> Path:
     """Append rows, whole or not at all; returns the path. Under an exclusive lock: the store is checked (a store that
     fails problems() is refused, StoreError, nothing written), the new table is made in memory and checked to hold
     every old row and the new ones, then written to a temporary file, synced and renamed over the store."""
-    from .paths import check_output_file
-
     new = _to_frame(rows)
     dest = _resolve(path)
     check_output_file(dest, "results_path", "the path of a results file (.csv)")
@@ -323,9 +323,6 @@ def lost_since_commit(path=None) -> list[str]:
     """Rows of a store tracked by git that its last commit holds and the file no longer does (the store only grows,
     so a row gone means a cut or replaced file): one problem line per run that lost rows; [] when the file is not
     tracked, git is not there, or nothing was lost."""
-    import subprocess
-    from collections import Counter
-
     src = _resolve(path).resolve()
     if not src.is_file():
         return []

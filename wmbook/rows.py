@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from . import results
+from . import results, workloads
 
 PASSED = ("pass", "reference", "")  # gates whose rows count
 
@@ -44,8 +44,6 @@ def latest_decoder_run(df: pd.DataFrame, workload: str, preset: str) -> pd.DataF
 
 def workload_of(run: pd.DataFrame):
     """The Workload object a run's rows are of."""
-    from . import workloads
-
     return workloads.get(run["workload"].iloc[0])
 
 

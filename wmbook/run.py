@@ -42,8 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from tqdm.auto import tqdm
+
 from .jupyter_kernel import check_kernel, kernel_for_this_python
-from .paths import git_commit
+from .paths import check_output_dir, git_commit
 from .render import STATUS_FAILED, STATUS_OK, STATUS_PENDING, notebook_facts, render_html, write_index
 
 __all__ = [
@@ -216,8 +218,8 @@ def _execute_one(
     progress: bool,
     cwd: Path,
 ) -> None:
-    import papermill as pm
-    from papermill.exceptions import PapermillExecutionError
+    import papermill as pm  # noqa: PLC0415  heavy: papermill, only to execute
+    from papermill.exceptions import PapermillExecutionError  # noqa: PLC0415  heavy: papermill
 
     src = Path(run.source_path)
     executed = out / "executed" / f"{run.name}.ipynb"
@@ -352,7 +354,7 @@ def _section_of(nb, cell) -> str | None:
 def _section_progress(name: str) -> Iterator[None]:
     """While papermill executes, its progress bar names the notebook and the section running (the last heading
     above the cell) instead of 'Executing'."""
-    from papermill.engines import NotebookExecutionManager
+    from papermill.engines import NotebookExecutionManager  # noqa: PLC0415  heavy: papermill
 
     original = NotebookExecutionManager.get_cell_description
 
@@ -401,7 +403,7 @@ def _locate_failure_in_notebook(run: NotebookRun, executed: Path, interrupted: b
     index counts its injected parameters cell and error banners). Returns True if found.
     """
     try:
-        import nbformat
+        import nbformat  # noqa: PLC0415  heavy: nbformat
 
         nb = nbformat.read(executed, as_version=4)
     except Exception:
@@ -467,9 +469,7 @@ def run_notebooks(
     Returns one :class:`NotebookRun` per notebook; writes ``index.html`` and
     ``summary.json`` into ``out`` after every notebook, so a killed run still leaves an index.
     """
-    from tqdm.auto import tqdm
-
-    from .runconfig import notebook_parameters
+    from .runconfig import notebook_parameters  # noqa: PLC0415  heavy: torch, workloads
 
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise ValueError(f"timeout={timeout!r} is not allowed; allowed values: None (no limit) or seconds > 0")
@@ -479,14 +479,13 @@ def run_notebooks(
         params["preset"] = preset
     # names and values, the report folder and the kernel checked before anything is written or a kernel starts
     jobs = notebook_parameters(paths, params, workloads)
-    from .paths import check_output_dir
 
     out_dir = check_output_dir(out if out is not None else default_out_dir(), "out").resolve()
     if kernel_name is not None:
         check_kernel(kernel_name)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    from .runconfig import _declared_parameters
+    from .runconfig import _declared_parameters  # noqa: PLC0415  heavy: torch, workloads
 
     names: list[str] = []
     runs: list[NotebookRun] = []

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from . import results
+from . import results, workloads
 from .rows import Stage, fmt, latest_runs
+from .studies import REPORTS, report_for
 
 
 @dataclass
@@ -38,8 +39,6 @@ def _candidate_runs(df: pd.DataFrame, notebook: str, rep) -> list[pd.DataFrame]:
 
 def stages(df: pd.DataFrame, wl) -> list[SummaryRow]:
     """The summary of workload `wl` at its real preset from `df` (one device's GPU rows, cut runs left out)."""
-    from .studies import REPORTS, report_for
-
     df = results.without_cut(df)
     found = []
     for nb in REPORTS:
@@ -97,10 +96,10 @@ def chart_svg(rows: list[SummaryRow], title: str) -> str:
     bars = [r for r in rows if r.stage.cumulative and r.speedup == r.speedup]
     if len(bars) < 2:
         return ""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415  heavy: matplotlib, only to draw
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     with plt.rc_context({"svg.fonttype": "none", "font.size": 9}):
         fig, ax = plt.subplots(figsize=(6.4, 0.42 * len(bars) + 0.9))
@@ -141,8 +140,6 @@ def table_rows(rows: list[SummaryRow], link_for=None) -> list[dict]:
 def glance_rows(df: pd.DataFrame, devices: list[str], link_for=None) -> list[dict]:
     """The README's results at a glance: per workload and device (the reference device first) eager, the best
     single-GPU stack, its speedup and quality, the device and the report."""
-    from . import workloads
-
     out = []
     for wl in workloads.all_workloads():
         for dev in devices:

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import html_clean
+from . import headlines, html_clean, results
 from .atomic import atomic_write_text
+from .render import finish_page
+from .report_index import report_files, report_run
 
 WIDGET_VIEW_TYPE = "application/vnd.jupyter.widget-view+json"
 
 
 def tidy_page(text: str, folder: Path, own: str, rows) -> str:
     """One stored report page made whole; `rows`: the results rows of the run it shows (None: no findings)."""
-    from . import headlines
-    from .render import finish_page
-
     soup = html_clean.soup_of(text)
     for s in soup.find_all("script", type=WIDGET_VIEW_TYPE):  # a widget whose state was not saved: an empty box
         box = s.find_parent(class_="jp-OutputArea-child")
@@ -35,9 +34,6 @@ def tidy_page(text: str, folder: Path, own: str, rows) -> str:
 def tidy_folder(folder, results_path=None) -> list[str]:
     """Every report of a published folder tidied (tidy_page) or, when it cannot be made whole, removed; one line per
     report saying what was done."""
-    from . import headlines, results
-    from .report_index import report_files, report_run
-
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"folder={str(folder)!r} is not allowed: not a folder; allowed values: a folder of rendered "

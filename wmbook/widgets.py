@@ -7,8 +7,12 @@ from __future__ import annotations
 import math
 import re
 import sys
+import threading
 from typing import Sequence
 
+import numpy as np
+
+from .check import frame_psnr as _psnr
 from .check import to_uint8_frames
 from .frontend import headless, num
 
@@ -17,14 +21,11 @@ from .frontend import headless, num
 
 def frame_psnr(ref, other) -> "list[float]":
     """PSNR (dB) of each frame of `other` against `ref`, on the uint8 frames shown (wmbook.check.frame_psnr)."""
-    from .check import frame_psnr as _psnr
-
     return [float(x) for x in _psnr(ref, other)]
 
 
 def _compare_figure(a, b, i: int, labels: Sequence[str], gain: float):
-    import matplotlib.pyplot as plt
-    import numpy as np
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     diff = np.clip(np.abs(a[i].astype(np.int16) - b[i].astype(np.int16)).max(axis=-1) * gain, 0, 255)
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
@@ -41,9 +42,8 @@ def frame_comparer(ref, other, labels: Sequence[str] = ("reference", "optimized"
 
     Interactive (ipywidgets slider) in a notebook frontend; in headless runs (wmbook.run, or interactive=False) a
     static figure of `static_frames` frames (first, middle, last) and the PSNR of every frame."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-    from IPython.display import display
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
+    from IPython.display import display  # noqa: PLC0415  optional: IPython
 
     a, b = to_uint8_frames(ref), to_uint8_frames(other)
     if a.shape != b.shape:
@@ -54,7 +54,7 @@ def frame_comparer(ref, other, labels: Sequence[str] = ("reference", "optimized"
     interactive = (not headless()) if interactive is None else interactive
     if interactive:
         try:
-            import ipywidgets as w
+            import ipywidgets as w  # noqa: PLC0415  optional: ipywidgets
 
             out = w.Output()
             slider = w.IntSlider(value=0, min=0, max=len(a) - 1, description="frame", continuous_update=False)
@@ -93,7 +93,7 @@ def frame_comparer(ref, other, labels: Sequence[str] = ("reference", "optimized"
     ax = fig.add_subplot(gs[-1, :])
     finite = [p if math.isfinite(p) else float("nan") for p in psnr]
     if any(math.isfinite(p) for p in psnr):
-        from matplotlib.ticker import MaxNLocator
+        from matplotlib.ticker import MaxNLocator  # noqa: PLC0415  heavy: matplotlib
 
         ax.plot(range(len(psnr)), finite, "o-", ms=3)
         ax.set_xlabel("frame")
@@ -120,7 +120,7 @@ def ladder_frames(lad) -> str:
 def monitor_view(session_or_monitor, kind: str = "figure", interval: float = 1.0):
     """The GPU/CPU monitor of a ProfilingSession (or a ResourceMonitor) shown live while a cell runs (LiveView);
     headless, it only leaves its final static snapshot. Use as a context manager around the work."""
-    from .profiling.liveview import LiveView
+    from .profiling.liveview import LiveView  # noqa: PLC0415  heavy: the profiling package, monitor_view only
 
     mon = getattr(session_or_monitor, "monitor", session_or_monitor)
     if mon is None:
@@ -136,7 +136,7 @@ def stack_picker(choices: Sequence[str], run, default: Sequence[str] = (), inter
     stack runs; headless (no frontend attached: wmbook.display.headless, or interactive=False) it calls `static()`
     when given (e.g. shows the measured row of that stack: a GPU report need
     not spend minutes repeating it), else runs `default` once, so the report shows what the picker shows."""
-    from IPython.display import Markdown, display
+    from IPython.display import Markdown, display  # noqa: PLC0415  optional: IPython
 
     unknown = [c for c in default if c not in choices]
     if unknown:
@@ -144,7 +144,7 @@ def stack_picker(choices: Sequence[str], run, default: Sequence[str] = (), inter
     interactive = (not headless()) if interactive is None else interactive
     if interactive:
         try:
-            import ipywidgets as w
+            import ipywidgets as w  # noqa: PLC0415  optional: ipywidgets
 
             sel = w.SelectMultiple(options=list(choices), value=tuple(default), rows=min(len(choices), 10),
                                    description=description, layout=w.Layout(width="60%"))
@@ -187,8 +187,6 @@ class _LineFilter:
     """A text stream that passes everything to `target` except whole lines matching `pattern`."""
 
     def __init__(self, target, pattern: str):
-        import threading
-
         self.target, self.pattern = target, re.compile(pattern)
         self._buf = ""
         self._lock = threading.Lock()

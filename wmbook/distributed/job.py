@@ -143,7 +143,7 @@ def check_job(spec: JobSpec, gpus: int | None = None) -> None:
             or not math.isfinite(spec.timeout_s) or spec.timeout_s <= 0:
         raise JobError(f"timeout_s={spec.timeout_s!r} is not allowed; allowed values: a finite number of seconds > 0")
     if spec.stack:
-        from .. import variants
+        from .. import variants  # noqa: PLC0415  heavy: the variants (compile) stack
 
         try:
             variants.resolve(list(spec.stack), wl, torch.device(spec.device))

@@ -24,7 +24,7 @@ import torch
 
 def triton_available() -> bool:
     try:
-        import triton  # noqa: F401
+        import triton  # noqa: F401, PLC0415  optional: triton
     except ImportError:
         return False
     return True

@@ -17,6 +17,17 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from diffusers.models.autoencoders.autoencoder_kl_wan import WanRMS_norm
+
+from ..models.attention import attention
+from ..models.causal_wan import WanLayerNorm, WanRMSNorm, apply_rope, rope_cos_sin, rope_inv_freqs
+from ..models.wma.layers import GroupNorm32
+from . import adaln
+from . import gated_residual_adaln as gra
+from . import group_norm_silu as gns
+from . import qk_norm_rope as qkr
+from . import rms_norm_silu as rns
+from . import short_attention as sa
 
 
 def _set_params(module: torch.nn.Module, **values: torch.Tensor) -> None:
@@ -59,11 +70,6 @@ def dit_cases(dim: int, num_heads: int, grid: tuple[int, int, int], eps: float =
               where: str = "causal DiT block") -> list[KernelCase]:
     """adaLN modulate (norm1/norm2), gated residual + the next adaLN (self-attention residual then norm3), q/k RMSNorm +
     3-D RoPE, at [batch, f * h * w, dim] for one block's token grid (f, h, w) (fp32 modulation, as upstream Wan)."""
-    from ..models.causal_wan import WanLayerNorm, WanRMSNorm, apply_rope
-    from . import adaln
-    from . import gated_residual_adaln as gra
-    from . import qk_norm_rope as qkr
-
     f, gh, gw = grid
     b, n, c = batch, f * gh * gw, dim
     d = c // num_heads
@@ -92,8 +98,6 @@ def dit_cases(dim: int, num_heads: int, grid: tuple[int, int, int], eps: float =
     rms = WanRMSNorm(c, eps)
 
     def make_qkr(device, dtype, seed):
-        from ..models.causal_wan import rope_cos_sin, rope_inv_freqs
-
         r = _gen(device, seed)
         cos, sin = rope_cos_sin(rope_inv_freqs(d), f, gh, gw, 0, device)
         inputs = dict(x=r(b, n, c, dtype=dtype), weight=(1 + r(c, scale=0.1)).to(dtype), cos=cos, sin=sin)
@@ -120,9 +124,6 @@ def dit_cases(dim: int, num_heads: int, grid: tuple[int, int, int], eps: float =
 # --- GroupNorm + SiLU: the video UNet and the SD VAE ------------------------------------------------------------
 def _gn_case(site: str, shape: tuple, groups: int, eps: float, add: bool, channels_last: bool, fp32_stats: bool,
              dtype: torch.dtype = torch.bfloat16, note: str = "") -> KernelCase:
-    from ..models.wma.layers import GroupNorm32
-    from . import group_norm_silu as gns
-
     c = shape[1]
     gn = GroupNorm32(groups, c, eps=eps) if fp32_stats else torch.nn.GroupNorm(groups, c, eps=eps)
     fmt = (torch.channels_last if len(shape) == 4 else torch.channels_last_3d) if channels_last else None
@@ -173,9 +174,6 @@ def unet_cases(model_channels: int, latent_hw: tuple[int, int], frames: int, gro
 
 def _short_attention_case(site: str, shape: tuple) -> KernelCase:
     """Self-attention over short sequences [B, L, H, D] (bf16): the model's attention() (SDPA) against the kernel."""
-    from ..models.attention import attention
-    from . import short_attention as sa
-
     def make(device, dt, seed):
         r = _gen(device, seed)
         return dict(q=r(*shape, dtype=dt), k=r(*shape, dtype=dt), v=r(*shape, dtype=dt))
@@ -198,10 +196,6 @@ def wan_decoder_cases(latent_hw: tuple[int, int], base_dim: int = 96) -> list[Ke
     """diffusers' WanRMS_norm followed by SiLU (WanResidualBlock) in the streaming decode of one latent frame: the
     middle block at latent resolution (4 x base_dim channels, 1 frame) and the last up-block at full resolution
     (base_dim channels, 4 frames)."""
-    from diffusers.models.autoencoders.autoencoder_kl_wan import WanRMS_norm
-
-    from . import rms_norm_silu as rns
-
     h, w = latent_hw
     shapes = [("Wan VAE decoder middle block: RMS norm + SiLU", (1, 4 * base_dim, 1, h, w)),
               ("Wan VAE decoder last up-block: RMS norm + SiLU", (1, base_dim, 4, 8 * h, 8 * w))]

@@ -321,7 +321,7 @@ def block_causal_block_mask(num_frames: int, frames_per_block: int, window: int,
 @functools.lru_cache(maxsize=1)
 def _flash_attn_func():
     try:
-        from flash_attn import flash_attn_func
+        from flash_attn import flash_attn_func  # noqa: PLC0415  optional: flash-attn
     except Exception as e:  # not installed, or built against another torch/CUDA
         raise AttentionBackendError(f"attention backend 'flash_attn' needs the flash-attn package "
                                     f"(pip install flash-attn): {type(e).__name__}: {e}") from e
@@ -357,7 +357,7 @@ def _sage_func():
         raise AttentionBackendError("attention backend 'sage' needs a CUDA device (SageAttention's kernels are Triton "
                                     "kernels for NVIDIA GPUs) and this process has none")
     try:
-        from sageattention import sageattn
+        from sageattention import sageattn  # noqa: PLC0415  optional: sageattention
     except Exception as e:  # not installed, or a triton it does not work with
         raise AttentionBackendError(f"attention backend 'sage' needs the sageattention package (pip install "
                                     f"sageattention; the `quant-attn` extra): {type(e).__name__}: {e}") from e

@@ -18,7 +18,7 @@ from ..presets import CausalWanPreset
 from ..profiling.labels import detail_label as dl
 from .action import ActionCache, ActionModule
 from .attention import attention, block_causal_frame_mask
-from .checkpoint import read_state_dict
+from .checkpoint import load_checked, read_state_dict, select_generator
 from .kv_cache import KVCache
 
 DIT_FORWARD_LABEL = "DiffusionModel_Forward"  # one DiT forward (the pipeline labels it)
@@ -442,8 +442,6 @@ def load_checkpoint(model: CausalWanModel, state_dict_or_path, strict: bool = Tr
     allows missing and unexpected keys, never a wrong shape. Dtypes convert on copy. Returns load_state_dict's
     (missing_keys, unexpected_keys).
     """
-    from .checkpoint import load_checked, select_generator
-
     sd = select_generator(read_state_dict(state_dict_or_path), use_ema=use_ema)
     clean, origin = {}, {}
     for key, v in sd.items():

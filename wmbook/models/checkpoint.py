@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from ..errors import InputError
 
@@ -56,8 +57,6 @@ def read_checkpoint_file(path, map_location="cpu"):
         raise _refused(path, "it is empty")
     try:
         if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
             return load_file(str(path), device=str(map_location))
         with warnings.catch_warnings():  # "Detected pickle protocol 4": a note for torch's developers, not for users
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)

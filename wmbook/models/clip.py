@@ -26,6 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import CLIPVisionConfig, CLIPVisionModel
 
+from .checkpoint import read_state_dict
+
 __all__ = [
     "CLIP_MEAN",
     "CLIP_STD",
@@ -155,8 +157,6 @@ class ClipImageEncoder(nn.Module):
             src = CLIPVisionModel.from_pretrained(str(path), local_files_only=True)
             sd = src.state_dict()
         else:
-            from .checkpoint import read_state_dict
-
             sd = read_state_dict(path)
             sd = sd.get("state_dict", sd)
         own = self.model.state_dict()

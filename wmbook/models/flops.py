@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import torch
+from diffusers import AutoencoderKL, AutoencoderKLWan
+from torch.utils.flop_counter import FlopCounterMode
+
 from ..presets import CausalWanPreset
+from .vae import StreamingWanDecoder, wan_vae_config
+from .wma.vae import decode_frame, sd_vae_config
 
 
 def visible_frames(p: CausalWanPreset, block_idx: int) -> int:
@@ -60,8 +66,6 @@ def dit_forward_flops(p: CausalWanPreset, block_idx: int = 1, cross_kv_cached: b
 def counted_flops(fn, *args) -> float:
     """FLOPs of fn(*args) as torch.utils.flop_counter counts them (convolutions, matmuls, attention): run it on meta
     tensors, so a real-shape decoder is counted in a fraction of a second without running anything."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     with FlopCounterMode(display=False) as fc:
         fn(*args)
     return float(fc.get_total_flops())
@@ -70,11 +74,6 @@ def counted_flops(fn, *args) -> float:
 def wan_decoder_flops(p: CausalWanPreset) -> dict[str, float]:
     """FLOPs of the streaming Wan VAE decode of one block at a preset's shape: the first block (its first latent frame
     gives 1 pixel frame) and a steady one (4 pixel frames per latent frame), counted on meta tensors."""
-    import torch
-    from diffusers import AutoencoderKLWan
-
-    from .vae import StreamingWanDecoder, wan_vae_config
-
     with torch.device("meta"):
         vae = AutoencoderKLWan(**wan_vae_config(p.vae))
         z = torch.empty(1, 16, p.num_frame_per_block, *p.latent_hw)
@@ -86,11 +85,6 @@ def wan_decoder_flops(p: CausalWanPreset) -> dict[str, float]:
 def sd_decoder_flops(p) -> float:
     """FLOPs of one frame's SD VAE decode (the WMA workload decodes frame by frame) at a preset's shape, counted on
     meta tensors."""
-    import torch
-    from diffusers import AutoencoderKL
-
-    from .wma.vae import decode_frame, sd_vae_config
-
     with torch.device("meta"):
         vae = AutoencoderKL(**sd_vae_config(p))
         z = torch.empty(1, p.latent_channels, p.height // 8, p.width // 8)

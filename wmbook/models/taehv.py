@@ -34,6 +34,7 @@ from wmbook.models.checkpoint import load_checked, read_state_dict
 from wmbook.models.decoder_step import DecoderStep
 from wmbook.models.vae import WAN21_LATENTS_MEAN, WAN21_LATENTS_STD, pixel_frames_for
 from wmbook.profiling.labels import label
+from wmbook.variants.swaps import inputs_in_memory_format, to_memory_format
 
 __all__ = [
     "TAEHV_WIDTHS",
@@ -231,8 +232,6 @@ class StreamingTAEHVDecoder:
         """The decoder's 2-D convolutions in channels_last: their weights, and their inputs through a forward
         pre-hook (a no-op where the input already is; after TGrow's frame split and MemBlock's concatenation it is
         a copy). Returns the number of convolutions."""
-        from ..variants.swaps import inputs_in_memory_format, to_memory_format
-
         n = to_memory_format(self.decoder, torch.channels_last)
         for m in self.decoder.modules():
             if isinstance(m, nn.Conv2d):

@@ -24,6 +24,7 @@ from diffusers import AutoencoderKLWan
 from diffusers.models.autoencoders import autoencoder_kl_wan as _wan
 
 from wmbook.profiling.labels import label, labels_enabled
+from wmbook.world.codec import build_video_codec, video_codec_config
 
 __all__ = [
     "WAN21_LATENTS_MEAN",
@@ -78,8 +79,6 @@ def wan_vae_config(preset: str) -> dict:
     if preset == "tiny":
         return dict(base_dim=8, num_res_blocks=1, **common)
     if str(preset).startswith("s2d"):  # the world presets' lossless space-to-depth codec (wmbook.world.codec)
-        from wmbook.world.codec import video_codec_config
-
         return video_codec_config(preset)
     raise ValueError(f"unknown VAE preset {preset!r} (expected 'real', 'tiny' or 's2d<N>')")
 
@@ -93,8 +92,6 @@ def build_wan_vae(config: dict, dtype: torch.dtype = torch.float32, device="cpu"
     (`vae.load_state_dict(...)`) or use `AutoencoderKLWan.from_pretrained(...)` directly.
     """
     if config.get("codec") == "space_to_depth":  # no weights: wmbook.world.codec
-        from wmbook.world.codec import build_video_codec
-
         return build_video_codec(config, dtype=dtype, device=device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

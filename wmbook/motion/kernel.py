@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 
 from ..kernels import next_pow2, runs_triton
+from .fetch import get_motion_state_fused, no_label
+from .library import RowLayout, grouped_fields
 
 try:
     import triton
@@ -200,8 +202,6 @@ def _check(table, start, num_frames, length, dt, loop, motion_ids, episode_times
 def motion_fetch_ref(table, start, num_frames, length, dt, loop, motion_ids, episode_times, frame_offsets,
                      num_joints: int, num_bodies: int) -> torch.Tensor:
     """The same fetch in plain torch (wmbook.motion.fetch's fused implementation): output rows [envs * K, W]."""
-    from .fetch import get_motion_state_fused, no_label
-
     width = _check(table, start, num_frames, length, dt, loop, motion_ids, episode_times, frame_offsets, num_joints,
                    num_bodies)
     lib = _TableView(table, start, num_frames, length, dt, loop.bool(), num_joints, num_bodies)
@@ -216,8 +216,6 @@ class _TableView:
     """The parts of a MotionLibrary the fused implementation reads, over a grouped table."""
 
     def __init__(self, table, start, num_frames, length, dt, loop, num_joints, num_bodies):
-        from .library import RowLayout, grouped_fields
-
         self._table, self.start, self.num_frames, self.length, self.dt, self.loop = (table, start, num_frames, length,
                                                                                     dt, loop)
         self.num_joints, self.num_bodies = num_joints, num_bodies

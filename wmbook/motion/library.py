@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import pandas as pd
 import torch
 
 from .presets import MotionPreset
@@ -139,8 +140,6 @@ class MotionLibrary:
 
     def table(self):
         """Size of the library: clips, frames, frame rates, looping share, bytes per frame and in all."""
-        import pandas as pd
-
         p = self.preset
         lengths = self.length.double().cpu()
         per_frame = sum(math.prod(s) for _, s in frame_fields(p.num_joints, p.num_bodies)) * self.fields[

@@ -101,7 +101,7 @@ def _compile(term: MotionDataTerm, ctx: MotionContext) -> None:
 
 
 def _triton_fetch(term: MotionDataTerm, loop_i32: torch.Tensor, kernel: bool):
-    from .kernel import motion_fetch, motion_fetch_ref
+    from .kernel import motion_fetch, motion_fetch_ref  # noqa: PLC0415  heavy: triton kernel module
 
     lib = term.library
     args = (lib.grouped(), lib.start, lib.num_frames, lib.length, lib.dt, loop_i32, term.motion_ids,

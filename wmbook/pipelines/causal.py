@@ -13,21 +13,23 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from diffusers import FlowMatchEulerDiscreteScheduler
+from PIL import Image
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_open
 from ..bench import DeviceTimer, stream_metrics
-from ..models.causal_wan import DIT_FORWARD_LABEL, CausalWanModel, GenerationCache
-from ..models.vae import pixel_frames_for
+from ..models.causal_wan import DIT_FORWARD_LABEL, CausalWanModel, GenerationCache, load_checkpoint
+from ..models.clip import ClipImageEncoder
+from ..models.vae import StreamingWanDecoder, build_wan_vae, encode_first_frame, pixel_frames_for, wan_vae_config
 from ..presets import CausalWanPreset, get_preset, resolve_device, resolve_dtype
 from ..profiling.labels import label
+from .solvers import FLOW_SOLVERS, FlowStepper, check_shift, check_solver, check_step_list
 
 
 def warped_timesteps(steps, shift: float = 5.0, num_train_timesteps: int = 1000) -> list[float]:
     """Map nominal steps (e.g. [1000, 666, 333]) onto the shifted flow-matching schedule, as upstream:
     t = scheduler.timesteps[1000 - step] with diffusers' FlowMatchEulerDiscreteScheduler(shift)."""
-    from diffusers import FlowMatchEulerDiscreteScheduler
-
     sched = FlowMatchEulerDiscreteScheduler(num_train_timesteps=num_train_timesteps, shift=shift)
     table = torch.cat([sched.timesteps.float().cpu(), torch.zeros(1)])
     for s in steps:
@@ -76,8 +78,6 @@ class CausalStreamingPipeline:
 
     def __init__(self, preset: str | CausalWanPreset = "tiny", device="auto", dtype="auto", vae_dtype="auto",
                  seed: int = 0, checkpoint: str | None = None, use_ema: bool = False):
-        from ..models.vae import StreamingWanDecoder, build_wan_vae, wan_vae_config
-
         self.preset = preset if isinstance(preset, CausalWanPreset) else get_preset(preset)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -87,16 +87,12 @@ class CausalStreamingPipeline:
         with torch.device(self.device):  # initialise on the target device: seconds, not minutes, at 1.6 B params
             self.model = CausalWanModel(p).eval().requires_grad_(False)
         if checkpoint:
-            from ..models.causal_wan import load_checkpoint
-
             load_checkpoint(self.model, checkpoint, use_ema=use_ema)  # `generator` unless use_ema, as upstream
         self.model.to(self.dtype)
         self.vae = build_wan_vae(wan_vae_config(p.vae), dtype=self.vae_dtype, device=self.device, seed=seed)
         self.decoder = StreamingWanDecoder(self.vae)
         self.clip = None
         if p.model_type == "i2v":
-            from ..models.clip import ClipImageEncoder
-
             self.clip = ClipImageEncoder(p.clip, dtype=self.dtype, device=self.device, seed=seed)
         self.timesteps = warped_timesteps(p.denoising_steps, p.shift)
 
@@ -116,8 +112,6 @@ class CausalStreamingPipeline:
             with label("1.1_Image_Loading_Resize"):
                 img = load_image(image, p.height, p.width, gen).to(dev).expand(batch, -1, -1, -1)
             if p.model_type == "i2v":
-                from ..models.vae import encode_first_frame
-
                 with label("1.2_VAE_Encode_FirstFrame"), torch.no_grad():
                     img_lat = encode_first_frame(self.vae, img.to(self.vae_dtype), f).to(dt)  # [B, 16, F, h, w]
                 with label("1.3_Condition_Preparation"):
@@ -164,7 +158,6 @@ class CausalStreamingPipeline:
         (checked: ValueError naming the parameter)."""
         if denoising_steps is None and shift is None:
             return self.timesteps
-        from .solvers import check_shift, check_step_list
 
         p = self.preset
         steps = check_step_list(p.denoising_steps if denoising_steps is None else denoising_steps)
@@ -181,8 +174,6 @@ class CausalStreamingPipeline:
         latents as soon as they are queued (wmbook.distributed sends them to a decoder rank). `on_frames(frames)`:
         called with pixel frames as soon as they are queued: a block's, or with stream_frames (the stream-frames
         variant) each latent frame's, so the stream's first frame leaves after one latent frame's decode."""
-        from .solvers import FLOW_SOLVERS, FlowStepper, check_solver
-
         p = self.preset
         dev = self.device
         k = p.num_frame_per_block
@@ -338,8 +329,6 @@ def load_image(image, height: int, width: int, gen: torch.Generator) -> torch.Te
         img = img * 0.8 + 0.1 * torch.randn(3, height, width, generator=gen)
         return img.clamp(-1, 1)[None]
     if isinstance(image, (str, os.PathLike)):
-        from PIL import Image
-
         image = Image.open(image).convert("RGB")
     if not isinstance(image, torch.Tensor):
         image = torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1).float() / 127.5 - 1
@@ -360,8 +349,6 @@ def make_actions(batch: int, num_pixel_frames: int, cfg, gen: torch.Generator) -
 
 def export_gif(video: np.ndarray, path, fps: int = 16, max_side: int = 320) -> Path:
     """uint8 [T, H, W, 3] -> GIF (downscaled so the longer side is <= max_side), written atomically."""
-    from PIL import Image
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     t, h, w, _ = video.shape

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from diffusers import DDIMScheduler
+from diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion import rescale_noise_cfg
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_open
@@ -38,6 +39,7 @@ from ..bench import DeviceTimer
 from ..errors import number_error
 from ..models.wma import WMA_FORWARD_LABEL, WMAWorldModel
 from ..models.wma.conditioning import ClipImageTokens, OpenClipTextEncoder
+from ..models.wma.mapping import load_upstream_checkpoint
 from ..models.wma.vae import build_sd_vae, decode_frame, encode_frame
 from ..presets import WMAPreset, get_preset, resolve_device, resolve_dtype
 from ..profiling.labels import label
@@ -54,6 +56,7 @@ from .ddim_tables import (  # noqa: F401  (re-exported)
     video_coef_table,
     video_scheduler,
 )
+from .solvers import WMA_SOLVERS, check_solver, check_steps, video_solver
 
 ITERATION_LABEL = "WMA_Interaction_Iteration"  # one interaction iteration (the breakdown region)
 DEFAULT_INSTRUCTION = "pick up the yellow box and place it in the basket"
@@ -183,8 +186,6 @@ class WMAInteractionPipeline:
         with torch.device(dev):  # initialise on the target device: seconds, not minutes, at 2.6 B params
             self.model = WMAWorldModel(p).eval().requires_grad_(False)
         if checkpoint:
-            from ..models.wma.mapping import load_upstream_checkpoint
-
             load_upstream_checkpoint(self.model, checkpoint, use_ema=use_ema)  # model.*, or model_ema.* if asked
         self.model.to(self.dtype)
         self.clip = ClipImageTokens(p.clip, dtype=self.dtype, device=dev, seed=seed)
@@ -285,8 +286,6 @@ class WMAInteractionPipeline:
         ts = table.timesteps
         msched = None
         if solver != "ddim":
-            from .solvers import video_solver
-
             msched = video_solver(p, solver)
             with warnings.catch_warnings():  # diffusers' np.array(tensor) on numpy 2: a DeprecationWarning per call
                 warnings.simplefilter("ignore", DeprecationWarning)
@@ -378,8 +377,6 @@ class WMAInteractionPipeline:
         """Classifier-free guidance with upstream's guidance rescale (diffusers' rescale_noise_cfg)."""
         out = uncond + scale * (cond - uncond)
         if rescale > 0:
-            from diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion import rescale_noise_cfg
-
             out = rescale_noise_cfg(out, cond, guidance_rescale=rescale)
         return out
 
@@ -405,8 +402,6 @@ class WMAInteractionPipeline:
 
         Sampling (notebook 03): `solver` 'ddim' (the reference), 'dpmsolver++' or 'unipc' for both passes;
         `decision_steps` / `world_steps` the steps of each pass (None: `ddim_steps`, itself None: the preset's)."""
-        from .solvers import WMA_SOLVERS, check_solver, check_steps
-
         p = self.preset
         steps, gs, gr, eta = check_run_params(p, ddim_steps, guidance_scale, guidance_rescale, eta)
         check_solver(solver, WMA_SOLVERS)

@@ -93,7 +93,7 @@ def check_shift(shift, name: str = "shift") -> float:
 
 def video_solver(p, solver: str):
     """A diffusers multistep scheduler for the video latents, configured from the preset like the reference DDIM."""
-    from diffusers import DPMSolverMultistepScheduler, UniPCMultistepScheduler
+    from diffusers import DPMSolverMultistepScheduler, UniPCMultistepScheduler  # noqa: PLC0415  heavy: diffusers
 
     check_solver(solver, WMA_SOLVERS[1:])
     common = dict(num_train_timesteps=p.num_train_timesteps, beta_start=p.beta_start, beta_end=p.beta_end,
@@ -113,7 +113,10 @@ class FlowStepper:
     the block's warped timesteps `ts`, sigma = t / 1000, last sigma 0); `reset()` at every block."""
 
     def __init__(self, solver: str, ts: list[float], num_train_timesteps: int = 1000):
-        from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
+        from diffusers import (  # noqa: PLC0415  heavy: diffusers
+            FlowMatchEulerDiscreteScheduler,
+            UniPCMultistepScheduler,
+        )
 
         check_solver(solver, FLOW_SOLVERS[1:])
         self.solver = solver

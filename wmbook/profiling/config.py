@@ -16,6 +16,8 @@ import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+import yaml
+
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 REPORT_FORMATS = ("json", "html", "both")
 # keys of the seed's YAML that have no effect here (every labelled stage is timed already): accepted with a warning
@@ -137,8 +139,6 @@ def load_config(config=None) -> ProfilingConfig:
     if isinstance(config, dict):
         return _from_mapping(config, "a dict")
     if isinstance(config, (str, os.PathLike)):
-        import yaml
-
         text = str(config)
         path = Path(config)
         if text in presets():

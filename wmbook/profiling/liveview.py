@@ -11,7 +11,7 @@ from .timelines import draw_timelines, figure_png, png_base64
 def _ipython_kernel():
     """The running IPython kernel shell, or None (plain Python, terminal IPython)."""
     try:
-        from IPython import get_ipython
+        from IPython import get_ipython  # noqa: PLC0415  optional: IPython
     except ImportError:
         return None
     ip = get_ipython()
@@ -49,8 +49,8 @@ class LiveView:
             self.reason = "no notebook kernel"
         else:
             try:
-                import ipywidgets
-                from IPython.display import display
+                import ipywidgets  # noqa: PLC0415  optional: ipywidgets
+                from IPython.display import display  # noqa: PLC0415  optional: IPython
 
                 self._widget = ipywidgets.Output()
                 self._handle = display(self._widget, display_id=True)  # stop() replaces it with a static snapshot
@@ -111,7 +111,7 @@ class LiveView:
         if not self.final:
             return
         if _ipython_kernel() is not None:
-            from IPython.display import Image, display
+            from IPython.display import Image, display  # noqa: PLC0415  optional: IPython
 
             if self.kind == "figure":
                 obj = Image(data=figure_png(lambda fig: draw_timelines(fig, self.monitor.samples()),

@@ -23,6 +23,7 @@ import threading
 import time
 
 import pandas as pd
+import torch
 
 from .config import load_config
 from .timelines import SAMPLE_COLUMNS, draw_timelines
@@ -64,7 +65,7 @@ def _nvml_acquire():
     """The pynvml module with NVML initialised (reference counted); raises RuntimeError with the reason."""
     global _NVML_USERS
     try:
-        import pynvml
+        import pynvml  # noqa: PLC0415  optional: pynvml
     except ImportError as e:
         raise RuntimeError("nvidia-ml-py (pynvml) is not installed") from e
     with _NVML_LOCK:
@@ -266,8 +267,6 @@ class ResourceMonitor:
             return
         idx = self._gpu_index
         if idx is None:
-            import torch
-
             dev = self._device
             if dev is not None and torch.device(dev).type != "cuda":
                 self.gpu_reason = f"device is {torch.device(dev)}, not a CUDA device"
@@ -314,7 +313,7 @@ class ResourceMonitor:
             self.cpu_reason = "no host metrics requested"
             return
         try:
-            import psutil
+            import psutil  # noqa: PLC0415  optional: psutil
         except ImportError:
             self.cpu_reason = "psutil is not installed"
             return
@@ -531,7 +530,7 @@ class ResourceMonitor:
 
     def plot(self, metrics=None, figsize=(9, 6)):
         """Timelines of the kept samples, one panel per unit (opt-in; returns the matplotlib figure)."""
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot, opt-in plot
 
         fig = plt.figure(figsize=figsize)
         draw_timelines(fig, self.samples(), metrics)

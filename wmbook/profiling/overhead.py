@@ -3,7 +3,10 @@ by part (timed labels, the monitor's sampler thread). See measure_overhead."""
 
 from __future__ import annotations
 
+import statistics
 import time
+
+import numpy as np
 
 from ..bench import Samples, time_fn
 from ..presets import resolve_device
@@ -17,8 +20,6 @@ from .session import ProfilingSession, current_session
 def label_timing_cost_us(device=None, n: int = 2000) -> float:
     """Host microseconds one `label()` range costs when a session times it (a SectionTimer attached: two event
     records and its bookkeeping), over the same range untimed; the median of 5 rounds of `n` ranges."""
-    import statistics
-
     dev = resolve_device(device)
 
     def rounds(timer) -> float:
@@ -59,7 +60,6 @@ def measure_overhead(fn, config="production", pairs: int = 8, warmup: int = 1, d
             raise ValueError(f"{n} must be an int >= {lo}, got {v!r}")
     if current_session() is not None:
         raise RuntimeError("measure_overhead must run outside a ProfilingSession (it opens its own)")
-    import numpy as np
 
     cfg = load_config(config).replace(generate_final_report=False, enabled=True)
     dev = resolve_device(device)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..frontend import num
+
 
 def _ax(ax, figsize=(7, 3.2)):
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     if ax is None:
         _, ax = plt.subplots(figsize=figsize)
@@ -32,7 +34,7 @@ def plot_label_tree(bd, ax=None, max_depth: int = 3, min_share: float = 0.01):
     if not len(t):
         ax.set_axis_off()
         return ax
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     roots = t[t["depth"] == 0]
     total = float(roots["total_ms"].sum())
@@ -108,8 +110,6 @@ def plot_roofline(bd, ax=None):
 
 def _sig(x) -> str:
     """3 significant digits, no scientific notation for everyday magnitudes (0.1 TFLOP/s is not '0')."""
-    from ..display import num
-
     return num(x, 3)
 
 

@@ -35,6 +35,7 @@ import pandas as pd
 import torch
 
 from ..bench import stream_metrics
+from ..device import environment
 from ..presets import resolve_device
 from .config import ProfilingConfig, load_config
 from .definitions import DEFINITIONS  # noqa: F401  (re-exported: the report quotes them)
@@ -214,8 +215,6 @@ class ProfilingSession:
         self._stamp = now.strftime("%Y%m%d-%H%M%S-") + f"{now.microsecond // 1000:03d}"
         self.rank = rank_info()
         try:
-            from ..device import environment
-
             self.environment = environment(self.device)
         except Exception as e:  # environment facts are nice to have, never a reason to fail a run
             self.errors.append(f"environment: {type(e).__name__}: {e}")

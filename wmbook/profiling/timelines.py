@@ -59,7 +59,7 @@ def draw_timelines(fig, samples, metrics=None, last_s: float | None = None) -> N
 
 def figure_png(draw, figsize=(9, 5), dpi: int = 90) -> bytes:
     """PNG bytes of a fresh (non-pyplot, thread-safe) figure filled by draw(fig)."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # noqa: PLC0415  heavy: matplotlib, only to draw
 
     fig = Figure(figsize=figsize, dpi=dpi)
     draw(fig)

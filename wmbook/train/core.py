@@ -12,6 +12,7 @@ of provenance and a held-out evaluation against the copy-last-frame baseline.
 from __future__ import annotations
 
 import csv
+import datetime as _dt
 import io
 import json
 import math
@@ -25,9 +26,23 @@ from tqdm.auto import tqdm
 
 from .. import workloads
 from ..atomic import atomic_open
-from ..paths import REPORTS_DIR, git_commit
+from ..models.checkpoint import CheckpointFileError, read_checkpoint_file
+from ..paths import REPORTS_DIR, check_output_file, git_commit
 from ..presets import ALL_PRESETS, resolve_device
-from ..world.weights import build_world_pipeline, check_weights_file, is_world_preset, load_weights
+from ..world import eval as weval
+from ..world import weights
+from ..world.eval import SHIPPING_RULE, shipping_failures
+from ..world.weights import (
+    build_world_pipeline,
+    check_weights_file,
+    is_world_preset,
+    load_weights,
+    save_weights,
+    ship_weights,
+    weights_path,
+)
+from .data import EpisodeBank, default_workers
+from .objectives import check_episode_frames, window_frames
 
 DEFAULT_DECISION_FRACTION = 0.5
 COMPILE_BACKENDS = ("none", "inductor", "aot_eager")
@@ -132,11 +147,9 @@ class TrainConfig:
         self.out = Path(self.out)
         if self.out.suffix != ".pt":
             raise ValueError(f"out={str(self.out)!r} is not allowed; allowed values: a path ending in .pt")
-        from ..paths import check_output_file
-        from ..world.weights import WEIGHTS_DIR
 
         check_output_file(self.out, "out", "a path ending in .pt in a folder you can write to")
-        if self.out.resolve().parent == WEIGHTS_DIR.resolve():
+        if self.out.resolve().parent == weights.WEIGHTS_DIR.resolve():
             raise ValueError(f"out={str(self.out)!r} is not allowed: it is where the shipped weights live, and a "
                              f"training run never writes there; allowed values: any other .pt path (by default a new "
                              f"run folder, data/weights/{RUNS_DIR_NAME}/<date>-<preset>/). To replace the shipped "
@@ -148,7 +161,6 @@ class TrainConfig:
         if self.ship and not self.eval_cases:
             raise ValueError("eval_cases=0 is not allowed with ship=True: the shipping rule compares the new weights "
                              "with copy-last on held-out episodes; allowed values: an integer >= 1")
-        from .objectives import check_episode_frames, window_frames
 
         check_episode_frames(self.episode_frames, window_frames(
             ALL_PRESETS[self.preset] if isinstance(self.preset, str) else self.preset))
@@ -175,12 +187,8 @@ RUNS_DIR_NAME = "runs"  # data/weights/runs/: one folder per training run; the s
 def default_out(preset: str) -> Path:
     """Where a run writes when no `out` is given: data/weights/runs/<UTC date>-<preset>[-N]/<preset>.pt, a folder of
     its own (the first N not taken), so that a run never replaces the shipped weights or another run's."""
-    import datetime as _dt
-
-    from ..world.weights import WEIGHTS_DIR
-
     stem = f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d}-{preset}"
-    runs = WEIGHTS_DIR / RUNS_DIR_NAME
+    runs = weights.WEIGHTS_DIR / RUNS_DIR_NAME
     n = 1
     while (runs / (stem if n == 1 else f"{stem}-{n}")).exists():
         n += 1
@@ -190,8 +198,6 @@ def default_out(preset: str) -> Path:
 def _read_ckpt(path: Path, device) -> dict:
     """A training checkpoint, read safely (weights_only); a file that is not one names itself and says how to start
     over instead."""
-    from ..models.checkpoint import CheckpointFileError, read_checkpoint_file
-
     try:
         ck = read_checkpoint_file(path, map_location=device)
     except CheckpointFileError as e:
@@ -231,8 +237,6 @@ def _lr(cfg: TrainConfig, step: int, elapsed: float) -> float:
 
 def build_training(cfg: TrainConfig, device: torch.device, bank=None):
     """(pipeline, objective) for cfg; the pipeline is fp32 with its model trainable."""
-    from .data import EpisodeBank
-
     p = ALL_PRESETS[cfg.preset] if isinstance(cfg.preset, str) else cfg.preset
     if bank is None:  # rendered first: the worker processes fork before CUDA is initialised
         bank = EpisodeBank(cfg.data_seed, cfg.episodes, cfg.episode_frames, device=device,
@@ -263,8 +267,6 @@ def compile_for_training(wl, pipe, backend: str) -> list[torch.nn.Module]:
 
 
 def _default_workers() -> int:
-    from .data import default_workers
-
     return default_workers()
 
 
@@ -371,7 +373,6 @@ def train(cfg: TrainConfig, bank=None) -> dict:
         for q, e in zip(params, ema):
             q.copy_(e)
     model.eval().requires_grad_(False)
-    from ..world.weights import save_weights
 
     meta = {
         "preset": pipe.preset.name, "workload": cfg.workload, "git_commit": git_commit(), "data_seed": cfg.data_seed,
@@ -392,14 +393,11 @@ def train(cfg: TrainConfig, bank=None) -> dict:
                                 "steps": prev.get("steps"), "train_minutes": prev.get("train_minutes")}
     if cfg.eval_cases:
         meta["eval"] = evaluate(cfg.workload, pipe, cfg.eval_cases, progress=cfg.progress)
-        from ..world.eval import SHIPPING_RULE, shipping_failures
 
         fails = shipping_failures(meta["eval"]["model"], meta["eval"]["copy_last"])
         meta["shipping_rule"] = {"rule": SHIPPING_RULE, "passes": not fails, "fails": fails}
     save_weights(pipe, workloads.get(cfg.workload), cfg.out, meta)
     if cfg.ship:
-        from ..world.weights import ship_weights, weights_path
-
         if meta["shipping_rule"]["passes"]:
             meta["shipped"] = [str(p) for p in ship_weights(cfg.out, weights_path(cfg.preset))]
         else:
@@ -437,8 +435,6 @@ def _device_name(dev: torch.device) -> str:
 def evaluate(workload, pipe, cases: int, seeds=None, progress: bool = False) -> dict:
     """Mean scores of the model and of the copy-last-frame baseline over `cases` held-out episodes (0, 1, ...)
     (workload: a Workload or its name)."""
-    from ..world import eval as weval
-
     workload = workloads.get(workload)
     seeds = list(range(cases)) if seeds is None else list(seeds)
     model, base = [], []

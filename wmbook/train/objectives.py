@@ -37,6 +37,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..presets import WMAPreset
+from ..world.env import agent_colour, strided_actions
 from .data import EpisodeBank
 
 
@@ -55,8 +57,6 @@ def agent_cells(frames_u8: torch.Tensor, spatial: int) -> torch.Tensor:
     """float [B, T, H/spatial, W/spatial]: 1 at the latent cells that hold any of the agent's pixels in uint8 frames
     [B, T, H, W, 3] (wmbook.world.env.agent_colour), and at the cells around them (one cell of margin: the sprite's
     dark rim and a latent cell's receptive field), 0 elsewhere."""
-    from ..world.env import agent_colour
-
     f = frames_u8.to(torch.int16)
     m = agent_colour(f[..., 0], f[..., 1], f[..., 2]).float()  # [B, T, H, W]
     b, t = m.shape[:2]
@@ -81,8 +81,7 @@ def agent_weights(now: torch.Tensor, before: torch.Tensor, strength: float) -> t
 def window_frames(p) -> int:
     """Rendered frames one training sample spans at preset p: 1 + 4(F - 1) (causal DiT, F latent frames of
     default_blocks blocks) or n_obs + frames frames `frame_stride` apart (WMA): (n_obs + frames - 1) stride + 1."""
-    from ..models.vae import pixel_frames_for
-    from ..presets import WMAPreset
+    from ..models.vae import pixel_frames_for  # noqa: PLC0415  heavy: diffusers (data workers)
 
     if isinstance(p, WMAPreset):
         return (p.n_obs_steps + p.frames - 1) * p.frame_stride + 1
@@ -102,7 +101,7 @@ class Mg2Objective:
 
     def __init__(self, pipe, bank: EpisodeBank, blocks: int | None = None, change_weight: float = 0.0,
                  sigma_min: float | None = None, agent_weight: float = 0.0):
-        from ..models.vae import pixel_frames_for
+        from ..models.vae import pixel_frames_for  # noqa: PLC0415  heavy: diffusers (data workers)
 
         p = pipe.preset
         self.change_weight, self.agent_weight = change_weight, agent_weight
@@ -131,7 +130,7 @@ class Mg2Objective:
     @torch.no_grad()
     def encode(self, frames_u8: torch.Tensor):
         """(normalised latents [B, C, F, h, w], cond_concat [B, 4 + C, F, h, w], CLIP context) as the pipeline."""
-        from ..models.vae import encode_first_frame, normalize_latents
+        from ..models.vae import encode_first_frame, normalize_latents  # noqa: PLC0415  heavy: diffusers
 
         pipe = self.pipe
         video = EpisodeBank.to_video(frames_u8)  # [B, 3, T, H, W]
@@ -191,7 +190,12 @@ class WMAObjective:
 
     def __init__(self, pipe, bank: EpisodeBank, change_weight: float = 0.0, sigma_min: float | None = None,
                  decision_fraction: float = 0.5, agent_weight: float = 0.0):
-        from ..pipelines.ddim import DEFAULT_INSTRUCTION, dynamic_rescale, head_scheduler, video_scheduler
+        from ..pipelines.ddim import (  # noqa: PLC0415  heavy: diffusers
+            DEFAULT_INSTRUCTION,
+            dynamic_rescale,
+            head_scheduler,
+            video_scheduler,
+        )
 
         p = pipe.preset
         self.pipe, self.bank, self.p = pipe, bank, p
@@ -229,8 +233,6 @@ class WMAObjective:
         return self.model.parameters()
 
     def sample_batch(self, gen: torch.Generator, batch: int) -> dict:
-        from ..world.env import strided_actions
-
         bk = self.bank
         e, idx = bk.windows(gen, batch, self.window, stride=self.stride)
         # step j's action: the mean over the rendered frames it spans (the window's last frame takes none: zeros)
@@ -240,7 +242,7 @@ class WMAObjective:
 
     def encode_frames(self, video: torch.Tensor) -> torch.Tensor:
         """[B, 3, T, H, W] -> scaled codec latents [B, C, T, h, w] (per frame, as the pipeline encodes)."""
-        from ..models.wma.vae import encode_frame
+        from ..models.wma.vae import encode_frame  # noqa: PLC0415  heavy: diffusers
 
         b, _, t = video.shape[:3]
         flat = video.transpose(1, 2).flatten(0, 1)

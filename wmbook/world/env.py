@@ -294,7 +294,7 @@ def strided_actions(action, start, steps: int, stride: int):
     of action[start + j * stride : start + (j + 1) * stride] (the frames it spans; stride 1: the actions themselves).
     `action` [..., L, A] (numpy or torch, L covering start + steps * stride), `start` an int or a tensor of shape
     action.shape[:-2] (one start per leading index): [..., steps, A]."""
-    import torch
+    import torch  # noqa: PLC0415  heavy: torch (this module is numpy-only)
 
     if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
         raise ValueError(f"stride={stride!r} is not allowed; allowed values: an integer >= 1")

@@ -31,7 +31,8 @@ import torch
 if TYPE_CHECKING:
     import pandas as pd
 
-from .env import locate_agent, render_episode
+from ..check import frame_psnr
+from .env import VIEW, locate_agent, render_episode
 from .weights import is_world_preset
 
 __all__ = ["Case", "HELDOUT_BASE", "SHIPPING_RULE", "choose_steps", "copy_last", "heldout_case", "heldout_episode",
@@ -99,8 +100,6 @@ def heldout_case(workload, pipe, seed: int, *, start: int | None = None, num_blo
     (n_obs + 6) x frame_stride for wma, so the agent already moves); num_blocks (mg2): blocks to generate
     (default: the preset's);
     sample_seed: the seed of the sampling noise (default: `seed`)."""
-    from .env import VIEW
-
     wl = _workload(workload)
     p = pipe.preset
     if not is_world_preset(p) or not wl.owns_preset(p) or (p.height, p.width) != (VIEW, VIEW):
@@ -140,8 +139,6 @@ def _as_video(x, name: str) -> np.ndarray:
 
 def psnr(a, b) -> np.ndarray:
     """Per-frame PSNR (dB, peak 255) of two uint8 videos [T, H, W, 3]; inf where identical."""
-    from ..check import frame_psnr
-
     return frame_psnr(_as_video(a, "a"), _as_video(b, "b"))
 
 
@@ -228,7 +225,7 @@ def summarize(rows) -> "pd.DataFrame":
     """Per-episode score rows (`prediction`, `seed`, optionally `draw`, and score()'s keys;
     tools/world_steps_eval.py) -> one row per prediction, in first-seen order: the mean over episodes and draws of
     each score (NaN-skipping: an episode without a visible agent has no agent error)."""
-    import pandas as pd
+    import pandas as pd  # noqa: PLC0415  heavy: pandas, only for summaries
 
     df = pd.DataFrame(rows)
     cols = [c for c in SCORE_COLUMNS if c in df]
@@ -238,7 +235,7 @@ def summarize(rows) -> "pd.DataFrame":
 def draw_means(rows) -> "pd.DataFrame":
     """Score rows -> the mean over episodes per prediction and sampling draw (rows without a `draw` are draw 0):
     index (prediction, draw), one column per score."""
-    import pandas as pd
+    import pandas as pd  # noqa: PLC0415  heavy: pandas, only for summaries
 
     df = pd.DataFrame(rows)
     if "draw" not in df:

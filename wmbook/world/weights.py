@@ -13,12 +13,13 @@ Loading is strict: every key and shape must match (wmbook.models.checkpoint.load
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import torch
 
-from ..atomic import atomic_open
+from ..atomic import atomic_open, atomic_write_many
 from ..models.checkpoint import CheckpointFileError, load_checked, read_checkpoint_file
 from ..paths import DATA_DIR
 from ..presets import ALL_PRESETS, WorldCausalPreset, WorldWMAPreset
@@ -62,7 +63,7 @@ def weights_path(preset) -> Path:
 
 
 def _text_token_ids() -> torch.Tensor:
-    from ..models.wma.conditioning import EOT_TOKEN, SOT_TOKEN
+    from ..models.wma.conditioning import EOT_TOKEN, SOT_TOKEN  # noqa: PLC0415  heavy: transformers (WMA text encoder)
 
     return torch.tensor([0, *range(256, 512), SOT_TOKEN, EOT_TOKEN], dtype=torch.long)
 
@@ -130,8 +131,6 @@ def ship_weights(path, target) -> list[Path]:
     JSON to `<target>.json`, the loss curve to `<target stem>.loss.csv` (the JSON's `loss_csv` naming it). Every copy
     is written and synced beside its target before the first rename (atomic_write_many), so a failure while copying
     leaves the shipped set as it was. The caller decides that the run ships (wmbook.world.eval.shipping_failures)."""
-    from ..atomic import atomic_write_many
-
     path, target = Path(path), Path(target)
     src_pt, src_meta, src_loss = run_files(path)
     if not src_pt.is_file():
@@ -150,8 +149,6 @@ def ship_weights(path, target) -> list[Path]:
 
 def file_sha256(path) -> str:
     """The SHA-256 of a weights file (what a results row records of the weights a run used)."""
-    import hashlib
-
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+from diffusers import AutoencoderKL
+from transformers import CLIPTextModel, CLIPVisionModel
 
 from ...presets import WMAPreset
 from ..clip import clip_dim, clip_vision_config
@@ -72,9 +74,6 @@ def _numel(module: nn.Module) -> int:
 
 def parameter_counts(p: WMAPreset) -> dict[str, int]:
     """Parameter counts by part, from modules built on the meta device (no memory, no weights)."""
-    from diffusers import AutoencoderKL
-    from transformers import CLIPTextModel, CLIPVisionModel
-
     with torch.device("meta"):
         wm = WMAWorldModel(p)
         vae = AutoencoderKL(**sd_vae_config(p))

@@ -13,6 +13,7 @@ import torch
 from diffusers import AutoencoderKL
 
 from ...presets import WMAPreset
+from ...world.codec import build_frame_codec, parse_codec
 
 
 def sd_vae_config(p: WMAPreset) -> dict:
@@ -28,8 +29,6 @@ def build_sd_vae(p: WMAPreset, dtype: torch.dtype = torch.float32, device="cpu",
     A preset with `vae = 's2d<N>'` (the world presets) gets the lossless space-to-depth codec (wmbook.world.codec)."""
     codec = getattr(p, "vae", None)
     if codec is not None and str(codec).startswith("s2d"):
-        from ...world.codec import build_frame_codec, parse_codec
-
         s = parse_codec(codec)
         if s is None or 3 * s * s != p.latent_channels:
             raise ValueError(f"vae={codec!r} needs latent_channels = 3 * N^2; preset {p.name!r} has "

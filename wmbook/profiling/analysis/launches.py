@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -117,8 +119,6 @@ def steady_idle(trace, unit: str, skip: int = 1) -> dict:
     where the GPU runs it. GPU busy is the union of every kernel and copy, on every stream, inside the windows.
     Returns {units, steady_units, span_ms, busy_ms, idle_ms, idle_share, unit_idle_share (list)}; idle_share is NaN
     when there is no steady unit or no device timeline."""
-    import re
-
     if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
         raise ValueError(f"skip={skip!r} is not allowed; allowed values: an integer >= 0")
     rx = re.compile(unit)
