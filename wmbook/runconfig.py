@@ -13,15 +13,17 @@ holding the `Workload`, `Preset`, `torch.device` and `torch.dtype` objects, and 
 
 from __future__ import annotations
 
+import ast
+import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable
 
 import torch
 
-from . import paths, workloads
+from . import paths, studies, workloads
 from .params import Param, ParameterError
 from .presets import dtype_name
 
@@ -131,15 +133,13 @@ class RunConfig:
 
     def table(self):
         """The parameters as a one-column DataFrame (what the notebook shows after validating)."""
-        import pandas as pd
+        import pandas as pd  # noqa: PLC0415  heavy: pandas, only for table()
 
         d = self.params() | {"warmup": self.warmup, "repeats": self.repeats, "output_dir": str(self.output_dir),
                              "results_path": str(self.results_path)}
         return pd.DataFrame({"value": {k: str(v) for k, v in d.items()}}).rename_axis("parameter")
 
     def replace(self, **kw) -> "RunConfig":
-        from dataclasses import replace
-
         if "options" in kw and not isinstance(kw["options"], Options):
             kw["options"] = Options(dict(kw["options"]))
         return replace(self, **kw)
@@ -208,8 +208,6 @@ PAPERMILL_CELL = "# Parameters\n"  # how papermill's injected-parameters cell be
 
 def _assigned_names(source: str) -> set[str]:
     """The names a cell's top-level assignments bind (a parameters cell's parameters)."""
-    import ast
-
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -227,7 +225,7 @@ def papermill_injected() -> tuple[set[str], set[str]] | None:
     before it, the notebook's parameters cell, declares); None elsewhere. Papermill only warns about a name the
     parameters cell lacks and runs on with the defaults; validate() refuses it instead."""
     try:
-        from IPython import get_ipython
+        from IPython import get_ipython  # noqa: PLC0415  optional: IPython
     except ImportError:
         return None
     shell = get_ipython()
@@ -256,7 +254,7 @@ def _workloads():
 def default_results_path(tiny: bool) -> Path:
     """Real-shape rows go to the committed store ($WMBOOK_RESULTS overrides it), tiny-preset rows to a local,
     git-ignored one, so CPU smoke runs never mix with GPU numbers."""
-    from . import results  # pandas and torch: only when a run is configured
+    from . import results  # noqa: PLC0415  heavy: pandas (wmbook.results), only when a run is configured
 
     return paths.TINY_RESULTS_PATH if tiny else results.default_path()
 
@@ -274,8 +272,6 @@ def notebook_parameters(paths, params: dict, workloads=None) -> list[tuple[Path,
     seconds, instead of in a kernel. Returns [(path, workload or None, parameters)] in notebook order; raises
     ParameterError naming the notebook, the parameter and the allowed names or values.
     """
-    from . import studies
-
     declared = {Path(p): set(_declared_parameters(p)) for p in paths}
     known = set().union(*declared.values()) if declared else set()
     unknown = sorted(set(params) - known)
@@ -328,10 +324,8 @@ def _declared_parameters(path) -> dict:
     """papermill.inspect_notebook of a notebook; one without a kernelspec (papermill then cannot tell its language)
     is inspected as a Python notebook, which is how the runner executes it. A file that is not a notebook raises
     ParameterError naming it."""
-    import tempfile
-
-    import nbformat
-    import papermill as pm
+    import nbformat  # noqa: PLC0415  heavy: nbformat, only to inspect notebooks
+    import papermill as pm  # noqa: PLC0415  heavy: papermill, only to inspect notebooks
 
     try:
         nb = nbformat.read(path, as_version=4)

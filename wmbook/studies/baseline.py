@@ -72,7 +72,7 @@ def profile_stages(pipe, inputs, cfg: RunConfig):
 
 def plot_stage_shares(stages: pd.DataFrame, ax=None):
     """Horizontal bars: each top-level stage's share of the labelled time."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 2.4))

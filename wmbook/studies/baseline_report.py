@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .. import workloads
 from ..rows import (
     Findings,
     Stage,
+    device_label,
     fmt,
     fmt_spread,
     fmt_value,
@@ -34,9 +36,6 @@ def headline(run: pd.DataFrame) -> dict:
 
 def published(df: pd.DataFrame) -> list[str]:
     """Per workload with a notebook-01 table (Workload.published_columns): its latest run per preset and dtype."""
-    from .. import workloads
-    from ..rows import device_label
-
     parts = []
     runs = latest_runs(df, NOTEBOOK)
     for i, wl in enumerate([w for w in workloads.all_workloads() if w.published_columns]):

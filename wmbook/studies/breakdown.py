@@ -7,8 +7,11 @@ labels to read comes from the workload object.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from .. import display as _display
 from .. import results as results_store
@@ -27,6 +30,9 @@ from ..params import (
     boolean,
     integer,
 )
+from ..profiling import ProfilingSession, measure_overhead, profile, set_labels
+from ..profiling.breakdown import analyze
+from ..profiling.config import load_config
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 
@@ -55,8 +61,6 @@ def _region(v, ctx):
 
 
 def _profiling_config(v, ctx):
-    from ..profiling.config import load_config
-
     try:
         load_config(v)
     except ValueError as e:
@@ -85,10 +89,6 @@ def validate(**params) -> RunConfig:
 def record_trace(run_fn, cfg: RunConfig, name: str = "02_breakdown_trace") -> Path:
     """One traced call of run_fn (after cfg.warmup untraced calls and one profiler warm-up call), fine labels on
     and input shapes recorded (needed for the roofline); returns the gzip trace path."""
-    from tqdm.auto import tqdm
-
-    from ..profiling import profile, set_labels
-
     for _ in tqdm(range(cfg.warmup), desc="warm-up (untraced)", leave=False):
         run_fn()
     set_labels(True, detail=cfg.options.detail)
@@ -101,8 +101,6 @@ def record_trace(run_fn, cfg: RunConfig, name: str = "02_breakdown_trace") -> Pa
 
 def breakdown(trace, cfg: RunConfig, ceilings: dict | None):
     """The breakdown of the configured region, with the workload's forward and fine labels."""
-    from ..profiling.breakdown import analyze
-
     labels = cfg.workload.labels
     return analyze(trace, region=cfg.options.region, ceilings=ceilings, forward_label=labels.forward,
                    fine_labels=labels.fine)
@@ -115,10 +113,6 @@ def session_report(pipe, inputs, cfg: RunConfig, bd, ceilings: dict, show_monito
     show_monitor: show the session's GPU/CPU monitor live in the notebook (wmbook.display.monitor_view; a static
     snapshot in headless runs) in place of the monitor's console status lines (the config's real_time_display
     still prints them, into a filter that drops them: what is measured is unchanged)."""
-    import contextlib
-
-    from ..profiling import ProfilingSession, measure_overhead
-
     wl, opt = cfg.workload, cfg.options
     overhead = None
     quiet = _display.drop_lines if show_monitor else contextlib.nullcontext
@@ -220,7 +214,7 @@ def interpret(cfg: RunConfig, bd, overhead: dict | None = None) -> str:
 
 def plot_dashboard(bd):
     """Category bars, per-forward split, roofline: one figure."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.2), gridspec_kw={"width_ratios": [1, 1, 1.1]})
     bd.plot_categories(ax=axes[0])

@@ -12,10 +12,12 @@ rows and interpretation: wmbook.studies.compile_report.
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 
 import pandas as pd
 import torch
 
+from .. import display as wd
 from .. import variants
 from ..params import (
     DEVICE,
@@ -31,9 +33,18 @@ from ..params import (
     name_list,
     subset_or_all,
 )
+from ..profiling.breakdown import device_busy_ms
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
-from ..variants import Variant
+from ..variants import GlobalFlags, Variant, hygiene_parts, resolve
+from ..variants.attention import attention_backend_table, best_backend, flex_vs_dense_mask, record_attention_shapes
+from ..variants.builtin import compile_variant, raise_recompile_limit_for_regions
+from ..variants.compile import CompileSpec, measure_compile_time
+from ..variants.compile_monitor import CompileMonitor
+from ..variants.ladder import GateReference, LadderSettings, apply_stack, flop_floor_ms, measure
+from ..variants.ladder import run_ladder as _run
+from ..variants.tables import op_counts, variant_table
+from ..variants.tables import vae_table as _vae
 from ..workloads import E2ESize
 from .common import compile_backend, e2e_blocks, variant_stack
 from .compile_report import guard_groups, interpret, plot_compile_times, plot_forward_vs_floor, result_rows  # noqa: F401
@@ -95,8 +106,6 @@ def e2e_size(cfg: RunConfig) -> E2ESize:
 
 def settings(cfg: RunConfig, ceilings: dict | None = None):
     """The ladder's measurement settings from the notebook's parameters."""
-    from ..variants.ladder import LadderSettings
-
     o = cfg.options
     return LadderSettings(seed=cfg.seed, warmup=cfg.warmup, repeats=cfg.repeats, e2e=e2e_size(cfg),
                           e2e_repeats=o.e2e_repeats, compile_backend=o.compile_backend, ceilings=ceilings)
@@ -116,14 +125,10 @@ def precision_names(cfg: RunConfig) -> list[str]:
 
 def precision_table(ref, cfg: RunConfig, ceilings: dict | None = None) -> pd.DataFrame:
     """Each precision variant alone against fp32: gate, forward time, speedup, distance to the floor."""
-    from ..variants.tables import variant_table
-
     return variant_table(ref, cfg.workload, precision_names(cfg), device=cfg.device, settings=settings(cfg, ceilings))
 
 
 def vae_table(ref, cfg: RunConfig) -> pd.DataFrame:
-    from ..variants.tables import vae_table as _vae
-
     gpu = cfg.device.type == "cuda"
     return _vae(ref, cfg.workload, ("fp32", "bf16", "fp16") if gpu else ("fp32", "bf16"), device=cfg.device,
                 seed=cfg.seed, repeats=3 if gpu else 1, layouts=(False, True) if gpu else (False,))
@@ -131,9 +136,6 @@ def vae_table(ref, cfg: RunConfig) -> pd.DataFrame:
 
 def hygiene_table(ref, cfg: RunConfig) -> pd.DataFrame:
     """Casts, copies and host reads per forward at the working dtype, as each hygiene variant is added."""
-    from ..variants import hygiene_parts
-    from ..variants.tables import op_counts
-
     d = WORKING_DTYPE
     stacks, stack = {f"{d} eager": [d]}, [d]
     for part in hygiene_parts(cfg.workload):
@@ -144,9 +146,6 @@ def hygiene_table(ref, cfg: RunConfig) -> pd.DataFrame:
 
 def attention_section(ref, cfg: RunConfig):
     """(shapes of one forward, backend table, best backend, FlexAttention vs dense block-causal mask or None)."""
-    from ..variants.attention import attention_backend_table, best_backend, flex_vs_dense_mask, record_attention_shapes
-    from ..variants.ladder import apply_stack
-
     wl = cfg.workload
     pipe, _ = apply_stack(ref, wl, variants.resolve([WORKING_DTYPE], wl, cfg.device), cfg.device)
     probe = wl.forward_probe(pipe, cfg.seed)
@@ -173,8 +172,6 @@ def attention_section(ref, cfg: RunConfig):
 def default_ladder(cfg: RunConfig, attention: str | None = None) -> list[Variant]:
     """The workload's ladder up to compile [with the attention backend that won], then the compile rows in the
     workload's scope (the DiT compiles its repeated block, the UNet whole)."""
-    from ..variants.builtin import compile_variant
-
     attn = None
     if attention and attention != "auto":
         v = variants.get(f"attn-{attention}")  # on a CPU the timed winner can be a kernel only CUDA runs
@@ -187,8 +184,6 @@ def default_ladder(cfg: RunConfig, attention: str | None = None) -> list[Variant
 
 
 def run_ladder(ref, cfg: RunConfig, steps: list[Variant], ceilings: dict | None):
-    from ..variants.ladder import run_ladder as _run
-
     return _run(cfg.workload, cfg.preset, steps, device=cfg.device, settings=settings(cfg, ceilings), reference=ref)
 
 
@@ -196,8 +191,6 @@ def compile_configs(cfg: RunConfig) -> list[tuple[str, list[Variant], object]]:
     """(label, variants applied before compiling, CompileSpec) for the compile table: the regional compile of
     the reference code first (what recompiles and why), then after the hygiene variants, dynamic, whole model,
     modes."""
-    from ..variants.compile import CompileSpec
-
     b = cfg.options.compile_backend
     d = variants.resolve([WORKING_DTYPE], cfg.workload, cfg.device)
     h = variants.resolve([WORKING_DTYPE, "hygiene"], cfg.workload, cfg.device)
@@ -217,13 +210,6 @@ def compile_section(ref, cfg: RunConfig, configs=None, ceilings: dict | None = N
     iteration) after a first, warming one, then the warm model's steady forward (median, p20-p80 over `repeats`),
     its GPU busy time and both against the FLOP floor (with `ceilings`). Also the graph-break report of the
     reference code's regional compile."""
-    from ..profiling.breakdown import device_busy_ms
-    from ..variants import GlobalFlags
-    from ..variants.builtin import raise_recompile_limit_for_regions
-    from ..variants.compile import measure_compile_time
-    from ..variants.compile_monitor import CompileMonitor
-    from ..variants.ladder import apply_stack, flop_floor_ms
-
     wl = cfg.workload
     size = E2ESize(blocks=cfg.options.recompile_blocks, ddim_steps=cfg.options.e2e_ddim_steps)
     flags = GlobalFlags()
@@ -268,7 +254,7 @@ def compile_section(ref, cfg: RunConfig, configs=None, ceilings: dict | None = N
         if breaks is None and label.startswith("regional, reference"):
             breaks, reasons = warm.graph_breaks, warm.recompiles
         floor = flop_floor_ms(state["flops"], ceilings)
-        rows.append({"config": label, "variants": " + ".join(names), "scope": spec.scope, "mode": spec.mode,
+        rows.append({"config": label, "variants": " + ".join(map(str, names)), "scope": spec.scope, "mode": spec.mode,
                      "dynamic": spec.dynamic, "cold_s": row.get("cold_s"), "warm_s": row.get("warm_s"),
                      "steady_forward_ms": row["steady_ms"], "steady_p20": row["steady_p20"],
                      "steady_p80": row["steady_p80"], "x_floor": row["steady_ms"] / floor, "gpu_busy_ms": busy,
@@ -319,10 +305,6 @@ class StackTrial:
            "e2e_speedup", "psnr_db", "peak_memory_gib", "first_call_s")
 
     def __init__(self, ref, cfg, ceilings: dict | None):
-        from dataclasses import replace
-
-        from ..variants.ladder import measure
-
         self.ref, self.cfg, self.ceilings = ref, cfg, ceilings
         # timed as the ladder times (warm-up, then repeats: median and spread), with at most 2 warm-up calls and 5
         # repeats: a trial answers "is this stack faster", the ladder's rows are the measurements of record
@@ -333,8 +315,6 @@ class StackTrial:
         # never runs a trial spends nothing on it)
 
     def _reference(self) -> None:
-        from ..variants.ladder import GateReference, flop_floor_ms
-
         row, out, frames = self._measure(self.ref, self.cfg.workload, [], self.cfg.device, self.settings, None)
         self.gate_ref = GateReference(forward=out, frames=frames)
         self.frames = frames
@@ -342,10 +322,7 @@ class StackTrial:
         self.floor = flop_floor_ms(row.flops, self.ceilings)
 
     def __call__(self, stack: list[str]):
-        from IPython.display import display
-
-        from .. import display as wd
-        from ..variants import resolve
+        from IPython.display import display  # noqa: PLC0415  optional: IPython
 
         if self.gate_ref is None:
             self._reference()

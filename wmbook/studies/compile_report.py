@@ -5,10 +5,13 @@ summary's compile-and-precision stage."""
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
 from .. import results as results_store
+from .. import workloads
+from ..display import num
 from ..rows import (
     Findings,
     Stage,
@@ -34,7 +37,7 @@ RECOMPILES_GOAL = 0  # zero recompiles across a steady end-to-end run
 
 def plot_forward_vs_floor(ladder, ax=None):
     """Time per forward of each ladder row against the FLOP floor (measured GEMM ceiling)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     t = ladder.table()
     if ax is None:
@@ -50,9 +53,7 @@ def plot_forward_vs_floor(ladder, ax=None):
             ax.axvline(goal * ladder.floor_ms, color="#ee6677", ls=":", lw=1, label=f"target: {goal}x the floor")
         ax.legend(fontsize=7)
     ax.set_xscale("log")
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    from ..display import num
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415  heavy: matplotlib
 
     ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))  # labels at 1-2-5: a short range has several
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: num(v, 2)))
@@ -64,7 +65,7 @@ def plot_forward_vs_floor(ladder, ax=None):
 
 def plot_compile_times(df: pd.DataFrame, goal_s: float | None = None, ax=None):
     """Cold and warm compile time of each configuration of the compile table."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     d = df.dropna(subset=["cold_s"]) if "cold_s" in df else df.iloc[0:0]
     if ax is None:
@@ -132,8 +133,6 @@ def guard_groups(recompiles: pd.DataFrame, top: int = 12) -> pd.DataFrame:
     """The failed guards of a run's recompiles grouped by their shape (numbers folded to N, the guard's source comment
     dropped), most frequent first: count, the functions that recompiled, one example. A run that recompiles per block
     gives one group per kind of guard instead of one row per block."""
-    import re
-
     g = recompiles.assign(
         shape=recompiles["guard"].astype(str).str.replace(r"\s+#.*$", "", regex=True)
         .map(lambda t: re.sub(r"\d+", "N", t)).str.slice(0, 120))
@@ -226,7 +225,7 @@ def _compile_lines(cfg, compile_df) -> list[str]:
 
 def interpret(cfg, ladder=None, compile_df=None, vae=None, hygiene=None) -> str:
     """Sentences computed from the measurements, checked against the workload's goals."""
-    from ..variants.tables import casts
+    from ..variants.tables import casts  # noqa: PLC0415  heavy: wmbook.variants (triton); reports stay light
 
     lines = [*_ladder_lines(cfg, ladder), *ladder.failures()] if ladder is not None else []
     if compile_df is not None and len(compile_df) and "cold_s" in compile_df:
@@ -341,8 +340,6 @@ def published(df: pd.DataFrame) -> list[str]:
 
 
 def _all_workloads():
-    from .. import workloads
-
     return workloads.all_workloads()
 
 

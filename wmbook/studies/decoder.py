@@ -21,8 +21,14 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .. import check
+from .. import check, variants
+from .. import results as results_store
 from ..bench import DeviceTimer, Samples
+from ..device import floor_ms
+from ..profiling.analysis.kernels import kernel_summary
+from ..profiling.collect import profile_calls
+from ..variants import GlobalFlags, VariantContext
+from ..variants.compile import reset_compile_state
 
 DECODER_PSNR_DB = 40.0  # dB against the fp32 decoder on the same latents: the gate of a full-decoder variant
 
@@ -31,8 +37,6 @@ def decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -
     """The decoder rows, each a stack of variant names: for a streaming decoder cumulative (bf16, cuDNN benchmark,
     caches in place, channels-last, compile, graphs), then the tiny decoder; for a per-frame decoder the fp32 one
     compiled and captured, and bf16 (`frame_decoder_stacks`)."""
-    from .. import variants
-
     known = variants.known(workload)
     if "streaming_decoder" not in workload.features:
         return frame_decoder_stacks(workload, device, compile_modes) if "frame_decoder" in workload.features else {}
@@ -75,8 +79,6 @@ def frame_decoder_stacks(workload, device: torch.device, compile_modes=("default
     """A per-frame decoder's rows (the SD VAE of the UNet workload): on a GPU fp32 with cuDNN's own algorithm choice,
     its step compiled, then captured (eager and compiled step), and bf16 (the reference decodes in fp32: a bf16 SD VAE
     is what the gate is for); on a CPU fp32 and bf16."""
-    from .. import variants
-
     known = variants.known(workload)
     rows = {"fp32 (reference)": []}
     if device.type != "cuda":  # the compiled SD VAE step needs a GPU here (aot_eager fails on the CPU's group_norm)
@@ -135,10 +137,6 @@ def run_decoder_table(ref, workload, latents: torch.Tensor, stacks: dict[str, li
                       keep_frames: bool = False) -> list[DecoderRow]:
     """Every stack decodes `latents` (warm-up passes, then `repeats` timed passes, device events per block); its frames
     are compared with the first stack's (the fp32 reference)."""
-    from .. import variants
-    from ..variants import GlobalFlags, VariantContext
-    from ..variants.compile import reset_compile_state
-
     dev = ref.device
     block, pixel_frames = workload.decoder_block(ref)
     flags = GlobalFlags()
@@ -208,9 +206,6 @@ def run_decoder_table(ref, workload, latents: torch.Tensor, stacks: dict[str, li
 def _profile_block(decoder, block_latents: torch.Tensor, device) -> tuple[float, dict, object]:
     """GPU busy ms, kernel ms by category and the top kernels of one more (steady) block of the stream (NaN and empty
     off CUDA)."""
-    from ..profiling.analysis.kernels import kernel_summary
-    from ..profiling.collect import profile_calls
-
     with torch.no_grad():
         tr = profile_calls(lambda: decoder.decode_block(block_latents), device)
     if tr is None:
@@ -229,8 +224,6 @@ def categories(rows: list[DecoderRow]) -> pd.DataFrame:
 def decoder_table(rows: list[DecoderRow], flops: dict | None = None, ceilings: dict | None = None) -> pd.DataFrame:
     """One line per decoder row: ms per steady block (median, p20-p80), x its FLOP floor, pixel-frame rate of the
     decoder alone, PSNR against fp32 and the gate, first pass, memory."""
-    from ..device import floor_ms
-
     fl = floor_ms(flops["steady_block"], ceilings) if flops and ceilings and ceilings.get("gemm_tflops") else math.nan
     base = rows[0].block_ms.median if rows else math.nan
     out = []
@@ -250,7 +243,7 @@ def decoder_table(rows: list[DecoderRow], flops: dict | None = None, ceilings: d
 
 def plot_decoder(table: pd.DataFrame, ax=None):
     """ms per steady block per decoder row (grey: gate failed) with the full decoder's FLOP floor."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 0.42 * len(table) + 1.2))
@@ -273,8 +266,6 @@ def plot_decoder(table: pd.DataFrame, ax=None):
 
 def result_rows(cfg, rows: list[DecoderRow]) -> list[dict]:
     """Each decoder row's ms per block (with spread), PSNR and first pass as results rows."""
-    from .. import results as results_store
-
     common = dict(notebook=cfg.notebook, workload=cfg.workload.name, preset=cfg.preset.name, params=cfg.params(),
                   warmup=cfg.warmup, repeats=cfg.repeats)
     out = []

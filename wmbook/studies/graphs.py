@@ -17,10 +17,17 @@ import torch
 from .. import results as results_store
 from .. import variants
 from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WARMUP, Param, boolean, integer
+from ..profiling.analysis.launches import LAUNCH_CALLS, steady_idle, union_ms
+from ..profiling.collect import profile_calls
+from ..profiling.trace import Trace
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from ..variants import Variant
+from ..variants.builtin import compile_variant
+from ..variants.ladder import LadderSettings, apply_stack, effective
+from ..variants.ladder import run_ladder as _run
 from ..workloads import E2ESize
+from . import decoder as dstudy
 from .common import compile_backend, e2e_blocks, variant_stack
 
 NOTEBOOK = "06_cuda_graphs"
@@ -69,8 +76,6 @@ def e2e_size(cfg: RunConfig) -> E2ESize:
 
 def best_of_04(cfg: RunConfig) -> list[Variant]:
     """Notebook 04's best stack: its default ladder, then compile in the workload's scope (notebook 05's base)."""
-    from ..variants.builtin import compile_variant
-
     names = [*cfg.workload.default_ladder(cfg.device, None), compile_variant(cfg.workload.compile_scope)]
     return variants.resolve(names, cfg.workload, cfg.device)
 
@@ -152,8 +157,6 @@ def static_cache_check(cfg: RunConfig, blocks: int | None = None) -> pd.DataFram
     whether the caches kept their addresses across the generations (what a CUDA-graph replay needs). The ring reads
     its keys in slot order, not time order, so it may differ from the reference by fp32 rounding once it wraps.
     Empty for a workload without cross-call state."""
-    from ..variants.ladder import apply_stack
-
     wl = cfg.workload
     known = variants.known(wl)
     stacks = [s for s in CACHE_STACKS if all(n in known for n in s)]
@@ -199,8 +202,6 @@ def comparison_rows(cfg: RunConfig, base: list[Variant]) -> dict[str, list[Varia
     goal's baseline) on a GPU wherever the base differs from it (notebook 05's kernels, or a `base` parameter that
     folds rows in); with reduce_overhead (GPU), the base compiled with mode reduce-overhead; the stand-in decoder's
     row (stand_in_row)."""
-    from ..variants.builtin import compile_variant
-
     comparisons = {}
     best = best_of_04(cfg)
     if cfg.device.type == "cuda" and base != best:
@@ -221,9 +222,6 @@ def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
     `ladder.generation_traces`) are taken before the comparison rows: profiling a generation after the
     reduce-overhead row (inductor's own CUDA graphs in the process) ended the notebook's kernel on an H100, profiling
     it before never did."""
-    from ..variants.ladder import LadderSettings
-    from ..variants.ladder import run_ladder as _run
-
     base = base_stack(cfg)
     comparisons = comparison_rows(cfg, base)
     o = cfg.options
@@ -276,10 +274,7 @@ def plot_timelines(lad, rows=None, span_ms: float | None = None):
     """One profiled forward per row as a timeline: host launch calls above, GPU kernels below (the same time axis,
     from the first launch): a launch-bound forward shows the GPU waiting for the host; a graph replay shows one
     launch and back-to-back kernels."""
-    import matplotlib.pyplot as plt
-
-    from ..profiling.analysis.launches import LAUNCH_CALLS
-    from ..profiling.trace import Trace
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     picked = [r for r in lad.rows[1:] if r.trace is not None and (rows is None or r.variant in rows)]
     # one shared time axis: the rows are compared by how long their forward is, so every lane keeps the same scale
@@ -310,8 +305,6 @@ def row_results(cfg: RunConfig, r) -> list[dict]:
     seconds, PSNR, peak memory, its first call's and the whole row's seconds (the note adds each phase's), and its GPU
     kernel ms per forward by category (`category_ms:<category>`, a GPU run's profiled forward: what the kernel goals
     of notebook 05 count), as results rows."""
-    from ..variants.ladder import effective
-
     common = dict(notebook=cfg.notebook, workload=cfg.workload.name, preset=cfg.preset.name, params=cfg.params(),
                   warmup=cfg.warmup, repeats=cfg.repeats)
     v = " + ".join(s.name for s in effective(r.stack))
@@ -486,8 +479,6 @@ def trace_size(cfg: RunConfig) -> E2ESize:
 def generation_traces(lad, cfg: RunConfig, which=(0, -1)) -> dict:
     """One profiled end-to-end run (warm) of the first and last measured rows (their kept pipelines), at
     trace_size: {row: trace}."""
-    from ..profiling.collect import profile_calls
-
     rows = [r for r in lad.rows[1:] if r.pipeline is not None]
     picked = {id(rows[i]): rows[i] for i in which if rows and -len(rows) <= i < len(rows)}
     out = {}
@@ -506,9 +497,6 @@ def generation_idle(traces: dict, labels=None) -> pd.DataFrame:
     the idle share, the streams used and the kernel/graph launches; with a workload's `labels` that name a repeated
     unit (a streaming block), also the idle share inside the steady units (launches.steady_idle: the first block
     left out)."""
-    from ..profiling.analysis.launches import LAUNCH_CALLS, steady_idle, union_ms
-    from ..profiling.trace import Trace
-
     rows = []
     for name, tr in traces.items():
         t = Trace.load(tr)
@@ -531,9 +519,7 @@ def generation_idle(traces: dict, labels=None) -> pd.DataFrame:
 def plot_generation_timelines(traces: dict):
     """Each profiled run's GPU kernels on a time axis, one lane per CUDA stream: gaps are GPU idle time; with the
     decode on a second stream its kernels run beside the DiT's."""
-    import matplotlib.pyplot as plt
-
-    from ..profiling.trace import Trace
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     fig, axes = plt.subplots(len(traces) or 1, 1, figsize=(12, 1.2 + 1.1 * max(len(traces), 1)), squeeze=False,
                              sharex=True)  # before and after on one time scale
@@ -558,8 +544,6 @@ def plot_generation_timelines(traces: dict):
 def decoder_study(cfg: RunConfig, ref, ceilings: dict | None):
     """The decoder table (wmbook.studies.decoder) on the reference's own latents: (table, rows); empty for a
     workload without a decoder table or with decoder_table off."""
-    from . import decoder as dstudy
-
     stacks = dstudy.decoder_stacks(cfg.workload, cfg.device) if cfg.options.decoder_table else {}
     if not stacks:
         return pd.DataFrame(), []

@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from .. import workloads
 from ..rows import (
     Findings,
     Stage,
@@ -128,8 +129,6 @@ def _conv_other(run: pd.DataFrame, variant: str) -> str:
 
 def published(df: pd.DataFrame) -> list[str]:
     """Per workload and preset its latest run, one line per measured row; then its decoder table."""
-    from .. import workloads
-
     e2e_metrics = {w.metric.name: w.metric.label for w in workloads.all_workloads()}
     parts = []
     for r in latest_runs(df, NOTEBOOK):

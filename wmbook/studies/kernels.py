@@ -11,17 +11,28 @@ the kernels run in Triton's interpreter on the tiny shapes: correctness only, no
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from .. import results as results_store
-from .. import variants
+from .. import variants, workloads
+from ..bench import spin_up, time_fn
+from ..check import compare
+from ..graphs import GraphedCallable
+from ..kernels import runs_triton
+from ..models.attention import sage_call_counts
 from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WARMUP, Param, boolean, number
+from ..presets import resolve_device
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from ..variants import Variant
+from ..variants.builtin import fp8_unavailable, sage_unavailable
+from ..variants.ladder import LadderSettings
+from ..variants.ladder import run_ladder as _run
 from .common import compile_backend, variant_stack
 from .graphs import DENOISER_KERNELS, E2E_PARAMS, best_of_04, check_e2e, e2e_size, store_each_row
 
@@ -60,8 +71,6 @@ GATE_REL_L2 = {torch.float32: 1e-5, torch.bfloat16: 8e-3, torch.float16: 2e-3}  
 
 def _rel_l2(out, ref) -> float:
     """Relative L2 error of an op's output(s) against its reference (wmbook.check.compare); inf with any NaN/inf."""
-    from ..check import compare
-
     r = compare(out, ref)
     return r.rel_l2 if r.nan_count == 0 else math.inf
 
@@ -81,16 +90,13 @@ def _bench(fn, rep_ms: float, device: torch.device) -> tuple[float, float, float
     longer to launch them than they take to run, and do_bench would then time the GPU waiting for the host
     (notebook 06 is where launch overhead is the subject). fn that cannot be captured falls back to do_bench. Starts
     after 100 ms of busy GPU (wmbook.bench.spin_up: clocks drop while compile runs)."""
-    from ..bench import spin_up, time_fn
-    from ..graphs import GraphedCallable
-
     spin_up(device, 100.0)
     with torch.cuda.device(device):
         graphed = GraphedCallable(fn, name="kernel timing", warmup=3, clone_outputs=False, device=device)
         for _ in range(4):  # three eager calls, then the capture
             graphed()
         if not graphed.captured:
-            from triton.testing import do_bench
+            from triton.testing import do_bench  # noqa: PLC0415  optional: triton
 
             med, p20, p80 = do_bench(fn, warmup=25, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
             return float(med), float(p20), float(p80), TIMED_DO_BENCH
@@ -112,8 +118,6 @@ def sweep_sites(workload: str, preset: str | None, device: torch.device, kernels
     the eager sequence's, at least GATE_REL_L2) and timed with _bench when it passes (GPU only); a setting Triton
     cannot compile is a row with its error, not a crash. Rows: kernel, site, shape, layout, MB, setting (name(s)),
     us, p20, p80, timing, rel_l2, gate."""
-    from .. import workloads
-
     wl = workloads.get(workload)
     p = wl.presets[preset or (wl.real_preset if device.type == "cuda" else wl.tiny_preset)]
     cases = [c for c in wl.kernel_cases(p) if c.kernel in kernels]
@@ -160,10 +164,6 @@ def sweep_cli(sweep, doc: str, workloads: list[str], quick_help: str, argv=None)
     sweep(workload, preset, device, quick, rep_ms) -> rows with site, shape, MB, setting, us, p20, p80, rel_l2, gate
     (torch.compile's row as setting "torch.compile"), adds GB/s and the speedup over compile, prints each call site
     sorted by time, writes the CSV; exit 1 when a setting failed its gate or did not compile."""
-    import argparse
-
-    from ..presets import resolve_device
-
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--workload", default=workloads[0], choices=workloads)
     ap.add_argument("--preset", default=None, help="default: the real preset on a GPU, the tiny one on a CPU")
@@ -198,10 +198,6 @@ def kernel_table(cfg: RunConfig, ceilings: dict | None) -> pd.DataFrame:
     """One row per call site of the workload (Workload.kernel_cases): bytes, the error of eager and of the fused kernel
     against the fp32 reference (the gate), and on a GPU the time and GB/s of eager, torch.compile (inductor, default
     mode) and the kernel, the kernel's share of the copy bandwidth and its speedup over compile."""
-    from tqdm.auto import tqdm
-
-    from ..kernels import runs_triton
-
     dev = cfg.device
     if not runs_triton(dev):
         raise RuntimeError("the fused kernels need Triton on a CUDA device, or TRITON_INTERPRET=1 on a CPU (set it "
@@ -255,7 +251,7 @@ def kernel_summary(tab: pd.DataFrame) -> pd.DataFrame:
 def plot_kernels(tab: pd.DataFrame, title: str = ""):
     """One panel per call site (the Triton tutorials' benchmark style): GB/s of eager, torch.compile and the fused
     kernel, with the measured copy bandwidth as the roof."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     if "fused GB/s" not in tab.columns:
         return None
@@ -318,8 +314,6 @@ def kernel_rows(cfg: RunConfig, tab: pd.DataFrame) -> list[dict]:
 
 def _low_precision(device) -> dict:
     """The low-precision rows and why each cannot run on `device` (None: it can)."""
-    from ..variants.builtin import fp8_unavailable, sage_unavailable
-
     return {"attn-sage": sage_unavailable(device), "fp8": fp8_unavailable(device)}
 
 
@@ -353,8 +347,6 @@ SAGE_ROUTES = ("attn-sage sends a call to SageAttention when its key length is a
 def sage_table() -> pd.DataFrame:
     """How the attention() calls outside compiled regions ran since attn-sage switched the backend (its ladder row:
     warm-up, gate and timing): SageAttention, or SDPA and why (SAGE_ROUTES); empty when every call ran compiled."""
-    from ..models.attention import sage_call_counts
-
     counts = sage_call_counts()
     total = sum(counts.values())
     rows = [{"kernel": k, "calls": n, "share": n / total} for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]
@@ -370,9 +362,6 @@ def fp8_note(cfg: RunConfig) -> str:
 def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
     """The base stack (one row), then each kernel step, gated against fp32 (the ladder of wmbook.variants); each row's
     results rows stored as soon as it is measured."""
-    from ..variants.ladder import LadderSettings
-    from ..variants.ladder import run_ladder as _run
-
     base = base_stack(cfg)
     o = cfg.options
     st = LadderSettings(seed=cfg.seed, warmup=cfg.warmup, repeats=cfg.repeats, e2e=e2e_size(cfg),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from .. import check
 from ..bench import (
@@ -52,8 +53,10 @@ from ..params import (
     integer,
     name_list,
 )
+from ..profiling import label_table, profile, profile_calls, trace_busy_ms
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
+from ..variants.ladder import launch_count
 from .common import compile_backend
 from .motion_plots import plot_ladder, plot_scaling
 
@@ -146,7 +149,7 @@ class MotionSetup:
         return mvariants.MotionContext(device=self.cfg.device, compile_backend=self.cfg.options.compile_backend)
 
     def bytes_per_step(self, num_envs: int | None = None) -> int:
-        from ..motion.kernel import fetch_bytes  # late: triton reads TRITON_INTERPRET when the kernel is defined
+        from ..motion.kernel import fetch_bytes  # noqa: PLC0415  late: the kernel reads TRITON_INTERPRET on import
 
         lib = self.library
         width = state_layout(lib.num_joints, lib.num_bodies).width
@@ -180,8 +183,6 @@ def profile_fetch(s: MotionSetup, stack=(), name: str = "07_motion_fetch_trace")
     """The seed's recipe: torch.profiler with a schedule (profile_warmup untraced steps, then profile_active traced
     ones), shapes recorded, the trace exported (gzip Chrome trace under output_dir; Perfetto or TensorBoard open it).
     Returns the ProfileResult (wmbook.profiling.collect)."""
-    from ..profiling import profile
-
     term = s.term(stack)
     term.fetch()  # lazy work (the packed tables) outside the trace
     o = s.cfg.options
@@ -220,8 +221,6 @@ def stage_table(prof, cfg: RunConfig) -> pd.DataFrame:
     """The seed's labelled stages, per step: host time, device time (README: a label's device time; NaN on a CPU) and
     each stage's share of the whole fetch's host time and device time (an eager fetch on a GPU is host-bound: its
     host shares say where the wall time goes, its device shares where the kernels' time goes)."""
-    from ..profiling import label_table
-
     labels = label_table(prof.trace_path).set_index("label")
     steps = cfg.options.profile_active
     order = [FETCH_LABEL, *CALL_STAGES, STATE_LABEL, *STATE_STAGES]
@@ -241,7 +240,7 @@ def stage_table(prof, cfg: RunConfig) -> pd.DataFrame:
 
 def plot_stages(stages: pd.DataFrame, ax=None):
     """Horizontal bars: the innermost stages' share of the fetch's host time (and device time, where measured)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     leaves = stages.set_index("label").loc[list(LEAF_STAGES)]
     if ax is None:
@@ -400,9 +399,6 @@ def measure(s: MotionSetup, stack, num_envs: int | None = None, anchors: dict | 
                     first_call_s=first, speed_counts=not slow,
                     note="; ".join(v for k, v in ctx.notes.items() if k in eff), loop=loop)
     if cfg.device.type == "cuda":
-        from ..profiling import profile_calls, trace_busy_ms
-        from ..variants.ladder import launch_count
-
         row.host_ms = float(np.median([host_launch_ms(term.fetch, cfg.device) for _ in range(cfg.repeats)]))
         trace = profile_calls(term.fetch, cfg.device, calls=5)
         row.gpu_busy_ms = trace_busy_ms(trace) / 5
@@ -421,8 +417,6 @@ def measure(s: MotionSetup, stack, num_envs: int | None = None, anchors: dict | 
 def run_ladder(s: MotionSetup) -> MotionLadder:
     """The eager reference, then each variant of `steps` added in turn; every row gated, timed and set against the
     bytes floor. A row that fails the gate is shown, but its time does not count."""
-    from tqdm.auto import tqdm
-
     lad = MotionLadder()
     steps = ladder_steps(s.cfg)
     for i in tqdm(range(len(steps) + 1), desc="ladder", leave=False):
@@ -526,8 +520,6 @@ def floor_table(s: MotionSetup, lad: MotionLadder) -> pd.DataFrame:
 def run_scaling(s: MotionSetup, lad: MotionLadder) -> pd.DataFrame:
     """Every ladder row whose time counts, at each robot count of `scaling_envs` (gated again at each count): ms per
     step with its spread, the bytes floor there, x floor."""
-    from tqdm.auto import tqdm
-
     rows = []
     todo = [(r, n) for n in s.cfg.options.scaling_envs for r in lad.rows if r.counts]
     for r, n in tqdm(todo, desc="scaling", leave=False):
@@ -536,7 +528,7 @@ def run_scaling(s: MotionSetup, lad: MotionLadder) -> pd.DataFrame:
                "fetch ms": m.fetch.median, "p20": m.fetch.p20, "p80": m.fetch.p80, "bytes floor ms": m.floor_ms,
                "x bytes floor": m.x_floor, "GB/s": m.gbps, "us per robot": m.fetch.median * 1e3 / n}
         if "triton" in r.stack and s.cfg.device.type == "cuda":  # what the kernel's autotune picked at this count
-            from ..motion.kernel import tuned_config
+            from ..motion.kernel import tuned_config  # noqa: PLC0415  late: the kernel reads TRITON_INTERPRET on import
 
             tc = tuned_config(n * s.frames_per_env)
             row["kernel config"] = f"{tc['BLOCK_Q']} queries x {tc['num_warps']} warps" if tc else ""

@@ -11,7 +11,7 @@ __all__ = ["plot_ladder", "plot_scaling"]
 def plot_ladder(lad, ax=None):
     """A MotionLadder's ms per step of every row (log scale), p20-p80 whiskers, the bytes floor as a line; failed or
     interpreted rows hatched."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 3.2))
@@ -34,7 +34,7 @@ def plot_ladder(lad, ax=None):
 
 def plot_scaling(scaling: pd.DataFrame, ax=None):
     """ms per step against robots (log-log), one line per stack, the bytes floor dashed."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 3.6))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from .. import results as results_store
+from .. import workloads
 from ..motion import variants as mvariants
 from ..rows import (
     Findings,
@@ -91,7 +92,7 @@ def result_rows(cfg: RunConfig, s: MotionSetup, lad: MotionLadder, scaling: pd.D
 def interpret(cfg: RunConfig, s: MotionSetup, lad: MotionLadder, scaling: pd.DataFrame | None = None,
               stages: pd.DataFrame | None = None) -> str:
     """Sentences computed from the measured numbers."""
-    from .motion import LEAF_STAGES, scaling_slopes, step_floor_ms  # late: the study module holds torch and numpy
+    from .motion import LEAF_STAGES, scaling_slopes, step_floor_ms  # noqa: PLC0415  heavy: study module (triton)
 
     ref, best = lad.reference, lad.best()
     goals = cfg.workload.goals
@@ -245,8 +246,6 @@ def published(df: pd.DataFrame) -> list[str]:
 
 
 def findings(run: pd.DataFrame) -> Findings:
-    from .. import workloads
-
     goals = workloads.get(run["workload"].iloc[0]).goals
     best = best_counted(run, "fetch_ms")
     if best is None:

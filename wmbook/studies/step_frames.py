@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 
 from .. import display as wd
+from ..check import frame_psnr
+from .steps import axis, knee_table, world_eval
 
 
 def chosen_point(sweep):
     """The reference solver's knee (its first curve's), else the full-step run."""
-    from .steps import knee_table
-
     kt = knee_table(sweep)
     label = kt["knee"].iloc[0] if len(kt) else None
     return next((r for r in sweep.results if r.point.label == label), sweep.reference)
@@ -20,10 +20,7 @@ def chosen_point(sweep):
 
 def show_frames(cfg, pipe, sweep, columns: int = 6) -> str:
     """Draw the strip and the comparer on a trained world preset; returns what was shown, or why nothing was."""
-    import matplotlib.pyplot as plt
-
-    from ..check import frame_psnr
-    from .steps import axis, world_eval
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     weval, why = world_eval()
     if weval is None or not sweep.has_quality:

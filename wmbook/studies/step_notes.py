@@ -7,6 +7,9 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import results as results_store
+from ..presets import ALL_PRESETS
+from ..rows import workload_of
+from ..world.weights import file_sha256, is_world_preset, weights_path
 
 EQUAL_WORK_TOLERANCE = 1.15  # points of equal work whose times differ by more than this: the run says so
 
@@ -49,8 +52,6 @@ def equal_work_spread_rows(rows: pd.DataFrame) -> dict | None:
                       r["median"]))
     if not items:
         return None
-    from ..rows import workload_of
-
     metric = points["metric"].iloc[0]  # the workload's own metric says which way is faster
     higher = next((m.higher_is_better for m in workload_of(points).summary_metrics if metric in m.names), True)
     return widest_equal_work(items, higher_is_better=higher)
@@ -75,9 +76,6 @@ def weights_note(rows: pd.DataFrame, short: bool = False) -> str:
     runs are listed. short=True: the clause alone (an index headline)."""
     if not len(rows) or not (rows["metric"] == "psnr_gt").any():
         return ""
-    from ..presets import ALL_PRESETS
-    from ..world.weights import file_sha256, is_world_preset, weights_path
-
     preset = ALL_PRESETS.get(rows["preset"].iloc[0])
     if preset is None or not is_world_preset(preset):
         return ""

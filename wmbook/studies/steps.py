@@ -31,8 +31,10 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import results as results_store
+from .. import workloads
 from ..bench import Samples
 from ..check import compare, require_finite
+from ..display import headless
 from ..params import (
     DEVICE,
     DTYPE,
@@ -55,6 +57,9 @@ from ..pipelines.solvers import SampleRun, StepPoint
 from ..presets import dtype_name
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
+from ..variants.ladder import apply_stack
+from ..workloads import E2ESize
+from ..world.weights import file_sha256, is_world_preset, weights_path
 from .common import compile_backend, variant_stack
 from .step_notes import timing_noise_note, widest_equal_work
 
@@ -64,8 +69,6 @@ NOTEBOOK = "03_step_reduction"
 def _quiet(progress: bool) -> bool:
     """tqdm's `disable`: off when asked, and in headless report runs (wmbook.run), whose TQDM_DISABLE an explicit
     `disable=False` would override."""
-    from ..display import headless
-
     return not progress or headless()
 
 
@@ -99,8 +102,6 @@ def _cross_check(cfg: RunConfig) -> None:
         if axis.has_passes:
             raise ParameterError(f"blocks={cfg.options.blocks!r} applies to streaming workloads only; for workload "
                                  f"{cfg.workload.name!r} leave it at 0")
-        from ..workloads import E2ESize
-
         cfg.workload.check_e2e(cfg.preset, "blocks", E2ESize(blocks=cfg.options.blocks), cfg.device)
 
 
@@ -166,8 +167,6 @@ def build(cfg: RunConfig):
     if cfg.options.base is None:
         pipe = wl.pipeline(cfg.preset, cfg.device, cfg.dtype, cfg.vae_dtype, cfg.seed)
     else:
-        from ..variants.ladder import apply_stack
-
         ref = wl.reference_pipeline(cfg.preset, cfg.device, cfg.seed)
         pipe, _ = apply_stack(ref, wl, cfg.options.base, cfg.device, cfg.options.compile_backend)
     return pipe, axis(cfg).prepare(pipe, cfg.seed, cfg.options.blocks)
@@ -263,7 +262,7 @@ def deviation(r: PointResult, ref: PointResult) -> dict:
 def world_eval():
     """wmbook.world.eval, or (None, why not)."""
     try:
-        from ..world import eval as weval
+        from ..world import eval as weval  # noqa: PLC0415  optional: a broken wmbook.world.eval skips the section
     except Exception as e:  # noqa: BLE001 - not there yet, or broken: the section says why and skips
         return None, f"wmbook.world.eval is not available ({type(e).__name__}: {e})"
     return weval, ""
@@ -289,8 +288,6 @@ def quality(cfg: RunConfig, pipe, sweep: Sweep, progress: bool = True) -> str:
         for r in tqdm(sweep.results, desc="quality", disable=_quiet(progress)):
             scores = [weval.score(weval.predict(cfg.workload, pipe, c, **ax.kwargs(r.point)), c) for c in cases]
             r.quality = {k: float(np.mean([s[k] for s in scores])) for k in scores[0]}
-        from ..world.weights import file_sha256, is_world_preset, weights_path
-
         w = cfg.options.get("weights")  # a WeightsFile (its SHA-256 taken at validation) or None: the shipped file
         sweep.weights_sha256 = (w.sha256 if w is not None else
                                 file_sha256(weights_path(cfg.preset)) if is_world_preset(cfg.preset) else None)
@@ -373,7 +370,7 @@ def knee_table(sweep: Sweep) -> pd.DataFrame:
 
 def plot_frontier(sweep: Sweep):
     """Speed against deviation (and against quality with ground truth), one line per curve, the knee starred."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
     tab = table(sweep)
     knees = set(knee_table(sweep).get("knee", pd.Series(dtype=str)))
@@ -583,8 +580,6 @@ def stored_knee(workload: str, preset: str, curve: str | None = None, path=None)
     """The sampling keyword arguments of the latest stored knee (`knee:<curve>` rows of this notebook) for a workload
     and preset, to stack on: {'curve', 'sampling', 'speedup', 'criterion', 'timestamp'}, or None when there is none.
     curve None: the reference solver's curve (the first solver of the workload's axis)."""
-    from .. import workloads
-
     ax = workloads.get(workload).step_axis()
     curve = ax.solvers[0] if curve is None else curve
     df = results_store.read(path, notebook=NOTEBOOK, workload=workload, preset=preset, variant=f"knee:{curve}",

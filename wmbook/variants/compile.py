@@ -274,7 +274,7 @@ _CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 def clear_inmemory_compile_caches() -> None:
     """Forget inductor's in-process code caches (loaded modules stay alive where still referenced)."""
     try:
-        import torch._inductor.utils as iu
+        import torch._inductor.utils as iu  # noqa: PLC0415  optional: inductor internal
     except Exception:
         return
     fn = getattr(iu, "clear_caches", None) or getattr(iu, "clear_inductor_caches", None)
@@ -331,7 +331,7 @@ def _dir_bytes(path: str) -> int:
 def cpp_compiler_available() -> bool:
     """Whether inductor's CPU backend can find a C++ compiler (needed for backend='inductor' on CPU)."""
     try:
-        from torch._inductor.cpp_builder import get_cpp_compiler
+        from torch._inductor.cpp_builder import get_cpp_compiler  # noqa: PLC0415  optional: inductor internal
 
         get_cpp_compiler()
         return True

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 import torch._dynamo
+from torch._dynamo.utils import counters
 
 
 def _first_line(text) -> str:
@@ -50,14 +51,12 @@ def _parse_graph_break(msg: str) -> dict:
 
 
 def _counters():
-    from torch._dynamo.utils import counters
-
     return counters
 
 
 def _metrics_list() -> list:
     try:
-        from torch._dynamo.utils import get_compilation_metrics
+        from torch._dynamo.utils import get_compilation_metrics  # noqa: PLC0415  optional: dynamo internal
 
         return list(get_compilation_metrics())
     except Exception:  # internal API moved: frames/recompile tables stay empty, counters still work
@@ -66,7 +65,7 @@ def _metrics_list() -> list:
 
 def _metrics_maxlen():
     try:
-        import torch._dynamo.utils as du
+        import torch._dynamo.utils as du  # noqa: PLC0415  optional: dynamo internal
 
         return du._compilation_metrics.maxlen
     except Exception:
@@ -75,7 +74,7 @@ def _metrics_maxlen():
 
 def _set_metrics_limit(n: int) -> bool:
     try:
-        from torch._dynamo.utils import set_compilation_metrics_limit
+        from torch._dynamo.utils import set_compilation_metrics_limit  # noqa: PLC0415  optional: dynamo internal
 
         set_compilation_metrics_limit(n)
         return True
@@ -120,8 +119,6 @@ class CompileMonitor:
     def __enter__(self):
         if self._active:
             raise RuntimeError("this CompileMonitor is already active; use a new one to nest")
-        import torch._dynamo  # noqa: F401  (loads the modules whose loggers are captured)
-
         counters = _counters()
         self._sentinel = f"m{id(self)}_{time.perf_counter_ns()}"
         counters["wmbook_monitor"][self._sentinel] += 1

@@ -22,6 +22,8 @@ import torch.nn as nn
 # importing the kernel modules registers their ops (torch.ops.wmbook.*); this module is imported only when a
 # fused variant is applied
 from ..kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu, short_attention  # noqa: E402,F401
+from ..models.attention import attention
+from ..models.causal_wan import CausalWanAttentionBlock, WanLayerNorm, WanRMSNorm
 from ..profiling.labels import detail_label as dl
 from .swaps import swap_class
 
@@ -35,8 +37,6 @@ class FusedQKNormRoPE:
     """CausalWanSelfAttention whose q and k go through one RMSNorm + RoPE kernel each."""
 
     def forward(self, x, cos, sin, kv_cache, start_token=None, mask=None):
-        from ..models.attention import attention
-
         b, s = x.shape[:2]
         n, d = self.num_heads, self.head_dim
         with dl("DiT_SelfAttn_QKV_RoPE"):
@@ -87,8 +87,6 @@ class FusedDiTBlock:
 
 def fuse_dit(model: nn.Module) -> dict[str, int]:
     """Swap the DiT blocks and their self-attentions (q/k norm only where it is an RMSNorm); returns the counts."""
-    from ..models.causal_wan import CausalWanAttentionBlock, WanLayerNorm, WanRMSNorm
-
     blocks = attn = 0
     for m in model.modules():
         if isinstance(m, CausalWanAttentionBlock):
@@ -184,7 +182,11 @@ class ShortSelfAttention:
 
 
 def fuse_unet(model: nn.Module) -> dict[str, int]:
-    from ..models.wma.unet import CrossAttention, ResBlock, TemporalTransformer
+    from ..models.wma.unet import (  # noqa: PLC0415  heavy: models.wma (diffusers)
+        CrossAttention,
+        ResBlock,
+        TemporalTransformer,
+    )
 
     pairs = fuse_sequential_gn_silu(model)
     res = 0
@@ -208,7 +210,7 @@ def fuse_decoder(decoder: nn.Module) -> int:
     """Each module with norm1/norm2 (or norm_out) followed by its `nonlinearity` SiLU (diffusers' Wan residual
     blocks and SD ResnetBlock2D, the decoder head): norm -> fused norm + SiLU, nonlinearity -> Identity. A module
     whose nonlinearity is used elsewhere too (an SD block with a time embedding) is left as it is."""
-    from diffusers.models.autoencoders.autoencoder_kl_wan import WanRMS_norm
+    from diffusers.models.autoencoders.autoencoder_kl_wan import WanRMS_norm  # noqa: PLC0415  heavy: diffusers
 
     def fused(norm):
         if isinstance(norm, WanRMS_norm) and norm.channel_first:

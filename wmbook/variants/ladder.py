@@ -32,8 +32,16 @@ from tqdm.auto import tqdm
 
 from .. import check
 from ..bench import Samples, time_fn
+from ..check import to_uint8_frames
+from ..device import floor_ms
+from ..presets import dtype_name
+from ..profiling.analysis.launches import LAUNCH_CALLS
 from ..profiling.breakdown import kernel_summary, profile_calls
+from ..profiling.trace import Trace
 from ..workloads import E2ESize, get
+from .builtin import graphed_callables
+from .compile import reset_compile_state
+from .compile_monitor import CompileMonitor
 from .registry import GlobalFlags, VariantContext, resolve, tolerance_for
 
 
@@ -173,7 +181,7 @@ class Ladder:
 
     def plot_categories(self, ax=None):
         """Stacked bars of the categories() table with the FLOP floor as a line."""
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
         d = self.categories()
         if ax is None:
@@ -191,7 +199,7 @@ class Ladder:
 
     def plot(self, ax=None):
         """Speedup of each row over the eager fp32 reference (forward), rows whose gate failed in grey."""
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
         t = self.table()
         if ax is None:
@@ -324,8 +332,6 @@ def _failed_row(stack: list, error: BaseException, device: torch.device) -> Ladd
 
 def flop_floor_ms(flops: float, ceilings: dict | None) -> float:
     """The FLOP floor at the measured bf16 GEMM ceiling (NaN without ceilings): what `x_floor` divides by."""
-    from ..device import floor_ms
-
     return floor_ms(flops, ceilings) if ceilings and ceilings.get("gemm_tflops") else float("nan")
 
 
@@ -380,8 +386,6 @@ def stack_label(stack) -> str:
 
 def _keep_frames(lad: Ladder, label: str, frames: torch.Tensor, reference: bool) -> None:
     """The reference's frames and the latest judged row's, as uint8 on the host (small: one short run each)."""
-    from ..check import to_uint8_frames
-
     if not reference:
         lad.frames = {k: v for k, v in list(lad.frames.items())[:1]}
     lad.frames[label] = to_uint8_frames(frames)
@@ -399,8 +403,6 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
     m0 = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0  # the kept reference is not this row's
     compiled = any(v.family == "compile" for v in stack)
     if compiled:  # compiled code is cached per code object, across copies: start every compiled row afresh
-        from .compile import reset_compile_state
-
         reset_compile_state()
     t_row = time.perf_counter()
     phases = {}  # seconds per phase of the row: where a slow row's minutes went
@@ -453,8 +455,6 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
             if m is not None:
                 m.__exit__(None, None, None)
     if settings.keep:  # after the end-to-end runs: what every graph captured and replayed
-        from .builtin import graphed_callables
-
         row.captures = [g.table() for g in graphed_callables(pipe)]
     if runs:
         row.e2e_samples = Samples([float(r.value) for r in runs], runs[0].metric.unit)
@@ -499,8 +499,6 @@ def _phase(phases: dict, name: str):
 def decoder_setting(pipe, stack) -> str:
     """The decoder a row's frames come from: the VAE's dtype, then the decoder variants in effect ('eager' when
     none)."""
-    from ..presets import dtype_name
-
     dt = getattr(pipe, "vae_dtype", None)
     names = [v.name for v in stack if v.family == "decoder"]
     return f"VAE {dtype_name(dt) if dt is not None else '?'}, " + (" + ".join(names) if names else "eager")
@@ -508,17 +506,12 @@ def decoder_setting(pipe, stack) -> str:
 
 def launch_count(trace) -> int:
     """Kernel and graph launch calls (cudaLaunchKernel, cuLaunchKernel, cudaGraphLaunch, ...) in a trace."""
-    from ..profiling.analysis.launches import LAUNCH_CALLS
-    from ..profiling.trace import Trace
-
     calls = Trace.load(trace).runtime_calls
     return int(calls["name"].isin(LAUNCH_CALLS).sum()) if len(calls) else 0
 
 
 def _monitor():
     """An entered CompileMonitor (wmbook.variants.compile_monitor)."""
-    from .compile_monitor import CompileMonitor
-
     m = CompileMonitor()
     m.__enter__()
     return m

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+import torch._inductor.config as inductor_config
+
+from ..models import attention as attn
 
 FAMILIES = ("precision", "hygiene", "attention", "layout", "kernels", "compile", "graphs", "decoder")
 _TOL_ORDER = ("fp32", "tf32", "bf16", "fp16", "fp8")  # looser to the right
@@ -156,34 +159,26 @@ class GlobalFlags:
     """Snapshot of the process-wide switches variants touch; `restore()` puts them back."""
 
     def __init__(self):
-        from ..models import attention as attn
-
         self.matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
         self.cudnn_tf32 = torch.backends.cudnn.allow_tf32
         self.precision = torch.get_float32_matmul_precision()
         self.cudnn_benchmark = torch.backends.cudnn.benchmark
         self.attention = attn.get_attention_backend() if hasattr(attn, "get_attention_backend") else None
-        from .compile import get_recompile_limit
+        from .compile import get_recompile_limit  # noqa: PLC0415  heavy: pandas (variants.compile)
 
         self.recompile_limit = get_recompile_limit()
-        import torch._inductor.config as inductor_config
-
         self.inductor = {k: operator.attrgetter(k)(inductor_config) for k in INDUCTOR_KEYS}
 
     def restore(self) -> None:
-        from ..models import attention as attn
-
         torch.backends.cuda.matmul.allow_tf32 = self.matmul_tf32
         torch.backends.cudnn.allow_tf32 = self.cudnn_tf32
         torch.set_float32_matmul_precision(self.precision)
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
         if self.attention is not None:
             attn.set_attention_backend(self.attention)
-        from .compile import recompile_limit_name
+        from .compile import recompile_limit_name  # noqa: PLC0415  heavy: pandas (variants.compile)
 
         setattr(torch._dynamo.config, recompile_limit_name(), self.recompile_limit)
-        import torch._inductor.config as inductor_config
-
         for k, v in self.inductor.items():
             _set_dotted(inductor_config, k, v)
 

@@ -16,6 +16,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..models.action import prepare_action_inputs
+from ..models.attention import small_attention
+
 _COMBINED: dict[tuple[type, type], type] = {}
 
 
@@ -82,8 +85,8 @@ class GroupNormInputDtype:
 
 def norms_on_input_dtype(model: nn.Module) -> int:
     """Swap every fp32-round-trip norm of the reference models for its input-dtype form; returns the count."""
-    from ..models.causal_wan import WanLayerNorm, WanRMSNorm
-    from ..models.wma.layers import GroupNorm32
+    from ..models.causal_wan import WanLayerNorm, WanRMSNorm  # noqa: PLC0415  heavy: models.causal_wan brings pandas
+    from ..models.wma.layers import GroupNorm32  # noqa: PLC0415  heavy: models.wma (diffusers)
 
     n = replace_modules(model, of_type(WanRMSNorm), with_mixin(RMSNormInputDtype))
     n += replace_modules(model, of_type(WanLayerNorm), with_mixin(LayerNormInputDtype))
@@ -111,8 +114,6 @@ class HoistedActionInputs:
 
     @torch.compiler.disable
     def _position_inputs(self, grid, start_frame, cache, actions, dtype, device):
-        from ..models.action import prepare_action_inputs
-
         pos = super()._position_inputs(grid, start_frame, cache, actions, dtype, device)
         p = self.preset
         mods = [b.action_model for b in self.blocks if b.action_model is not None]
@@ -338,13 +339,9 @@ class SmallActionAttention:
     instead of copied, in place of an SDPA kernel that pads every (location, head) problem to a full tile."""
 
     def mouse_attention(self, q, k, v, mask):
-        from ..models.attention import small_attention
-
         return small_attention(q, k, v, mask=mask).flatten(2)
 
     def keyboard_attention(self, q, kk, kv, mask, b: int, s: int):
-        from ..models.attention import small_attention
-
         f, nh = q.shape[1], q.shape[2]
         # [B, S, F, H, D] against [B, 1, nk, H, D]: no per-location copy
         return small_attention(q.view(b, s, f, nh, -1), kk[:, None], kv[:, None], mask=mask).reshape(b * s, f, -1)

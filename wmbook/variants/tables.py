@@ -7,13 +7,14 @@ import copy
 
 import pandas as pd
 import torch
+from torch.profiler import ProfilerActivity, profile
 from tqdm.auto import tqdm
 
 from .. import check
 from ..bench import time_fn
 from ..presets import DTYPES
 from ..profiling.breakdown import CAST_OPS
-from ..workloads import get
+from ..workloads import E2ESize, get
 from .ladder import GateReference, LadderSettings, _changes_precision, apply_stack, flop_floor_ms, measure
 from .registry import GlobalFlags, resolve
 from .swaps import to_memory_format
@@ -56,8 +57,6 @@ def vae_table(ref, workload, dtypes=("fp32", "bf16", "fp16"), *, device: torch.d
 
     The quality column is what matters here: a bf16 VAE has cost a competition team 12 dB PSNR.
     """
-    from ..workloads import E2ESize
-
     wl = get(workload)
     for d in dtypes:
         if d not in DTYPES:
@@ -92,8 +91,6 @@ def op_counts(ref, workload, stacks: dict[str, list[str]], *, device: torch.devi
 
     Counted with torch.profiler on one warm forward of the probe (what the hygiene variants are about).
     """
-    from torch.profiler import ProfilerActivity, profile
-
     wl = get(workload)
     flags = GlobalFlags()
     rows = []

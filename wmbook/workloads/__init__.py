@@ -26,9 +26,9 @@ _REGISTRY: dict[str, Workload] = {}
 
 def _load() -> None:
     if not _REGISTRY:
-        from .mg2 import Mg2Workload
-        from .motion import MotionWorkload
-        from .wma import WMAWorkload
+        from .mg2 import Mg2Workload  # noqa: PLC0415  heavy: diffusers, transformers; circle via wmbook.train
+        from .motion import MotionWorkload  # noqa: PLC0415  heavy: pandas (wmbook.motion)
+        from .wma import WMAWorkload  # noqa: PLC0415  heavy: diffusers, transformers; circle via wmbook.train
 
         for wl in (Mg2Workload(), WMAWorkload(), MotionWorkload()):
             _REGISTRY[wl.name] = wl

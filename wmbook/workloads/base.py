@@ -8,7 +8,8 @@ from typing import Any, Callable
 import torch
 
 from ..models.decoder_step import DecoderStep  # noqa: F401  (part of the workloads' face)
-from ..params import Param
+from ..params import Param, ParameterError
+from ..world.weights import build_world_pipeline, is_world_preset, weights_path
 
 
 @dataclass(frozen=True)
@@ -132,11 +133,7 @@ class Workload:
     def check_config(self, cfg) -> None:
         """Cross checks of a validated RunConfig (ParameterError naming the parameter): here, that a trained world
         preset's weights exist before any notebook builds it."""
-        from ..world.weights import is_world_preset, weights_path
-
         if is_world_preset(cfg.preset) and not weights_path(cfg.preset).exists():
-            from ..params import ParameterError
-
             raise ParameterError(f"preset={cfg.preset.name!r} is a trained world model and its weights "
                                  f"{str(weights_path(cfg.preset))!r} are not there; train them first with `python -m "
                                  f"wmbook.train --workload {self.name} --minutes M --ship` (they ship when they beat "
@@ -146,8 +143,6 @@ class Workload:
     def pipeline(self, preset, device: torch.device, dtype: torch.dtype, vae_dtype: torch.dtype, seed: int = 0):
         """The reference pipeline at `preset`; a trained world preset's comes with its shipped weights, loaded strictly
         (wmbook.world.weights; `seed` then seeds sampling only)."""
-        from ..world.weights import build_world_pipeline, is_world_preset
-
         if is_world_preset(preset):
             return build_world_pipeline(self, preset, device=device, dtype=dtype, vae_dtype=vae_dtype)
         return self.new_pipeline(preset, device, dtype, vae_dtype, seed)
@@ -292,7 +287,7 @@ class Workload:
 
     def plot_overview(self, res):
         """Notebook 01's overview: the baseline result's panels (overview_panels) side by side."""
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
         fig, axes = plt.subplots(1, len(self.overview_panels), figsize=(12.5, 3.4), squeeze=False,
                                  gridspec_kw={"width_ratios": [r for _, r in self.overview_panels]})

@@ -20,11 +20,21 @@ from tqdm.auto import tqdm
 from ..bench import Samples
 from ..check import require_finite
 from ..device import floor_ms
+from ..graphs import register_input_type
+from ..kernels.cases import dit_cases, wan_decoder_cases
+from ..models.action import ActionInputs
 from ..models.causal_wan import DIT_FINE_LABELS, DIT_FORWARD_LABEL
 from ..models.flops import dit_forward_flops, wan_decoder_flops
+from ..models.vae import pixel_frames_for, wan_vae_config
 from ..params import Param, ParameterError, check_fits, integer
 from ..pipelines.causal import CausalStreamingPipeline, StreamInputs, StreamOutput
+from ..pipelines.solvers import FlowStepAxis
 from ..presets import PRESETS, dtype_name
+from ..profiling import label_table, profile, stage_table
+from ..train.objectives import Mg2Objective
+from ..variants import swaps
+from ..variants.builtin import buffered_decoder
+from ..world.eval import Case
 from .base import DecoderStep, E2ESize, EndToEnd, GraphTarget, Labels, Layout, Metric, Probe, Workload
 
 REAL_TIME_FPS = 25.0  # Matrix-Game-2's claimed real-time rate (ANCHORS.md)
@@ -100,9 +110,6 @@ class Mg2Workload(Workload):
         """Conditioning: the episode's frame `start` (default 0, the agent at rest) and the true keyboard / mouse of
         the next 1 + 4(F - 1) frames; target: the 4(F - 1) frames after it (the generated frame 0 reconstructs the
         conditioning frame and is not scored)."""
-        from ..models.vae import pixel_frames_for
-        from ..world.eval import Case
-
         p = pipe.preset
         nb = p.default_blocks if num_blocks is None else num_blocks
         if isinstance(nb, bool) or not isinstance(nb, int) or nb < 1:
@@ -128,8 +135,6 @@ class Mg2Workload(Workload):
         return pipe.postprocess(out.frames)[1:], out
 
     def training_objective(self, pipe, bank, **options):
-        from ..train.objectives import Mg2Objective
-
         return Mg2Objective(pipe, bank, **options)
 
     def build(self, cfg) -> tuple[CausalStreamingPipeline, StreamInputs]:
@@ -153,8 +158,6 @@ class Mg2Workload(Workload):
         return [Layout(pipe.vae, torch.channels_last_3d)]  # the Wan VAE's causal 3-D convolutions
 
     def static_caches(self, pipe) -> str:
-        from ..variants import swaps
-
         swaps.swap_class(pipe, swaps.StaticGenerationCache)
         return "one set of KV, action and cross-attention caches for every generation, reset and refilled in place"
 
@@ -163,10 +166,6 @@ class Mg2Workload(Workload):
         prepared before it), one graph per set of cache write slots (block 0; every later block). Its write slots
         must be prepared outside the graph (kv-slot-write, applied here if the stack lacks it: a graph replays the
         cache bookkeeping of the block it was captured in) and the caches must keep their addresses (static caches)."""
-        from ..graphs import register_input_type
-        from ..models.action import ActionInputs
-        from ..variants import swaps
-
         register_input_type(ActionInputs)
         model = self.denoiser(pipe)
         swaps.swap_class(model, swaps.KVSlotWrites)
@@ -198,8 +197,6 @@ class Mg2Workload(Workload):
         two frames allocate or change its caches, and compiling them would compile each again once the caches exist);
         captured after its caches are moved into fixed buffers (vae-stream-buffers). Asking for it prepares the decoder
         for that: its stage labels go (a compiled or captured step is one region)."""
-        from ..variants.builtin import buffered_decoder
-
         dec = pipe.decoder
         if hasattr(dec, "decoder_step"):  # a stand-in decoder (vae-tiny) says what its step is
             return dec.decoder_step()
@@ -234,16 +231,11 @@ class Mg2Workload(Workload):
 
     # --- measuring -------------------------------------------------------------------------------------
     def step_axis(self):
-        from ..pipelines.solvers import FlowStepAxis
-
         return FlowStepAxis()
 
     def kernel_cases(self, preset) -> list:
         """The DiT block's adaLN, gated residual + adaLN and q/k norm + RoPE at one block's tokens; the Wan VAE
         decoder's RMS norm + SiLU."""
-        from ..kernels.cases import dit_cases, wan_decoder_cases
-        from ..models.vae import wan_vae_config
-
         (lh, lw), (pt, ph, pw) = preset.latent_hw, preset.patch_size
         grid = (preset.num_frame_per_block // pt, lh // ph, lw // pw)  # one block's token grid
         return (dit_cases(preset.dim, preset.num_heads, grid, preset.eps)
@@ -333,8 +325,6 @@ class Mg2Workload(Workload):
 
     def profile_stages(self, pipe, inputs: StreamInputs, cfg):
         """One torch.profiler trace of the whole labelled pipeline: (stage table, trace path, label table)."""
-        from ..profiling import label_table, profile, stage_table
-
         prof = profile(self.run_callable(pipe, inputs, cfg), wait=0, warmup=1, active=1, out_dir=cfg.output_dir,
                        name="01_baseline_trace")
         labels = label_table(prof.trace_path)
@@ -464,7 +454,7 @@ class Mg2BaselineResult:
 
     def plot_time_split(self, ax=None):
         """Stacked bars per block: denoising forwards, cache refresh, VAE decode (median over runs)."""
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
         bt = self.block_table()
         if ax is None:
@@ -474,7 +464,7 @@ class Mg2BaselineResult:
             ax.bar(bt.index, bt[col], bottom=bottom, label=col.replace("_ms", "").replace("_", " "), color=color)
             bottom += bt[col].to_numpy()
         ax.set_xlabel("block")
-        from matplotlib.ticker import MaxNLocator
+        from matplotlib.ticker import MaxNLocator  # noqa: PLC0415  heavy: matplotlib
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # blocks are whole numbers
         ax.set_ylabel("ms")
@@ -484,7 +474,7 @@ class Mg2BaselineResult:
 
     def plot_timeline(self, ax=None):
         """One run's forwards and decodes on a time axis (device events)."""
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
         r = self.runs[len(self.runs) // 2]
         if ax is None:

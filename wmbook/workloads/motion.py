@@ -14,6 +14,7 @@ import torch
 from ..motion.fetch import FETCH_LABEL, STATE_LABEL, STATE_STAGES, MotionDataTerm, sample_queries, state_layout
 from ..motion.library import MotionLibrary, generate
 from ..motion.presets import MOTION_PRESETS
+from ..motion.variants import known
 from ..params import Param, check_fits, integer
 from .base import E2ESize, GraphTarget, Labels, Metric, Probe, Workload
 
@@ -94,8 +95,6 @@ class MotionWorkload(Workload):
 
     def default_ladder(self, device, attention: str | None = None) -> list[str]:
         """Every motion variant that runs on `device`, in ladder order (wmbook.motion.variants)."""
-        from ..motion.variants import known
-
         return known(device)
 
     # --- measuring -------------------------------------------------------------------------------------

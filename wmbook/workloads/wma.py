@@ -21,11 +21,27 @@ from tqdm.auto import tqdm
 from ..bench import Samples
 from ..check import require_finite
 from ..device import floor_ms
+from ..kernels.cases import sd_decoder_cases, unet_cases
+from ..models.flops import sd_decoder_flops
 from ..models.wma import WMA_FINE_LABELS, WMA_FORWARD_LABEL
 from ..models.wma.flops import unet_forward_flops
 from ..params import Param, integer, number
-from ..pipelines.ddim import ITERATION_LABEL, WMAInputs, WMAInteractionPipeline, WMAOutput, check_run_params
+from ..pipelines.ddim import (
+    DEFAULT_INSTRUCTION,
+    ITERATION_LABEL,
+    WMAInputs,
+    WMAInteractionPipeline,
+    WMAOutput,
+    check_run_params,
+    to_uint8_video,
+)
+from ..pipelines.solvers import UNetStepAxis
 from ..presets import WMA_PRESETS, dtype_name
+from ..profiling import label_table, profile, stage_table
+from ..profiling.sections import SectionTimer
+from ..train.objectives import WMAObjective
+from ..world.env import ACTION_DIM, STATE_DIM, strided_actions
+from ..world.eval import Case
 from .base import DecoderStep, E2ESize, EndToEnd, GraphTarget, Labels, Layout, Metric, Probe, Workload
 
 # The seed's upstream profile (11 iterations, 22 samplings, DDIM 50, CFG 1.0, fp32 eager; GPU not named)
@@ -86,10 +102,6 @@ class WMAWorkload(Workload):
         world-model pass gets the true actions of the T steps from start (each the mean over the s rendered frames it
         spans; the decision pass still runs, as in the reference iteration); target: frames start + s .. start + T s,
         s apart."""
-        from ..pipelines.ddim import DEFAULT_INSTRUCTION
-        from ..world.env import ACTION_DIM, STATE_DIM, strided_actions
-        from ..world.eval import Case
-
         p, dev = pipe.preset, pipe.device
         if num_blocks is not None:
             raise ValueError("num_blocks is an mg2 option; the wma workload predicts the preset's `frames` frames")
@@ -114,8 +126,6 @@ class WMAWorkload(Workload):
                     world_actions=acts)
 
     def world_predict(self, pipe, case, **sampling):
-        from ..pipelines.ddim import to_uint8_video
-
         given = {"ddim_steps", "decision_steps", "world_steps"} & sampling.keys()
         if not given and getattr(pipe.preset, "sample_steps", 0):
             sampling["ddim_steps"] = pipe.preset.sample_steps  # the count the shipped weights are scored at
@@ -123,8 +133,6 @@ class WMAWorkload(Workload):
         return to_uint8_video(out.world.frames), out
 
     def training_objective(self, pipe, bank, **options):
-        from ..train.objectives import WMAObjective
-
         return WMAObjective(pipe, bank, **options)
 
     def build(self, cfg) -> tuple[WMAInteractionPipeline, WMAInputs]:
@@ -199,8 +207,6 @@ class WMAWorkload(Workload):
                                   decode_decision=False).world.latents
 
     def decoder_flops(self, preset) -> dict:
-        from ..models.flops import sd_decoder_flops
-
         f = sd_decoder_flops(preset)
         return {"first_block": f, "steady_block": f}
 
@@ -214,8 +220,6 @@ class WMAWorkload(Workload):
     def kernel_cases(self, preset) -> list:
         """The video UNet's GroupNorm + SiLU (+ time embedding) and temporal self-attention at its top level; the SD VAE
         decoder's GroupNorm + SiLU."""
-        from ..kernels.cases import sd_decoder_cases, unet_cases
-
         return (unet_cases(preset.model_channels, preset.latent_hw, preset.frames, preset.norm_groups,
                            head_channels=preset.num_head_channels)
                 + sd_decoder_cases(preset.height, preset.width, preset.vae_block_out_channels[0],
@@ -257,8 +261,6 @@ class WMAWorkload(Workload):
         return pipe.decode(latents)
 
     def step_axis(self):
-        from ..pipelines.solvers import UNetStepAxis
-
         return UNetStepAxis()
 
     def e2e_description(self, size: E2ESize) -> str:
@@ -300,8 +302,6 @@ class WMAWorkload(Workload):
     def benchmark(self, pipe, inputs: WMAInputs, cfg, ceilings: dict) -> "WMABaselineResult":
         """Eager baseline: `warmup` untimed iterations, `repeats` timed ones (device events), then one more with a
         SectionTimer attached for the nested section table (kept out of the timed runs)."""
-        from ..profiling.sections import SectionTimer
-
         kw = self._iteration_kw(cfg)
         for _ in tqdm(range(cfg.warmup), desc="warm-up", leave=False):
             pipe.run_iteration(inputs, **kw)
@@ -322,9 +322,6 @@ class WMAWorkload(Workload):
         kernels, so each pass's sampling label is scaled to the configured step count (a 50-step trace would hold
         ~10^6 events). Also the full iteration's nested section table from device events (elapsed stream time,
         idle included: the seed's table). Returns (stage table, trace path, section table)."""
-        from ..profiling import label_table, profile, stage_table
-        from ..profiling.sections import SectionTimer
-
         timer = SectionTimer(pipe.device)
         with timer.attached():
             self.run_callable(pipe, inputs, cfg)()
@@ -498,7 +495,7 @@ class WMABaselineResult:
 
     def plot_time_split(self, ax=None):
         """One stacked bar: where an iteration's time goes (median over runs)."""
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
         pt = self.phase_table()
         if ax is None:
@@ -517,7 +514,7 @@ class WMABaselineResult:
 
     def plot_step_times(self, ax=None):
         """ms per DDIM step in each pass (median over runs), with the UNet forward(s)' FLOP floor."""
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
         st = self.step_table()
         if ax is None:

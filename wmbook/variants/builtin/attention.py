@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import torch
 
+from ...models.action import ActionModule
+from ...models.attention import AttentionBackendError, _sage_func, reset_sage_call_counts, set_attention_backend
 from .. import swaps
 from ..registry import VariantContext, register
 
 
 def _attention(backend: str):
     def apply(pipe, ctx: VariantContext):
-        from ...models.attention import set_attention_backend
-
         set_attention_backend(backend)
         ctx.notes[f"attn-{backend}"] = f"attention backend {backend!r} for every attention() call"
 
@@ -27,8 +27,6 @@ for _b, _gpu in (("math", False), ("efficient", True), ("flash", True), ("cudnn"
 
 def sage_unavailable(device: torch.device) -> str | None:
     """Why the attn-sage variant cannot run on `device` (None when it can)."""
-    from ...models.attention import AttentionBackendError, _sage_func
-
     if device.type != "cuda":
         return f"SageAttention's kernels need a CUDA GPU; this is {device.type}"
     try:
@@ -42,8 +40,6 @@ def sage_unavailable(device: torch.device) -> str | None:
           description="quantized attention: SageAttention 1 (Q and K in int8 per block, P.V in fp16) for every "
                       "unmasked attention() call of head dim 64/96/128; the others keep SDPA")
 def _sage_attention(pipe, ctx: VariantContext):
-    from ...models.attention import reset_sage_call_counts, set_attention_backend
-
     set_attention_backend("sage")  # an AttentionBackendError says why where it cannot run
     reset_sage_call_counts()
     ctx.notes["attn-sage"] = ("SageAttention for unmasked calls of head dim 64/96/128 and a key length that is a "
@@ -56,8 +52,6 @@ def _sage_attention(pipe, ctx: VariantContext):
                       "fusable fp32 multiply-reduce, keyboard K/V broadcast instead of copied per location, in place "
                       "of an SDPA kernel that pads every (location, head) problem to a full tile")
 def _action_attn_fused(pipe, ctx: VariantContext):
-    from ...models.action import ActionModule
-
     n = swaps.replace_modules(ctx.workload.denoiser(pipe), swaps.of_type(ActionModule),
                               swaps.with_mixin(swaps.SmallActionAttention))
     ctx.notes["action-attn-fused"] = f"{n} action modules on small_attention"

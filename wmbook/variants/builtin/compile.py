@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import torch
+from torch._inductor.cudagraph_utils import cudagraphs_log
 
 from ..registry import VariantContext, register
 
@@ -15,7 +16,7 @@ def raise_recompile_limit_for_regions() -> int:
     """The regions share their class's code; every distinct block shape (the UNet's channel widths, the DiT's
     blocks with and without action modules) is one cache entry of it: past the default limit of 8 dynamo would
     silently run the remaining blocks eagerly. Raised process-wide (GlobalFlags restores it); returns the limit."""
-    from ..compile import get_recompile_limit, recompile_limit_name
+    from ..compile import get_recompile_limit, recompile_limit_name  # noqa: PLC0415  heavy: pandas (variants.compile)
 
     lim = max(get_recompile_limit(), REGIONAL_RECOMPILE_LIMIT)
     setattr(torch._dynamo.config, recompile_limit_name(), lim)
@@ -32,7 +33,7 @@ def compile_variant(scope: str, mode: str = "default", dynamic: bool = False) ->
 
 def _compile(scope: str, mode: str, dynamic: bool):
     def apply(pipe, ctx: VariantContext):
-        from ..compile import CompileSpec, apply_compile
+        from ..compile import CompileSpec, apply_compile  # noqa: PLC0415  heavy: pandas (variants.compile)
 
         if scope == "regional":
             ctx.notes["recompile_limit"] = f"recompile limit {raise_recompile_limit_for_regions()}"
@@ -62,8 +63,6 @@ def _note_cudagraph_skips(notes: dict) -> None:
     """inductor may decline to capture (mutated inputs, CPU tensors, dynamic shapes) and say so only in a log line:
     the reason goes into the row's notes, which the ladder reads after the row's first calls, so a reduce-overhead
     row that ran without graphs says so beside its time."""
-    from torch._inductor.cudagraph_utils import cudagraphs_log
-
     _SKIP_NOTES[:] = [notes]
     if not any(isinstance(h, _CudagraphSkips) for h in cudagraphs_log.handlers):
         cudagraphs_log.addHandler(_CudagraphSkips())

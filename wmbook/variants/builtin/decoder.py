@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
+from ...graphs import GraphedCallable
 from .. import swaps
 from ..registry import VariantContext, register
 from .compile import raise_recompile_limit_for_regions
@@ -11,7 +14,7 @@ from .compile import raise_recompile_limit_for_regions
 
 def buffered_decoder(decoder):
     """The streaming decoder with its causal caches kept in place (swapped in once)."""
-    from ..vae_stream import BufferedStreamingDecoder
+    from ..vae_stream import BufferedStreamingDecoder  # noqa: PLC0415  heavy: diffusers (variants.vae_stream)
 
     if not isinstance(decoder, BufferedStreamingDecoder):
         if getattr(decoder, "compiled_step", False):
@@ -82,7 +85,7 @@ for _mode, _suffix in (("default", ""), ("max-autotune-no-cudagraphs", "-max-aut
                       "compiled graph: a compile per distinct block shape instead of the whole step's; the attention "
                       "and the resamplers' 2-D convolutions stay eager")
 def _vae_compile_regional(pipe, ctx: VariantContext):
-    from ..vae_stream import RegionalCompiledDecoder
+    from ..vae_stream import RegionalCompiledDecoder  # noqa: PLC0415  heavy: diffusers (variants.vae_stream)
 
     dec = ctx.workload.streaming_decoder(pipe)
     if hasattr(dec, "decoder_step"):
@@ -103,8 +106,6 @@ def _vae_compile_regional(pipe, ctx: VariantContext):
                       "overlap the denoiser); a streaming decoder first gets its caches in fixed buffers "
                       "(vae-stream-buffers) and one graph per phase (its first frame, its second, the steady ones)")
 def _vae_cuda_graphs(pipe, ctx: VariantContext):
-    from ...graphs import GraphedCallable
-
     step = ctx.workload.decoder_step(pipe)
     if step.make_static is not None:
         step.make_static(pipe)
@@ -120,9 +121,11 @@ def _vae_cuda_graphs(pipe, ctx: VariantContext):
                       "decoder; random weights unless WMBOOK_TAEHV_WEIGHTS names a taew2_1.pth-style file, so its "
                       "frames' quality needs real weights")
 def _vae_tiny(pipe, ctx: VariantContext):
-    import os
-
-    from ...models.taehv import StreamingTAEHVDecoder, build_taehv, load_taehv_decoder
+    from ...models.taehv import (  # noqa: PLC0415  heavy: diffusers (models.taehv)
+        StreamingTAEHVDecoder,
+        build_taehv,
+        load_taehv_decoder,
+    )
 
     path = os.environ.get("WMBOOK_TAEHV_WEIGHTS", "")
     tiny = build_taehv(ctx.workload.decoder_size(pipe), dtype=pipe.vae_dtype, device=ctx.device)

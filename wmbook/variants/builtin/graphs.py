@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ...graphs import GraphedCallable
 from .. import swaps
 from ..registry import VariantContext, register
 
@@ -29,8 +30,6 @@ def _ring_kv_cache(pipe, ctx: VariantContext):
                       "pool, warm-up before capture) and replayed: the denoiser forward (and, for the UNet, the DDIM "
                       "update of video and heads), one launch instead of thousands per forward")
 def _cuda_graphs(pipe, ctx: VariantContext):
-    from ...graphs import GraphedCallable
-
     pool = torch.cuda.graph_pool_handle()
     wrapped = []
     for t in ctx.workload.graph_targets(pipe):

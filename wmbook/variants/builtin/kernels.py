@@ -13,7 +13,7 @@ from ..registry import VariantContext, register
                       "RoPE; the UNet's GroupNorm + SiLU (+ the time-embedding add) and its temporal self-attention "
                       "(short sequences, many per program)")
 def _triton_fused(pipe, ctx: VariantContext):
-    from .. import fused
+    from .. import fused  # noqa: PLC0415  heavy: Triton kernel modules (they register torch.ops.wmbook)
 
     counts = {**fused.fuse_dit(ctx.workload.denoiser(pipe)), **fused.fuse_unet(ctx.workload.denoiser(pipe))}
     counts = {k: v for k, v in counts.items() if v}
@@ -26,7 +26,7 @@ def _triton_fused(pipe, ctx: VariantContext):
           description="the decoder's norm + SiLU pairs as one Triton kernel each (Wan VAE: RMS norm + SiLU; SD VAE: "
                       "GroupNorm + SiLU)")
 def _vae_triton_fused(pipe, ctx: VariantContext):
-    from .. import fused
+    from .. import fused  # noqa: PLC0415  heavy: Triton kernel modules (they register torch.ops.wmbook)
 
     n = fused.fuse_decoder(pipe.vae.decoder)
     if not n:
@@ -44,7 +44,11 @@ def fp8_unavailable(device: torch.device) -> str | None:
         return f"fp8 GEMMs need compute capability >= 8.9; {torch.cuda.get_device_name(device)} has {cap[0]}.{cap[1]}"
     try:
         # (torchao's SyntaxWarning on a fresh host is filtered where wmbook is imported: diffusers loads it first)
-        from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_  # noqa: F401
+        from torchao.quantization import (  # noqa: F401, PLC0415  optional: torchao
+            Float8DynamicActivationFloat8WeightConfig,
+            PerRow,
+            quantize_,
+        )
     except Exception as e:  # noqa: BLE001 -- an import that fails in any way leaves the row out, with the reason
         return f"fp8 needs torchao's float8 inference path (pip install torchao; the `fp8` extra): {e!r}"
     return None
@@ -57,7 +61,11 @@ def _fp8(pipe, ctx: VariantContext):
     why = fp8_unavailable(ctx.device)
     if why:
         raise ValueError(why)
-    from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_
+    from torchao.quantization import (  # noqa: PLC0415  optional: torchao
+        Float8DynamicActivationFloat8WeightConfig,
+        PerRow,
+        quantize_,
+    )
 
     model = ctx.workload.denoiser(pipe)
     seen = []

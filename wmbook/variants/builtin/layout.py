@@ -32,7 +32,7 @@ def _channels_last(pipe, ctx: VariantContext):
                       "each ResBlock's [B, C, T, h, w] view of its activation made contiguous in that layout (of a "
                       "channels-last activation it already is: no copy in or out, where NCDHW copies it both ways)")
 def _temporal_channels_last(pipe, ctx: VariantContext):
-    from ...models.wma.unet import ResBlock
+    from ...models.wma.unet import ResBlock  # noqa: PLC0415  heavy: models.wma (diffusers)
 
     blocks = [m for m in ctx.workload.denoiser(pipe).modules()
               if isinstance(m, ResBlock) and m.temporal_conv is not None]
@@ -48,7 +48,7 @@ def _temporal_channels_last(pipe, ctx: VariantContext):
                       "up to 2048 channels) as GEMMs over their unfolded windows, the transposed ones as a GEMM and an "
                       "overlap-add (F.fold): cuBLAS instead of cuDNN's convolution kernels; the same sums")
 def _head_conv_gemm(pipe, ctx: VariantContext):
-    from ...models.wma.action_head import ConditionalUnet1D
+    from ...models.wma.action_head import ConditionalUnet1D  # noqa: PLC0415  heavy: models.wma (diffusers)
 
     heads = [m for m in ctx.workload.denoiser(pipe).modules() if isinstance(m, ConditionalUnet1D)]
     if not heads:

@@ -41,7 +41,7 @@ def _stream_frames(pipe, ctx: VariantContext):
                       "are not read), the world-model pass its state head (its actions are not read); half the heads' "
                       "forwards of an iteration, the same actions, states, latents and frames")
 def _skip_unused_heads(pipe, ctx: VariantContext):
-    from ...models.wma.action_head import ConditionalUnet1D
+    from ...models.wma.action_head import ConditionalUnet1D  # noqa: PLC0415  heavy: models.wma (diffusers)
 
     unet = getattr(ctx.workload.denoiser(pipe), "diffusion_model", None)
     heads = [getattr(unet, "action_unet", None), getattr(unet, "state_unet", None)]
