@@ -21,7 +21,6 @@ from ..bench import Samples
 from ..check import require_finite
 from ..device import floor_ms
 from ..graphs import register_input_type
-from ..kernels.cases import dit_cases, wan_decoder_cases
 from ..models.action import ActionInputs
 from ..models.causal_wan import DIT_FINE_LABELS, DIT_FORWARD_LABEL
 from ..models.flops import dit_forward_flops, wan_decoder_flops
@@ -236,6 +235,8 @@ class Mg2Workload(Workload):
     def kernel_cases(self, preset) -> list:
         """The DiT block's adaLN, gated residual + adaLN and q/k norm + RoPE at one block's tokens; the Wan VAE
         decoder's RMS norm + SiLU."""
+        from ..kernels.cases import dit_cases, wan_decoder_cases  # noqa: PLC0415  late: registers the Triton kernel ops
+
         (lh, lw), (pt, ph, pw) = preset.latent_hw, preset.patch_size
         grid = (preset.num_frame_per_block // pt, lh // ph, lw // pw)  # one block's token grid
         return (dit_cases(preset.dim, preset.num_heads, grid, preset.eps)

@@ -21,7 +21,6 @@ from tqdm.auto import tqdm
 from ..bench import Samples
 from ..check import require_finite
 from ..device import floor_ms
-from ..kernels.cases import sd_decoder_cases, unet_cases
 from ..models.flops import sd_decoder_flops
 from ..models.wma import WMA_FINE_LABELS, WMA_FORWARD_LABEL
 from ..models.wma.flops import unet_forward_flops
@@ -220,6 +219,8 @@ class WMAWorkload(Workload):
     def kernel_cases(self, preset) -> list:
         """The video UNet's GroupNorm + SiLU (+ time embedding) and temporal self-attention at its top level; the SD VAE
         decoder's GroupNorm + SiLU."""
+        from ..kernels.cases import sd_decoder_cases, unet_cases  # noqa: PLC0415  late: registers the Triton kernel ops
+
         return (unet_cases(preset.model_channels, preset.latent_hw, preset.frames, preset.norm_groups,
                            head_channels=preset.num_head_channels)
                 + sd_decoder_cases(preset.height, preset.width, preset.vae_block_out_channels[0],
