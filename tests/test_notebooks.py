@@ -164,14 +164,17 @@ def test_notebook_04_default_ladders():
     from wmbook.studies import compile as ca
 
     modes = "default,max-autotune-no-cudagraphs"  # max-autotune means nothing off a GPU
-    mg2 = ca.default_ladder(ca.validate(workload="mg2", device="cpu", compile_modes=modes))
-    wma = ca.default_ladder(ca.validate(workload="wma", device="cpu"))
+    def names(cfg, attention=None):  # the ladder is resolved Variants
+        return [v.name for v in ca.default_ladder(cfg, attention)]
+
+    mg2 = names(ca.validate(workload="mg2", device="cpu", compile_modes=modes))
+    wma = names(ca.validate(workload="wma", device="cpu"))
     hyg = ["norm-input-dtype", "kv-slot-write", "action-hoist", "cross-kv-prefill"]
     assert mg2 == ["tf32", "bf16", *hyg, "action-attn-fused", "compile-regional"]
     assert wma == ["tf32", "bf16", "norm-input-dtype", "channels-last", "temporal-channels-last",
                    "compile-whole"]  # the UNet compiles whole
-    assert ca.default_ladder(ca.validate(workload="mg2", device="cpu"), "math")[-3] == "attn-math"
-    assert "attn-flash" not in ca.default_ladder(ca.validate(workload="mg2", device="cpu"), "flash")  # CUDA only
+    assert names(ca.validate(workload="mg2", device="cpu"), "math")[-3] == "attn-math"
+    assert "attn-flash" not in names(ca.validate(workload="mg2", device="cpu"), "flash")  # CUDA only
     with pytest.raises(ValueError, match="e2e_blocks=5 is not allowed for preset 'tiny-sf'"):
         ca.validate(workload="mg2", preset="tiny-sf", device="cpu", e2e_blocks=5)
 
