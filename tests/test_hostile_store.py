@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import re
 import signal
 import subprocess
@@ -220,7 +221,19 @@ def test_an_interrupted_run_leaves_no_success_report_and_whole_rows(tmp_path):
            and time.time() < deadline):
         time.sleep(0.5)
     os.killpg(q.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole foreground group, the kernel too
-    _, err = q.communicate(timeout=120)
+    t0 = time.time()
+    try:
+        _, err = q.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # say what the runner had written, not only that it hung
+        ended = q.poll()
+        os.killpg(q.pid, signal.SIGKILL)
+        try:
+            _, err = q.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # a kernel of its own session still holds the pipes
+            err = "(its stderr still held open by another process)"
+        pytest.fail(f"`wmbook run` {'ended with ' + str(ended) if ended is not None else 'still ran'} "
+                    f"{time.time() - t0:.0f} s after Ctrl-C, its pipes still open; success report written: "
+                    f"{(out / 'nb_slow.html').exists()}; stderr: {err[-3000:]}")
     # the runner's own line; the kernel, stopped mid-reply, may log its socket closing (its stderr is the terminal's)
     assert q.returncode == 130 and "wmbook run: interrupted" in err and not re.search(r'File ".*/wmbook/', err), err
     assert len(results.read(store)) == 1 and results.problems(store) == []
@@ -245,7 +258,7 @@ def _bad_file(tmp_path, kind) -> Path:
     if kind == "truncated .pt":
         p.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     elif kind == "random .pt":
-        p.write_bytes(os.urandom(2048))
+        p.write_bytes(random.Random(0).randbytes(2048))  # seeded: the unpickler's failure depends on the bytes
     elif kind == "empty .pt":
         p.write_bytes(b"")
     elif kind == "a folder":
@@ -277,6 +290,16 @@ def test_a_file_that_is_not_a_checkpoint_is_named_and_refused(tmp_path, kind):
     assert str(p) in msg and LOADS[kind] in msg and "allowed values" in msg
     assert "weights_only=False" not in msg and "Weights only load failed" not in msg
     assert not (tmp_path / "pwned").exists()  # the malicious pickle's command never ran
+
+
+def test_random_bytes_are_named_not_a_checkpoint_whatever_the_unpickler_trips_on(tmp_path):
+    """Random bytes fail inside the unpickler in many ways (IndexError, KeyError, UnicodeDecodeError, ...): each is
+    the one message, never the unpickler's own words."""
+    p = tmp_path / "x.pt"
+    for seed in range(200):
+        p.write_bytes(random.Random(seed).randbytes(2048))
+        with pytest.raises(CheckpointFileError, match="not a torch checkpoint"):
+            read_state_dict(p)
 
 
 def test_loaders_refuse_bad_files_and_leave_the_model_unchanged(tmp_path):

@@ -35,9 +35,11 @@ import datetime as _dt
 import os
 import platform
 import re
+import signal
 import sys
 import time
 import traceback
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -234,7 +236,7 @@ def _execute_one(
     interrupted = False
     t0 = time.perf_counter()
     try:
-        with _headless_kernel_env(), _section_progress(run.name):
+        with _headless_kernel_env(), _section_progress(run.name), _kernels_ended():
             pm.execute_notebook(
                 str(src),
                 str(partial),
@@ -244,6 +246,7 @@ def _execute_one(
                 cwd=str(cwd),
                 # the kernel's own start-up warnings (e.g. "running over TCP without encryption") mean nothing here
                 extra_arguments=KERNEL_ARGUMENTS,
+                kernel_manager_class=_tracked_kernel_manager(),
                 **kwargs,
             )
         run.status = STATUS_OK
@@ -333,6 +336,41 @@ def _headless_kernel_env() -> Iterator[None]:
 
 
 _HEADING = re.compile(r"^\s*#{1,3}\s+(.+?)\s*$", re.M)
+
+
+# the kernels this process started (a kernel runs in a session of its own, so Ctrl-C in the terminal does not reach it)
+_KERNELS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _tracked_kernel_manager():
+    """nbclient's kernel manager class, each instance remembered in _KERNELS."""
+    from jupyter_client.manager import AsyncKernelManager  # noqa: PLC0415  heavy: jupyter_client, only to execute
+
+    class TrackedKernelManager(AsyncKernelManager):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            _KERNELS.add(self)
+
+    return TrackedKernelManager
+
+
+@contextlib.contextmanager
+def _kernels_ended() -> Iterator[None]:
+    """However execution ends (Ctrl-C included), no kernel started in it outlives it. nbclient shuts its kernel down
+    when a notebook ends, but an interrupt can leave the run before that shutdown ran: the kernel, in a session of its
+    own, would keep computing (and holding a GPU, and the terminal's output) until its cell ended."""
+    try:
+        yield
+    finally:
+        for km in list(_KERNELS):
+            proc = getattr(getattr(km, "provisioner", None), "process", None)
+            if proc is None or proc.poll() is not None:
+                continue
+            try:  # its session's group: the kernel and what it started
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
+            proc.wait(timeout=10)
 
 
 def _section_of(nb, cell) -> str | None:

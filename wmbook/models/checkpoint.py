@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 import re
 import warnings
+import zipfile
 from pathlib import Path
 
 import torch
@@ -37,7 +38,10 @@ def _why_unreadable(path: Path, e: Exception) -> str:
                 f"code from the file")
     if "central directory" in text or "zip archive" in text or isinstance(e, (EOFError, OSError)):
         return "it is cut short or corrupted (not a complete torch.save archive)"
-    if isinstance(e, pickle.UnpicklingError):
+    # a file that is neither a zip archive nor a pickle sends the unpickler through random opcodes, whose failures
+    # are of many types (IndexError, KeyError, UnicodeDecodeError, ...) and say nothing to a user
+    if isinstance(e, (pickle.UnpicklingError, IndexError, KeyError, ValueError, TypeError)) and not (
+            path.is_file() and zipfile.is_zipfile(path)):
         return "it is not a torch checkpoint (its bytes are not a torch.save archive or pickle)"
     if type(e).__name__ == "SafetensorError":
         return f"it is not a valid .safetensors file ({text}: cut short or corrupted)"

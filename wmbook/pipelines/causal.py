@@ -216,6 +216,9 @@ class CausalStreamingPipeline:
                         fpb.append(pixel_frames_for(k, bi == 0))
                         timer.mark(f"b{bi}_end")
             self.decode_done()
+            # the stream ends when its last frames are there: with the decode on a second stream (decode-overlap)
+            # that is after the last block's end mark on the main stream (decode-first records it after the refresh)
+            timer.mark("stop")
         timer.synchronize()
         out = StreamOutput(frames=torch.cat(frames, dim=2) if frames else None, latents=torch.cat(latents, dim=2),
                            frames_per_block=fpb)
@@ -234,7 +237,7 @@ class CausalStreamingPipeline:
             prev = f"b{bi}_end"
         out.first_frame_ms = timer.elapsed_ms("start", "b0_px" if decode and self.stream_frames
                                               else "b0_frames" if first else "b0_end")
-        out.total_ms = timer.elapsed_ms("start", prev)
+        out.total_ms = timer.elapsed_ms("start", "stop")
         if dev.type == "cuda":
             out.peak_memory_bytes = int(torch.cuda.max_memory_allocated(dev))
         return out

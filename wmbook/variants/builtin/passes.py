@@ -11,10 +11,11 @@ from ..registry import VariantContext, register
                       "streams; the next block needs block k's caches, not its pixels)")
 def _decode_overlap(pipe, ctx: VariantContext):
     if getattr(ctx.workload.streaming_decoder(pipe), "compiled_step", False):
-        raise ValueError("decode-overlap cannot follow vae-compile: the inductor-compiled decoder step run on a second "
-                         "CUDA stream gave different frames than on the main stream (H100, mg2-universal: max abs "
-                         "difference up to 0.38 from the second block on; the eager step is bit-exact; "
-                         "tools/overlap_check.py); leave out one of them")
+        raise ValueError("decode-overlap cannot follow vae-compile: the compiled decoder step run on a second CUDA "
+                         "stream does not give the frames it gives on the main stream (the latents are equal), and "
+                         "with the denoiser and the decoder captured each fills the GPU alone, so the overlap buys "
+                         "no time (tools/first_frame_account.py --extra decode-overlap measures both); leave out one "
+                         "of them")
     swaps.swap_class(pipe, swaps.DecodeOverlap)
     ctx.notes["decode-overlap"] = "decode on a second stream"
 
