@@ -354,6 +354,13 @@ def findings(run: pd.DataFrame) -> Findings:
                 f"{fmt(number(first['value']) / number(best['value']), '{:.2f}x')} "
                 f"fp32 eager ({fmt_spread(first)} ms); {wl.metric.label} {fmt_value(run, wl.metric.name, '{:.3g}', v)}"
                 + psnr_clause(run, v) + ".")
+        busy = row_of(run, "gpu_busy_ms", v)
+        wall, busy_ms = number(best["value"]), number(busy["value"]) if busy is not None else math.nan
+        if busy_ms == busy_ms and busy_ms < 0.8 * wall:  # a host-bound forward: say where the rest of the time is
+            brow = row_of(run, "busy_x_floor", v)
+            head += (f" The GPU is busy {busy_ms:.1f} ms of it"
+                     + (f" ({number(brow['value']):.2f}x the floor)" if brow is not None else "")
+                     + ": the rest is the host launching kernels, which notebook 06's CUDA graphs take away.")
         xrow = row_of(run, "x_floor", v)
         xf, goal_x = number(xrow["value"]) if xrow is not None else math.nan, wl.goals.get("forward_x_floor")
         if goal_x and xf == xf:

@@ -111,8 +111,8 @@ def base_stack(cfg: RunConfig) -> list[Variant]:
 
 # what the graph rows add after the base stack, in order, where they apply (`gpu`: only on a CUDA device): static state
 # first, then the captured denoiser; the workload's decoder rows follow (Workload.decoder_ladder). decode-overlap (the
-# decode on a second stream) is not among them: it cannot follow vae-compile (see its error) and with the eager step it
-# bought 1-3% (tools/overlap_check.py); pass `steps` to add it (variant, GPU only). skip-unused-heads (wma: each pass
+# decode on a second stream) is not among them: it cannot follow vae-compile (its error says why); pass `steps` to add
+# it (variant, GPU only). skip-unused-heads (wma: each pass
 # runs only the head it is read for; its flags stay out of the compiled graphs: swaps.SkippableHead) on a GPU only, to
 # keep the CPU run short. After the decoder rows, the rows that change when frames leave, not what is computed
 # (FRAME_STEPS): decode-first (each block decoded before its cache refresh, a forward sooner) and stream-frames (each
