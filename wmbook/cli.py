@@ -28,6 +28,10 @@ commands:
          every row whole, of the header's width, numbers where numbers belong, no row of the
          last commit lost; exit 2 naming the lines when one fails
 
+  regenerate --out DIR [--publish FOLDER] [--gpus N] [--notebooks ...] [--workloads ...] [--plan]
+         the published set: every notebook for every workload, one queue per GPU, at one
+         commit; resumes a cut set; publishes only a complete one (wmbook regenerate --help)
+
 example:
   wmbook run --preset tiny --out reports/x -p num_blocks 2
 """
@@ -50,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return aggregate_main(rest)
     if command == "results":
         return results_main(rest)
+    if command == "regenerate":
+        from .regenerate import main as regenerate_main  # noqa: PLC0415  heavy: torch, the studies
+
+        return regenerate_main(rest)
     print(f"wmbook: unknown command {command!r}\n\n{USAGE}", file=sys.stderr, end="")
     return 2
 

@@ -9,6 +9,7 @@ to its reports), every number from data/results/results.csv.
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 from pathlib import Path
@@ -124,6 +125,26 @@ def _summary_html(df, groups: dict, device: str | None) -> str:
     return "".join(parts)
 
 
+def _gpu_time_html(folder: Path) -> str:
+    """What the folder's set cost (gpu_time.json, written by wmbook.regenerate): minutes per notebook and in all."""
+    f, e = folder / "gpu_time.json", html.escape
+    if not f.is_file():
+        return ""
+    try:
+        t = json.loads(f.read_text())
+        per = sorted(t["notebook_seconds"].items())
+        total, goal = t["total_seconds"] / 60, t.get("goal_minutes")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    cells = "".join(f"<td>{e(nb[:2])}</td>" for nb, _ in per) + "<td><b>all</b></td>"
+    vals = "".join(f"<td>{s / 60:.1f}</td>" for _, s in per) + f"<td><b>{total:.1f}</b></td>"
+    verdict = "" if not goal else f" (goal {goal:g}: {'met' if total <= goal else 'missed'})"
+    return (f"<h2>GPU time of this set</h2><p>Minutes per notebook on {e(str(t.get('device', '?')))}, every workload "
+            f"of it, commit {e(str(t.get('commit', '?')))}{verdict}; {t.get('queues', 1)} queue(s), "
+            f"{t.get('wall_seconds', 0) / 60:.1f} minutes of wall clock.</p>"
+            f"<table><tr><th>notebook</th>{cells}</tr><tr><th>minutes</th>{vals}</tr></table>")
+
+
 def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLike | None = None,
                        notebooks: str | os.PathLike | None = None, title: str | None = None,
                        note: str | None = None, device: str | None = None) -> Path:
@@ -186,6 +207,7 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
             + (' Every table of the stored rows: <a href="README.md">README.md</a>.' if (folder / "README.md").exists()
                else "") + "</p>"
             + _summary_html(df, groups, device)
+            + _gpu_time_html(folder)
             + "\n".join(cards)
             + (f"<h2>Other files</h2><ul>{other_html}</ul>" if other_html else ""))
     out = folder / "index.html"

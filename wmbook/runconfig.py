@@ -51,6 +51,10 @@ class NotebookSpec:
     cross_check: Callable[["RunConfig"], None] | None = None
     # the workloads this notebook runs for: those with these features (the world-model notebooks need a denoiser)
     requires: frozenset[str] = frozenset({"denoiser"})
+    # the published set (wmbook.regenerate): "one" GPU a run, or "all" of the host's (run alone, after the others)
+    gpus: str = "one"
+    # runs of the published set besides one per workload at its defaults: parameters each (a trained preset's run)
+    set_runs: tuple[dict, ...] = ()
 
     def supports(self, workload) -> bool:
         """Whether this notebook runs for `workload` (a Workload)."""

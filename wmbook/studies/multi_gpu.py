@@ -78,7 +78,8 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("batches", "auto", _batches, "episodes per forward swept by data-parallel rollouts; auto: 1, 2, 4, 8 on a "
           "GPU, 1, 2 on a CPU"),
     Param("timeout_s", 900, integer(10), "a rank waiting longer than this on another ends the job"),
-    WARMUP.with_default(1), REPEATS.with_default(3), OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False)
+    WARMUP.with_default(1), REPEATS.with_default(3), OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False,
+    gpus="all")
 
 
 def validate(**params) -> RunConfig:

@@ -131,7 +131,9 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("compile_backend", "auto", compile_backend, "for a base stack with compile; auto: inductor on a GPU, "
           "aot_eager on a CPU"),
     WARMUP.with_default(1), REPEATS.with_default(3), OUTPUT_DIR, RESULTS_PATH, SEED),
-    workload_params=False, cross_check=_cross_check)
+    workload_params=False, cross_check=_cross_check,
+    # the trained presets: the frames against ground truth and the shipped step count
+    set_runs=({"workload": "mg2", "preset": "world-mg2"}, {"workload": "wma", "preset": "world-wma"}))
 
 
 def validate(**params) -> RunConfig:

@@ -1,0 +1,117 @@
+"""The published set from one command (wmbook.regenerate): the plan, the queues, a cut set resumed, and publishing
+refused until the set is complete and from one clean commit."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from wmbook import regenerate as rg
+from wmbook.errors import InputError
+
+FAST_NB = """
+import os, time
+from wmbook import results
+results.append([results.make_row(notebook="t", workload="w", preset="tiny", variant="v", metric="m", value=1.0,
+                                 unit="ms", params={})], results_path)
+print(os.environ.get("WMBOOK_GIT_COMMIT"), os.environ.get("NCCL_NVLS_ENABLE"))
+assert fail == 0, "asked to fail"
+"""
+
+
+def _notebook(tmp_path, name="99_fast"):
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("results_path = ''\nfail = 0")
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [cell, nbformat.v4.new_code_cell(FAST_NB)]
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    path = tmp_path / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_the_plan_runs_each_notebook_once_per_workload_and_multi_gpu_alone():
+    jobs = rg.plan(["01", "07", "08"])
+    names = [j.name for j in jobs]
+    assert names == ["01_baseline_profiling-mg2", "01_baseline_profiling-wma", "07_motion_data_loading-motion",
+                     "08_multi_gpu-mg2", "08_multi_gpu-wma"]
+    assert {j.name for j in jobs if j.gpus == "all"} == {"08_multi_gpu-mg2", "08_multi_gpu-wma"}
+    assert all(j.params["workload"] in j.name for j in jobs)
+    # the study's own runs (notebook 03's trained presets) stay out when a preset is given for every run
+    assert [j.name for j in rg.plan(["03"], ["mg2"], {"preset": "tiny"})] == ["03_step_reduction-mg2"]
+
+
+def test_bad_input_is_named_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="unknown notebook"):
+        rg.plan(["42"])
+    with pytest.raises(InputError, match="workload"):
+        rg.plan(["01"], ["nope"])
+    with pytest.raises(SystemExit):
+        rg.main(["--out", str(tmp_path / "s"), "--gpus", "0", "--allow-dirty"])
+
+
+def test_runs_are_dealt_longest_first_to_the_least_loaded_queue():
+    jobs = [rg.Job(n, "x", "x.ipynb", {}) for n in "abcde"] + [rg.Job("f", "x", "x.ipynb", {}, gpus="all")]
+    load = rg.deal(jobs, 2, {"a": 40, "b": 30, "c": 20, "d": 10, "e": 5})
+    assert load == [55, 50] and {j.name: j.queue for j in jobs} == {"a": 0, "b": 1, "c": 1, "d": 0, "e": 0,
+                                                                    "f": None}
+
+
+def test_a_set_runs_on_queues_resumes_what_did_not_finish_and_publishes_only_when_whole(tmp_path, monkeypatch):
+    nb = _notebook(tmp_path)
+    out = tmp_path / "set"
+    jobs = rg.plan([str(nb)], None, {})
+    jobs.append(rg.Job("99_fast-fails", "99_fast", str(nb), {"fail": 1}))
+    rg.deal(jobs, 2, {})
+    state = rg.SetState(out, "abc1234", "CPU", 2, jobs)
+    rg.run_set(state, 0, 300, echo=lambda *a: None)
+    st = {j.name: j.status for j in state.jobs}
+    assert st == {"99_fast-default": "ok", "99_fast-fails": "failed"}, [j.error for j in state.jobs]
+    assert "asked to fail" in (out / "logs" / "99_fast-fails.log").read_text()
+    log = (out / "logs" / "99_fast-default.log").read_text()
+    assert (out / "results" / "99_fast-default.csv").exists() and "1/1 notebooks ok" in log
+    executed = next((out / "runs" / "99_fast-default" / "executed").glob("*.ipynb")).read_text()
+    assert "abc1234 0" in executed  # every run records the set's commit, and multicast stays off
+    saved = rg.SetState.load(out)
+    assert [j.status for j in saved.jobs] == ["ok", "failed"] and saved.jobs[0].seconds > 0
+
+    # publishing a set that is not whole writes nothing and names what is missing
+    folder, store = tmp_path / "pub", tmp_path / "store.csv"
+    with pytest.raises(InputError, match="not complete.*99_fast-fails"):
+        rg.publish_set(saved, folder, store=store, notes=None, echo=lambda *a: None)
+    assert not folder.exists() and not store.exists()
+
+    # resumed: only the run that did not finish runs again (now told not to fail); its cut rows are kept aside
+    calls = []
+    real = rg._run_job
+
+    def spy(job, *a, **k):
+        calls.append(job.name)
+        job.params["fail"] = 0
+        return real(job, *a, **k)
+
+    monkeypatch.setattr(rg, "_run_job", spy)
+    rg.run_set(saved, 0, 300, echo=lambda *a: None)
+    assert calls == ["99_fast-fails"] and not saved.missing()
+    assert list((out / "results").glob("99_fast-fails.cut-*.csv"))
+
+    # a set from a tree with uncommitted changes is never published
+    saved.commit = "abc1234+dirty"
+    with pytest.raises(InputError, match="not one clean commit"):
+        rg.publish_set(saved, folder, store=store, notes=None, echo=lambda *a: None)
+    saved.commit = "abc1234"
+    written = rg.publish_set(saved, folder, store=store, notes=None, echo=lambda *a: None)
+    t = json.loads((folder / rg.GPU_TIME_FILE).read_text())
+    assert set(t["seconds"]) == {"99_fast-default", "99_fast-fails"} and t["total_seconds"] > 0
+    assert (folder / "index.html") in written and "GPU time of this set" in (folder / "index.html").read_text()
+    assert store.exists()  # the rows of both runs joined the store
+
+
+def test_a_set_started_at_another_commit_is_refused(tmp_path, monkeypatch):
+    out = tmp_path / "set"
+    rg.SetState(out, "0000000", "CPU", 1, [rg.Job("a", "a", "a.ipynb", {})]).save()
+    monkeypatch.setenv("WMBOOK_GIT_COMMIT", "1111111")
+    with pytest.raises(SystemExit):
+        rg.main(["--out", str(out)])

@@ -1,0 +1,376 @@
+"""The published set from one command: every notebook for every workload it runs for (and the runs its study adds:
+notebook 03's trained presets), at one commit, spread over the host's GPUs, resumed where a cut run stopped, and
+published only when it is complete.
+
+    python -m wmbook regenerate --out sets/h200                       # run (or resume) the set
+    python -m wmbook regenerate --out sets/h200 --publish data/reports/h200   # ... then publish it when complete
+    python -m wmbook regenerate --out sets/h200 --plan                # what would run where, nothing run
+
+Queues: one per GPU (CUDA_VISIBLE_DEVICES), each on its own share of the host's cores (a queue's compile workers do
+not slow another queue's launch-bound timings); the runs are dealt longest first by the time each took in the set
+the folder held before (else in the published folder's `gpu_time.json`). A notebook whose study asks for every GPU
+(notebook 08) runs alone after the queues. Each run is `wmbook run` into `<out>/runs/<name>/`, its rows into
+`<out>/results/<name>.csv` and its log into `<out>/logs/<name>.log`; every row records the commit the set started
+at. `<out>/set.json` holds the plan and each run's status and seconds, rewritten after every run: a set that is cut
+(Ctrl-C, a lost machine) resumes where it stopped, re-running only what did not finish; a set started at another
+commit is refused (start over with --fresh).
+
+Publishing refuses a set that is not complete or not from one clean commit, naming what is missing, and writes
+nothing then. Otherwise: the rows go into the results store, each run's report into the folder
+(wmbook.published.publish_report), the folder's `gpu_time.json` (seconds per run and in all: the index shows it),
+its index, the README's table and the folder's page, and one dated entry in data/reports/NOTES.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .atomic import atomic_write_text
+from .distributed.job import NO_MULTICAST_ENV
+from .errors import InputError, command
+from .paths import REPO_ROOT, git_commit
+
+SET_FILE = "set.json"
+GPU_TIME_FILE = "gpu_time.json"
+DEFAULT_MINUTES = 10.0  # a run with no earlier time: dealt as if it took this long
+GOAL_MINUTES = 60.0  # the whole set's GPU time on the reference device
+NOTES = REPO_ROOT / "data" / "reports" / "NOTES.md"
+
+
+@dataclass
+class Job:
+    """One run of the set: `wmbook run <notebook>` with `params` (its workload and preset among them)."""
+
+    name: str  # '<notebook>-<workload>' or, for a run the study adds, '<notebook>-<its preset>'
+    notebook: str  # its file stem
+    source: str  # the notebook file (relative to the repository when inside it)
+    params: dict
+    gpus: str = "one"  # "all": alone, after the queues, every GPU visible
+    queue: int | None = None
+    status: str = "pending"  # pending | running | ok | failed
+    seconds: float = 0.0
+    error: str = ""
+
+
+def plan(notebooks=None, workloads=None, params=None) -> list[Job]:
+    """The set's runs (checked as `wmbook run` checks them, before anything runs): each notebook once per workload it
+    runs for, then the runs its study adds (NotebookSpec.set_runs; left out when `params` gives a preset, or their
+    workload is not among `workloads`)."""
+    from . import studies  # noqa: PLC0415  heavy: torch, the studies
+    from . import workloads as wls  # noqa: PLC0415  heavy: torch
+    from .run import resolve_notebooks  # noqa: PLC0415  heavy: papermill's runner
+    from .runconfig import notebook_parameters  # noqa: PLC0415  heavy: torch, workloads
+
+    params = dict(params or {})
+    names = list(workloads) if workloads is not None else wls.names()
+    jobs: list[Job] = []
+    for path in resolve_notebooks(notebooks):
+        spec = studies.spec_for(path.stem)
+        gpus = spec.gpus if spec is not None else "one"
+        src = str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+        for _, w, prm in notebook_parameters([path], params, names):
+            jobs.append(Job(f"{path.stem}-{w or 'default'}", path.stem, src, prm, gpus))
+        for extra in (spec.set_runs if spec is not None and "preset" not in params else ()):
+            if extra.get("workload") not in names:
+                continue
+            for _, _, prm in notebook_parameters([path], params | extra):
+                jobs.append(Job(f"{path.stem}-{extra['preset']}", path.stem, src, prm, gpus))
+    seen = set()
+    for j in jobs:
+        if j.name in seen:
+            raise InputError(f"the set names two runs {j.name!r}: each run needs a name of its own")
+        seen.add(j.name)
+    return jobs
+
+
+def deal(jobs: list[Job], queues: int, minutes: dict[str, float]) -> list[float]:
+    """Each single-GPU run to a queue, longest first to the least loaded one; returns each queue's expected
+    minutes."""
+    load = [0.0] * queues
+    for j in sorted((j for j in jobs if j.gpus != "all"), key=lambda j: -minutes.get(j.name, DEFAULT_MINUTES)):
+        j.queue = min(range(queues), key=load.__getitem__)
+        load[j.queue] += minutes.get(j.name, DEFAULT_MINUTES)
+    return load
+
+
+def _earlier_minutes(out: Path, publish: Path | None) -> dict[str, float]:
+    """Minutes per run from the set the folder held before, else from the published folder's gpu_time.json."""
+    for f in (out / SET_FILE, publish / GPU_TIME_FILE if publish is not None else None):
+        if f is not None and f.is_file():
+            try:
+                d = json.loads(f.read_text())
+                return {n: s / 60 for n, s in d.get("seconds", {}).items() if s > 0}
+            except (ValueError, AttributeError):
+                continue
+    return {}
+
+
+class SetState:
+    """set.json: the commit, the device, the plan and each run's outcome; saved whole after every change."""
+
+    def __init__(self, out: Path, commit: str, device: str, queues: int, jobs: list[Job]):
+        self.out, self.commit, self.device, self.queues, self.jobs = out, commit, device, queues, jobs
+        self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self._lock = threading.Lock()
+
+    def save(self) -> None:
+        with self._lock:
+            self.out.mkdir(parents=True, exist_ok=True)
+            d = {"commit": self.commit, "device": self.device, "queues": self.queues, "started": self.started,
+                 "jobs": [asdict(j) for j in self.jobs],
+                 "seconds": {j.name: j.seconds for j in self.jobs if j.status == "ok"}}
+            atomic_write_text(self.out / SET_FILE, json.dumps(d, indent=1))
+
+    @classmethod
+    def load(cls, out: Path) -> "SetState":
+        d = json.loads((out / SET_FILE).read_text())
+        st = cls(out, d["commit"], d["device"], d["queues"], [Job(**j) for j in d["jobs"]])
+        st.started = d["started"]
+        return st
+
+    def missing(self) -> list[Job]:
+        return [j for j in self.jobs if j.status != "ok"]
+
+
+def _device() -> tuple[str, int]:
+    """The host's accelerator (name) and how many of it."""
+    import torch  # noqa: PLC0415  heavy: torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count():
+        return torch.cuda.get_device_name(0), torch.cuda.device_count()
+    return "CPU", 0
+
+
+def _run_job(job: Job, out: Path, gpu: int | None, cpus: set[int] | None, commit: str, timeout_s: float) -> None:
+    """`wmbook run` for one job (its own report folder, rows file and log); sets its status and seconds."""
+    store, log = out / "results" / f"{job.name}.csv", out / "logs" / f"{job.name}.log"
+    for f in (store, log):
+        f.parent.mkdir(parents=True, exist_ok=True)
+    if store.exists():  # a cut run's rows never join the set: kept beside it, not published
+        store.rename(store.with_name(f"{job.name}.cut-{int(time.time())}.csv"))
+    cmd = [sys.executable, "-m", "wmbook", "run", job.source, "--out", str(out / "runs" / job.name), "-q",
+           "-p", "results_path", str(store)]
+    for k, v in job.params.items():
+        cmd += ["-p", k, json.dumps(v) if not isinstance(v, str) else v]
+    env = os.environ | NO_MULTICAST_ENV | {"WMBOOK_GIT_COMMIT": commit, "PYTHONUNBUFFERED": "1"}
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+
+    def pin():  # the queue's cores only: torch and inductor size their threads from them
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    t0 = time.monotonic()
+    with log.open("w") as f:
+        try:
+            rc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s,
+                                preexec_fn=pin if cpus and hasattr(os, "sched_setaffinity") else None).returncode
+        except subprocess.TimeoutExpired:
+            rc = None
+    job.seconds = time.monotonic() - t0
+    if rc == 0:
+        job.status, job.error = "ok", ""
+        return
+    job.status = "failed"
+    tail = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    job.error = (f"timed out after {timeout_s:.0f} s" if rc is None else f"exit {rc}") + (
+        f": {tail[-1][:300]}" if tail else "")
+
+
+def run_set(state: SetState, gpus: int, timeout_s: float, echo=print) -> SetState:
+    """Every run of the set that is not done yet: the queues in parallel, then the all-GPU runs alone."""
+    todo = [j for j in state.jobs if j.status != "ok"]
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    share = max(1, len(cores) // max(1, state.queues)) if cores else 0
+    done = [len(state.jobs) - len(todo)]
+    stop = threading.Event()  # Ctrl-C: no queue starts another run (the running ones got the interrupt too)
+
+    def work(q: int | None, jobs: list[Job]) -> None:
+        cpus = set(cores[q * share:(q + 1) * share]) if cores and q is not None and state.queues > 1 else None
+        for j in jobs:
+            if stop.is_set():
+                return
+            j.status = "running"
+            state.save()
+            echo(f"[{'all' if q is None else f'q{q}'}] {j.name}: started")
+            _run_job(j, state.out, q if (gpus and q is not None) else None, cpus, state.commit, timeout_s)
+            state.save()
+            done[0] += 1
+            echo(f"[{'all' if q is None else f'q{q}'}] {j.name}: {j.status} ({j.seconds / 60:.1f} min)"
+                 + (f" {j.error}" if j.error else "") + f"  [{done[0]}/{len(state.jobs)}]")
+
+    threads = [threading.Thread(target=work, args=(q, [j for j in todo if j.queue == q]), daemon=True)
+               for q in range(state.queues)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(timeout=0.5)
+        work(None, [j for j in todo if j.gpus == "all"])
+    except KeyboardInterrupt:
+        stop.set()
+        for t in threads:  # each ends when its running notebook has (it was interrupted as well)
+            t.join(timeout=60)
+        raise
+    return state
+
+
+def gpu_time(state: SetState) -> dict:
+    """Seconds per run, per notebook and in all (the sum over runs: GPU time, whichever queue ran them)."""
+    per_nb: dict[str, float] = {}
+    for j in state.jobs:
+        per_nb[j.notebook] = per_nb.get(j.notebook, 0.0) + j.seconds
+    total = sum(j.seconds for j in state.jobs)
+    wall = max((sum(j.seconds for j in state.jobs if j.queue == q) for q in range(state.queues)), default=0.0) + sum(
+        j.seconds for j in state.jobs if j.gpus == "all")
+    return {"commit": state.commit, "device": state.device, "queues": state.queues,
+            "seconds": {j.name: round(j.seconds, 1) for j in state.jobs}, "notebook_seconds": per_nb,
+            "total_seconds": round(total, 1), "wall_seconds": round(wall, 1), "goal_minutes": GOAL_MINUTES}
+
+
+def publish_set(state: SetState, folder: Path, store: Path | None = None, notes: Path | None = NOTES,
+                echo=print) -> list[Path]:
+    """Publish a complete set (module docstring); InputError naming what is missing, before anything is written, for
+    a set that is not complete or not from one clean commit."""
+    from . import published, results  # noqa: PLC0415  heavy: pandas, nbconvert
+
+    missing = state.missing()
+    if missing:
+        raise InputError("the set is not complete, so nothing is published; missing: " + "; ".join(
+            f"{j.name} ({j.status}{': ' + j.error if j.error else ''})" for j in missing)
+            + f"; run `python -m wmbook regenerate --out {state.out}` again to finish it")
+    if not state.commit or state.commit.endswith("+dirty"):
+        raise InputError(f"the set ran at commit {state.commit or 'unknown'!r}, not one clean commit: a published "
+                         "set comes from one; start it over from a clean tree (--fresh)")
+    folder.mkdir(parents=True, exist_ok=True)
+    for j in state.jobs:
+        with (state.out / "results" / f"{j.name}.csv").open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        if rows:
+            results.append(rows, store)
+    written = []
+    for j in state.jobs:
+        written += published.publish_report(state.out / "runs" / j.name, folder)
+    t = gpu_time(state)
+    atomic_write_text(folder / GPU_TIME_FILE, json.dumps(t, indent=1))
+    written.append(folder / GPU_TIME_FILE)
+    from .report_index import write_folder_index  # noqa: PLC0415  heavy: nbformat
+
+    written.append(write_folder_index(folder, results_path=store, device=None if state.device == "CPU"
+                                      else state.device.split()[-1]))
+    if folder.resolve() in {f.resolve() for f in published.FOLDER_PAGES} and store is None:
+        published.update_readme(allow_removal=True)
+    if notes is not None and folder.resolve() in {f.resolve() for f in published.FOLDER_PAGES}:
+        _note(notes, state, folder, t)
+        written.append(notes)
+    for p in written:
+        echo(p)
+    return written
+
+
+def _note(notes: Path, state: SetState, folder: Path, t: dict) -> None:
+    """One dated entry at the top of NOTES.md's list: the commit, the device, GPU time per notebook and in all."""
+    day = _dt.date.today().isoformat()
+    per = ", ".join(f"{nb[:2]} {s / 60:.1f}" for nb, s in sorted(t["notebook_seconds"].items()))
+    total = t["total_seconds"] / 60
+    entry = (f"- **{day}, commit {state.commit}, {state.queues} x {state.device}: the published set regenerated** "
+             f"(`python -m wmbook regenerate`, {len(state.jobs)} runs into "
+             f"`{folder.resolve().relative_to(REPO_ROOT)}`). GPU "
+             f"time {total:.1f} minutes in all (goal {GOAL_MINUTES:.0f}: "
+             f"{'met' if total <= GOAL_MINUTES else 'missed'}), {t['wall_seconds'] / 60:.1f} minutes of wall clock; "
+             f"per notebook (minutes): {per}.\n")
+    text = notes.read_text()
+    at = text.find("\n- **")
+    atomic_write_text(notes, text[:at + 1] + entry + text[at + 1:] if at >= 0 else text + "\n" + entry)
+
+
+@command("wmbook regenerate")
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="wmbook regenerate", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True, help="the set's folder (resumed when it holds one)")
+    ap.add_argument("--notebooks", default=None, help="comma-separated notebooks (default: every one)")
+    ap.add_argument("--workloads", default=None, help="comma-separated workloads (default: every one)")
+    ap.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                    help="a parameter for every run that declares it")
+    ap.add_argument("--gpus", type=int, default=None, help="queues, one per GPU (default: every GPU; 1 on a CPU)")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds one run may take (default 3600)")
+    ap.add_argument("--fresh", action="store_true", help="start over: the folder's earlier set is moved aside")
+    ap.add_argument("--plan", action="store_true", help="print what would run on which queue; run nothing")
+    ap.add_argument("--publish", type=Path, default=None, metavar="FOLDER",
+                    help="when the set is complete: publish it into FOLDER (e.g. data/reports/h200)")
+    ap.add_argument("--allow-dirty", action="store_true",
+                    help="run from a tree with uncommitted changes (such a set is never published)")
+    a = ap.parse_args(argv)
+    import yaml  # noqa: PLC0415  heavy: yaml
+
+    try:  # a value as `wmbook run -p` reads it (YAML: 2 is a number, a,b a string)
+        params = {k: yaml.safe_load(v) for k, v in a.p}
+    except yaml.YAMLError as e:
+        ap.error(f"-p: a value is not YAML: {e}")
+    device, count = _device()
+    queues = a.gpus if a.gpus is not None else max(1, count)
+    if queues < 1 or (count and queues > count):
+        ap.error(f"--gpus={queues} is not allowed; allowed values: 1..{max(1, count)} (this host has {count} GPUs)")
+    commit = git_commit()
+    if commit.endswith("+dirty") and not a.allow_dirty:
+        ap.error("the tree has uncommitted changes: a set records the commit its rows come from; commit them first "
+                 "(or --allow-dirty for a set that will not be published)")
+    out = a.out
+    if a.fresh and (out / SET_FILE).exists():
+        aside = out.with_name(f"{out.name}.superseded-{int(time.time())}")
+        shutil.move(str(out), str(aside))
+        print(f"the earlier set moved to {aside}")
+    if (out / SET_FILE).exists():
+        state = SetState.load(out)
+        if state.commit != commit:
+            ap.error(f"{out} holds a set started at commit {state.commit}; this tree is at {commit}: a set comes from "
+                     "one commit (--fresh starts it over)")
+        print(f"resuming the set of {state.started}: {len(state.jobs) - len(state.missing())} of {len(state.jobs)} "
+              "runs done")
+    else:
+        jobs = plan(a.notebooks.split(",") if a.notebooks else None,
+                    [w.strip() for w in a.workloads.split(",")] if a.workloads else None, params)
+        load = deal(jobs, queues, _earlier_minutes(out, a.publish))
+        out.mkdir(parents=True, exist_ok=True)
+        state = SetState(out, commit, device, queues, jobs)
+        print(f"{len(jobs)} runs on {queues} queue(s) ({device}); expected minutes per queue: "
+              + ", ".join(f"{m:.0f}" if math.isfinite(m) else "?" for m in load))
+        if a.plan:
+            for j in jobs:
+                print(f"  {'all' if j.queue is None else f'q{j.queue}'}  {j.name}  {j.params}")
+            return 0
+        state.save()
+    try:
+        run_set(state, count, a.timeout)
+    except KeyboardInterrupt:
+        for j in state.jobs:
+            if j.status == "running":
+                j.status, j.error = "failed", "interrupted"
+        state.save()
+        print(f"wmbook regenerate: interrupted; run the same command to resume ({len(state.missing())} runs left)",
+              file=sys.stderr)
+        return 130
+    t = gpu_time(state)
+    print(f"GPU time {t['total_seconds'] / 60:.1f} minutes in all (goal {GOAL_MINUTES:.0f}), wall "
+          f"{t['wall_seconds'] / 60:.1f} minutes; missing: {[j.name for j in state.missing()] or 'none'}")
+    if a.publish is not None:
+        publish_set(state, a.publish)
+    return 0 if not state.missing() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
