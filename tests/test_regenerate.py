@@ -115,3 +115,25 @@ def test_a_set_started_at_another_commit_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("WMBOOK_GIT_COMMIT", "1111111")
     with pytest.raises(SystemExit):
         rg.main(["--out", str(out)])
+
+
+def test_a_run_the_host_cannot_make_is_planned_as_such_and_keeps_the_set_unpublished(tmp_path, monkeypatch):
+    import wmbook.runconfig as rc
+    from wmbook.params import ParameterError
+
+    real = rc.notebook_parameters
+
+    def one_gpu_host(paths, params, workloads=None):  # notebook 08's stage split on a host of one GPU
+        if workloads == ["mg2"] and "08" in str(paths[0]):
+            raise ParameterError("nproc=2 needs 2 GPUs (one per rank); this host has 1")
+        return real(paths, params, workloads)
+
+    monkeypatch.setattr(rc, "notebook_parameters", one_gpu_host)
+    jobs = rg.plan(["08"])
+    assert [(j.name, j.status) for j in jobs] == [("08_multi_gpu-mg2", rg.CANNOT), ("08_multi_gpu-wma", "pending")]
+    assert "2 GPUs" in jobs[0].error
+    jobs = jobs[:1]
+    state = rg.SetState(tmp_path / "set", "abc1234", "CPU", 1, jobs)
+    rg.run_set(state, 0, 60, echo=lambda *a: None)  # nothing it can run
+    with pytest.raises(InputError, match="08_multi_gpu-mg2 .cannot run on this host: nproc=2 needs 2 GPUs"):
+        rg.publish_set(state, tmp_path / "pub", store=tmp_path / "s.csv", notes=None, echo=lambda *a: None)

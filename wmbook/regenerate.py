@@ -44,6 +44,7 @@ from .paths import REPO_ROOT, git_commit
 
 SET_FILE = "set.json"
 GPU_TIME_FILE = "gpu_time.json"
+CANNOT = "cannot run on this host"
 DEFAULT_MINUTES = 10.0  # a run with no earlier time: dealt as if it took this long
 GOAL_MINUTES = 60.0  # the whole set's GPU time on the reference device
 NOTES = REPO_ROOT / "data" / "reports" / "NOTES.md"
@@ -59,7 +60,7 @@ class Job:
     params: dict
     gpus: str = "one"  # "all": alone, after the queues, every GPU visible
     queue: int | None = None
-    status: str = "pending"  # pending | running | ok | failed
+    status: str = "pending"  # pending | running | ok | failed | cannot run here (CANNOT)
     seconds: float = 0.0
     error: str = ""
 
@@ -70,6 +71,7 @@ def plan(notebooks=None, workloads=None, params=None) -> list[Job]:
     workload is not among `workloads`)."""
     from . import studies  # noqa: PLC0415  heavy: torch, the studies
     from . import workloads as wls  # noqa: PLC0415  heavy: torch
+    from .params import ParameterError  # noqa: PLC0415  heavy: torch
     from .run import resolve_notebooks  # noqa: PLC0415  heavy: papermill's runner
     from .runconfig import notebook_parameters  # noqa: PLC0415  heavy: torch, workloads
 
@@ -80,6 +82,15 @@ def plan(notebooks=None, workloads=None, params=None) -> list[Job]:
         spec = studies.spec_for(path.stem)
         gpus = spec.gpus if spec is not None else "one"
         src = str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+        if gpus == "all":  # a run this host cannot make (too few GPUs) is planned as such: the set stays incomplete
+            for w in (n for n in names if spec.supports(wls.get(n))):
+                try:
+                    for _, _, prm in notebook_parameters([path], params, [w]):
+                        jobs.append(Job(f"{path.stem}-{w}", path.stem, src, prm, gpus))
+                except ParameterError as e:
+                    jobs.append(Job(f"{path.stem}-{w}", path.stem, src, params | {"workload": w}, gpus,
+                                    status=CANNOT, error=str(e)))
+            continue
         for _, w, prm in notebook_parameters([path], params, names):
             jobs.append(Job(f"{path.stem}-{w or 'default'}", path.stem, src, prm, gpus))
         for extra in (spec.set_runs if spec is not None and "preset" not in params else ()):
@@ -99,7 +110,8 @@ def deal(jobs: list[Job], queues: int, minutes: dict[str, float]) -> list[float]
     """Each single-GPU run to a queue, longest first to the least loaded one; returns each queue's expected
     minutes."""
     load = [0.0] * queues
-    for j in sorted((j for j in jobs if j.gpus != "all"), key=lambda j: -minutes.get(j.name, DEFAULT_MINUTES)):
+    single = (j for j in jobs if j.gpus != "all" and j.status != CANNOT)
+    for j in sorted(single, key=lambda j: -minutes.get(j.name, DEFAULT_MINUTES)):
         j.queue = min(range(queues), key=load.__getitem__)
         load[j.queue] += minutes.get(j.name, DEFAULT_MINUTES)
     return load
@@ -191,7 +203,7 @@ def _run_job(job: Job, out: Path, gpu: int | None, cpus: set[int] | None, commit
 
 def run_set(state: SetState, gpus: int, timeout_s: float, echo=print) -> SetState:
     """Every run of the set that is not done yet: the queues in parallel, then the all-GPU runs alone."""
-    todo = [j for j in state.jobs if j.status != "ok"]
+    todo = [j for j in state.jobs if j.status not in ("ok", CANNOT)]
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     share = max(1, len(cores) // max(1, state.queues)) if cores else 0
     done = [len(state.jobs) - len(todo)]
@@ -351,7 +363,8 @@ def main(argv=None) -> int:
               + ", ".join(f"{m:.0f}" if math.isfinite(m) else "?" for m in load))
         if a.plan:
             for j in jobs:
-                print(f"  {'all' if j.queue is None else f'q{j.queue}'}  {j.name}  {j.params}")
+                print(f"  {'all' if j.queue is None else f'q{j.queue}'}  {j.name}  {j.params}"
+                      + (f"  [{j.status}: {j.error}]" if j.status == CANNOT else ""))
             return 0
         state.save()
     try:
