@@ -2,7 +2,8 @@
 model's own unfused op sequence (eager) and what torch.compile generates for that sequence, in GB/s of the bytes
 the op must move, as a share of the measured copy bandwidth; then ladder rows on top of notebook 04's best stack:
 + triton-fused (the kernels swapped into the denoiser), + vae-triton-fused (the decoder's norm + SiLU pairs),
-+ fp8 (torchao's float8 GEMMs), each gated against the fp32 reference.
++ fp8-static (fp8 GEMMs with static scales; torchao's dynamic ones are the variant fp8), each gated against the
+fp32 reference.
 
 Timing on a GPU: each implementation captured in a CUDA graph and replayed between CUDA events, the L2 flushed before
 every replay (median and p20-p80): the kernels' GPU time with cold caches, not their Python launch path. On a CPU
@@ -30,7 +31,7 @@ from ..presets import resolve_device
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from ..variants import Variant
-from ..variants.builtin import fp8_unavailable, sage_unavailable
+from ..variants.builtin import fp8_static_unavailable, sage_unavailable
 from ..variants.ladder import LadderSettings
 from ..variants.ladder import run_ladder as _run
 from .common import compile_backend, variant_stack
@@ -52,8 +53,8 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("base", "auto", variant_stack(),
           "the stack the rows build on; auto: notebook 04's best (its ladder + compile)"),
     Param("steps", "auto", variant_stack(), "rows added to the base, in order; auto: triton-fused, head-conv-gemm "
-          "(wma), vae-triton-fused, attn-sage (where sageattention is installed), fp8 (where the device has FP8; "
-          "last: the slowest row to build)"),
+          "(wma), vae-triton-fused, attn-sage (where sageattention is installed), fp8-static (where the device has "
+          "FP8; last: the slowest row to build)"),
     Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
     WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS,
     OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=check_e2e)
@@ -314,7 +315,9 @@ def kernel_rows(cfg: RunConfig, tab: pd.DataFrame) -> list[dict]:
 
 def _low_precision(device) -> dict:
     """The low-precision rows and why each cannot run on `device` (None: it can)."""
-    return {"attn-sage": sage_unavailable(device), "fp8": fp8_unavailable(device)}
+    # fp8 GEMMs with static scales: torchao's dynamic ones (variant fp8, for `steps`) spent on their scale reductions
+    # about what the fp8 GEMMs saved
+    return {"attn-sage": sage_unavailable(device), "fp8-static": fp8_static_unavailable(device)}
 
 
 def base_stack(cfg: RunConfig) -> list[Variant]:
@@ -324,8 +327,8 @@ def base_stack(cfg: RunConfig) -> list[Variant]:
 
 def kernel_steps(cfg: RunConfig) -> list[Variant]:
     """The rows added to the base: `steps`, or triton-fused, head-conv-gemm (wma: the heads' 1-D convolutions as
-    GEMMs), vae-triton-fused, attn-sage (the quantized attention comparison row) and fp8 (each low-precision row
-    where it can run; the ladder is cumulative, so where both run the fp8 row keeps attn-sage's attention)."""
+    GEMMs), vae-triton-fused, attn-sage (the quantized attention comparison row) and fp8-static (each low-precision
+    row where it can run; the ladder is cumulative, so where both run the fp8 row keeps attn-sage's attention)."""
     if cfg.options.steps is not None:
         return list(cfg.options.steps)
     known = variants.known(cfg.workload)

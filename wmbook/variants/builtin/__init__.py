@@ -23,7 +23,8 @@ from .attention import sage_unavailable
 from .compile import REGIONAL_RECOMPILE_LIMIT, _note_cudagraph_skips, compile_variant, raise_recompile_limit_for_regions
 from .decoder import buffered_decoder
 from .graphs import graphed_callables
-from .kernels import fp8_unavailable
+from .kernels import fp8_static_unavailable, fp8_unavailable
 
 __all__ = ["REGIONAL_RECOMPILE_LIMIT", "_note_cudagraph_skips", "buffered_decoder", "compile_variant",
-           "fp8_unavailable", "graphed_callables", "raise_recompile_limit_for_regions", "sage_unavailable"]
+           "fp8_static_unavailable", "fp8_unavailable", "graphed_callables", "raise_recompile_limit_for_regions",
+           "sage_unavailable"]

@@ -86,3 +86,42 @@ def _fp8(pipe, ctx: VariantContext):
     if not seen:
         raise ValueError("fp8 found no bf16 linear of >= 256 features: apply bf16 first")
     ctx.notes["fp8"] = f"{len(seen)} linears in fp8 (row-wise dynamic scales)"
+
+
+# calibration: the generation the activation scales are read from (short: its first blocks or DDIM steps)
+FP8_STATIC_CALIBRATION = {"blocks": 2, "ddim_steps": 2}
+
+
+def fp8_static_unavailable(device: torch.device) -> str | None:
+    """Why notebook 05's ladder leaves the fp8-static row out on `device` (None when it runs it): fp8 GEMMs gain only
+    on FP8 tensor cores (compute capability 8.9 or newer). The variant itself also runs on a CPU (torch._scaled_mm),
+    which tests use."""
+    if device.type != "cuda":
+        return f"fp8 GEMMs need a CUDA GPU with FP8 tensor cores (compute capability >= 8.9); this is {device.type}"
+    cap = torch.cuda.get_device_capability(device)
+    if cap < (8, 9):
+        return f"fp8 GEMMs need compute capability >= 8.9; {torch.cuda.get_device_name(device)} has {cap[0]}.{cap[1]}"
+    return None
+
+
+@register("fp8-static", family="precision", tolerance="fp8",
+          description="the denoiser's large linears as fp8 GEMMs (e4m3, torch._scaled_mm) with static scales: "
+                      "weights per output channel, quantized once; each linear's input per tensor, calibrated once "
+                      "on a short generation of the stack below (its largest absolute input): no scale reduction at "
+                      "run time (wmbook.variants.fp8_static); needs bf16 weights (FP8 tensor cores on a GPU)")
+def _fp8_static(pipe, ctx: VariantContext):
+    from ...workloads import E2ESize  # noqa: PLC0415  (workloads import the variants: a circle at module level)
+    from .. import fp8_static  # noqa: PLC0415  the module is only needed by this row
+
+    if ctx.device.type == "cuda" and fp8_static_unavailable(ctx.device):
+        raise ValueError(f"fp8-static: {fp8_static_unavailable(ctx.device)}")
+    model = ctx.workload.denoiser(pipe)
+    # on a GPU only GEMMs big enough to gain from fp8 (>= 256 features); a CPU (tests, tiny presets) takes any
+    linears = fp8_static.eligible_linears(model, 256 if ctx.device.type == "cuda" else 16)
+    if not linears:
+        raise ValueError("fp8-static found no bf16 linear to quantize: apply bf16 first")
+    size = E2ESize(**FP8_STATIC_CALIBRATION)
+    amax = fp8_static.calibrate(linears, lambda: ctx.workload.end_to_end(pipe, seed=0, size=size))
+    n = fp8_static.quantize_static(model, amax, linears)
+    ctx.notes["fp8-static"] = (f"{n} of {len(linears)} linears in fp8 with static scales (calibrated on "
+                               f"{ctx.workload.e2e_description(size)})")
