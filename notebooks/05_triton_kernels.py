@@ -41,7 +41,7 @@ kernel_table = True    # each kernel at the workload's call sites: eager vs torc
 rep_ms = 200           # milliseconds of repeated calls per kernel timing
 ladder = "auto"        # the ladder rows on top of notebook 04's best stack; auto: on a GPU only
 base = "auto"          # auto: notebook 04's best stack (its ladder + compile); or comma-separated variant names
-steps = "auto"         # rows added to the base; auto: triton-fused, head-conv-gemm (wma), vae-triton-fused, attn-sage, fp8 (where the device has FP8)
+steps = "auto"         # rows added to the base; auto: triton-fused, head-conv-gemm (wma), vae-triton-fused, attn-sage, fp8-static (where the device has FP8)
 compile_backend = "auto"  # auto: inductor on GPU, aot_eager on CPU | inductor | aot_eager | eager
 warmup = 3             # untimed forwards before timing
 repeats = 10           # timed forwards per row
@@ -112,7 +112,10 @@ else:
 # Each row adds one variant and is gated against the fp32 reference; a row that fails the gate is shown but its time
 # does not count. `attn-sage` (SageAttention: Q and K in int8, P.V in fp16) is a comparison row for the attention
 # share of the forward; masked calls, head dims it does not take and key lengths that are not whole 64-key blocks keep
-# SDPA (the table under the ladder counts them: at mg2-universal's 880 tokens a frame, every call). `GPU busy ms` is the kernels' time per forward: what the fused kernels and fp8 act on. Wall time
+# SDPA (the table under the ladder counts them: at mg2-universal's 880 tokens a frame, every call). `fp8-static` runs
+# the large linears as fp8 GEMMs with scales fixed beforehand (weights per output channel; each input per tensor, from
+# a short calibration generation), so no scale reduction runs before each GEMM as in torchao's dynamic path (`fp8`,
+# which `steps` can add). `GPU busy ms` is the kernels' time per forward: what the fused kernels and fp8 act on. Wall time
 # includes the host's launches (notebook 06 removes those with CUDA graphs). The base is the best stack of
 # [04 · compile and precision](04_compile_autocast.ipynb). What to look for: GPU busy time going down row by row.
 
