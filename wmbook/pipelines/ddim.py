@@ -31,7 +31,11 @@ from pathlib import Path
 import numpy as np
 import torch
 from diffusers import DDIMScheduler
-from diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion import rescale_noise_cfg
+
+try:  # the guiders' copy: the Stable Diffusion pipeline's module imports transformers' CLIP classes for nothing here
+    from diffusers.guiders.guider_utils import rescale_noise_cfg
+except ImportError:  # a diffusers without guiders
+    from diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion import rescale_noise_cfg
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_open
