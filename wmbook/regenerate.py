@@ -333,6 +333,8 @@ def main(argv=None) -> int:
         params = {k: yaml.safe_load(v) for k, v in a.p}
     except yaml.YAMLError as e:
         ap.error(f"-p: a value is not YAML: {e}")
+    if not (a.timeout > 0 and math.isfinite(a.timeout)):
+        ap.error(f"--timeout={a.timeout!r} is not allowed; allowed values: seconds > 0")
     device, count = _device()
     queues = a.gpus if a.gpus is not None else max(1, count)
     if queues < 1 or (count and queues > count):
