@@ -46,6 +46,17 @@ INDEX_NOTES = {
 }
 
 
+def commits_note(rows) -> str:
+    """'Its rows come from N commits, <first> (<day>) to <last> (<day>).' for a device's stored rows."""
+    rows = rows[rows["git_commit"].astype(str).str.len() > 0].sort_values("timestamp")
+    if rows.empty:
+        return ""
+    first, last = rows.iloc[0], rows.iloc[-1]
+    n = rows["git_commit"].astype(str).str.removesuffix("+dirty").nunique()
+    return (f"Its rows come from {n} commits, {first['git_commit']} ({str(first['timestamp'])[:10]}) to "
+            f"{last['git_commit']} ({str(last['timestamp'])[:10]}).")
+
+
 def markdown(path=None, device: str | None = None) -> str:
     """Every notebook's published tables as markdown (each study's report module writes its own); with `device`,
     only rows of devices whose name contains it, so that no table takes one configuration's latest row from another
@@ -285,6 +296,8 @@ def main(argv=None) -> int:
                 ap.error(str(e))
         try:
             note = next((n for f, n in INDEX_NOTES.items() if Path(a.index).resolve() == f.resolve()), None)
+            if note is not None and Path(a.index).resolve() == H100.resolve():
+                note += " " + commits_note(results.of_device(results.read(results.default_path()), "H100"))
             print(write_folder_index(a.index, note=note, device=device))
         except ValueError as e:
             ap.error(str(e))
