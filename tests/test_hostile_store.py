@@ -202,6 +202,13 @@ time.sleep(120)
 """
 
 
+def _terminal_sigint() -> None:
+    """SIGINT as a terminal's foreground job gets it: neither ignored nor blocked. A child inherits both, and a test
+    worker that ran other tests before (threads of the libraries they load) does not promise either."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_an_interrupted_run_leaves_no_success_report_and_whole_rows(tmp_path):
     """Ctrl-C during `wmbook run`: exit 130, rows appended before it whole, no report that looks like a success."""
     import nbformat
@@ -215,7 +222,8 @@ def test_an_interrupted_run_leaves_no_success_report_and_whole_rows(tmp_path):
     store, out = tmp_path / "r.csv", tmp_path / "report"
     q = subprocess.Popen([sys.executable, "-m", "wmbook", "run", str(tmp_path / "nb_slow.ipynb"), "--out", str(out),
                           "-p", "results_path", str(store), "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, cwd=ROOT, start_new_session=True)
+                         text=True, cwd=ROOT, start_new_session=True,
+                         preexec_fn=_terminal_sigint)
     deadline = time.time() + 240
     while (not (store.exists() and results.problems(store) == [] and len(results.read(store)))
            and time.time() < deadline):

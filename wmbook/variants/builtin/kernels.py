@@ -110,7 +110,7 @@ def fp8_static_unavailable(device: torch.device) -> str | None:
                       "on a short generation of the stack below (its largest absolute input): no scale reduction at "
                       "run time (wmbook.variants.fp8_static); needs bf16 weights (FP8 tensor cores on a GPU)")
 def _fp8_static(pipe, ctx: VariantContext):
-    from ...workloads import E2ESize  # noqa: PLC0415  (workloads import the variants: a circle at module level)
+    from ...workloads.base import E2ESize  # noqa: PLC0415  the workloads import the variants
     from .. import fp8_static  # noqa: PLC0415  the module is only needed by this row
 
     if ctx.device.type == "cuda" and fp8_static_unavailable(ctx.device):
