@@ -12,34 +12,11 @@ import sys
 
 import torch
 
-from wmbook import workloads
-from wmbook.bench import Samples
+from wmbook import check, workloads
+from wmbook.bench import time_fn
 from wmbook.errors import command
 from wmbook.variants.fp8_static import FP8, StaticFP8Linear
 from wmbook.variants.ladder import apply_stack
-
-
-def _flat(out) -> torch.Tensor:
-    if isinstance(out, torch.Tensor):
-        return out.float().flatten()
-    if isinstance(out, (list, tuple)):
-        return torch.cat([_flat(x) for x in out])
-    return torch.cat([_flat(getattr(out, f)) for f in out.__dataclass_fields__
-                      if isinstance(getattr(out, f), (torch.Tensor, list, tuple))])
-
-
-def _time(fn, reps: int) -> Samples:
-    for _ in range(5):
-        fn()
-    s = Samples(unit="ms")
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        s.values.append(a.elapsed_time(b))
-    return s
 
 
 @command("fp8_static_check.py")
@@ -52,10 +29,10 @@ def main(argv=None) -> int:
     wl = workloads.get("mg2")
     preset = wl.presets[wl.real_preset].with_(name="mg2-2-layers", num_layers=2)
     pipe = wl.reference_pipeline(preset, dev)
-    ref = _flat(wl.forward_probe(pipe).forward())
+    ref = wl.forward_probe(pipe).forward()
     for stack in (["bf16"], ["bf16", "fp8-static"]):
         p, ctx = apply_stack(pipe, wl, stack, dev)
-        err = ((_flat(wl.forward_probe(p).forward()) - ref).norm() / ref.norm()).item()
+        err = check.compare(wl.forward_probe(p).forward(), ref, dtype="fp8").rel_l2
         print(f"{' + '.join(stack)}: relative L2 error against fp32 {err:.4f}; {ctx.notes}", flush=True)
         del p
     d, f = preset.dim, preset.ffn_dim
@@ -65,12 +42,15 @@ def main(argv=None) -> int:
         lin = torch.nn.Linear(k, n, device=dev, dtype=torch.bfloat16)
         x = torch.randn(a.tokens, k, device=dev, dtype=torch.bfloat16)
         q = StaticFP8Linear(lin, float(x.abs().amax())).to(dev)
-        xq = (x * q.input_inv_scale.to(x.dtype)).clamp(-448, 448).to(FP8)
+        xq = (x * q.input_inv_scale).clamp(-448, 448).to(FP8)
         sa = q.input_scale.reshape(1, 1).repeat(a.tokens, 1)
-        rows = {"bf16": _time(lambda: lin(x), a.reps), "fp8 static": _time(lambda: q(x), a.reps),
-                "scaled_mm alone": _time(lambda: torch._scaled_mm(xq, q.weight_fp8.t(), scale_a=sa,
+        def timed(fn):
+            return time_fn(fn, warmup=5, repeats=a.reps, device=dev)
+
+        rows = {"bf16": timed(lambda: lin(x)), "fp8 static": timed(lambda: q(x)),
+                "scaled_mm alone": timed(lambda: torch._scaled_mm(xq, q.weight_fp8.t(), scale_a=sa,
                                                                   scale_b=q.weight_scale, bias=q.bias,
-                                                                  out_dtype=torch.bfloat16), a.reps)}
+                                                                  out_dtype=torch.bfloat16))}
         for key, s in rows.items():
             total[key] += count * s.median
         print(f"  {name:9s} {k}x{n} (x{count} a layer): " + "; ".join(

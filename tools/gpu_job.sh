@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long GPU work on a machine whose commands are cut at a fixed limit (a lent GPU: 10 minutes a call): run the steps
+# Long GPU work on a machine whose commands are cut at a fixed limit (e.g. 10 minutes a command): run the steps
 # detached, poll until they finish (returning as soon as they do, never sleeping past the end), pack what they wrote.
 #
 #   bash tools/gpu_job.sh start RES "step 1 command" "step 2 command" ...   # returns at once

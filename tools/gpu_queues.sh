@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One detached job queue per GPU (tools/gpu_job.sh), run over a snapshot of the tree, for a lent GPU machine whose
+# One detached job queue per GPU (tools/gpu_job.sh), run over a snapshot of the tree, for a remote GPU machine whose
 # calls are cut at a time limit and whose next call re-sends the tree (the snapshot keeps the running steps' files):
 #
 #   bash tools/gpu_queues.sh launch SHA "q0 step;;q0 step" ["q1 step;;q1 step" ...]   # queue i on GPU i; returns

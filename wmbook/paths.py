@@ -28,7 +28,7 @@ def artifacts_dir(notebook: str, preset: str, device_type: str) -> Path:
 def git_commit() -> str:
     """Short HEAD commit of the repository, '+dirty' if tracked files changed; '' when unknown.
 
-    $WMBOOK_GIT_COMMIT overrides it: a copy of the working tree run elsewhere (a lent GPU host) may carry a
+    $WMBOOK_GIT_COMMIT overrides it: a copy of the working tree run elsewhere (a remote GPU host) may carry a
     stale .git, so the launcher passes the commit it was copied from.
     """
     env = os.environ.get("WMBOOK_GIT_COMMIT")

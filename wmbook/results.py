@@ -119,7 +119,7 @@ def _static_metadata() -> dict:
         "git_commit": git_commit(),
         "hostname": socket.gethostname(),
         # the host's CPU model and cores: a launch-bound GPU row (the small world models, eager loops) runs at the
-        # host's single-thread speed, so the same code and GPU model can differ by 2x between lent machines
+        # host's single-thread speed, so the same code and GPU model can differ by 2x between hosts
         "host_cpu": f"{_cpu_name()} x{os.cpu_count() or 0}",
     }
 

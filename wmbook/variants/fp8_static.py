@@ -34,20 +34,23 @@ class StaticFP8Linear(nn.Module):
         w_scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / FP8_MAX  # [out, 1]
         self.register_buffer("weight_fp8", (w / w_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8))  # [out, in], row-major
         self.register_buffer("weight_scale", w_scale.t().contiguous())  # [1, out]: one scale per output channel
-        self.register_buffer("input_scale", torch.tensor(input_amax / FP8_MAX, dtype=torch.float32))
-        self.register_buffer("input_inv_scale", torch.tensor(FP8_MAX / input_amax, dtype=torch.float32))
+        self.out_dtype = linear.weight.dtype
+        # the inverse in the input's dtype (the linear's): the scaling before the cast is one multiply, no cast of the
+        # scale; the GEMM's scale is its exact inverse in fp32, so the rounding of the first does not bias the product
+        inv = torch.tensor(FP8_MAX / input_amax, dtype=self.out_dtype)
+        self.register_buffer("input_inv_scale", inv)
+        self.register_buffer("input_scale", 1.0 / inv.float())
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.out_dtype = linear.weight.dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        xq = (x2 * self.input_inv_scale.to(x2.dtype)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+        xq = (x2 * self.input_inv_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
         # row-wise scaling wants one input scale per row: the per-tensor scale repeated (M floats)
         sa = self.input_scale.reshape(1, 1).repeat(x2.shape[0], 1)
         y = torch._scaled_mm(xq, self.weight_fp8.t(), scale_a=sa, scale_b=self.weight_scale,
-                             bias=None if self.bias is None else self.bias.to(self.out_dtype), out_dtype=self.out_dtype)
+                             bias=self.bias, out_dtype=self.out_dtype)
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
@@ -64,13 +67,14 @@ def eligible_linears(model: nn.Module, min_features: int) -> list[tuple[str, nn.
 
 @torch.no_grad()
 def calibrate(linears: list[tuple[str, nn.Linear]], run) -> dict[str, float]:
-    """The largest absolute input each linear sees while `run()` runs (forward hooks, removed after)."""
-    amax: dict[str, float] = {}
+    """The largest absolute input each linear sees while `run()` runs (forward hooks, removed after; the maxima stay
+    on the device until the run has ended: one read then, not a host sync per call)."""
+    amax: dict[str, torch.Tensor] = {}
 
     def hook(name):
         def record(_m, args):
-            v = float(args[0].detach().abs().amax())
-            amax[name] = max(amax.get(name, 0.0), v)
+            v = args[0].detach().abs().amax().float()
+            amax[name] = v if name not in amax else torch.maximum(amax[name], v)
         return record
 
     handles = [m.register_forward_pre_hook(hook(n)) for n, m in linears]
@@ -79,7 +83,7 @@ def calibrate(linears: list[tuple[str, nn.Linear]], run) -> dict[str, float]:
     finally:
         for h in handles:
             h.remove()
-    return amax
+    return {n: float(v) for n, v in amax.items()}
 
 
 def quantize_static(model: nn.Module, amax: dict[str, float], linears: list[tuple[str, nn.Linear]]) -> int:
