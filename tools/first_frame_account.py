@@ -7,12 +7,18 @@ of `--blocks` blocks for the steady block against which the first one compares.
     python tools/first_frame_account.py --preset mg2-universal --rounds 10 --out first_frame.csv
     python tools/first_frame_account.py --extra decode-first --out first_frame.csv   # both stacks, side by side
     python tools/first_frame_account.py --extra "decode-first;decode-first,stream-frames"   # three stacks
+    python tools/first_frame_account.py --base-extra fp8-static   # a variant that changes the arithmetic, in the base
 
 With --extra, the stack plus those variants (each `;`-separated set a row of its own) is measured too, after the
 stack in the same process, and gated: its
 latents and frames must equal the stack's bit for bit (a variant that only reorders work), else it is reported as
 failing and its times do not count. Warm-up (compiles, graph captures) is excluded: `--warmup` one-block streams of
 each stack run before its timed ones. Medians with p20-p80 over the rounds; the CSV holds every round.
+
+With --base-extra, variants that change the arithmetic (fp8-static, an attention backend) go into the base before its
+compile, as a row of their own; such a row is gated as notebook 06 gates its rows: the last steady stream's frames
+against the fp32 reference pipeline's (at least 40 dB; the latents' relative error is printed beside, a generation's
+error compounds over its blocks). Every stack's error against the fp32 reference is printed beside.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ def main(argv=None) -> int:
     ap.add_argument("--blocks", type=int, default=8, help="blocks of the steady streams (>= 3)")
     ap.add_argument("--extra", default="", help="comma-separated variants added to the stack as a row of its own; "
                     "several rows separated by ';'")
+    ap.add_argument("--base-extra", default="", help="comma-separated variants inserted into the base before its "
+                    "compile, as a row of their own (gated against the fp32 reference); several rows separated by ';'")
     ap.add_argument("--out", type=Path, default=None, help="CSV of every round")
     a = ap.parse_args(argv)
     for name, lo in (("rounds", 3), ("warmup", 1), ("blocks", 3)):
@@ -67,6 +75,14 @@ def main(argv=None) -> int:
         extra = [v for v in row.split(",") if v]
         if extra:  # names checked before anything is built
             stacks["stack + " + " + ".join(extra)] = variants.resolve([*stack, *extra], wl, cfg.device)
+    base = study06.base_stack(cfg)
+    arithmetic = set()  # the rows gated against the fp32 reference instead of bit for bit
+    for row in a.base_extra.split(";"):
+        extra = [v for v in row.split(",") if v]
+        if extra:
+            k = "stack with " + " + ".join(extra) + " in the base"
+            stacks[k] = variants.resolve([*base[:-1], *extra, *stack[len(base) - 1:]], wl, cfg.device)
+            arithmetic.add(k)
     print("stack:", " + ".join(map(str, stack)), flush=True)
     ref = wl.reference_pipeline(cfg.preset, cfg.device, cfg.seed)
 
@@ -102,10 +118,25 @@ def main(argv=None) -> int:
         del pipe
         if cfg.device.type == "cuda":
             torch.cuda.empty_cache()
-    del ref
+    # the fp32 reference's stream of the same inputs: what notebook 06's rows are gated against
+    ref_out, _ = stream(ref, a.blocks)
+    ref_lat, ref_frames = ref_out.latents.cpu(), ref_out.frames.cpu()
+    del ref, ref_out
+    from wmbook import check
+
+    against_fp32 = {}
+    for k, out in outs.items():
+        lat = check.compare(out.latents.float(), ref_lat.float(), dtype="fp32")
+        fr = check.compare(out.frames.float(), ref_frames.float(), dtype="fp32", frames=True)
+        against_fp32[k] = (lat.rel_l2, fr.psnr)
     gate = {}
     base = outs["stack"]
     for k, out in outs.items():
+        if k in arithmetic:
+            rel, psnr = against_fp32[k]
+            ok = psnr >= 40.0
+            gate[k] = f"{'pass' if ok else 'FAIL'} (against fp32: frames {psnr:.1f} dB, latents rel L2 {rel:.3g})"
+            continue
         same = torch.equal(out.latents, base.latents) and torch.equal(out.frames, base.frames)
         if k == "stack" or same:
             gate[k] = "reference" if k == "stack" else "pass (bit-equal)"
@@ -118,8 +149,11 @@ def main(argv=None) -> int:
     dev = torch.cuda.get_device_name(cfg.device) if cfg.device.type == "cuda" else "cpu"
     keys = [k for k in rows[0] if k not in ("stack", "round")]
     for k in stacks:
-        print(f"\n{k} [{gate[k]}]: first frame of a fresh stream, {cfg.preset.name}, {dev}, {a.rounds} rounds, "
-              "median (p20-p80)")
+        rel, psnr = against_fp32[k]
+        err = "" if k in arithmetic else f"; against fp32: frames {psnr:.1f} dB, latents rel L2 {rel:.3g}"
+        print(f"\n{k}: " + " + ".join(map(str, stacks[k])))
+        print(f"{k} [{gate[k]}{err}]: first frame of a "
+              f"fresh stream, {cfg.preset.name}, {dev}, {a.rounds} rounds, median (p20-p80)")
         for key in keys:
             s = Samples([r[key] for r in rows if r["stack"] == k], "ms")
             print(f"  {key:16s} {s.median:8.2f} ({s.p20:.2f}-{s.p80:.2f})")
