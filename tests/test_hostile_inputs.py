@@ -459,3 +459,25 @@ def test_pick_world_weights_refuses_a_provenance_that_is_not_json(tmp_path):
                          env={"PYTHONPATH": str(ROOT)})
     assert rc == 2 and not dest.exists()
     one_message(err, "w.pt.json", "not a JSON provenance file")
+
+
+def test_published_write_takes_a_newer_run_of_a_table(tmp_path, monkeypatch):
+    """A newer run of a published table changes its heading's parenthesis (commit, base) and its numbers: that replaces
+    the table and is written without --allow-removal; a table whose title goes is refused."""
+    from wmbook import published
+    from wmbook.errors import InputError
+
+    page = tmp_path / "README.md"
+    old = "**06 · graphs, wma / wma** (H200, commit aaaaaaa)\n| row | s |\n|---|---|\n| base | 8.5 |"
+    page.write_text(f"# t\n\n{published.BEGIN}\n{old}\n{published.END}\n")
+    plan = []
+    monkeypatch.setattr(published, "planned_pages", lambda readme=None, path=None: plan)
+    plan[:] = [(page, published.BEGIN, published.END, old.replace("aaaaaaa", "bbbbbbb").replace("8.5", "8.3"))]
+    assert published.update_readme(page, allow_removal=False)
+    assert "bbbbbbb" in page.read_text() and "8.3" in page.read_text()
+    before = page.read_text()
+    other = "**06 · graphs, mg2 / mg2** (H200)\n| row | s |\n|---|---|\n| b | 1 |"
+    plan[:] = [(page, published.BEGIN, published.END, other)]
+    with pytest.raises(InputError, match="1 table"):
+        published.update_readme(page, allow_removal=False)
+    assert page.read_text() == before

@@ -142,6 +142,12 @@ def test_static_fp8_linear_matches_its_linear_within_e4m3_and_saturates_beyond_i
     assert torch.isfinite(q(100 * x).float()).all()  # beyond the calibrated range: saturated, never inf
     with pytest.raises(ValueError, match="input_amax"):
         StaticFP8Linear(lin, 0.0)
+    # a strided input (a view of a transposed tensor, as an attention module passes) gives what a contiguous one does
+    xt = x.transpose(0, 1).contiguous().transpose(0, 1)
+    assert not xt.is_contiguous() and torch.equal(q(xt), q(x))
+    # every buffer on the linear's device, without a .to() after construction (the variant swaps linears in place)
+    meta = StaticFP8Linear(torch.nn.Linear(64, 48, device="meta", dtype=torch.bfloat16), 1.0)
+    assert {b.device.type for b in meta.buffers()} == {"meta"}
 
 
 def test_fp8_static_variant_calibrates_once_and_stays_within_the_fp8_budget():

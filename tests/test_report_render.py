@@ -395,3 +395,27 @@ def test_publish_report_names_each_notebook_by_its_preset(report, tmp_path):
     assert page == folder / "04_compile_autocast-tiny.html"
     text = page.read_text()
     assert html_clean.problems(text, folder) == [] and "real warning kept" not in text  # a published page: no stderr
+
+
+def test_findings_come_from_the_store_when_the_runs_results_file_stayed_on_another_host(tmp_path, monkeypatch):
+    """A GPU run's notebook names the results file of the host that ran it; once its rows are merged into the store,
+    the report rendered here still opens with its findings (read from the store by run id)."""
+    from wmbook import render, results
+    from wmbook.paths import REPO_ROOT
+
+    rows = pd.read_csv(REPO_ROOT / "data" / "results" / "results.csv", dtype=str, keep_default_na=False)
+    run = rows[rows.notebook == "06_cuda_graphs"].run_id.iloc[-1]
+    store = tmp_path / "results.csv"
+    rows[rows.run_id == run].to_csv(store, index=False)
+    monkeypatch.setenv("WMBOOK_RESULTS", str(store))
+    nb = nbformat.v4.new_notebook()
+    out = nbformat.v4.new_output("display_data", data={"text/plain": "rows"},
+                                 metadata={render.META_KEY: {"run_id": run, "results_path": "/gone/results.csv"}})
+    cell = nbformat.v4.new_code_cell("rows")
+    cell.outputs = [out]
+    nb.cells = [cell]
+    found = render.report_findings(nb)
+    assert found is not None and found[0]
+    assert results.default_path() == store
+    monkeypatch.setenv("WMBOOK_RESULTS", str(tmp_path / "none.csv"))
+    assert render.report_findings(nb) is None  # neither holds them: the report stands without findings

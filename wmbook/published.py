@@ -124,6 +124,11 @@ def _published_lines(block: str) -> list[str]:
     return [ln for ln in block.splitlines() if ln.startswith(("**", "| ")) and not ln.startswith("|---")]
 
 
+def _title(heading: str) -> str:
+    """A generated table's title: its bold heading without the parenthesis that says which run it shows."""
+    return heading.split("** (")[0].split(" (")[0]
+
+
 def planned_pages(readme=None, path=None) -> list[tuple[Path, str, str, str]]:
     """(page, begin marker, end marker, new block) of every generated page: the README's results at a glance, then
     each published folder's page of tables."""
@@ -158,7 +163,10 @@ def update_readme(readme=None, path=None, allow_removal: bool = True) -> bool:
                 continue
             old = _published_lines(readme_block(page, begin, end))
             now = _published_lines(new)
-            heads = [ln for ln in old if ln.startswith("**") and ln not in set(now)]
+            # a table is known by its title; what follows it (device, commit, base) changes when a newer run replaces
+            # the one shown, which removes nothing
+            titles = {_title(ln) for ln in now if ln.startswith("**")}
+            heads = [ln for ln in old if ln.startswith("**") and _title(ln) not in titles]
             rows = sum(ln.startswith("| ") for ln in old) - sum(ln.startswith("| ") for ln in now)
             if heads or rows > 0:
                 shrunk.append(f"{page.relative_to(REPO_ROOT) if page.is_relative_to(REPO_ROOT) else page}: "

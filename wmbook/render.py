@@ -160,17 +160,30 @@ def prepare_for_html(nb, report_dir: Path, artifacts: Path | None = None, own: s
 TEMPLATE = Path(__file__).parent / "templates"  # wmbook_report: nbconvert's lab template without network scripts
 
 
+def run_rows(rec: dict):
+    """The results rows of one run a notebook names ({run_id, results_path}: notebook_runs): where the run wrote them,
+    else in the store they were merged into (a GPU host's results file stays behind when its rows are appended to
+    data/results/results.csv and its notebook is published); None when neither holds them."""
+    from . import results  # noqa: PLC0415  heavy: pandas (wmbook run starts without)
+
+    for path in dict.fromkeys(p for p in (rec.get("results_path"), results.default_path()) if p):
+        try:
+            df = results.read(path, run_id=rec["run_id"])
+        except Exception:  # noqa: BLE001  (a moved results file: the report stands without findings)
+            continue
+        if len(df):
+            return df
+    return None
+
+
 def report_findings(executed_nb) -> tuple[list[str], list[tuple[str, str]]] | None:
     """The findings bullets and links of an executed notebook, from the results rows its results cell names (None
     when it names none or they are gone)."""
-    from . import headlines, results  # noqa: PLC0415  heavy: torch, pandas (wmbook run starts without)
+    from . import headlines  # noqa: PLC0415  heavy: torch, pandas (wmbook run starts without)
 
     for rec in notebook_runs(executed_nb):
-        try:
-            df = results.read(rec["results_path"], run_id=rec["run_id"])
-        except Exception:  # noqa: BLE001  (a moved results file: the report stands without findings)
-            continue
-        f = headlines.findings(df) if len(df) else None
+        df = run_rows(rec)
+        f = headlines.findings(df) if df is not None and len(df) else None
         if f is not None:
             return f.bullets(), f.next_links
     return None
@@ -295,10 +308,13 @@ def notebook_facts(executed: str | os.PathLike) -> dict:
                              "results": notebook_runs(nb), "headline": {}, "findings": found[0] if found else []}
     for rec in facts["results"]:
         try:
-            from . import headlines, results  # noqa: PLC0415  heavy: torch, pandas (wmbook run starts without)
+            from . import headlines  # noqa: PLC0415  heavy: torch, pandas (wmbook run starts without)
 
-            df = results.read(rec["results_path"], run_id=rec["run_id"])
-            if len(df):
+            df = run_rows(rec)
+            if df is None:
+                facts["headline_error"] = (f"the rows of run {rec['run_id']} are neither in the results file "
+                                           "the notebook names nor in the store")
+            else:
                 facts["headline"].update(headlines.headline(df))
         except Exception as e:  # noqa: BLE001  (a moved results file: the index says so, the report stays)
             facts["headline_error"] = f"{type(e).__name__}: {e}"

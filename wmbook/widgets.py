@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+import textwrap
 import threading
 from typing import Sequence
 
@@ -24,6 +25,11 @@ def frame_psnr(ref, other) -> "list[float]":
     return [float(x) for x in _psnr(ref, other)]
 
 
+def _panel_title(text: str) -> str:
+    """A panel's title wrapped to its third of the figure's width (a long variant name would run into the next)."""
+    return textwrap.fill(text, 34)
+
+
 def _compare_figure(a, b, i: int, labels: Sequence[str], gain: float):
     import matplotlib.pyplot as plt  # noqa: PLC0415  heavy: matplotlib.pyplot
 
@@ -31,7 +37,7 @@ def _compare_figure(a, b, i: int, labels: Sequence[str], gain: float):
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
     for ax, img, title in zip(axes, (a[i], b[i], diff), (*labels, f"|difference| x{gain:g}")):
         ax.imshow(img, cmap="magma" if img.ndim == 2 else None, vmin=0, vmax=255)
-        ax.set_title(title, fontsize=9)
+        ax.set_title(_panel_title(title), fontsize=9)
         ax.set_axis_off()
     return fig
 
@@ -84,8 +90,8 @@ def frame_comparer(ref, other, labels: Sequence[str] = ("reference", "optimized"
         diff = np.clip(np.abs(a[i].astype(np.int16) - b[i].astype(np.int16)).max(axis=-1) * gain, 0, 255)
         for ax, img, title in zip(row, (a[i], b[i], diff), (*labels, f"|difference| x{gain:g}")):
             ax.imshow(img, cmap="magma" if img.ndim == 2 else None, vmin=0, vmax=255)
-            ax.set_title(f"frame {i}: {title}" + (f" ({num(psnr[i])} dB)" if title.startswith("|") else ""),
-                         fontsize=9)
+            extra = f" ({num(psnr[i])} dB)" if title.startswith("|") else ""
+            ax.set_title(_panel_title(f"frame {i}: {title}{extra}"), fontsize=9)
             ax.set_axis_off()
     gs = axes[-1, 0].get_gridspec()
     for ax in axes[-1]:
@@ -99,7 +105,8 @@ def frame_comparer(ref, other, labels: Sequence[str] = ("reference", "optimized"
         ax.set_xlabel("frame")
         ax.set_ylabel("PSNR, dB")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(f"PSNR of {labels[1]} against {labels[0]}, every frame (identical frames: not drawn)", fontsize=9)
+        ax.set_title(textwrap.fill(f"PSNR of {labels[1]} against {labels[0]}, every frame (identical frames: not "
+                                   "drawn)", 110), fontsize=9)
     else:
         ax.set_axis_off()
         ax.text(0.5, 0.5, f"all {len(psnr)} frames identical (PSNR infinite)", ha="center", va="center")

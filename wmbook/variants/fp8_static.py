@@ -37,7 +37,8 @@ class StaticFP8Linear(nn.Module):
         self.out_dtype = linear.weight.dtype
         # the inverse in the input's dtype (the linear's): the scaling before the cast is one multiply, no cast of the
         # scale; the GEMM's scale is its exact inverse in fp32, so the rounding of the first does not bias the product
-        inv = torch.tensor(FP8_MAX / input_amax, dtype=self.out_dtype)
+        inv = torch.tensor(FP8_MAX / input_amax, dtype=self.out_dtype,
+                           device=w.device)
         self.register_buffer("input_inv_scale", inv)
         self.register_buffer("input_scale", 1.0 / inv.float())
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
@@ -46,7 +47,9 @@ class StaticFP8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        xq = (x2 * self.input_inv_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+        # cuBLASLt takes the input row-major only: a strided input (a view of a permuted tensor) keeps its layout
+        # through the pointwise steps
+        xq = (x2 * self.input_inv_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8).contiguous()
         # row-wise scaling wants one input scale per row: the per-tensor scale repeated (M floats)
         sa = self.input_scale.reshape(1, 1).repeat(x2.shape[0], 1)
         y = torch._scaled_mm(xq, self.weight_fp8.t(), scale_a=sa, scale_b=self.weight_scale,
