@@ -37,9 +37,9 @@
 # would overwrite). Timing: warm-up excluded, CUDA events, median with p20-p80. Once a forward replays at its GPU
 # busy time, the GPU time the kernels save is wall time saved.
 #
-# **Target** (the workbook's own, for `mg2` at the real shape on an H100 in bf16, full Wan decoder counted): 60 FPS,
-# i.e. a steady block of 12 pixel frames in 200 ms; a replayed forward within 1.10x of its GPU busy time. Start from
-# [04 · compile and precision](04_compile_autocast.ipynb) (the base stack) and
+# **Target** (the workbook's own, for `mg2` at the real shape in bf16, full Wan decoder counted, on the reference
+# device, an H200): 60 FPS, i.e. a steady block of 12 pixel frames in 200 ms; a replayed forward within 1.10x of its
+# GPU busy time. Start from [04 · compile and precision](04_compile_autocast.ipynb) (the base stack) and
 # [05 · Triton kernels](05_triton_kernels.ipynb) (fused kernels on top of it).
 
 # %% tags=["parameters"]

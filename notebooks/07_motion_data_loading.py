@@ -36,10 +36,10 @@
 # back to back in rounds of 50 (`in a loop`: what a training loop that fetches once per step pays, the larger of the
 # two). Then the rows that pass, at more robots.
 #
-# **Targets** (the workbook's own, at `g1-4096` on an H100, `Workload.goals`): the fetch at least 10x faster than
-# the eager reference, and within 2x of its bytes floor. This notebook stands alone (workload `motion`); its methods
-# are those of [04](04_compile_autocast.ipynb) (compile), [05](05_triton_kernels.ipynb) (a Triton kernel) and
-# [06](06_cuda_graphs.ipynb) (CUDA graphs).
+# **Targets** (the workbook's own, at `g1-4096` on the reference device, an H200, `Workload.goals`): the fetch at
+# least 10x faster than the eager reference, and within 2x of its bytes floor. This notebook stands alone (workload
+# `motion`); its methods are those of [04](04_compile_autocast.ipynb) (compile), [05](05_triton_kernels.ipynb) (a
+# Triton kernel) and [06](06_cuda_graphs.ipynb) (CUDA graphs).
 
 # %% tags=["parameters"]
 workload = "motion"     # motion (the only workload with this notebook)

@@ -121,7 +121,7 @@ def test_low_precision_rows_say_why_not_on_cpu():
     steps, note = [v.name for v in study.kernel_steps(cfg)], study.fp8_note(cfg)
     assert "fp8" not in steps and "attn-sage" not in steps
     assert "fp8-static row left out" in note and "attn-sage row left out" in note
-    assert steps == ["triton-fused", "vae-triton-fused"]  # the heads' GEMM row is wma's
+    assert steps == ["triton-fused", "fused-qkv", "vae-triton-fused"]  # the heads' GEMM row is wma's
     assert [v.name for v in study.kernel_steps(study.validate(workload="wma", preset="tiny-wma", device="cpu"))] == \
         ["triton-fused", "head-conv-gemm", "vae-triton-fused"]
     assert cfg.options.ladder is False  # auto: GPU only
@@ -336,3 +336,26 @@ def test_interpretation_compares_each_row_with_the_row_before():
     assert "`+ bad` failed the gate (FAIL)" in text
     assert "`+ attn-sage` (on `+ triton-fused`): forward 38.2 -> 61.5 ms, GPU busy 22.4 -> 22.5" in text, text
     assert "saves" not in text.split("`+ attn-sage`")[1]
+
+
+@pytest.mark.parametrize("stack", [["fused-qkv"], ["fused-qkv", "triton-fused"], ["triton-fused", "fused-qkv"]])
+def test_fused_qkv_is_the_three_projections_in_one_gemm_before_or_after_the_fused_kernels(stack):
+    """One GEMM over the concatenated weights computes the same dot products: fp32 rounding from the reference, in
+    whichever order it meets notebook 05's fused q/k norm + RoPE (whose forward then reads the fused projection)."""
+    from wmbook.variants.qkv import FusedQKVSelfAttention
+
+    wl = workloads.get("mg2")
+    pipe = wl.reference_pipeline(wl.presets["tiny"], DEV)
+    ref = _flat(wl.forward_probe(pipe).forward())
+    fused, ctx = apply_stack(pipe, wl, stack, DEV)
+    attns = [m for m in wl.denoiser(fused).modules() if hasattr(m, "qkv")]
+    assert attns and f"{len(attns)} self-attentions" in ctx.notes["fused-qkv"]
+    a = attns[0]
+    assert a.q.weight.data_ptr() == a.qkv.weight.data_ptr()  # q, k, v are views of the fused weight: no copy
+    assert a.v.weight.data_ptr() == a.qkv.weight[2 * a.dim:].data_ptr()
+    names = [c.__name__ for c in type(a).__mro__]
+    assert ("FusedQKNormRoPE" in names) == ("triton-fused" in stack)
+    assert isinstance(a, FusedQKVSelfAttention) == (stack == ["fused-qkv"] or stack[0] == "fused-qkv")
+    out = _flat(wl.forward_probe(fused).forward())
+    # fp32 accumulation in another order (and, with the fused kernels, their fp32 arithmetic): roundoff only
+    assert ((out - ref).norm() / ref.norm()).item() < 1e-5

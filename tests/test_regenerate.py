@@ -16,7 +16,10 @@ import os, time
 from wmbook import results
 results.append([results.make_row(notebook="t", workload="w", preset="tiny", variant="v", metric="m", value=1.0,
                                  unit="ms", params={})], results_path)
-print(os.environ.get("WMBOOK_GIT_COMMIT"), os.environ.get("NCCL_NVLS_ENABLE"))
+from wmbook import display as wd
+wd.rows(results_path, results.RUN_ID)
+env = os.environ.get
+print(env("WMBOOK_GIT_COMMIT"), env("NCCL_NVLS_ENABLE"), env("TORCHINDUCTOR_CACHE_DIR"))
 assert fail == 0, "asked to fail"
 """
 
@@ -73,7 +76,8 @@ def test_a_set_runs_on_queues_resumes_what_did_not_finish_and_publishes_only_whe
     log = (out / "logs" / "99_fast-default.log").read_text()
     assert (out / "results" / "99_fast-default.csv").exists() and "1/1 notebooks ok" in log
     executed = next((out / "runs" / "99_fast-default" / "executed").glob("*.ipynb")).read_text()
-    assert "abc1234 0" in executed  # every run records the set's commit, and multicast stays off
+    # every run records the set's commit, multicast stays off, and the runs share the set's compile cache
+    assert f"abc1234 0 {out / 'cache' / 'inductor'}" in executed
     saved = rg.SetState.load(out)
     assert [j.status for j in saved.jobs] == ["ok", "failed"] and saved.jobs[0].seconds > 0
 
@@ -107,6 +111,10 @@ def test_a_set_runs_on_queues_resumes_what_did_not_finish_and_publishes_only_whe
     assert set(t["seconds"]) == {"99_fast-default", "99_fast-fails"} and t["total_seconds"] > 0
     assert (folder / "index.html") in written and "GPU time of this set" in (folder / "index.html").read_text()
     assert store.exists()  # the rows of both runs joined the store
+    from wmbook import runtimes
+
+    times = runtimes.read(runtimes.times_path(store))  # and their times the store's times file
+    assert len(times) == 2 and all(t["seconds"] > 0 and t["notebook"] == "t" for t in times)
 
 
 def test_a_set_started_at_another_commit_is_refused(tmp_path, monkeypatch):

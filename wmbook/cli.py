@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -233,6 +234,13 @@ def build_run_parser(prog: str = "wmbook run") -> argparse.ArgumentParser:
                     help="YAML file with a mapping of parameters (-p wins over it)")
     ap.add_argument("--workload", metavar="NAMES", help="comma-separated workloads, or 'all': a notebook with a "
                     "workload parameter runs once per workload (default: the notebooks' own default)")
+    ap.add_argument("--profile", choices=("full", "quick"), default="full",
+                    help="full: what the published reports run; quick: each notebook's short parameters (fewer "
+                    "repeats, the costliest optional tables off) under the -p ones, its rows into "
+                    "<out>/results-quick.csv, never the published store")
+    ap.add_argument("--compile-cache", metavar="DIR",
+                    help="keep inductor's and Triton's compile caches in DIR across runs (a later run of the same "
+                    "models compiles from them); the compile table's cold times use an empty cache of their own")
     ap.add_argument("--kernel", help="Jupyter kernel name (default: python3 of this interpreter)")
     ap.add_argument("--timeout", type=_positive_seconds,
                     help="per-cell execution limit in seconds (> 0; default: none)")
@@ -290,6 +298,16 @@ def _run_main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> in
         return 2
 
     out = Path(args.out) if args.out else default_out_dir()
+    if args.compile_cache:
+        try:
+            from .paths import check_output_dir  # noqa: PLC0415
+            from .runtimes import compile_cache_env  # noqa: PLC0415
+
+            cache = check_output_dir(args.compile_cache, "compile-cache").resolve()
+        except InputError as exc:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 2
+        os.environ.update(compile_cache_env(cache))
     try:
         runs = _run.run_notebooks(
             paths,
@@ -300,6 +318,7 @@ def _run_main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> in
             timeout=args.timeout,
             progress=not args.quiet,
             workloads=_workload_list(args.workload),
+            profile=args.profile,
         )
     except InputError as exc:  # a parameter, the report folder, the kernel: refused before anything was written
         print(f"{prog}: error: {exc}", file=sys.stderr)

@@ -203,7 +203,33 @@ def publish(executed, name: str, folder=H200) -> Path:
                          "'.')")
     if not folder.is_dir():
         raise ValueError(f"folder={str(folder)!r} is not allowed: not a folder; allowed values: an existing folder")
-    return render_html(executed, folder / f"{name}.html", published=True)
+    out = render_html(executed, folder / f"{name}.html", published=True)
+    record_time(executed)
+    return out
+
+
+def record_time(executed) -> bool:
+    """The time papermill recorded for an executed notebook, into the store's times file (wmbook.runtimes) under its
+    run's notebook, workload, preset, device and commit, from its rows in the store; True when recorded. A notebook
+    without that record or whose rows are not in the store records nothing."""
+    import nbformat  # noqa: PLC0415  heavy: nbformat
+
+    from . import runtimes  # noqa: PLC0415
+    from .render import run_rows  # noqa: PLC0415
+
+    nb = nbformat.read(Path(executed), as_version=4)
+    seconds = runtimes.papermill_seconds(nb)
+    if seconds is None:
+        return False
+    for rec in notebook_runs(nb):
+        df = run_rows(rec)
+        if df is not None and len(df):
+            r = df.iloc[0]
+            runtimes.record(results.default_path(), seconds=seconds, profile="full", timestamp=str(r["timestamp"]),
+                            **{k: str(r[k]) for k in ("notebook", "workload", "preset", "device_name", "git_commit",
+                                                      "run_id")})
+            return True
+    return False
 
 
 def publish_report(report, folder=H200) -> list[Path]:

@@ -13,7 +13,9 @@ the folder held before (else in the published folder's `gpu_time.json`). A noteb
 `<out>/results/<name>.csv` and its log into `<out>/logs/<name>.log`; every row records the commit the set started
 at. `<out>/set.json` holds the plan and each run's status and seconds, rewritten after every run: a set that is cut
 (Ctrl-C, a lost machine) resumes where it stopped, re-running only what did not finish; a set started at another
-commit is refused (start over with --fresh).
+commit is refused (start over with --fresh). The runs share one compile cache, `<out>/cache/` (inductor's FX-graph,
+AOTAutograd and autotuning caches, Triton's kernels): a model several notebooks compile is compiled once
+(compile-time tables measure with empty caches of their own).
 
 Publishing refuses a set that is not complete or not from one clean commit, naming what is missing, and writes
 nothing then. Otherwise: the rows go into the results store, each run's report into the folder
@@ -177,6 +179,12 @@ def _run_job(job: Job, out: Path, gpu: int | None, cpus: set[int] | None, commit
     for k, v in job.params.items():
         cmd += ["-p", k, json.dumps(v) if not isinstance(v, str) else v]
     env = os.environ | NO_MULTICAST_ENV | {"WMBOOK_GIT_COMMIT": commit, "PYTHONUNBUFFERED": "1"}
+    # one compile cache for the whole set: a model that several runs compile (notebook 04's stack in 05 and 06, say)
+    # is compiled once; compile-time tables measure with empty caches of their own. Always the set's own (inductor
+    # writes its default folder into the environment of a process that used it)
+    from .runtimes import compile_cache_env  # noqa: PLC0415
+
+    env.update(compile_cache_env(out / "cache"))
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
 
@@ -273,6 +281,11 @@ def publish_set(state: SetState, folder: Path, store: Path | None = None, notes:
             rows = list(csv.DictReader(f))
         if rows:
             results.append(rows, store)
+    # each run's time joins the store's times file: a notebook then says at its start how long it takes here
+    from . import runtimes  # noqa: PLC0415
+
+    for line in runtimes.read(runtimes.times_path(state.out / "results" / "x.csv")):
+        runtimes.record(store or results.default_path(), **line)
     written = []
     for j in state.jobs:
         written += published.publish_report(state.out / "runs" / j.name, folder)

@@ -64,6 +64,14 @@ class StoreError(InputError):
 NUMERIC_LIBRARIES = ("diffusers", "transformers", "numpy")
 
 
+def default_results_path(tiny: bool) -> Path:
+    """Real-shape rows go to the committed store ($WMBOOK_RESULTS overrides it), tiny-preset rows to a local,
+    git-ignored one, so CPU smoke runs never mix with GPU numbers."""
+    from . import paths  # noqa: PLC0415  (its TINY_RESULTS_PATH read at call time)
+
+    return paths.TINY_RESULTS_PATH if tiny else default_path()
+
+
 def default_path() -> Path:
     """$WMBOOK_RESULTS if set, else <repo>/data/results/results.csv."""
     env = os.environ.get("WMBOOK_RESULTS")
@@ -473,6 +481,7 @@ def params_of(row) -> dict:
 
 
 __all__ = [
-    "COLUMNS", "DEFAULT_PATH", "RUN_ID", "StoreError", "append", "check", "default_path", "environment_metadata",
+    "COLUMNS", "DEFAULT_PATH", "RUN_ID", "StoreError", "append", "check", "default_path", "default_results_path",
+    "environment_metadata",
     "git_commit", "library_versions", "make_row", "params_of", "problems", "read",
 ]  # fmt: skip

@@ -46,6 +46,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
+from . import runtimes
 from .jupyter_kernel import check_kernel, kernel_for_this_python
 from .paths import check_output_dir, git_commit
 from .render import STATUS_FAILED, STATUS_OK, STATUS_PENDING, notebook_facts, render_html, write_index
@@ -484,6 +485,7 @@ def run_notebooks(
     progress: bool = True,
     cwd: str | os.PathLike | None = None,
     workloads: Sequence[str] | None = None,
+    profile: str = "full",
 ) -> list[NotebookRun]:
     """Execute notebooks with papermill and render each to HTML, never stopping at a failure.
 
@@ -500,6 +502,12 @@ def run_notebooks(
                  which is where JupyterLab starts its kernel too.
     workloads:   workload names: a notebook with a ``workload`` parameter runs once per workload
                  (reports ``<name>-<workload>.html``); None: once, with its own default.
+    profile:     ``full`` (what the published reports run) or ``quick`` (each notebook's short parameters,
+                 NotebookSpec.quick, under the given ones; rows into ``<out>/results-quick.csv`` unless
+                 ``results_path`` is given, never into the published store).
+
+    Each notebook that finishes leaves its time in ``notebook_times.csv`` beside its results file
+    (wmbook.runtimes): the next run of it on this device says at its start how long it expects to take.
 
     Parameter names and values are checked first (``runconfig.notebook_parameters``): a refused
     batch raises ParameterError before anything is written or a kernel starts.
@@ -507,7 +515,7 @@ def run_notebooks(
     Returns one :class:`NotebookRun` per notebook; writes ``index.html`` and
     ``summary.json`` into ``out`` after every notebook, so a killed run still leaves an index.
     """
-    from .runconfig import notebook_parameters  # noqa: PLC0415  heavy: torch, workloads
+    from .runconfig import _declared_parameters, notebook_parameters  # noqa: PLC0415  heavy: torch, workloads
 
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise ValueError(f"timeout={timeout!r} is not allowed; allowed values: None (no limit) or seconds > 0")
@@ -516,14 +524,15 @@ def run_notebooks(
     if preset is not None:
         params["preset"] = preset
     # names and values, the report folder and the kernel checked before anything is written or a kernel starts
-    jobs = notebook_parameters(paths, params, workloads)
+    jobs = notebook_parameters(paths, params, workloads, profile)
 
     out_dir = check_output_dir(out if out is not None else default_out_dir(), "out").resolve()
+    if profile == "quick" and "results_path" not in params:
+        jobs = [(p, w, rp | {"results_path": str(out_dir / "results-quick.csv")}
+                 if "results_path" in _declared_parameters(p) else rp) for p, w, rp in jobs]
     if kernel_name is not None:
         check_kernel(kernel_name)
     out_dir.mkdir(parents=True, exist_ok=True)
-
-    from .runconfig import _declared_parameters  # noqa: PLC0415  heavy: torch, workloads
 
     names: list[str] = []
     runs: list[NotebookRun] = []
@@ -547,12 +556,13 @@ def run_notebooks(
         "parameters": params,
         "kernel": kernel_name or "python3",
         "timeout_s": timeout,
+        "profile": profile,
     }
     write_index(out_dir, runs, meta)
 
     t_all = time.perf_counter()
     bar = tqdm(runs, desc="notebooks", unit="nb", disable=not progress, file=sys.stderr)
-    with kernel_for_this_python(kernel_name) as kname:
+    with kernel_for_this_python(kernel_name) as kname, runtimes.profile_env(profile):
         for run in bar:
             bar.set_postfix_str(run.name)
             kcwd = Path(cwd).resolve() if cwd is not None else Path(run.source_path).parent
@@ -563,6 +573,8 @@ def run_notebooks(
                 run.error = f"{type(exc).__name__}: {_one_line(str(exc))}"
                 if progress:
                     traceback.print_exc()
+            if run.ok:
+                runtimes.record_run((run.facts or {}).get("results", []), run.seconds, profile)
             if progress:
                 line = (
                     f"{run.name}: ok ({run.seconds:.1f} s)"

@@ -14,6 +14,7 @@ holding the `Workload`, `Preset`, `torch.device` and `torch.dtype` objects, and 
 from __future__ import annotations
 
 import ast
+import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -55,6 +56,9 @@ class NotebookSpec:
     gpus: str = "one"
     # runs of the published set besides one per workload at its defaults: parameters each (a trained preset's run)
     set_runs: tuple[dict, ...] = ()
+    # `wmbook run --profile quick`: the parameters that make a run short enough to step through (fewer repeats, the
+    # costliest optional tables off); what is given explicitly wins. Its rows never join the published store.
+    quick: Mapping[str, Any] = field(default_factory=dict)
 
     def supports(self, workload) -> bool:
         """Whether this notebook runs for `workload` (a Workload)."""
@@ -140,8 +144,22 @@ class RunConfig:
         import pandas as pd  # noqa: PLC0415  heavy: pandas, only for table()
 
         d = self.params() | {"warmup": self.warmup, "repeats": self.repeats, "output_dir": str(self.output_dir),
-                             "results_path": str(self.results_path)}
+                             "results_path": str(self.results_path), "expected run time": self.expected_time()}
         return pd.DataFrame({"value": {k: str(v) for k, v in d.items()}}).rename_axis("parameter")
+
+    def expected_time(self) -> str:
+        """How long this notebook took here before, in words (wmbook.runtimes: the recorded runs of this notebook,
+        workload, preset, device and profile)."""
+        from . import results, runtimes  # noqa: PLC0415  heavy: pandas (wmbook.results)
+
+        name = results.environment_metadata()["device_name"]  # as the run's rows and its recorded time name it
+        profile = os.environ.get(runtimes.PROFILE_ENV, "full")
+        files = [runtimes.times_path(self.results_path), runtimes.times_path(default_results_path(self.preset.tiny))]
+        try:
+            return runtimes.describe(self.notebook, self.workload.name, self.preset.name, name,
+                                     profile if profile in runtimes.PROFILES else "full", files)
+        except OSError as e:  # an unreadable times file: the run goes on without the expectation
+            return f"not known ({type(e).__name__})"
 
     def replace(self, **kw) -> "RunConfig":
         if "options" in kw and not isinstance(kw["options"], Options):
@@ -255,15 +273,8 @@ def _workloads():
     return workloads.all_workloads()
 
 
-def default_results_path(tiny: bool) -> Path:
-    """Real-shape rows go to the committed store ($WMBOOK_RESULTS overrides it), tiny-preset rows to a local,
-    git-ignored one, so CPU smoke runs never mix with GPU numbers."""
-    from . import results  # noqa: PLC0415  heavy: pandas (wmbook.results), only when a run is configured
-
-    return paths.TINY_RESULTS_PATH if tiny else results.default_path()
-
-
-def notebook_parameters(paths, params: dict, workloads=None) -> list[tuple[Path, str | None, dict]]:
+def notebook_parameters(paths, params: dict, workloads=None, profile: str = "full"
+                        ) -> list[tuple[Path, str | None, dict]]:
     """The runs a batch makes and the parameters each gets, checked before any kernel starts (wmbook run calls it).
 
     Names: every name in `params` must be declared by the parameters cell (papermill.inspect_notebook) of at least
@@ -273,9 +284,14 @@ def notebook_parameters(paths, params: dict, workloads=None) -> list[tuple[Path,
     does not run for (`wmbook run --preset tiny` runs the mg2 notebooks, not notebook 07); an error only when nothing
     is left to run. Values: a notebook with a NotebookSpec (wmbook.studies)
     validates each run's parameters with the validator the notebook itself calls, so a bad value is refused here, in
-    seconds, instead of in a kernel. Returns [(path, workload or None, parameters)] in notebook order; raises
-    ParameterError naming the notebook, the parameter and the allowed names or values.
+    seconds, instead of in a kernel. `profile` "quick": each notebook's NotebookSpec.quick parameters under the
+    given ones. Returns [(path, workload or None, parameters)] in notebook order; raises ParameterError naming the
+    notebook, the parameter and the allowed names or values.
     """
+    from . import runtimes  # noqa: PLC0415
+
+    if profile not in runtimes.PROFILES:
+        raise ParameterError(f"profile={profile!r} is not allowed; allowed values: {list(runtimes.PROFILES)}")
     declared = {Path(p): set(_declared_parameters(p)) for p in paths}
     known = set().union(*declared.values()) if declared else set()
     unknown = sorted(set(params) - known)
@@ -292,6 +308,8 @@ def notebook_parameters(paths, params: dict, workloads=None) -> list[tuple[Path,
     for path, names in declared.items():
         mine = {k: v for k, v in params.items() if k in names}
         spec = studies.spec_for(path.stem)
+        if profile == "quick" and spec is not None:
+            mine = {k: v for k, v in spec.quick.items() if k in names} | mine
         each = workloads if workloads is not None and "workload" in names else [None]
         if spec is not None and each != [None]:
             each = [w for w in each if spec.supports(_workload(w, {"_name": "workload"}))]
@@ -344,3 +362,10 @@ def _declared_parameters(path) -> dict:
         copy = Path(tmp) / Path(path).name
         nbformat.write(nb, copy)
         return pm.inspect_notebook(str(copy))
+
+
+def default_results_path(tiny: bool) -> Path:
+    """Where a run's rows go when its results_path is `auto` (wmbook.results.default_results_path)."""
+    from . import results  # noqa: PLC0415  heavy: pandas (wmbook.results), only when a run is configured
+
+    return results.default_results_path(tiny)

@@ -119,6 +119,11 @@ class CausalWanSelfAttention(nn.Module):
             q = apply_rope(self.norm_q(self.q(x)).view(b, s, n, d), cos, sin)  # [B, L, H, D]
             k = apply_rope(self.norm_k(self.k(x)).view(b, s, n, d), cos, sin)
             v = self.v(x).view(b, s, n, d)
+        return self.attend(q, k, v, kv_cache, start_token, mask)
+
+    def attend(self, q, k, v, kv_cache: KVCache | None, start_token: int | None, mask):
+        """This block's roped q, k and v [B, L, H, D] through the cache and the attention, then the output
+        projection (the variants that change how q, k and v are made share it)."""
         if kv_cache is not None:
             with dl("DiT_KV_Cache_Update"):
                 k, v = kv_cache.update(k, v, start_token)  # window of cached (roped) keys, this block included

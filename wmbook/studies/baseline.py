@@ -18,7 +18,8 @@ from ..runconfig import validate as _validate
 NOTEBOOK = "01_baseline_profiling"
 SPEC = NotebookSpec(NOTEBOOK, (WORKLOAD, PRESET, DEVICE, DTYPE, VAE_DTYPE, WARMUP, REPEATS,
                                Param("profile", True, boolean, "stage table from a profiled run and its trace"),
-                               OUTPUT_DIR, RESULTS_PATH, SEED))
+                               OUTPUT_DIR, RESULTS_PATH, SEED),
+                    quick={"repeats": 2})
 
 
 def validate(**params) -> RunConfig:

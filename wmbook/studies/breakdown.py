@@ -78,7 +78,8 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("measure_overhead", True, boolean, "time the pipeline with and without the session's monitors"),
     Param("overhead_pairs", 8, integer(2),
           "paired runs (one without, one inside a session) of the overhead measurement"),
-    OUTPUT_DIR, RESULTS_PATH, SEED))
+    OUTPUT_DIR, RESULTS_PATH, SEED),
+    quick={"measure_overhead": False})
 
 
 def validate(**params) -> RunConfig:

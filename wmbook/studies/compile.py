@@ -92,7 +92,9 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("recompile_blocks", 10, integer(2), "blocks of the warm run whose recompiles the compile table counts"),
     Param("e2e_ddim_steps", 5, integer(1), "DDIM steps per pass in the end-to-end run (UNet)"),
     Param("e2e_repeats", 2, integer(1), "timed end-to-end runs per row"),
-    OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=_cross_check)
+    OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=_cross_check,
+    # the compile table's whole-model and dynamic cold compiles are minutes each at the real shapes
+    quick={"compile_table": "reference,hygiene", "warmup": 2, "repeats": 5, "e2e_repeats": 1, "recompile_blocks": 4})
 
 
 def validate(**params) -> RunConfig:

@@ -57,7 +57,8 @@ SPEC = NotebookSpec(NOTEBOOK, (
           "FP8; last: the slowest row to build)"),
     Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
     WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS,
-    OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=check_e2e)
+    OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=check_e2e,
+    quick={"rep_ms": 50, "warmup": 2, "repeats": 5, "e2e_repeats": 1})
 
 
 def validate(**params) -> RunConfig:
@@ -327,12 +328,13 @@ def base_stack(cfg: RunConfig) -> list[Variant]:
 
 def kernel_steps(cfg: RunConfig) -> list[Variant]:
     """The rows added to the base: `steps`, or triton-fused, head-conv-gemm (wma: the heads' 1-D convolutions as
-    GEMMs), vae-triton-fused, attn-sage (the quantized attention comparison row) and fp8-static (each low-precision
-    row where it can run; the ladder is cumulative, so where both run the fp8 row keeps attn-sage's attention)."""
+    GEMMs), fused-qkv (mg2: the self-attention's q/k/v projections as one GEMM), vae-triton-fused, attn-sage (the
+    quantized attention comparison row) and fp8-static (each low-precision row where it can run; the ladder is
+    cumulative, so where both run the fp8 row keeps attn-sage's attention)."""
     if cfg.options.steps is not None:
         return list(cfg.options.steps)
     known = variants.known(cfg.workload)
-    steps = [s for s in (*DENOISER_KERNELS, "vae-triton-fused") if s in known]
+    steps = [s for s in (*DENOISER_KERNELS, "fused-qkv", "vae-triton-fused") if s in known]
     # fp8 last: its row is the slowest to build (its whole-denoiser compile takes many minutes at the real shapes),
     # so a run cut there has every other row stored
     steps += [s for s, why in _low_precision(cfg.device).items() if s in known and why is None]

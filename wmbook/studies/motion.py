@@ -101,7 +101,7 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("profile_warmup", 5, integer(0), "profiler schedule: untraced warm-up steps (the seed's --warmup)"),
     Param("profile_active", 10, integer(1), "profiler schedule: traced steps (the seed's --active)"),
     WARMUP.with_default(5), REPEATS.with_default(50), OUTPUT_DIR, RESULTS_PATH, SEED),
-    requires=frozenset({"motion"}))
+    requires=frozenset({"motion"}), quick={"profile_active": 5, "repeats": 20})
 
 
 def validate(**params) -> RunConfig:

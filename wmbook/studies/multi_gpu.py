@@ -79,7 +79,7 @@ SPEC = NotebookSpec(NOTEBOOK, (
           "GPU, 1, 2 on a CPU"),
     Param("timeout_s", 900, integer(10), "a rank waiting longer than this on another ends the job"),
     WARMUP.with_default(1), REPEATS.with_default(3), OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False,
-    gpus="all")
+    gpus="all", quick={"repeats": 2})
 
 
 def validate(**params) -> RunConfig:

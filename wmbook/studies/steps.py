@@ -133,7 +133,8 @@ SPEC = NotebookSpec(NOTEBOOK, (
     WARMUP.with_default(1), REPEATS.with_default(3), OUTPUT_DIR, RESULTS_PATH, SEED),
     workload_params=False, cross_check=_cross_check,
     # the trained presets: the frames against ground truth and the shipped step count
-    set_runs=({"workload": "mg2", "preset": "world-mg2"}, {"workload": "wma", "preset": "world-wma"}))
+    set_runs=({"workload": "mg2", "preset": "world-mg2"}, {"workload": "wma", "preset": "world-wma"}),
+    quick={"quality_cases": 1, "repeats": 2})
 
 
 def validate(**params) -> RunConfig:

@@ -22,7 +22,6 @@ import torch.nn as nn
 # importing the kernel modules registers their ops (torch.ops.wmbook.*); this module is imported only when a
 # fused variant is applied
 from ..kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu, short_attention  # noqa: E402,F401
-from ..models.attention import attention
 from ..models.causal_wan import CausalWanAttentionBlock, WanLayerNorm, WanRMSNorm
 from ..profiling.labels import detail_label as dl
 from .swaps import swap_class
@@ -34,20 +33,21 @@ ops = torch.ops.wmbook
 
 
 class FusedQKNormRoPE:
-    """CausalWanSelfAttention whose q and k go through one RMSNorm + RoPE kernel each."""
+    """CausalWanSelfAttention whose q and k go through one RMSNorm + RoPE kernel each (their projections from one GEMM
+    where `fused-qkv` gave the module one: wmbook.variants.qkv)."""
 
     def forward(self, x, cos, sin, kv_cache, start_token=None, mask=None):
         b, s = x.shape[:2]
         n, d = self.num_heads, self.head_dim
         with dl("DiT_SelfAttn_QKV_RoPE"):
-            q = ops.qk_norm_rope(self.q(x), self.norm_q.weight, cos, sin, n, self.norm_q.eps)
-            k = ops.qk_norm_rope(self.k(x), self.norm_k.weight, cos, sin, n, self.norm_k.eps)
-            v = self.v(x).view(b, s, n, d)
-        if kv_cache is not None:
-            with dl("DiT_KV_Cache_Update"):
-                k, v = kv_cache.update(k, v, start_token)
-        with dl("DiT_Attention"):
-            return self.o(attention(q, k, v, mask=mask).flatten(2))
+            if getattr(self, "qkv", None) is not None:  # fused-qkv: one GEMM for the three projections
+                xq, xk, xv = self.qkv(x).split(self.dim, dim=-1)
+            else:
+                xq, xk, xv = self.q(x), self.k(x), self.v(x)
+            q = ops.qk_norm_rope(xq, self.norm_q.weight, cos, sin, n, self.norm_q.eps)
+            k = ops.qk_norm_rope(xk, self.norm_k.weight, cos, sin, n, self.norm_k.eps)
+            v = xv.reshape(b, s, n, d)
+        return self.attend(q, k, v, kv_cache, start_token, mask)
 
 
 class FusedDiTBlock:

@@ -22,6 +22,19 @@ def _triton_fused(pipe, ctx: VariantContext):
     ctx.notes["triton-fused"] = ", ".join(f"{v} {k}" for k, v in counts.items())
 
 
+@register("fused-qkv", family="kernels", requires=("kv_cache",),
+          description="the causal DiT self-attention's q, k and v projections as one GEMM over their concatenated "
+                      "weights (one launch, one read of the input, a 3x wider GEMM); the projections stay as views "
+                      "of it (wmbook.variants.qkv)")
+def _fused_qkv(pipe, ctx: VariantContext):
+    from .. import qkv  # noqa: PLC0415  the module is only needed by this row
+
+    n = qkv.fuse_qkv(ctx.workload.denoiser(pipe))
+    if not n:
+        raise ValueError(f"fused-qkv found no causal self-attention in the {ctx.workload.name} denoiser")
+    ctx.notes["fused-qkv"] = f"{n} self-attentions with one q/k/v GEMM"
+
+
 @register("vae-triton-fused", family="decoder",
           description="the decoder's norm + SiLU pairs as one Triton kernel each (Wan VAE: RMS norm + SiLU; SD VAE: "
                       "GroupNorm + SiLU)")

@@ -1,0 +1,115 @@
+"""How long a notebook takes (wmbook.runtimes): the runner records each finished run beside its results file, a
+notebook says at its start what to expect, and `wmbook run --profile quick` runs each notebook's short parameters."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from wmbook import run as wmrun
+from wmbook import runconfig, runtimes
+from wmbook.params import ParameterError
+
+KEY = {"notebook": "06_cuda_graphs", "workload": "wma", "preset": "wma", "device_name": "NVIDIA H200"}
+
+
+def test_expected_is_the_median_of_the_latest_runs_of_that_notebook_device_and_profile(tmp_path):
+    store = tmp_path / "results.csv"
+    assert runtimes.expected(**KEY, files=[runtimes.times_path(store)]) is None
+    for i, s in enumerate([900, 100, 200, 300, 400, 500]):  # the oldest (900) falls out of the latest five
+        runtimes.record(store, **KEY, run_id=f"r{i}", seconds=s, timestamp=f"2026-11-2{i}T00:00:00+00:00")
+    runtimes.record(store, **KEY, run_id="r5", seconds=7000)  # a run id already there is not added again
+    runtimes.record(store, **(KEY | {"device_name": "NVIDIA H100"}), run_id="h", seconds=5)
+    runtimes.record(store, **KEY, run_id="q", seconds=60, profile="quick")
+    files = [runtimes.times_path(store)]
+    assert runtimes.expected(**KEY, files=files) == (300.0, 5)
+    assert runtimes.expected(**KEY, profile="quick", files=files) == (60.0, 1)
+    assert "about 5 minutes on NVIDIA H200" in runtimes.describe(**KEY, files=files)
+    assert "not known yet" in runtimes.describe(**(KEY | {"preset": "other"}), files=files)
+    with pytest.raises(ValueError, match="profile"):
+        runtimes.record(store, **KEY, run_id="x", seconds=1, profile="fast")
+    with pytest.raises(ValueError, match="seconds"):
+        runtimes.record(store, **KEY, run_id="x", seconds=0)
+
+
+def test_quick_profile_parameters_under_the_given_ones():
+    paths = wmrun.resolve_notebooks(["04", "06"])
+    jobs = runconfig.notebook_parameters(paths, {"repeats": 7}, ["mg2"], "quick")
+    p04, p06 = (p for _, _, p in jobs)
+    assert p04["compile_table"] == "reference,hygiene" and p04["repeats"] == 7  # the given value wins
+    assert p06["reduce_overhead"] is False and p06["e2e_repeats"] == 1
+    assert runconfig.notebook_parameters(paths, {}, ["mg2"])[0][2] == {"workload": "mg2"}  # full: nothing added
+    with pytest.raises(ParameterError, match="profile='fast'.*allowed values"):
+        runconfig.notebook_parameters(paths, {}, ["mg2"], "fast")
+
+
+def test_every_notebooks_quick_parameters_validate():
+    from wmbook import studies
+
+    for p in wmrun.resolve_notebooks(None):
+        spec = studies.spec_for(p.stem)
+        assert spec is not None and spec.quick, p.stem
+        for wl in spec.workloads():
+            runconfig.validate(spec, workload=wl.name, **spec.quick)
+
+
+def test_the_parameters_table_says_what_to_expect(tmp_path):
+    from wmbook import results
+    from wmbook.studies import baseline
+
+    cfg = baseline.validate(results_path=str(tmp_path / "results.csv"))
+    assert "not known yet" in cfg.table().loc["expected run time", "value"]
+    runtimes.record(cfg.results_path, notebook=cfg.notebook, workload=cfg.workload.name, preset=cfg.preset.name,
+                    device_name=results.environment_metadata()["device_name"], run_id="a", seconds=42)
+    assert cfg.table().loc["expected run time", "value"].startswith("about 42 s on ")
+
+
+def _notebook(path, source):
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("results_path = ''")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(source)]
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    nb.metadata["language_info"] = {"name": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+ROWS = """from wmbook import results, display as wd
+results.append([results.make_row(notebook="t", workload="w", preset="tiny", variant="v", metric="m", value=1.0,
+                                 unit="ms", params={}, warmup=0, repeats=1, run_id="run1")], results_path)
+wd.rows(results_path, "run1")"""
+
+
+def test_the_runner_records_a_finished_run_and_the_quick_profile_keeps_the_store_clean(tmp_path, monkeypatch):
+    from wmbook import paths
+
+    monkeypatch.setattr(paths, "TINY_RESULTS_PATH", tmp_path / "tiny" / "results-tiny.csv")
+    nb = _notebook(tmp_path / "nb_rows.ipynb", ROWS)
+    store = tmp_path / "results.csv"
+    (run,) = wmrun.run_notebooks([nb], out=tmp_path / "o", parameters={"results_path": str(store)},
+                                 kernel_name="python3", progress=False)
+    assert run.ok, run.error
+    (line,) = runtimes.read(runtimes.times_path(store))
+    assert line["run_id"] == "run1" and line["profile"] == "full" and line["seconds"] > 0
+    # quick, no results_path given: its rows and time go into the report folder
+    (run,) = wmrun.run_notebooks([nb], out=tmp_path / "q", kernel_name="python3", progress=False, profile="quick")
+    assert run.ok, run.error
+    assert (tmp_path / "q" / "results-quick.csv").is_file()
+    assert runtimes.read(tmp_path / "q" / runtimes.TIMES_FILE)[0]["profile"] == "quick"
+    # and where the next quick run at a tiny preset looks (the preset's default store), not in the store's rows
+    assert runtimes.read(tmp_path / "tiny" / runtimes.TIMES_FILE)[0]["profile"] == "quick"
+    assert not (tmp_path / "tiny" / "results-tiny.csv").exists()
+
+
+def test_compile_cache_folder_is_checked_before_anything_runs(tmp_path, capsys):
+    from wmbook import cli
+
+    f = tmp_path / "file"
+    f.write_text("")
+    assert cli.run_main(["01", "--compile-cache", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "compile-cache=" in err and "allowed values" in err
+    env = runtimes.compile_cache_env(tmp_path / "c")
+    assert env == {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "c" / "inductor"),
+                   "TRITON_CACHE_DIR": str(tmp_path / "c" / "triton")}

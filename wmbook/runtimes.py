@@ -1,0 +1,164 @@
+"""How long each notebook takes on a device: every finished `wmbook run` (and every report published from a GPU run)
+leaves one line per notebook run in `notebook_times.csv` beside the results file its rows went to; a notebook says at
+its start how long it expects to take on the device it runs on (the parameters table's `expected run time`), from the
+runs recorded there and in the store's file.
+
+    from wmbook import runtimes
+    runtimes.expected("06_cuda_graphs", "wma", "wma", "NVIDIA H200")   # (seconds, runs) or None
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as _dt
+import fcntl
+import os
+import statistics
+from pathlib import Path
+from typing import Iterator
+
+TIMES_FILE = "notebook_times.csv"
+FIELDS = ("timestamp", "notebook", "workload", "preset", "profile", "device_name", "git_commit", "run_id", "seconds")
+PROFILES = ("full", "quick")
+LAST_RUNS = 5  # the expectation is the median of the latest this many runs that match
+PROFILE_ENV = "WMBOOK_PROFILE"  # set by `wmbook run --profile` for its kernels: the profile a notebook runs under
+
+
+def times_path(results_path) -> Path:
+    """The times file beside a results file."""
+    return Path(results_path).with_name(TIMES_FILE)
+
+
+def record(results_path, **row) -> Path:
+    """Append one finished run's line (FIELDS; `timestamp` filled in when missing) to the times file beside
+    `results_path`, under a lock; a run id already there is not added again. Returns the file."""
+    if row.get("profile", "full") not in PROFILES:
+        raise ValueError(f"profile={row.get('profile')!r} is not allowed; allowed values: {list(PROFILES)}")
+    seconds = float(row["seconds"])
+    if not seconds > 0:
+        raise ValueError(f"seconds={row['seconds']!r} is not allowed; allowed values: a duration > 0")
+    row = {"timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "profile": "full"} | row
+    row["seconds"] = f"{seconds:.1f}"
+    path = times_path(results_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if row.get("run_id") and any(r.get("run_id") == row["run_id"] for r in read(path)):
+            return path
+        new = not path.exists() or path.stat().st_size == 0
+        with open(path, "a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+            if new:
+                w.writeheader()
+            w.writerow({k: row.get(k, "") for k in FIELDS})
+            f.flush()
+            os.fsync(f.fileno())
+    return path
+
+
+def read(path) -> list[dict]:
+    """The lines of a times file (none when it is missing; a line that does not parse is skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        out = []
+        for r in csv.DictReader(f):
+            try:
+                r["seconds"] = float(r["seconds"])
+            except (TypeError, ValueError):
+                continue
+            out.append(r)
+        return out
+
+
+def expected(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full",
+             files=()) -> tuple[float, int] | None:
+    """(median seconds, runs) over the latest LAST_RUNS recorded runs of this notebook, workload, preset, device and
+    profile in `files` (times files; default: the store's and the tiny store's), or None when none is recorded."""
+    from . import paths, results  # noqa: PLC0415  heavy: pandas (wmbook.results)
+
+    files = list(files) or [times_path(results.default_path()), times_path(paths.TINY_RESULTS_PATH)]
+    seen, match = set(), []
+    for f in dict.fromkeys(Path(p) for p in files):
+        for r in read(f):
+            key = r.get("run_id") or id(r)
+            if key in seen:
+                continue
+            seen.add(key)
+            if (r.get("notebook"), r.get("workload"), r.get("preset"), r.get("device_name"), r.get("profile")) == \
+                    (notebook, workload, preset, device_name, profile):
+                match.append(r)
+    if not match:
+        return None
+    last = sorted(match, key=lambda r: r.get("timestamp", ""))[-LAST_RUNS:]
+    return statistics.median(r["seconds"] for r in last), len(last)
+
+
+def describe(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full", files=()) -> str:
+    """The expectation in words, for the parameters table."""
+    got = expected(notebook, workload, preset, device_name, profile, files)
+    if got is None:
+        return f"not known yet: no {profile} run of this notebook at {preset} recorded on {device_name}"
+    s, n = got
+    when = f"{s / 60:.0f} minutes" if s >= 90 else f"{s:.0f} s"
+    return f"about {when} on {device_name} ({'the last run' if n == 1 else f'median of the last {n} runs'})"
+
+
+def papermill_seconds(nb) -> float | None:
+    """The duration papermill recorded in an executed notebook (nbformat node), or None."""
+    d = (nb.get("metadata", {}).get("papermill") or {}).get("duration")
+    try:
+        return float(d) if d is not None and float(d) > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+def record_run(runs: list[dict], seconds: float, profile: str = "full") -> bool:
+    """A finished notebook run's time (`runs`: the {run_id, results_path} records its results cells left,
+    wmbook.render.notebook_runs), in the times file beside the results file its rows went to; a quick run's also
+    beside the store its preset's rows go to by default, where the next quick run looks. True when recorded; never
+    raises (the expectation is a convenience: the run's own outcome stands)."""
+    from .render import run_rows  # noqa: PLC0415  heavy: nbconvert
+
+    for rec in runs:
+        try:
+            df = run_rows(rec)
+            if df is None or not len(df):
+                continue
+            r = df.iloc[0]
+            row = {k: str(r[k]) for k in ("notebook", "workload", "preset", "device_name", "git_commit", "run_id")}
+            dests = [rec.get("results_path")]
+            if profile == "quick":
+                from . import presets, results  # noqa: PLC0415  heavy: torch, pandas
+
+                with contextlib.suppress(Exception):  # a preset not in the registry: its own file only
+                    dests.append(results.default_results_path(presets.get_preset(row["preset"]).tiny))
+            for d in dict.fromkeys(x for x in dests if x):
+                record(d, **row, profile=profile, seconds=seconds)
+            return True
+        except Exception:  # noqa: BLE001
+            continue
+    return False
+
+
+@contextlib.contextmanager
+def profile_env(profile: str) -> Iterator[None]:
+    """The profile the kernels of a run are started under (a notebook's expected time is that of its profile)."""
+    old = os.environ.get(PROFILE_ENV)
+    os.environ[PROFILE_ENV] = profile
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(PROFILE_ENV, None)
+        else:
+            os.environ[PROFILE_ENV] = old
+
+
+def compile_cache_env(folder) -> dict[str, str]:
+    """The environment that keeps inductor's caches (FX graphs, AOTAutograd, autotuning) and Triton's kernels in
+    `folder`, for the kernels a run starts: a later run of the same models compiles from them."""
+    folder = Path(folder)
+    return {"TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"), "TRITON_CACHE_DIR": str(folder / "triton")}
