@@ -106,15 +106,18 @@ def test_a_set_runs_on_queues_resumes_what_did_not_finish_and_publishes_only_whe
     with pytest.raises(InputError, match="not one clean commit"):
         rg.publish_set(saved, folder, store=store, notes=None, echo=lambda *a: None)
     saved.commit = "abc1234"
+    from wmbook import results, runtimes
+
+    repo = runtimes.times_path(results.default_path())
+    repo_times = repo.read_bytes() if repo.exists() else None
     written = rg.publish_set(saved, folder, store=store, notes=None, echo=lambda *a: None)
     t = json.loads((folder / rg.GPU_TIME_FILE).read_text())
     assert set(t["seconds"]) == {"99_fast-default", "99_fast-fails"} and t["total_seconds"] > 0
     assert (folder / "index.html") in written and "GPU time of this set" in (folder / "index.html").read_text()
     assert store.exists()  # the rows of both runs joined the store
-    from wmbook import runtimes
-
     times = runtimes.read(runtimes.times_path(store))  # and their times the store's times file
     assert len(times) == 2 and all(t["seconds"] > 0 and t["notebook"] == "t" for t in times)
+    assert (repo.read_bytes() if repo.exists() else None) == repo_times  # never the repository's store
 
 
 def test_a_set_started_at_another_commit_is_refused(tmp_path, monkeypatch):

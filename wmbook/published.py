@@ -187,7 +187,7 @@ def readme_block(readme=None, begin: str = GLANCE_BEGIN, end: str = GLANCE_END) 
     return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
 
 
-def publish(executed, name: str, folder=H200) -> Path:
+def publish(executed, name: str, folder=H200, store=None) -> Path:
     """Render the executed notebook `executed` as `folder`/`name`.html (wmbook.render.render_html: findings first, no
     stderr, images embedded,
     the files it links copied under `folder`/artifacts/<notebook>/, missing ones kept as text, cross-links to the
@@ -204,14 +204,14 @@ def publish(executed, name: str, folder=H200) -> Path:
     if not folder.is_dir():
         raise ValueError(f"folder={str(folder)!r} is not allowed: not a folder; allowed values: an existing folder")
     out = render_html(executed, folder / f"{name}.html", published=True)
-    record_time(executed)
+    record_time(executed, store)
     return out
 
 
-def record_time(executed) -> bool:
-    """The time papermill recorded for an executed notebook, into the store's times file (wmbook.runtimes) under its
-    run's notebook, workload, preset, device and commit, from its rows in the store; True when recorded. A notebook
-    without that record or whose rows are not in the store records nothing."""
+def record_time(executed, store=None) -> bool:
+    """The time papermill recorded for an executed notebook, into the times file (wmbook.runtimes) beside `store`
+    (default: the results store) under its run's notebook, workload, preset, device and commit, from its rows; True
+    when recorded. A notebook without that record or without rows records nothing."""
     import nbformat  # noqa: PLC0415  heavy: nbformat
 
     from . import runtimes  # noqa: PLC0415
@@ -225,14 +225,14 @@ def record_time(executed) -> bool:
         df = run_rows(rec)
         if df is not None and len(df):
             r = df.iloc[0]
-            runtimes.record(results.default_path(), seconds=seconds, profile="full", timestamp=str(r["timestamp"]),
-                            **{k: str(r[k]) for k in ("notebook", "workload", "preset", "device_name", "git_commit",
-                                                      "run_id")})
+            ids = {k: str(r[k]) for k in ("notebook", "workload", "preset", "device_name", "git_commit", "run_id")}
+            runtimes.record(store or results.default_path(), seconds=seconds, profile="full",
+                            timestamp=str(r["timestamp"]), **ids)
             return True
     return False
 
 
-def publish_report(report, folder=H200) -> list[Path]:
+def publish_report(report, folder=H200, store=None) -> list[Path]:
     """Publish every executed notebook of a `wmbook run` report folder that finished (REPORT/executed/*.ipynb) into
     `folder` as '<notebook>-<preset>.html' ('-<dtype>' added where the folder keeps that notebook per dtype), the preset
     and dtype read from its results rows (a run without rows is skipped)."""
@@ -253,7 +253,7 @@ def publish_report(report, folder=H200) -> list[Path]:
         dtype = next(iter(dtypes)) if len(dtypes) == 1 else None
         if dtype and (Path(folder) / f"{name}-{dtype}.html").exists():  # the folder keeps this notebook per dtype
             name += f"-{dtype}"
-        out.append(publish(nb_path, name, folder))
+        out.append(publish(nb_path, name, folder, store))
     return out
 
 

@@ -288,7 +288,7 @@ def publish_set(state: SetState, folder: Path, store: Path | None = None, notes:
         runtimes.record(store or results.default_path(), **line)
     written = []
     for j in state.jobs:
-        written += published.publish_report(state.out / "runs" / j.name, folder)
+        written += published.publish_report(state.out / "runs" / j.name, folder, store)
     t = gpu_time(state)
     atomic_write_text(folder / GPU_TIME_FILE, json.dumps(t, indent=1))
     written.append(folder / GPU_TIME_FILE)
