@@ -284,7 +284,7 @@ def publish_set(state: SetState, folder: Path, store: Path | None = None, notes:
     # each run's time joins the store's times file: a notebook then says at its start how long it takes here
     from . import runtimes  # noqa: PLC0415
 
-    for line in runtimes.read(runtimes.times_path(state.out / "results" / "x.csv")):
+    for line in runtimes.read(state.out / "results" / runtimes.TIMES_FILE):  # beside every run's rows file
         runtimes.record(store or results.default_path(), **line)
     written = []
     for j in state.jobs:
