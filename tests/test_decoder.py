@@ -44,7 +44,8 @@ def _bench(stack, device="cpu", backend="aot_eager"):
 @pytest.mark.parametrize("stack", [["vae-stream-buffers"], ["vae-channels-last"],
                                    ["vae-stream-buffers", "vae-channels-last"],
                                    ["vae-stream-buffers", "vae-channels-last", "vae-compile"],
-                                   ["vae-compile-regional"]])
+                                   ["vae-compile-regional"],
+                                   ["vae-stream-buffers", "vae-channels-last", "vae-window-kernels"]])
 def test_decoder_variants_equal_the_reference_decoder(stack):
     """Seeded tiny latents through each stack, over more blocks than the caches reach back, twice (the second stream
     reuses the buffers after reset), split unevenly: the frames equal the reference decoder's."""
@@ -178,6 +179,15 @@ def test_compile_after_the_buffers_only():
         _bench(["vae-compile", "vae-stream-buffers"])
 
 
+def test_window_kernels_refuse_what_they_cannot_follow_or_precede():
+    with pytest.raises(ValueError, match="vae-channels-last before it"):
+        _bench(["vae-stream-buffers", "vae-window-kernels"])
+    with pytest.raises(ValueError, match="use one of them"):
+        _bench(["vae-stream-buffers", "vae-channels-last", "vae-window-kernels", "vae-compile"])
+    with pytest.raises(ValueError, match="use one of them"):
+        _bench(["vae-stream-buffers", "vae-channels-last", "vae-compile", "vae-window-kernels"])
+
+
 def test_wma_decode_step_compiled_and_the_decision_decode_skipped():
     """The UNet workload's per-frame SD VAE decode through vae-compile equals the reference's; skip-unused-decode
     leaves the decision pass undecoded and the world-model pass as it was."""
@@ -209,6 +219,7 @@ def test_decoder_table_on_the_tiny_preset():
     stacks = {k: v for k, v in study.decoder_stacks(wl, dev).items() if not any(n.startswith("vae-compile") for n in v)}
     assert "+ vae-compile-regional" in study.decoder_stacks(wl, torch.device("cuda"))  # a GPU row (tested above)
     assert "+ vae-compile-regional" not in study.decoder_stacks(wl, dev)
+    assert "+ vae-window-kernels + vae-cuda-graphs" in study.decoder_stacks(wl, torch.device("cuda"))  # a GPU row
     rows = study.run_decoder_table(ref, wl, lat, stacks, warmup=0, repeats=1)
     t = study.decoder_table(rows, wan_decoder_flops(ref.preset), {"gemm_tflops": 1.0})
     assert list(t.index)[0] == "fp32 (reference)" and t["gate"].iloc[0] == "reference"

@@ -44,12 +44,12 @@ def main(argv=None) -> int:
     preset = a.preset or wl.real_preset
     stacks = [[n.strip() for n in s.split(",") if n.strip()] for s in a.stacks]
     for s in stacks:
-        resolve(s, a.workload, dev)  # unknown names fail here, before any model is built
+        resolve(s, wl, dev)  # unknown names fail here, before any model is built
     ref = wl.reference_pipeline(wl.presets[preset], dev)
     flags = GlobalFlags()
     probes = []
     for s in stacks:
-        pipe, _ = apply_stack(ref, a.workload, s, dev, compile_backend="inductor")
+        pipe, _ = apply_stack(ref, wl, s, dev, compile_backend="inductor")
         probe = wl.forward_probe(pipe)
         with torch.no_grad():
             first_s = time_once(probe.forward, dev) / 1e3

@@ -1,7 +1,8 @@
 """Is the streaming Wan decoder's time its 3-D convolutions' algorithm choice? Every causal convolution of one steady
 latent frame (shapes recorded on meta tensors with vae-stream-buffers), timed as cuDNN's conv3d on the channels-last
 input window against the same arithmetic as three 2-D convolutions over the window's frames (a channels-last 3-D
-window's frames are channels-last 2-D images: no copy) summed, at the achieved TFLOP/s.
+window's frames are channels-last 2-D images: no copy) summed, and as our Triton implicit GEMM on the same window
+(wmbook.kernels.window_conv, the best of a few tile shapes), at the achieved TFLOP/s.
 
     PYTHONPATH=$PWD python3 tools/conv3d_bench.py --preset mg2-universal --dtype bf16
 """
@@ -34,17 +35,27 @@ def conv_shapes(preset) -> Counter:
     dec = swap_class(StreamingWanDecoder(vae, stage_labels=False), BufferedStreamingDecoder)
     dec.use_buffers()
     seen = Counter()
-    inner = dec._causal_conv
+    inner = dec._window
 
-    def spy(conv, x, phase):
+    def spy(conv, x, phase, shape=None):  # every causal convolution asks for its window once a step
+        w = inner(conv, x, phase, shape)
         if phase == 2:
-            w = dec._window(conv, x, phase)
             seen[(conv.in_channels, conv.out_channels, tuple(conv.kernel_size), *w.shape[2:])] += 1
-        return inner(conv, x, phase)
+        return w
 
-    dec._causal_conv = spy
+    dec._window = spy
     dec.decode_block(z)
     return seen
+
+
+def triton_configs(co: int) -> list[tuple[int, int, int, int]]:
+    """(BM, BN, warps, stages) tried for the window kernel at C_out output channels."""
+    from wmbook.kernels import next_pow2
+
+    if co < 16:
+        return [(64, 16, 4, 3), (128, 16, 4, 3), (128, 16, 4, 4), (256, 16, 8, 3)]
+    bns = sorted({min(128, max(16, next_pow2(co))), min(64, max(16, next_pow2(co)))})
+    return [(128, bn, w, st) for bn in bns for w in (4, 8) for st in (3, 4)]
 
 
 @command("conv3d_bench.py")
@@ -57,6 +68,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("needs a CUDA device")
         return 0
+    from wmbook.kernels import window_conv as wk
+
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
     torch.backends.cudnn.benchmark = True
     preset = workloads.get("mg2").presets[a.preset]
@@ -86,17 +99,36 @@ def main(argv=None) -> int:
         flops = 2 * ci * co * k[0] * k[1] * k[2] * frames * (h - k[1] + 1) * (w - k[2] + 1)
         m3 = time_fn(c3, warmup=3, repeats=a.repeats).median
         m2 = time_fn(c2, warmup=3, repeats=a.repeats).median
+        # the implicit GEMM of our own on the same window (wmbook.kernels.window_conv), its best of a few tile shapes
+        mt, cfg, terr = float("nan"), "", float("nan")
+        if ci % 16 == 0:
+            wkc = wk.weight_kc(wt)
+            for c in triton_configs(co):
+                try:
+                    ms = time_fn(lambda c=c: wk.window_conv(win, wkc, None, k, config=c), warmup=3,
+                                 repeats=a.repeats).median
+                except Exception as e:  # noqa: BLE001 -- a tile shape the device cannot hold (shared memory)
+                    print(f"  {ci}->{co} {k} config {c}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+                    continue
+                if not ms >= mt:
+                    mt, cfg = ms, "BM{}xBN{} w{} s{}".format(*c)
+            got_t = wk.window_conv(win, wkc, None, k).float()
+            terr = float((got_t - ref).norm() / ref.norm())
         rows.append({"C_in": ci, "C_out": co, "kernel": "x".join(map(str, k)), "frames": frames,
                      "H": h - 2 * (k[1] // 2), "W": w - 2 * (k[2] // 2), "count": n, "conv3d ms": m3,
                      "3x conv2d ms": m2, "conv3d TFLOP/s": flops / m3 / 1e9, "conv2d TFLOP/s": flops / m2 / 1e9,
-                     "rel err": err})
+                     "rel err": err, "triton ms": mt, "triton TFLOP/s": flops / mt / 1e9, "triton rel err": terr,
+                     "triton tile": cfg})
     t = pd.DataFrame(rows)
     t["conv3d ms total"] = t["conv3d ms"] * t["count"]
     t["conv2d ms total"] = t["3x conv2d ms"] * t["count"]
+    t["triton ms total"] = t["triton ms"] * t["count"]
+    best = t[["conv3d ms", "triton ms"]].min(axis=1) * t["count"]
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.precision", 3):
         print(t.to_string(index=False))
     print(f"per steady latent frame: conv3d {t['conv3d ms total'].sum():.2f} ms, as 2-D convolutions "
-          f"{t['conv2d ms total'].sum():.2f} ms ({torch.cuda.get_device_name()}, {a.dtype}, cudnn.benchmark on)")
+          f"{t['conv2d ms total'].sum():.2f} ms, each shape on the faster of cuDNN and the Triton window kernel "
+          f"{best.sum():.2f} ms ({torch.cuda.get_device_name()}, {a.dtype}, cudnn.benchmark on)")
     return 0
 
 

@@ -8,6 +8,7 @@ of `--blocks` blocks for the steady block against which the first one compares.
     python tools/first_frame_account.py --extra decode-first --out first_frame.csv   # both stacks, side by side
     python tools/first_frame_account.py --extra "decode-first;decode-first,stream-frames"   # three stacks
     python tools/first_frame_account.py --base-extra fp8-static   # a variant that changes the arithmetic, in the base
+    python tools/first_frame_account.py --swap vae-compile=vae-window-kernels   # one variant of the stack replaced
 
 With --extra, the stack plus those variants (each `;`-separated set a row of its own) is measured too, after the
 stack in the same process, and gated: its
@@ -48,6 +49,19 @@ def _account(out, wall_ms: float) -> dict:
     return row
 
 
+def _print_times(k, stack, rows, steady, keys, where, blocks) -> None:
+    """One stack's times, printed as soon as it is measured (a later failure keeps them)."""
+    print(f"\n{k}: " + " + ".join(map(str, stack)))
+    print(f"{k}: first frame of a fresh stream, {where}, median (p20-p80)")
+    for key in keys:
+        s = Samples([r[key] for r in rows if r["stack"] == k], "ms")
+        print(f"  {key:16s} {s.median:8.2f} ({s.p20:.2f}-{s.p80:.2f})")
+    print(f"  a steady block (blocks 2-{blocks - 1} of 3 streams of {blocks}):")
+    for key in ("block_ms", "forwards_ms", "decode_ms"):
+        s = Samples([r[key] for r in steady if r["stack"] == k], "ms")
+        print(f"  {key:16s} {s.median:8.2f} ({s.p20:.2f}-{s.p80:.2f})", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="mg2-universal")
@@ -59,6 +73,8 @@ def main(argv=None) -> int:
                     "several rows separated by ';'")
     ap.add_argument("--base-extra", default="", help="comma-separated variants inserted into the base before its "
                     "compile, as a row of their own (gated against the fp32 reference); several rows separated by ';'")
+    ap.add_argument("--swap", default="", help="OLD=NEW: the stack with variant OLD replaced by NEW, as a row of its "
+                    "own (gated against the fp32 reference); several rows separated by ';'")
     ap.add_argument("--out", type=Path, default=None, help="CSV of every round")
     a = ap.parse_args(argv)
     for name, lo in (("rounds", 3), ("warmup", 1), ("blocks", 3)):
@@ -83,6 +99,16 @@ def main(argv=None) -> int:
             k = "stack with " + " + ".join(extra) + " in the base"
             stacks[k] = variants.resolve([*base[:-1], *extra, *stack[len(base) - 1:]], wl, cfg.device)
             arithmetic.add(k)
+    for row in a.swap.split(";"):
+        if not row:
+            continue
+        old, sep, new = row.partition("=")
+        names = [v.name for v in stack]
+        if not sep or old not in names:
+            ap.error(f"--swap {row!r}: expected OLD=NEW with OLD one of the stack's variants {names}")
+        k = f"stack with {new} for {old}"
+        stacks[k] = variants.resolve([new if n == old else n for n in names], wl, cfg.device)
+        arithmetic.add(k)
     print("stack:", " + ".join(map(str, stack)), flush=True)
     ref = wl.reference_pipeline(cfg.preset, cfg.device, cfg.seed)
 
@@ -99,8 +125,15 @@ def main(argv=None) -> int:
 
     # one stack after the other, each built, warmed, timed and dropped before the next: two pipelines with captured
     # CUDA graphs alive at once and replayed in turn did not give the frames each gives alone
+    from wmbook.variants.registry import GlobalFlags
+
+    # the process-wide switches a stack's variants set (an attention backend, tf32) go back before the next stack and
+    # the fp32 reference run: each is built and run as it would be alone
+    flags = GlobalFlags()
     rows, steady, outs = [], [], {}
+    dev = torch.cuda.get_device_name(cfg.device) if cfg.device.type == "cuda" else "cpu"
     for k, st in stacks.items():
+        flags.restore()
         pipe = apply_stack(ref, wl, st, cfg.device, cfg.options.compile_backend)[0]
         for i in range(a.warmup):
             stream(pipe, 1)
@@ -118,6 +151,9 @@ def main(argv=None) -> int:
         del pipe
         if cfg.device.type == "cuda":
             torch.cuda.empty_cache()
+        keys = [c for c in rows[0] if c not in ("stack", "round")]
+        _print_times(k, stacks[k], rows, steady, keys, f"{cfg.preset.name}, {dev}, {a.rounds} rounds", a.blocks)
+    flags.restore()
     # the fp32 reference's stream of the same inputs: what notebook 06's rows are gated against
     ref_out, _ = stream(ref, a.blocks)
     ref_lat, ref_frames = ref_out.latents.cpu(), ref_out.frames.cpu()
@@ -146,21 +182,11 @@ def main(argv=None) -> int:
         df = (out.frames.float() - base.frames.float()).abs()
         psnr = 10 * torch.log10(4.0 / df.pow(2).mean().clamp_min(1e-20)).item()  # frames in [-1, 1]
         gate[k] = f"FAIL (latents max |diff| {dl:.3g}; frames max |diff| {df.max().item():.3g}, {psnr:.1f} dB)"
-    dev = torch.cuda.get_device_name(cfg.device) if cfg.device.type == "cuda" else "cpu"
-    keys = [k for k in rows[0] if k not in ("stack", "round")]
+    print("\ngates (the times above count only where the gate passes):")
     for k in stacks:
         rel, psnr = against_fp32[k]
         err = "" if k in arithmetic else f"; against fp32: frames {psnr:.1f} dB, latents rel L2 {rel:.3g}"
-        print(f"\n{k}: " + " + ".join(map(str, stacks[k])))
-        print(f"{k} [{gate[k]}{err}]: first frame of a "
-              f"fresh stream, {cfg.preset.name}, {dev}, {a.rounds} rounds, median (p20-p80)")
-        for key in keys:
-            s = Samples([r[key] for r in rows if r["stack"] == k], "ms")
-            print(f"  {key:16s} {s.median:8.2f} ({s.p20:.2f}-{s.p80:.2f})")
-        print(f"  a steady block (blocks 2-{a.blocks - 1} of 3 streams of {a.blocks}):")
-        for key in ("block_ms", "forwards_ms", "decode_ms"):
-            s = Samples([r[key] for r in steady if r["stack"] == k], "ms")
-            print(f"  {key:16s} {s.median:8.2f} ({s.p20:.2f}-{s.p80:.2f})")
+        print(f"  {k} [{gate[k]}{err}]")
     if a.out is not None:
         for r in rows:
             r["gate"] = gate[r["stack"]]

@@ -62,6 +62,9 @@ def decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -
     if gpu:
         rows["+ vae-cuda-graphs (channels-last, eager step)"] = buffers + ["vae-channels-last", "vae-cuda-graphs"]
         rows["+ vae-cuda-graphs (compiled step)"] = buffers + ["vae-channels-last", "vae-compile", "vae-cuda-graphs"]
+    if gpu:  # the window kernels captured in place of the compiled step (a comparison row: Triton kernels on a GPU)
+        rows["+ vae-window-kernels + vae-cuda-graphs"] = buffers + ["vae-channels-last", "vae-window-kernels",
+                                                                    "vae-cuda-graphs"]
     tiny = ["vae-bf16", "vae-tiny"] if gpu else ["vae-tiny"]
     rows["tiny decoder (TAEHV)"] = tiny
     # the tiny decoder's own levers (its 2-D convolutions in channels-last, its block step compiled and captured),

@@ -202,3 +202,76 @@ class RegionalCompiledDecoder:
 
 __all__ = ["BufferedStreamingDecoder", "RegionalCompiledDecoder", "conv_in_window", "head_in_window",
            "residual_in_windows", "supports"]
+
+
+def _norm_params(norm) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """gamma and bias (None: none) of a WanRMS_norm, or of the fused norm + SiLU that vae-triton-fused puts there."""
+    bias = getattr(norm, "bias", None)
+    return norm.gamma, bias if isinstance(bias, torch.Tensor) else None
+
+
+class WindowKernelDecoder:
+    """BufferedStreamingDecoder whose steps run the window kernels (`vae-window-kernels`,
+    wmbook.kernels.window_conv): every norm + SiLU writes its result straight into the next causal convolution's input
+    window, the carried frames move in one copy per window, and the head's convolution (3 output channels, which
+    cuDNN runs at a small fraction of its speed) is an implicit GEMM of our own; the other convolutions stay cuDNN's, on
+    the same windows. Meant to run eagerly under vae-cuda-graphs (no compile: inductor is what made the windows'
+    writes into whole-window copies). Needs channels-last windows (vae-channels-last).
+
+    Not the default: on the H200 at mg2-universal a steady block took 77.8 ms against the compiled step's 64.3. The
+    whole-window copies go (7.4 -> 0 ms of inductor's copies), but what inductor fuses around them comes back as
+    separate kernels (the resamplers' nearest upsampling and frame interleave, the residual adds, strided copies:
+    ~14 ms), and the norm kernel writing into a padded window ran slower than inductor's fused norms (9.9 ms against
+    7.1); the head's convolution in Triton (0.61 ms) did not beat cuDNN's (0.59): at 3 output channels both re-read
+    the window 27 times from L2."""
+
+    head_triton_below = 16  # output channels under which a causal convolution runs our kernel instead of cuDNN's
+
+    def use_window_kernels(self) -> None:
+        if getattr(self, "memory_format", None) != torch.channels_last_3d:
+            raise ValueError("vae-window-kernels needs the windows in channels_last_3d: put vae-channels-last "
+                             "before it")
+        self.weights_kc: dict[int, torch.Tensor] = {}
+
+    def _to_cl(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last_3d)
+
+    def _conv_window(self, conv, win: torch.Tensor, t: int) -> torch.Tensor:
+        """conv over its filled window, then the window's last frames to its front."""
+        from ..kernels import window_conv as wk  # noqa: PLC0415  heavy: Triton
+
+        if conv.out_channels < self.head_triton_below and conv.in_channels % 16 == 0:  # the kernel's K steps
+            w = self.weights_kc.get(id(conv))
+            if w is None or w.dtype != conv.weight.dtype or w.device != conv.weight.device:
+                w = self.weights_kc[id(conv)] = wk.weight_kc(conv.weight)
+            y = wk.window_conv(win, w, conv.bias, tuple(conv.kernel_size))
+        else:
+            y = F.conv3d(win, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
+        wk.shift_window(win, t)
+        return y
+
+    def _norm_conv(self, norm, conv, x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
+        from ..kernels import window_conv as wk  # noqa: PLC0415  heavy: Triton
+
+        x = self._to_cl(x)
+        gamma, bias = _norm_params(norm)
+        wk.norm_silu_into(x, gamma, bias, win)
+        return self._conv_window(conv, win, x.shape[2])
+
+    def _causal_conv(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
+        win = self._window(conv, x, phase)
+        past = win.shape[2] - x.shape[2]
+        ph, pw = conv._padding[2], conv._padding[0]
+        win[:, :, past:, ph:ph + x.shape[3], pw:pw + x.shape[4]].copy_(x)
+        return self._conv_window(conv, win, x.shape[2])
+
+    def _residual(self, block, x: torch.Tensor, phase: int) -> torch.Tensor:
+        win1, win2 = self._residual_windows(block, x, phase)
+        sc = block.conv_shortcut
+        h = x if isinstance(sc, torch.nn.Identity) else F.conv3d(x, sc.weight, sc.bias)
+        y = self._norm_conv(block.norm1, block.conv1, x, win1)
+        y = self._norm_conv(block.norm2, block.conv2, y, win2)
+        return y + h
+
+    def _head(self, dec, x: torch.Tensor, phase: int) -> torch.Tensor:
+        return self._norm_conv(dec.norm_out, dec.conv_out, x, self._window(dec.conv_out, x, phase))

@@ -51,10 +51,36 @@ def _vae_channels_last(pipe, ctx: VariantContext):
     ctx.notes["vae-channels-last"] = f"{n} decoder convolution weights in channels-last"
 
 
+@register("vae-window-kernels", family="decoder", requires=("streaming_decoder",),
+          description="the streaming Wan decoder's steps on its input windows with kernels of our own: each RMS "
+                      "norm + SiLU written by one Triton kernel straight into the next causal convolution's window, "
+                      "the carried frames moved with one copy a window, the head's 3-channel convolution an implicit "
+                      "GEMM in Triton; the other convolutions cuDNN's. Eager, for vae-cuda-graphs (not with "
+                      "vae-compile, whose window writes it replaces); needs vae-channels-last first. A comparison row: "
+                      "the compiled step is faster (its other fusions outweigh its whole-window copies)")
+def _vae_window_kernels(pipe, ctx: VariantContext):
+    from ..vae_stream import WindowKernelDecoder  # noqa: PLC0415  heavy: diffusers (variants.vae_stream)
+
+    dec = ctx.workload.streaming_decoder(pipe)
+    if hasattr(dec, "decoder_step"):
+        raise ValueError("vae-window-kernels runs the Wan decoder's causal convolutions; the stand-in decoder "
+                         "(vae-tiny) has none")
+    if getattr(dec, "compiled_step", False) or hasattr(dec, "regions"):
+        raise ValueError("vae-window-kernels replaces what vae-compile compiles: use one of them (vae-window-kernels "
+                         "with vae-cuda-graphs)")
+    buffered_decoder(dec)
+    swaps.swap_class(dec, WindowKernelDecoder).use_window_kernels()
+    ctx.notes["vae-window-kernels"] = "decoder norms written into the convolution windows, head convolution in Triton"
+
+
 def _vae_compile(mode: str):
     def apply(pipe, ctx: VariantContext):
         if "streaming_decoder" in ctx.workload.features and hasattr(ctx.workload.streaming_decoder(pipe), "regions"):
             raise ValueError("vae-compile and vae-compile-regional both compile the decoder: use one of them")
+        if "streaming_decoder" in ctx.workload.features and hasattr(ctx.workload.streaming_decoder(pipe),
+                                                                    "weights_kc"):
+            raise ValueError("vae-compile after vae-window-kernels: the window kernels replace what it compiles; use "
+                             "one of them")
         step = ctx.workload.decoder_step(pipe)
         eager = getattr(step.owner, step.attr)
         compiled = torch.compile(eager, mode=None if mode == "default" else mode, backend=ctx.compile_backend,

@@ -1,0 +1,225 @@
+"""The streaming Wan decoder's causal convolutions on their input windows (wmbook.variants.vae_stream), in Triton.
+
+A causal convolution's window is [B, C, past + T, H + 2*ph, W + 2*pw] in channels_last_3d with a zero border, so the
+convolution needs no padding and every tap of an output position reads C contiguous values:
+
+    window_conv(win, weight_kc, bias, kernel)   implicit GEMM: M = B*T*H*W output positions, N = C_out,
+                                                K = kt*kh*kw*C_in (tap-major), fp32 accumulation, bias in the epilogue
+    norm_silu_into(x, gamma, bias, win)         SiLU(RMS norm over channels of x) written straight into the window's
+                                                interior (the copy an unfused step makes into the window disappears)
+    shift_window(win, t)                        the window's last `past` frames moved to its front, frame by frame
+                                                (channels-last: a frame is one contiguous block)
+
+Why: in the compiled step, inductor turns each in-place write into a window into a fresh copy of the whole window and
+writes the carried frames back at the end (on the H200 at mg2-universal 7.5 ms of copies and 7.5 ms of norms per
+steady block of 12 frames, beside 46.7 ms of convolutions); and cuDNN runs the head's 96 -> 3 convolution at ~20
+TFLOP/s (its output channels fill 3 of a tile's 32 columns). The weight goes in as [K, C_out] (`weight_kc`), arranged
+once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import check_dtype, interpreting, is_channels_last, next_pow2, runs_triton
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the reference paths below run instead
+    triton = None
+
+
+if triton is not None:
+
+    @triton.jit
+    def _position(s, T, H, W):
+        """A flat index over [B, T, H, W] -> (b, t, h, w)."""
+        w = s % W
+        r = s // W
+        h = r % H
+        r = r // H
+        return r // T, r % T, h, w
+
+    @triton.jit
+    def _window_conv_kernel(
+        x_ptr,  # window [B, Tp, Hp, Wp, CIN] (channels_last_3d memory)
+        w_ptr,  # [KT*KH*KW*CIN, COUT] row-major, tap-major K
+        b_ptr,  # [COUT] (HAS_BIAS), else unused
+        y_ptr,  # [B, T, H, W, COUT] (channels_last_3d memory)
+        M, T, H, W, Tp, Hp, Wp, COUT,
+        CIN: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, TAPS: tl.constexpr,
+        HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        m = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
+        n = pid_n * BN + tl.arange(0, BN)
+        k = tl.arange(0, BK)
+        bo, to, ho, wo = _position(m, T, H, W)
+        base = ((bo * Tp + to) * Hp + ho) * Wp + wo  # the window position of tap (0, 0, 0)
+        m_ok = m < M
+        n_ok = n < COUT
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        steps: tl.constexpr = CIN // BK  # BK divides CIN (the launcher's choice): a K step never straddles two taps
+        for i in range(0, TAPS * steps):
+            tap = i // steps
+            c0 = (i - tap * steps) * BK
+            dt = tap // (KH * KW)
+            dh = (tap // KW) % KH
+            dw = tap % KW
+            pos = base + (dt * Hp + dh) * Wp + dw
+            a = tl.load(x_ptr + pos[:, None] * CIN + (c0 + k)[None, :], mask=m_ok[:, None], other=0.0)
+            kk = tap * CIN + c0 + k
+            b = tl.load(w_ptr + kk[:, None] * COUT + n[None, :], mask=n_ok[None, :], other=0.0)
+            if UPCAST:  # Triton's interpreter: its dot of 16-bit floats is wrong; fp32 products of them are exact
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + m[:, None] * COUT + n[None, :], acc.to(y_ptr.dtype.element_ty),
+                 mask=m_ok[:, None] & n_ok[None, :])
+
+    @triton.jit
+    def _norm_silu_into_kernel(
+        x_ptr,  # [B, T, H, W, C] (channels_last_3d memory)
+        gamma_ptr, bias_ptr,  # [C]
+        win_ptr,  # window [B, Tp, Hp, Wp, C]: the result goes to frames past.., rows ph.., columns pw..
+        S, T, H, W, Tp, Hp, Wp, C, past, ph, pw, scale, eps,
+        HAS_BIAS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
+    ):
+        s = tl.program_id(0).to(tl.int64) * BLOCK_S + tl.arange(0, BLOCK_S)
+        c = tl.arange(0, BLOCK_C)
+        m = (s < S)[:, None] & (c < C)[None, :]
+        x = tl.load(x_ptr + s[:, None] * C + c[None, :], mask=m, other=0.0).to(tl.float32)
+        inv = scale / tl.maximum(tl.sqrt(tl.sum(x * x, axis=1)), eps)
+        g = tl.load(gamma_ptr + c, mask=c < C, other=0.0).to(tl.float32)
+        y = x * inv[:, None] * g[None, :]
+        if HAS_BIAS:
+            y += tl.load(bias_ptr + c, mask=c < C, other=0.0).to(tl.float32)[None, :]
+        y = y * tl.sigmoid(y)
+        b, t, h, w = _position(s, T, H, W)
+        pos = ((b * Tp + past + t) * Hp + h + ph) * Wp + w + pw
+        tl.store(win_ptr + pos[:, None] * C + c[None, :], y.to(win_ptr.dtype.element_ty), mask=m)
+
+
+def weight_kc(weight: torch.Tensor) -> torch.Tensor:
+    """A conv3d weight [C_out, C_in, kt, kh, kw] as the kernel's [kt*kh*kw*C_in, C_out] (tap-major K), contiguous."""
+    if weight.dim() != 5:
+        raise ValueError(f"weight must be [C_out, C_in, kt, kh, kw], got {tuple(weight.shape)}")
+    co, ci, kt, kh, kw = weight.shape
+    return weight.permute(2, 3, 4, 1, 0).reshape(kt * kh * kw * ci, co).contiguous()
+
+
+def _check_window(win: torch.Tensor, name: str = "win") -> None:
+    check_dtype(name, win)
+    if win.dim() != 5 or not is_channels_last(win):
+        raise ValueError(f"{name} must be a [B, C, T, H, W] tensor in torch.channels_last_3d, got shape "
+                         f"{tuple(win.shape)} strides {win.stride()}")
+
+
+def window_conv_ref(win: torch.Tensor, weight_kc_: torch.Tensor, bias: torch.Tensor | None,
+                    kernel: tuple[int, int, int]) -> torch.Tensor:
+    """The arithmetic of window_conv with aten's conv3d (no padding), channels-last out."""
+    kt, kh, kw = kernel
+    ci = win.shape[1]
+    w = weight_kc_.reshape(kt, kh, kw, ci, -1).permute(4, 3, 0, 1, 2)
+    return torch.nn.functional.conv3d(win, w.to(win.dtype), bias).contiguous(memory_format=torch.channels_last_3d)
+
+
+def _block_k(cin: int) -> int:
+    for bk in (64, 32, 16):
+        if cin % bk == 0:
+            return bk
+    raise ValueError(f"window_conv needs C_in a multiple of 16 (its K steps); got C_in={cin}")
+
+
+# (BM, BN, warps, stages) per output width: the launcher's fixed choice (no autotuning inside a captured graph)
+def _config(cout: int, m: int) -> tuple[int, int, int, int]:
+    bn = min(128, max(16, next_pow2(cout)))
+    bm = 128 if m >= 128 * 132 else 64
+    return bm, bn, 8 if bm * bn >= 128 * 128 else 4, 3
+
+
+def window_conv(win: torch.Tensor, weight_kc_: torch.Tensor, bias: torch.Tensor | None,
+                kernel: tuple[int, int, int], config: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+    """win [B, C_in, T + kt - 1, H + kh - 1, W + kw - 1] (channels_last_3d, its border already there) convolved with
+    the weight arranged by weight_kc -> [B, C_out, T, H, W] in channels_last_3d. config: (BM, BN, warps, stages)."""
+    _check_window(win)
+    kt, kh, kw = kernel
+    b, ci, tp, hp, wp = win.shape
+    if weight_kc_.shape[0] != kt * kh * kw * ci:
+        raise ValueError(f"weight_kc has {weight_kc_.shape[0]} rows; kernel {kernel} x C_in {ci} needs "
+                         f"{kt * kh * kw * ci}")
+    co = weight_kc_.shape[1]
+    t, h, w = tp - kt + 1, hp - kh + 1, wp - kw + 1
+    if min(t, h, w) < 1:
+        raise ValueError(f"window {tuple(win.shape)} is smaller than the kernel {kernel}")
+    if not (runs_triton(win.device) and triton is not None):
+        return window_conv_ref(win, weight_kc_, bias, kernel)
+    y = torch.empty((b, co, t, h, w), dtype=win.dtype, device=win.device, memory_format=torch.channels_last_3d)
+    m = b * t * h * w
+    bm, bn, warps, stages = config or _config(co, m)
+    bk = _block_k(ci)
+    _window_conv_kernel[(triton.cdiv(m, bm), triton.cdiv(co, bn))](
+        win, weight_kc_, bias if bias is not None else weight_kc_, y, m, t, h, w, tp, hp, wp, co,
+        CIN=ci, KH=kh, KW=kw, TAPS=kt * kh * kw, HAS_BIAS=bias is not None, BM=bm, BN=bn, BK=bk,
+        UPCAST=interpreting(),
+        PRECISION="ieee" if win.dtype == torch.float32 else "tf32", num_warps=warps, num_stages=stages)
+    return y
+
+
+def norm_silu_into(x: torch.Tensor, gamma: torch.Tensor, bias: torch.Tensor | None, win: torch.Tensor,
+                   eps: float = 1e-12) -> None:
+    """SiLU(F.normalize(x, dim=1) * sqrt(C) * gamma + bias), computed in fp32, written into the interior of `win`
+    (frames past.., rows ph.., columns pw..; the past frames and the zero border untouched). x [B, C, T, H, W] in
+    channels_last_3d; win [B, C, past + T, H + 2*ph, W + 2*pw] likewise."""
+    _check_window(win)
+    _check_window(x, "x")
+    b, c, t, h, w = x.shape
+    wb, wc, tp, hp, wp = win.shape
+    past, ph2, pw2 = tp - t, hp - h, wp - w
+    if wb != b or wc != c or past < 0 or ph2 < 0 or pw2 < 0 or ph2 % 2 or pw2 % 2:
+        raise ValueError(f"window {tuple(win.shape)} cannot hold x {tuple(x.shape)} with an even border")
+    if not (runs_triton(x.device) and triton is not None):
+        y = _norm_silu_fp32(x, gamma, bias, eps)
+        win[:, :, past:, ph2 // 2:ph2 // 2 + h, pw2 // 2:pw2 // 2 + w].copy_(y)
+        return
+    s = b * t * h * w
+    block_c = next_pow2(c)
+    block_s = max(1, min(next_pow2(s), 8192 // block_c))
+    tile = block_s * block_c
+    g = gamma.reshape(c).contiguous()
+    bb = bias.reshape(c).contiguous() if bias is not None else g
+    _norm_silu_into_kernel[(triton.cdiv(s, block_s),)](
+        x, g, bb, win, s, t, h, w, tp, hp, wp, c, past, ph2 // 2, pw2 // 2, c**0.5, eps,
+        HAS_BIAS=bias is not None, BLOCK_S=block_s, BLOCK_C=block_c,
+        num_warps=4 if tile <= 4096 else 8)
+
+
+def _norm_silu_fp32(x, gamma, bias, eps):
+    """The kernel's arithmetic in torch: fp32 throughout, one rounding at the end."""
+    c = x.shape[1]
+    bc = (c, 1, 1, 1)
+    y = torch.nn.functional.normalize(x.float(), dim=1, eps=eps) * c**0.5 * gamma.float().reshape(bc)
+    if bias is not None:
+        y = y + bias.float().reshape(bc)
+    return torch.nn.functional.silu(y).to(x.dtype)
+
+
+def shift_window(win: torch.Tensor, t: int) -> None:
+    """The last `past` frames of a window that holds `past + t` frames moved to its front, in order (a source frame is
+    read before any frame after it is written, so overlapping moves are right)."""
+    past = win.shape[2] - t
+    if past <= 0:
+        return
+    if t >= past:  # the source and the destination do not overlap: one copy
+        win[:, :, :past].copy_(win[:, :, t:])
+        return
+    for i in range(past):
+        win[:, :, i].copy_(win[:, :, t + i])
+
+
+__all__ = ["norm_silu_into", "shift_window", "weight_kc", "window_conv", "window_conv_ref"]
