@@ -191,8 +191,11 @@ else:
 # latents, decoded block by block by each decoder stack, the time per steady block (mg2: 12 pixel frames at the real
 # shape; wma: one frame, since its SD VAE decodes frame by frame and keeps no state across frames)
 # against the decoder's own FLOP floor (counted with `torch.utils.flop_counter` on meta tensors) and the PSNR of its
-# frames against the fp32 decoder (gate: 40 dB). The first pass includes compilation and capture. The tiny decoder
-# (TAEHV) has random weights here: its speed is real, its frames cannot be judged.
+# frames against the fp32 decoder (gate: 40 dB). The first pass includes compilation and capture. On a GPU the
+# `vae-window-kernels` row replaces the compiled step with kernels of our own on the same causal windows (each norm +
+# SiLU written straight into the next convolution's window, the head's 3-channel convolution in Triton): compare its
+# kernel categories with the compiled step's to see what inductor's fusions are worth. The tiny decoder (TAEHV) has
+# random weights here: its speed is real, its frames cannot be judged.
 
 # %%
 from wmbook.studies import decoder as dstudy
