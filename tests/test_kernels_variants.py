@@ -121,7 +121,7 @@ def test_low_precision_rows_say_why_not_on_cpu():
     steps, note = [v.name for v in study.kernel_steps(cfg)], study.fp8_note(cfg)
     assert "fp8" not in steps and "attn-sage" not in steps
     assert "fp8-static row left out" in note and "attn-sage row left out" in note
-    assert steps == ["triton-fused", "fused-qkv", "vae-triton-fused"]  # the heads' GEMM row is wma's
+    assert steps == ["triton-fused", "fused-qkv", "ffn-gelu-epilogue", "vae-triton-fused"]  # heads' GEMM: wma's
     assert [v.name for v in study.kernel_steps(study.validate(workload="wma", preset="tiny-wma", device="cpu"))] == \
         ["triton-fused", "head-conv-gemm", "vae-triton-fused"]
     assert cfg.options.ladder is False  # auto: GPU only
@@ -359,3 +359,26 @@ def test_fused_qkv_is_the_three_projections_in_one_gemm_before_or_after_the_fuse
     out = _flat(wl.forward_probe(fused).forward())
     # fp32 accumulation in another order (and, with the fused kernels, their fp32 arithmetic): roundoff only
     assert ((out - ref).norm() / ref.norm()).item() < 1e-5
+
+
+def test_ffn_gelu_epilogue_keeps_the_feed_forward_and_shares_its_weights():
+    """Every DiT block's feed-forward swapped, with the block's own linears; on a CPU the reference's arithmetic, so the
+    forward is bit-equal; on a GPU the GELU + bias epilogue, within the precision in effect."""
+    from wmbook.variants.epilogues import GeluEpilogueFFN
+
+    wl = workloads.get("mg2")
+    pipe = wl.reference_pipeline(wl.presets["tiny"], DEV)
+    ref = _flat(wl.forward_probe(pipe).forward())
+    ups = [m.ffn[0].weight for m in wl.denoiser(pipe).modules() if hasattr(m, "ffn")]
+    fused, ctx = apply_stack(pipe, wl, ["ffn-gelu-epilogue"], DEV)
+    ffns = [m.ffn for m in wl.denoiser(fused).modules() if hasattr(m, "ffn")]
+    assert ffns and all(isinstance(f, GeluEpilogueFFN) for f in ffns)
+    assert f"{len(ffns)} feed-forwards" in ctx.notes["ffn-gelu-epilogue"]
+    assert len(ffns) == len(ups) and all(torch.equal(f.up.weight, w) for f, w in zip(ffns, ups))
+    out = _flat(wl.forward_probe(fused).forward())
+    if DEV.type == "cpu":
+        assert torch.equal(out, ref)
+    else:  # fp32 on a GPU: the epilogue's GELU against the separate kernel's, fp32 roundoff
+        assert ((out - ref).norm() / ref.norm()).item() < 1e-4
+    with pytest.raises(ValueError, match="no Linear -> GELU"):
+        apply_stack(fused, wl, ["ffn-gelu-epilogue"], DEV)  # nothing left to swap

@@ -35,6 +35,21 @@ def _fused_qkv(pipe, ctx: VariantContext):
     ctx.notes["fused-qkv"] = f"{n} self-attentions with one q/k/v GEMM"
 
 
+@register("ffn-gelu-epilogue", family="kernels", requires=("kv_cache",),
+          description="the causal DiT's feed-forward GELU (tanh) in its up-projection's epilogue: cuBLASLt's GELU + "
+                      "bias epilogue through torch._addmm_activation on a GPU, so the widest activation of a block is "
+                      "written once, already activated (wmbook.variants.epilogues); the reference's arithmetic on a "
+                      "CPU")
+def _ffn_gelu_epilogue(pipe, ctx: VariantContext):
+    from .. import epilogues  # noqa: PLC0415  the module is only needed by this row
+
+    n = epilogues.fuse_ffn_gelu(ctx.workload.denoiser(pipe))
+    if not n:
+        raise ValueError(f"ffn-gelu-epilogue found no Linear -> GELU(tanh) -> Linear feed-forward in the "
+                         f"{ctx.workload.name} denoiser")
+    ctx.notes["ffn-gelu-epilogue"] = f"{n} feed-forwards with the GELU in the GEMM epilogue"
+
+
 @register("vae-triton-fused", family="decoder",
           description="the decoder's norm + SiLU pairs as one Triton kernel each (Wan VAE: RMS norm + SiLU; SD VAE: "
                       "GroupNorm + SiLU)")
