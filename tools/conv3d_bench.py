@@ -103,15 +103,16 @@ def main(argv=None) -> int:
         mt, cfg, terr = float("nan"), "", float("nan")
         if ci % 16 == 0:
             wkc = wk.weight_kc(wt)
+            timed = []
             for c in triton_configs(co):
                 try:
-                    ms = time_fn(lambda c=c: wk.window_conv(win, wkc, None, k, config=c), warmup=3,
-                                 repeats=a.repeats).median
+                    timed.append((time_fn(lambda c=c: wk.window_conv(win, wkc, None, k, config=c), warmup=3,
+                                          repeats=a.repeats).median, c))
                 except Exception as e:  # noqa: BLE001 -- a tile shape the device cannot hold (shared memory)
                     print(f"  {ci}->{co} {k} config {c}: {type(e).__name__}: {str(e)[:120]}", flush=True)
-                    continue
-                if not ms >= mt:
-                    mt, cfg = ms, "BM{}xBN{} w{} s{}".format(*c)
+            if timed:
+                mt, c = min(timed)
+                cfg = "BM{}xBN{} w{} s{}".format(*c)
             got_t = wk.window_conv(win, wkc, None, k).float()
             terr = float((got_t - ref).norm() / ref.norm())
         rows.append({"C_in": ci, "C_out": co, "kernel": "x".join(map(str, k)), "frames": frames,

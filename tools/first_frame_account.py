@@ -35,6 +35,7 @@ import torch
 from wmbook import workloads
 from wmbook.bench import Samples
 from wmbook.studies import graphs as study06
+from wmbook.variants import GlobalFlags
 from wmbook.variants.ladder import apply_stack
 
 
@@ -125,8 +126,6 @@ def main(argv=None) -> int:
 
     # one stack after the other, each built, warmed, timed and dropped before the next: two pipelines with captured
     # CUDA graphs alive at once and replayed in turn did not give the frames each gives alone
-    from wmbook.variants.registry import GlobalFlags
-
     # the process-wide switches a stack's variants set (an attention backend, tf32) go back before the next stack and
     # the fp32 reference run: each is built and run as it would be alone
     flags = GlobalFlags()

@@ -12,7 +12,7 @@ convolution needs no padding and every tap of an output position reads C contigu
 
 Why: in the compiled step, inductor turns each in-place write into a window into a fresh copy of the whole window and
 writes the carried frames back at the end (on the H200 at mg2-universal 7.5 ms of copies and 7.5 ms of norms per
-steady block of 12 frames, beside 46.7 ms of convolutions); and cuDNN runs the head's 96 -> 3 convolution at ~20
+steady block of 12 frames, beside 46.7 ms of convolutions); and cuDNN runs the head's 96 -> 3 convolution at ~24
 TFLOP/s (its output channels fill 3 of a tile's 32 columns). The weight goes in as [K, C_out] (`weight_kc`), arranged
 once.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from . import check_dtype, interpreting, is_channels_last, next_pow2, runs_triton
+from .rms_norm_silu import rms_norm_silu_ref
 
 try:
     import triton
@@ -173,7 +174,8 @@ def window_conv(win: torch.Tensor, weight_kc_: torch.Tensor, bias: torch.Tensor 
 
 def norm_silu_into(x: torch.Tensor, gamma: torch.Tensor, bias: torch.Tensor | None, win: torch.Tensor,
                    eps: float = 1e-12) -> None:
-    """SiLU(F.normalize(x, dim=1) * sqrt(C) * gamma + bias), computed in fp32, written into the interior of `win`
+    """SiLU(F.normalize(x, dim=1) * sqrt(C) * gamma + bias), computed in fp32 (off a GPU: rms_norm_silu_ref's
+    arithmetic), written into the interior of `win`
     (frames past.., rows ph.., columns pw..; the past frames and the zero border untouched). x [B, C, T, H, W] in
     channels_last_3d; win [B, C, past + T, H + 2*ph, W + 2*pw] likewise."""
     _check_window(win)
@@ -184,7 +186,7 @@ def norm_silu_into(x: torch.Tensor, gamma: torch.Tensor, bias: torch.Tensor | No
     if wb != b or wc != c or past < 0 or ph2 < 0 or pw2 < 0 or ph2 % 2 or pw2 % 2:
         raise ValueError(f"window {tuple(win.shape)} cannot hold x {tuple(x.shape)} with an even border")
     if not (runs_triton(x.device) and triton is not None):
-        y = _norm_silu_fp32(x, gamma, bias, eps)
+        y = rms_norm_silu_ref(x, gamma, bias, eps)
         win[:, :, past:, ph2 // 2:ph2 // 2 + h, pw2 // 2:pw2 // 2 + w].copy_(y)
         return
     s = b * t * h * w
@@ -197,16 +199,6 @@ def norm_silu_into(x: torch.Tensor, gamma: torch.Tensor, bias: torch.Tensor | No
         x, g, bb, win, s, t, h, w, tp, hp, wp, c, past, ph2 // 2, pw2 // 2, c**0.5, eps,
         HAS_BIAS=bias is not None, BLOCK_S=block_s, BLOCK_C=block_c,
         num_warps=4 if tile <= 4096 else 8)
-
-
-def _norm_silu_fp32(x, gamma, bias, eps):
-    """The kernel's arithmetic in torch: fp32 throughout, one rounding at the end."""
-    c = x.shape[1]
-    bc = (c, 1, 1, 1)
-    y = torch.nn.functional.normalize(x.float(), dim=1, eps=eps) * c**0.5 * gamma.float().reshape(bc)
-    if bias is not None:
-        y = y + bias.float().reshape(bc)
-    return torch.nn.functional.silu(y).to(x.dtype)
 
 
 def shift_window(win: torch.Tensor, t: int) -> None:

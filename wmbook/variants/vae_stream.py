@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from diffusers.models.autoencoders import autoencoder_kl_wan as _wan
 
+from ..kernels import window_conv as wk
 from ..profiling.labels import label
 
 
@@ -33,14 +34,20 @@ def _no_label(name: str):
     return contextlib.nullcontext()
 
 
+def write_interior(conv, x: torch.Tensor, win: torch.Tensor) -> int:
+    """x [B, C, T, H, W] written into the interior of `conv`'s input window (after its past frames, inside its zero
+    border); returns the number of past frames."""
+    past = win.shape[2] - x.shape[2]
+    ph, pw = conv._padding[2], conv._padding[0]
+    win[:, :, past:, ph:ph + x.shape[3], pw:pw + x.shape[4]].copy_(x)
+    return past
+
+
 def conv_in_window(conv, x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
     """x [B, C, T, H, W] through the causal convolution `conv` whose input window `win` holds its past frames: x
     written into the window's interior, the whole window convolved without padding, the last frames moved to the
     front for the next call (the window is updated in place)."""
-    past = win.shape[2] - x.shape[2]
-    ph, pw = conv._padding[2], conv._padding[0]
-    h, w = x.shape[3], x.shape[4]
-    win[:, :, past:, ph:ph + h, pw:pw + w].copy_(x)
+    past = write_interior(conv, x, win)
     y = F.conv3d(win, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
     t = x.shape[2]
     for i in range(past):  # the last `past` frames to the front, in order: no frame is read after it is written
@@ -218,12 +225,12 @@ class WindowKernelDecoder:
     the same windows. Meant to run eagerly under vae-cuda-graphs (no compile: inductor is what made the windows'
     writes into whole-window copies). Needs channels-last windows (vae-channels-last).
 
-    Not the default: on the H200 at mg2-universal a steady block took 77.8 ms against the compiled step's 64.3. The
-    whole-window copies go (7.4 -> 0 ms of inductor's copies), but what inductor fuses around them comes back as
-    separate kernels (the resamplers' nearest upsampling and frame interleave, the residual adds, strided copies:
-    ~14 ms), and the norm kernel writing into a padded window ran slower than inductor's fused norms (9.9 ms against
-    7.1); the head's convolution in Triton (0.61 ms) did not beat cuDNN's (0.59): at 3 output channels both re-read
-    the window 27 times from L2."""
+    Not the default: on the H200 at mg2-universal a steady block took 77.8 ms against the compiled step's 64.3.
+    Inductor's whole-window copies (7.4 ms) go, but what inductor fuses around them comes back as separate kernels
+    (nearest upsampling 3.3 ms, aten's generic elementwise kernel 8.7, device-to-device copies 2.8, residual adds 1.8),
+    and the norm kernel writing into a padded window ran slower than inductor's fused norms (9.9 ms against 7.1); the
+    head's convolution in Triton (0.61 ms) did not beat cuDNN's (0.59): at 3 output channels both re-read the window
+    27 times."""
 
     head_triton_below = 16  # output channels under which a causal convolution runs our kernel instead of cuDNN's
 
@@ -233,14 +240,10 @@ class WindowKernelDecoder:
                              "before it")
         self.weights_kc: dict[int, torch.Tensor] = {}
 
-    def _to_cl(self, x: torch.Tensor) -> torch.Tensor:
-        return x.contiguous(memory_format=torch.channels_last_3d)
-
     def _conv_window(self, conv, win: torch.Tensor, t: int) -> torch.Tensor:
         """conv over its filled window, then the window's last frames to its front."""
-        from ..kernels import window_conv as wk  # noqa: PLC0415  heavy: Triton
-
-        if conv.out_channels < self.head_triton_below and conv.in_channels % 16 == 0:  # the kernel's K steps
+        if (conv.out_channels < self.head_triton_below and conv.in_channels % 16 == 0  # the kernel's K steps
+                and wk.runs_triton(win.device)):
             w = self.weights_kc.get(id(conv))
             if w is None or w.dtype != conv.weight.dtype or w.device != conv.weight.device:
                 w = self.weights_kc[id(conv)] = wk.weight_kc(conv.weight)
@@ -251,18 +254,14 @@ class WindowKernelDecoder:
         return y
 
     def _norm_conv(self, norm, conv, x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
-        from ..kernels import window_conv as wk  # noqa: PLC0415  heavy: Triton
-
-        x = self._to_cl(x)
+        x = x.contiguous(memory_format=torch.channels_last_3d)
         gamma, bias = _norm_params(norm)
         wk.norm_silu_into(x, gamma, bias, win)
         return self._conv_window(conv, win, x.shape[2])
 
     def _causal_conv(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
         win = self._window(conv, x, phase)
-        past = win.shape[2] - x.shape[2]
-        ph, pw = conv._padding[2], conv._padding[0]
-        win[:, :, past:, ph:ph + x.shape[3], pw:pw + x.shape[4]].copy_(x)
+        write_interior(conv, x, win)
         return self._conv_window(conv, win, x.shape[2])
 
     def _residual(self, block, x: torch.Tensor, phase: int) -> torch.Tensor:

@@ -75,10 +75,10 @@ def _vae_window_kernels(pipe, ctx: VariantContext):
 
 def _vae_compile(mode: str):
     def apply(pipe, ctx: VariantContext):
-        if "streaming_decoder" in ctx.workload.features and hasattr(ctx.workload.streaming_decoder(pipe), "regions"):
+        dec = ctx.workload.streaming_decoder(pipe) if "streaming_decoder" in ctx.workload.features else None
+        if hasattr(dec, "regions"):
             raise ValueError("vae-compile and vae-compile-regional both compile the decoder: use one of them")
-        if "streaming_decoder" in ctx.workload.features and hasattr(ctx.workload.streaming_decoder(pipe),
-                                                                    "weights_kc"):
+        if hasattr(dec, "weights_kc"):
             raise ValueError("vae-compile after vae-window-kernels: the window kernels replace what it compiles; use "
                              "one of them")
         step = ctx.workload.decoder_step(pipe)
