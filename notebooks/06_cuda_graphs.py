@@ -29,9 +29,9 @@
 # says which op synchronized.
 #
 # **The rows** build on notebook 04's best stack (its ladder plus compile), with, on a GPU,
-# [05 · Triton kernels](05_triton_kernels.ipynb)' fused kernels for the denoiser (`triton-fused`; wma: `head-conv-gemm`)
-# compiled into it, one variant at a time, each gated against the fp32 reference (a graph replays the same kernels, so
-# its error equals the base row's). Notebook 04's best stack alone is measured as a comparison row: the goal's
+# [05 · Triton kernels](05_triton_kernels.ipynb)' fused kernels for the denoiser (`triton-fused`; mg2:
+# `ffn-gelu-epilogue`; wma: `head-conv-gemm`) compiled into it, one variant at a time, each gated against the fp32
+# reference (a graph replays the same kernels, so its error equals the base row's). Notebook 04's best stack alone is measured as a comparison row: the goal's
 # baseline. torch.compile's own CUDA graphs (`mode="reduce-overhead"`) are measured as a comparison row, with its
 # pitfall handled (each forward starts a new graph step and hands out copies of its outputs, which the next replay
 # would overwrite). Timing: warm-up excluded, CUDA events, median with p20-p80. Once a forward replays at its GPU
