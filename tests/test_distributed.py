@@ -97,3 +97,16 @@ def test_a_hanging_rank_ends_the_job_at_the_timeout(tmp_path):
 def test_a_job_past_its_wall_limit_is_stopped(tmp_path):
     with pytest.raises(JobFailed, match="ran past timeout_s=3 s and was stopped"):
         run_job(_spec(fault={"rank": 1, "at": "start", "kind": "hang"}), tmp_path, progress=False, timeout_s=3)
+
+
+def test_notebook_batches_parameter_takes_the_command_lines_forms():
+    """`-p batches 4` arrives as an int and `-p batches 1,2,4` as a string: both are the list they spell; anything
+    else is refused naming the parameter."""
+    from wmbook.params import ParameterError
+    from wmbook.studies import multi_gpu
+
+    for given, want in ((4, (4,)), ("1,2,4", (1, 2, 4)), ([1, 2], (1, 2))):
+        assert multi_gpu.validate(workload="wma", device="cpu", batches=given).options.batches == want
+    for bad in ("1,x", "", 0, "1,0", True):
+        with pytest.raises(ParameterError, match="batches="):
+            multi_gpu.validate(workload="wma", device="cpu", batches=bad)

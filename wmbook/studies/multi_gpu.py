@@ -58,9 +58,18 @@ def _nproc(v, ctx):
 def _batches(v, ctx):
     if v == "auto":
         return (1, 2, 4, 8) if ctx["device"].type == "cuda" else (1, 2)
+    if isinstance(v, int) and not isinstance(v, bool):  # `-p batches 4` on the command line
+        v = [v]
+    elif isinstance(v, str):  # `-p batches 1,2,4`
+        try:
+            v = [int(b) for b in v.split(",")]
+        except ValueError:
+            raise ParameterError(f"batches={v!r} is not allowed; allowed values: 'auto' or a list of integers >= 1 "
+                                 "(e.g. '1,2,4')") from None
     if not isinstance(v, (list, tuple)) or not v or any(isinstance(b, bool) or not isinstance(b, int) or b < 1
                                                         for b in v):
-        raise ParameterError(f"batches={v!r} is not allowed; allowed values: 'auto' or a list of integers >= 1")
+        raise ParameterError(f"batches={v!r} is not allowed; allowed values: 'auto' or a list of integers >= 1 "
+                             "(e.g. '1,2,4')")
     return tuple(v)
 
 
