@@ -110,3 +110,56 @@ def test_notebook_batches_parameter_takes_the_command_lines_forms():
     for bad in ("1,x", "", 0, "1,0", True):
         with pytest.raises(ParameterError, match="batches="):
             multi_gpu.validate(workload="wma", device="cpu", batches=bad)
+
+
+def _rollouts(psnrs, batches=(1,)):
+    """A data-parallel job's result as its ranks return it: rank r's frames psnrs[r] dB from rank 0's (inf: equal)."""
+    from pathlib import Path
+
+    from wmbook.distributed import JobResult
+
+    def summ(m):
+        return {"median": m, "p20": m * 0.99, "p80": m * 1.01, "p95": m * 1.02, "n": 5}
+
+    ranks = []
+    for r, db in enumerate(psnrs):
+        rows = []
+        for b in batches:
+            row = {"batch": b, "iteration_ms": summ(360.0 * b ** 0.5), "episodes_per_s": b / (0.36 * b ** 0.5),
+                   "bit_equal_to_rank0": db == float("inf"), "psnr_vs_rank0_db": db}
+            if r == 0:
+                row |= {"alone_iteration_ms": summ(350.0 * b ** 0.5), "alone_episodes_per_s": b / (0.35 * b ** 0.5)}
+            rows.append(row)
+        ranks.append({"rank": r, "batches": rows, "busy_ms": {"median": 2000.0}, "wall_ms": {"median": 2100.0}})
+    spec = _spec(workload="wma", preset="tiny-wma", layout="data-parallel", nproc=len(psnrs), batches=batches)
+    return JobResult(spec=spec, job_dir=Path("."), ranks=ranks, wall_s=1.0)
+
+
+def test_data_parallel_gate_is_45_db_against_rank_0_and_rows_carry_iteration_spreads():
+    """Ranks on different GPUs may round differently (kernels picked by timing them on each GPU): the rows' gate is
+    45 dB of rank 0's frames, not bit-equality; the iteration times are stored with their spread; one batch size is
+    not read as a sweep."""
+    import pandas as pd
+
+    from wmbook.studies import multi_gpu, multi_gpu_report
+
+    cfg = multi_gpu.validate(workload="wma", device="cpu", batches="1")
+    for psnrs, gate, shown in (((float("inf"), float("inf")), "pass", "bit-equal"),
+                               ((float("inf"), 47.25), "pass", "47.2 dB, pass"),
+                               ((float("inf"), 40.0), "fail", "40.0 dB, fail")):
+        res = _rollouts(psnrs)
+        t = multi_gpu.rollout_table(res)
+        assert t.loc[1, "frames vs rank 0"] == shown and t.loc[1, "one GPU alone, iteration ms"] == "350 (346-354)"
+        rows = multi_gpu.result_rows(cfg, res.spec, dict(enumerate(res.ranks)))
+        total = next(r for r in rows if r["variant"] == "data-parallel x2, batch 1" and r["metric"] == "episodes_per_s")
+        assert total["gate"] == gate
+        assert any(r["metric"] == "psnr_vs_rank0_db" for r in rows) == (shown != "bit-equal")
+        one = next(r for r in rows if r["variant"] == "one GPU, batch 1" and r["metric"] == "iteration_ms")
+        assert (one["median"], one["p20"], one["p80"]) == (350.0, 346.5, 353.5)
+        text = " ".join(multi_gpu.interpretation(cfg, res))
+        assert "One batch size was run" in text and ("bit-equal to rank 0's" in text) == (shown == "bit-equal")
+        f = multi_gpu_report.findings(pd.DataFrame(rows))  # the report's findings, read back from the rows
+        assert ("bit-equal to rank 0's" if shown == "bit-equal" else f"{shown.split(',')[0]} (gate {gate})") \
+            in f.headline and "One batch size was run" in f.next
+    text = " ".join(multi_gpu.interpretation(cfg, _rollouts((float("inf"),) * 2, batches=(1, 2, 4))))
+    assert "still grows at the largest batch run (4" in text

@@ -188,19 +188,37 @@ def gate_table(res: dist_jobs.JobResult) -> pd.DataFrame:
          "PSNR dB": math.inf if dec["bit_equal"] else dec["psnr_db"]}]).set_index("output")
 
 
+# the PSNR a layout's output must keep from the single-GPU (or rank 0's) output where it is not bit-equal
+GATE_DB = 45.0
+
+
+def _rank0_gate(per: list[dict]) -> tuple[bool, float]:
+    """Data-parallel: whether every rank's frames (same stack, same seed) match rank 0's, and the lowest PSNR of those
+    that differ (inf when all are bit-equal). Ranks on different GPUs may round differently where the stack picks
+    kernels by timing them on each GPU (cudnn-benchmark's convolution algorithms), so the gate is GATE_DB, not
+    bit-equality."""
+    psnrs = [math.inf if p["bit_equal_to_rank0"] else float(p["psnr_vs_rank0_db"]) for p in per]
+    low = min(psnrs)
+    return low >= GATE_DB, low
+
+
 def rollout_table(res: dist_jobs.JobResult) -> pd.DataFrame:
     """Data-parallel: per batch, episodes per second of one GPU alone and of every rank at once (their sum), the
-    scaling over the single GPU, and each rank's frames against rank 0's."""
+    scaling over the single GPU, one GPU's iteration time (median, p20-p80), and every rank's frames against rank 0's
+    (gate GATE_DB)."""
     rows = []
     for i, b in enumerate(res.ranks[0]["batches"]):
         per = [r["batches"][i] for r in res.ranks]
         total = sum(p["episodes_per_s"] for p in per)
         alone = b.get("alone_episodes_per_s", math.nan)
+        it, it20, it80 = _summary(b.get("alone_iteration_ms"))
+        ok, low = _rank0_gate(per)
         rows.append({"batch": b["batch"], "one GPU alone, episodes/s": alone,
-                     "one GPU alone, iteration ms": b.get("alone_iteration_ms", {}).get("median", math.nan),
+                     "one GPU alone, iteration ms": f"{it:.0f} ({it20:.0f}-{it80:.0f})",
                      f"{len(per)} ranks, episodes/s": total, "scaling": total / alone if alone else math.nan,
                      "per rank, episodes/s": total / len(per),
-                     "every rank bit-equal to rank 0": all(p["bit_equal_to_rank0"] for p in per)})
+                     "frames vs rank 0": "bit-equal" if math.isinf(low) else
+                     f"{low:.1f} dB, {'pass' if ok else 'fail'}"})
     t = pd.DataFrame(rows).set_index("batch")
     t["one GPU: gain over batch 1"] = t["one GPU alone, episodes/s"] / t["one GPU alone, episodes/s"].iloc[0]
     return t
@@ -277,7 +295,7 @@ def result_rows(cfg: RunConfig, spec: dist_jobs.JobSpec, ranks: dict[int, dict])
                                                                 s["decode_ms"]["median"]) * 1e3, "frames/s")
         if 1 in ranks:
             d = ranks[1]
-            gate = "pass" if d["bit_equal"] or (d["psnr_db"] or 0) >= 45 else "fail"
+            gate = "pass" if d["bit_equal"] or (d["psnr_db"] or 0) >= GATE_DB else "fail"
             add(v, "fps", d["fps"]["median"], "frames/s", d["fps"], gate=gate)
             add(v, "first_frame_ms", d["first_frame_ms"]["median"], "ms", d["first_frame_ms"], gate=gate)
             add(v, "frames_bit_equal", float(d["bit_equal"]), "bool", gate=gate)
@@ -287,13 +305,19 @@ def result_rows(cfg: RunConfig, spec: dist_jobs.JobSpec, ranks: dict[int, dict])
             for b in res["batches"]:
                 bv = f"{v}, batch {b['batch']}"
                 add(bv, f"episodes_per_s:rank{r}", b["episodes_per_s"], "episodes/s")
+                add(bv, f"iteration_ms:rank{r}", b["iteration_ms"]["median"], "ms", b["iteration_ms"])
                 if "alone_episodes_per_s" in b:
-                    add(f"one GPU, batch {b['batch']}", "episodes_per_s", b["alone_episodes_per_s"], "episodes/s")
+                    one = f"one GPU, batch {b['batch']}"
+                    add(one, "episodes_per_s", b["alone_episodes_per_s"], "episodes/s")
+                    add(one, "iteration_ms", b["alone_iteration_ms"]["median"], "ms", b["alone_iteration_ms"])
         if len(ranks) == spec.nproc:
             for i, b in enumerate(ranks[0]["batches"]):
-                add(f"{v}, batch {b['batch']}", "episodes_per_s",
-                    sum(ranks[r]["batches"][i]["episodes_per_s"] for r in ranks), "episodes/s",
-                    gate="pass" if all(ranks[r]["batches"][i]["bit_equal_to_rank0"] for r in ranks) else "fail")
+                ok, low = _rank0_gate([ranks[r]["batches"][i] for r in ranks])
+                gate = "pass" if ok else "fail"
+                bv = f"{v}, batch {b['batch']}"
+                add(bv, "episodes_per_s", sum(ranks[r]["batches"][i]["episodes_per_s"] for r in ranks), "episodes/s",
+                    gate=gate)
+                add(bv, "psnr_vs_rank0_db", low, "dB", gate=gate)  # stored where some rank differs (inf is no number)
     return rows
 
 
@@ -329,8 +353,20 @@ def interpretation(cfg: RunConfig, res: dist_jobs.JobResult) -> list[str]:
         if gains[b] < 1.1 * gains[prev]:  # less than 10% more per doubling: one GPU's throughput stops growing
             knee = prev
             break
-    return [f"{n} ranks run {t.loc[best, f'{n} ranks, episodes/s']:.3g} episodes per second at batch {best}: "
-            f"**{t.loc[best, 'scaling']:.2f}x** one GPU alone at the same batch ({n:d} would be perfect).",
-            f"One GPU's throughput grows with the batch up to batch **{knee}** "
-            f"({gains[knee]:.3g} episodes/s, {t.loc[knee, 'one GPU: gain over batch 1']:.2f}x batch 1); past it, "
-            "a larger batch adds less than 10% per doubling."]
+    out = [f"{n} ranks run {t.loc[best, f'{n} ranks, episodes/s']:.3g} episodes per second at batch {best}: "
+           f"**{t.loc[best, 'scaling']:.2f}x** one GPU alone at the same batch ({n:d} would be perfect)."]
+    if len(t) == 1:
+        out.append(f"One batch size was run ({t.index[0]}): where one GPU's throughput stops growing needs the sweep "
+                   "(`batches`).")
+    else:
+        out.append(f"One GPU's throughput grows with the batch up to batch **{knee}** ({gains[knee]:.3g} episodes/s, "
+                   f"{t.loc[knee, 'one GPU: gain over batch 1']:.2f}x batch 1); past it, a larger batch adds less "
+                   "than 10% per doubling." if knee != t.index[-1] else
+                   f"One GPU's throughput still grows at the largest batch run ({knee}: {gains[knee]:.3g} "
+                   f"episodes/s, {t.loc[knee, 'one GPU: gain over batch 1']:.2f}x batch 1).")
+    gates = t["frames vs rank 0"]
+    out.append("Gate: every rank's frames (same stack, same seed) are bit-equal to rank 0's." if (gates == "bit-equal")
+               .all() else "Gate: every rank's frames (same stack, same seed) against rank 0's, by batch: "
+               + ", ".join(f"{b}: {g}" for b, g in gates.items()) + f" (gate {GATE_DB:.0f} dB; a stack that picks "
+               "kernels by timing them on each GPU, e.g. cudnn-benchmark, may round differently on each).")
+    return out

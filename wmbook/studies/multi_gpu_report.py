@@ -47,7 +47,7 @@ def headline(run: pd.DataFrame) -> dict:
     best = max(rows, key=lambda r: r["episodes/s"] / r["one GPU alone"] if r["one GPU alone"] else 0)
     return {"layout": best["ranks"], "batch": best["batch"], "episodes/s": fmt(best["episodes/s"]),
             "one GPU alone": fmt(best["one GPU alone"]),
-            "scaling": fmt(best["episodes/s"] / best["one GPU alone"], "{:.2f}x")}
+            "scaling": fmt(best["episodes/s"] / best["one GPU alone"], "{:.2f}x"), "frames vs rank 0": best["gate"]}
 
 
 def published(df: pd.DataFrame) -> list[str]:
@@ -86,9 +86,16 @@ def findings(run: pd.DataFrame) -> Findings:
     best = max(rows, key=lambda r: r["episodes/s"] / r["one GPU alone"] if r["one GPU alone"] else 0)
     scale = best["episodes/s"] / best["one GPU alone"]
     n = int(best["ranks"].rsplit("x", 1)[1])
+    psnr = row_of(run, "psnr_vs_rank0_db", f"{best['ranks']}, batch {best['batch']}")
+    quality = (f"the lowest PSNR of a rank's frames against rank 0's {fmt(psnr['value'], '{:.1f}')} dB (gate "
+               f"{best['gate']})" if psnr is not None else
+               "every rank's frames bit-equal to rank 0's" if best["gate"] == "pass" else
+               "a rank's frames differ from rank 0's (gate fail; their PSNR was not stored)")
     head = (f"**{best['ranks']}, batch {best['batch']}: {fmt(best['episodes/s'])} episodes/s**, {scale:.2f}x one GPU "
-            f"alone at the same batch ({n} would be perfect).")
+            f"alone at the same batch ({n} would be perfect); {quality}.")
     goal = ("Goal (4 GPUs: at least 3.6x one GPU): "
             + (f"**{'met' if scale >= 3.6 else 'missed'}** ({scale:.2f}x)." if n == 4 else
                f"not judged by a run of {n} ranks."))
-    return Findings(head, goal, "Read the batch sweep: where one GPU's throughput stops growing.", links)
+    sweep = ("Read the batch sweep: where one GPU's throughput stops growing." if len(rows) > 1 else
+             "One batch size was run: the sweep (`batches`) says where one GPU's throughput stops growing.")
+    return Findings(head, goal, sweep, links)
