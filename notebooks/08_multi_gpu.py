@@ -82,7 +82,9 @@ print(f"job {res.job_dir.name}: {res.wall_s:.0f} s")
 # %% [markdown]
 # ## Against one GPU
 # What to look for: the split's FPS against the single-GPU run of the same job and against the bound its slower stage
-# sets; the first frame, which still waits for both stages; the gate (the split changes no arithmetic).
+# sets; the first frame, which still waits for both stages; the gate (the split changes no arithmetic). Then what
+# more GPUs could give at best: the DiT's layers split over several ranks as a pipeline, the decoder over several
+# spatial parts, bounded from the same stage times (`study.layout_bounds` says why a layer pipeline gains little here).
 
 # %%
 if spec.layout == "stage-split":
@@ -90,6 +92,8 @@ if spec.layout == "stage-split":
     display(wd.table(t, caption=f"Stage split against one GPU (bound from the single-GPU stage times: "
                                 f"{t.attrs['bound_fps']:.0f} FPS)"))
     display(wd.table(study.gate_table(res), caption="Gate: the split's output against the single-GPU run's"))
+    display(wd.table(study.stage_bounds(res), caption="Upper bounds of other layouts from the same single-GPU stage "
+                                                       "times (ideal parts, communication free)"))
 else:
     t = study.rollout_table(res)
     display(wd.table(t, caption="Episodes per second: one GPU alone and every rank at once, by batch"))

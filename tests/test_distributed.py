@@ -163,3 +163,16 @@ def test_data_parallel_gate_is_45_db_against_rank_0_and_rows_carry_iteration_spr
             in f.headline and "One batch size was run" in f.next
     text = " ".join(multi_gpu.interpretation(cfg, _rollouts((float("inf"),) * 2, batches=(1, 2, 4))))
     assert "still grows at the largest batch run (4" in text
+
+
+def test_layout_bounds_count_the_steps_that_wait_for_each_other():
+    """A block of 4 forwards (3 steps + the refresh) over P DiT ranks: (3 + 1/P) forwards; the decoder over D ranks:
+    decode / D; the bound is the slower of the two."""
+    from wmbook.studies import multi_gpu
+
+    b = multi_gpu.layout_bounds(4, denoise_ms=80.0, decode_ms=60.0, frames=12, max_gpus=4)
+    assert list(b.index) == [(2, 1, 1), (3, 2, 1), (3, 1, 2), (4, 3, 1), (4, 2, 2), (4, 1, 3)]
+    assert b.loc[(2, 1, 1), "bound FPS"] == pytest.approx(12 / 80.0 * 1e3)
+    assert b.loc[(4, 3, 1), "DiT ms a block"] == pytest.approx(20.0 * (3 + 1 / 3))
+    assert b.loc[(4, 2, 2), "decode ms a block"] == pytest.approx(30.0)
+    assert (b["limited by"] == "DiT").all()  # 70 ms of denoising at best against 60 of decoding

@@ -164,6 +164,36 @@ def stream_table(res: dist_jobs.JobResult) -> pd.DataFrame:
     return t
 
 
+def layout_bounds(forwards: int, denoise_ms: float, decode_ms: float, frames: int, max_gpus: int = 4) -> pd.DataFrame:
+    """Upper bounds on the FPS of streaming layouts over 2..max_gpus GPUs, from one GPU's measured stage times of a
+    block (`denoise_ms` for its `forwards` DiT forwards, `decode_ms`, `frames` pixel frames a steady block): the DiT's
+    layers split over P ranks as a pipeline, the decoder over D = GPUs - P ranks (spatial parts). Ideal parts
+    (equal shares, communication free), so a real layout stays below them.
+
+    Why the DiT pipeline gains little: a denoising step's forward needs the previous step's output, so a block's steps
+    cross every stage one after the other; only the cache refresh, which the next block needs at each stage only for
+    that stage's layers, overlaps the next block's first step. A block's denoising takes (forwards - 1 + 1/P) forwards
+    of one GPU instead of `forwards`, however many ranks hold the layers."""
+    per = denoise_ms / forwards
+    rows = []
+    for gpus in range(2, max_gpus + 1):
+        for p in range(gpus - 1, 0, -1):
+            d = gpus - p
+            dit, dec = per * (forwards - 1 + 1 / p), decode_ms / d
+            period = max(dit, dec)
+            rows.append({"GPUs": gpus, "DiT ranks": p, "decoder ranks": d, "DiT ms a block": dit,
+                         "decode ms a block": dec, "bound FPS": frames / period * 1e3,
+                         "limited by": "DiT" if dit >= dec else "decoder"})
+    return pd.DataFrame(rows).set_index(["GPUs", "DiT ranks", "decoder ranks"])
+
+
+def stage_bounds(res: dist_jobs.JobResult, max_gpus: int = 4) -> pd.DataFrame:
+    """layout_bounds from a stage-split job's single-GPU run (its stage times, medians over the steady blocks)."""
+    single = res.ranks[0]["single"]
+    return layout_bounds(len(single["forward_ms"][-1]), single["denoise_ms"]["median"], single["decode_ms"]["median"],
+                         single["frames_per_block"][-1], max_gpus)
+
+
 def rank_table(res: dist_jobs.JobResult) -> pd.DataFrame:
     """Per rank: its role, busy and idle time of one run (medians), and the wire: bytes per block, one-way time."""
     rows = []
@@ -338,6 +368,16 @@ def interpretation(cfg: RunConfig, res: dist_jobs.JobResult) -> list[str]:
                f"({split['first frame x one GPU']:.2f}x): the first block still waits for both stages."]
         g = gate_table(res)
         fr = g.loc["frames (decoder rank)"]
+        b = stage_bounds(res)
+        most = b.index.get_level_values("GPUs").max()
+        top = b.xs(most, level="GPUs")
+        best = top["bound FPS"].idxmax()
+        fps, why = top.loc[best, "bound FPS"], top.loc[best, "limited by"]
+        out.append("Beyond the stage split (upper bounds from the same stage times, in the table of bounds above): "
+                   "the DiT's layers as a pipeline shorten a block's denoising only to (forwards - 1 + 1/P) "
+                   "forwards, since each denoising step waits for the one before; the best of "
+                   f"{len(top)} layouts on {most} GPUs ({best[0]} DiT + {best[1]} decoder ranks) is bounded at "
+                   f"**{fps:.0f} FPS**, limited by the {why}.")
         out.append("Gate: the latents the denoiser rank sends are "
                    + ("bit-equal to" if g.iloc[0]["bit-equal"] else "not equal to")
                    + " the single-GPU run's; the decoded frames are "
