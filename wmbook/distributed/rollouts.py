@@ -4,7 +4,9 @@ runs), each sweeping the episodes per forward (batch).
 Two phases, each timed with device events after warm-up: rank 0 alone (the other ranks wait at a barrier: one GPU's
 throughput, measured in the same job) and then every rank at once (the job's throughput: the sum over ranks). Per
 batch size, every rank first runs one untimed iteration on the same seed; its world-model frames are compared with
-rank 0's (same stack, same seed, same kind of GPU: equal frames are expected bit for bit).
+rank 0's (same stack, same seed, same kind of GPU). They need not be bit-equal: on two H200s notebook 06's wma
+stack gave frames 48.3 dB apart while each GPU repeated itself bit for bit (data/reports/NOTES.md), so the gate
+is a PSNR (wmbook.studies.multi_gpu.GATE_DB).
 """
 
 from __future__ import annotations

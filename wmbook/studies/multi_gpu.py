@@ -224,9 +224,9 @@ GATE_DB = 45.0
 
 def _rank0_gate(per: list[dict]) -> tuple[bool, float]:
     """Data-parallel: whether every rank's frames (same stack, same seed) match rank 0's, and the lowest PSNR of those
-    that differ (inf when all are bit-equal). Ranks on different GPUs may round differently where the stack picks
-    kernels by timing them on each GPU (cudnn-benchmark's convolution algorithms), so the gate is GATE_DB, not
-    bit-equality."""
+    that differ (inf when all are bit-equal). Ranks on different GPUs of one kind may round differently (notebook
+    06's wma stack on two H200s: 48.3 dB, each GPU repeating itself; data/reports/NOTES.md), so the gate is GATE_DB,
+    not bit-equality."""
     psnrs = [math.inf if p["bit_equal_to_rank0"] else float(p["psnr_vs_rank0_db"]) for p in per]
     low = min(psnrs)
     return low >= GATE_DB, low
@@ -407,6 +407,6 @@ def interpretation(cfg: RunConfig, res: dist_jobs.JobResult) -> list[str]:
     gates = t["frames vs rank 0"]
     out.append("Gate: every rank's frames (same stack, same seed) are bit-equal to rank 0's." if (gates == "bit-equal")
                .all() else "Gate: every rank's frames (same stack, same seed) against rank 0's, by batch: "
-               + ", ".join(f"{b}: {g}" for b, g in gates.items()) + f" (gate {GATE_DB:.0f} dB; a stack that picks "
-               "kernels by timing them on each GPU, e.g. cudnn-benchmark, may round differently on each).")
+               + ", ".join(f"{b}: {g}" for b, g in gates.items()) + f" (gate {GATE_DB:.0f} dB: two GPUs of one kind "
+               "may round differently while each repeats itself bit for bit).")
     return out
