@@ -176,3 +176,20 @@ def test_layout_bounds_count_the_steps_that_wait_for_each_other():
     assert b.loc[(4, 3, 1), "DiT ms a block"] == pytest.approx(20.0 * (3 + 1 / 3))
     assert b.loc[(4, 2, 2), "decode ms a block"] == pytest.approx(30.0)
     assert (b["limited by"] == "DiT").all()  # 70 ms of denoising at best against 60 of decoding
+
+
+def test_stage_split_findings_bound_four_gpus_from_the_stored_stage_times():
+    """The published findings read the bound of 4 GPUs from a stage-split run's rows (one GPU's stage times and the
+    split's bound row); rows without them say nothing."""
+    import pandas as pd
+
+    from wmbook.studies import multi_gpu_report
+
+    def row(variant, metric, value):
+        return {"workload": "mg2", "preset": "mg2-universal", "variant": variant, "metric": metric, "value": value}
+
+    run = pd.DataFrame([row("one GPU", "denoise_ms_per_block", 90.0), row("one GPU", "decode_ms_per_block", 73.8),
+                        row("stage-split x2", "bound_fps", 12 / 90.0 * 1e3)])
+    text = multi_gpu_report._more_gpus(run)
+    assert "4 GPUs 160 FPS (3 DiT + 1 decoder ranks, limited by the DiT)" in text and "only to 3 + 1/P" in text
+    assert multi_gpu_report._more_gpus(run.iloc[:2]) == ""

@@ -345,3 +345,4 @@ def test_summary_stacks_the_stages_in_one_metric_from_the_rows(tmp_path):
     assert summary.best(rows).stage.notebook == "06_cuda_graphs"
     svg = summary.chart_svg(rows, "mg2")
     assert svg.startswith("<svg") and "3.00x" in svg and "<script" not in svg and 'href="http' not in svg
+    assert summary.chart_svg(rows, "mg2") == svg  # no date, fixed ids: the same rows, the same page

@@ -115,7 +115,10 @@ def chart_svg(rows: list[SummaryRow], title: str) -> str:
             ax.spines[side].set_visible(False)
         fig.tight_layout()
         buf = io.StringIO()
-        fig.savefig(buf, format="svg")
+        # no date and fixed element ids: the same rows give the same page, so a regenerated index differs only where
+        # its numbers do
+        with plt.rc_context({"svg.hashsalt": "wmbook"}):
+            fig.savefig(buf, format="svg", metadata={"Date": None})
         plt.close(fig)
     svg = buf.getvalue()
     return svg[svg.index("<svg"):]

@@ -25,6 +25,7 @@ from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from ..variants import Variant
 from . import graphs as study06
+from .multi_gpu_report import layout_bounds
 
 NOTEBOOK = "08_multi_gpu"
 
@@ -162,29 +163,6 @@ def stream_table(res: dist_jobs.JobResult) -> pd.DataFrame:
     t.attrs["bound_fps"] = bound
     t.attrs["stage_ms"] = {"denoise": single["denoise_ms"]["median"], "decode": single["decode_ms"]["median"]}
     return t
-
-
-def layout_bounds(forwards: int, denoise_ms: float, decode_ms: float, frames: int, max_gpus: int = 4) -> pd.DataFrame:
-    """Upper bounds on the FPS of streaming layouts over 2..max_gpus GPUs, from one GPU's measured stage times of a
-    block (`denoise_ms` for its `forwards` DiT forwards, `decode_ms`, `frames` pixel frames a steady block): the DiT's
-    layers split over P ranks as a pipeline, the decoder over D = GPUs - P ranks (spatial parts). Ideal parts
-    (equal shares, communication free), so a real layout stays below them.
-
-    Why the DiT pipeline gains little: a denoising step's forward needs the previous step's output, so a block's steps
-    cross every stage one after the other; only the cache refresh, which the next block needs at each stage only for
-    that stage's layers, overlaps the next block's first step. A block's denoising takes (forwards - 1 + 1/P) forwards
-    of one GPU instead of `forwards`, however many ranks hold the layers."""
-    per = denoise_ms / forwards
-    rows = []
-    for gpus in range(2, max_gpus + 1):
-        for p in range(gpus - 1, 0, -1):
-            d = gpus - p
-            dit, dec = per * (forwards - 1 + 1 / p), decode_ms / d
-            period = max(dit, dec)
-            rows.append({"GPUs": gpus, "DiT ranks": p, "decoder ranks": d, "DiT ms a block": dit,
-                         "decode ms a block": dec, "bound FPS": frames / period * 1e3,
-                         "limited by": "DiT" if dit >= dec else "decoder"})
-    return pd.DataFrame(rows).set_index(["GPUs", "DiT ranks", "decoder ranks"])
 
 
 def stage_bounds(res: dist_jobs.JobResult, max_gpus: int = 4) -> pd.DataFrame:

@@ -11,6 +11,29 @@ from ..rows import Findings, device_label, fmt, fmt_spread, latest_runs, md_tabl
 NOTEBOOK = "08_multi_gpu"
 
 
+def layout_bounds(forwards: int, denoise_ms: float, decode_ms: float, frames: int, max_gpus: int = 4) -> pd.DataFrame:
+    """Upper bounds on the FPS of streaming layouts over 2..max_gpus GPUs, from one GPU's measured stage times of a
+    block (`denoise_ms` for its `forwards` DiT forwards, `decode_ms`, `frames` pixel frames a steady block): the DiT's
+    layers split over P ranks as a pipeline, the decoder over D = GPUs - P ranks (spatial parts). Ideal parts
+    (equal shares, communication free), so a real layout stays below them.
+
+    Why the DiT pipeline gains little: a denoising step's forward needs the previous step's output, so a block's steps
+    cross every stage one after the other; only the cache refresh, which the next block needs at each stage only for
+    that stage's layers, overlaps the next block's first step. A block's denoising takes (forwards - 1 + 1/P) forwards
+    of one GPU instead of `forwards`, however many ranks hold the layers."""
+    per = denoise_ms / forwards
+    rows = []
+    for gpus in range(2, max_gpus + 1):
+        for p in range(gpus - 1, 0, -1):
+            d = gpus - p
+            dit, dec = per * (forwards - 1 + 1 / p), decode_ms / d
+            period = max(dit, dec)
+            rows.append({"GPUs": gpus, "DiT ranks": p, "decoder ranks": d, "DiT ms a block": dit,
+                         "decode ms a block": dec, "bound FPS": frames / period * 1e3,
+                         "limited by": "DiT" if dit >= dec else "decoder"})
+    return pd.DataFrame(rows).set_index(["GPUs", "DiT ranks", "decoder ranks"])
+
+
 def _split(run: pd.DataFrame):
     """(the layout's variant, e.g. 'stage-split x2', its fps row, the single-GPU fps row) of a streaming run."""
     fps = run[(run["metric"] == "fps") & (run["variant"] != "one GPU")]
@@ -63,6 +86,30 @@ def published(df: pd.DataFrame) -> list[str]:
     return parts
 
 
+def _more_gpus(run: pd.DataFrame, gpus: int = 4) -> str:
+    """What `gpus` GPUs could give at best (layout_bounds from the run's stored single-GPU stage times), one
+    sentence; empty when the rows lack them."""
+    from ..workloads import get  # noqa: PLC0415  the preset's forwards a block
+
+    den, dec = row_of(run, "denoise_ms_per_block", "one GPU"), row_of(run, "decode_ms_per_block", "one GPU")
+    bound = run[run["metric"] == "bound_fps"]
+    try:
+        preset = get(run["workload"].iloc[0]).presets[run["preset"].iloc[0]]
+        forwards = preset.forwards_per_block
+    except (KeyError, AttributeError, ValueError):
+        return ""
+    if den is None or dec is None or not len(bound):
+        return ""
+    d, c = number(den["value"]), number(dec["value"])
+    frames = number(bound["value"].iloc[-1]) * max(d, c) / 1e3  # the bound row is frames / the slower stage
+    b = layout_bounds(forwards, d, c, round(frames), gpus).xs(gpus, level="GPUs")
+    best = b["bound FPS"].idxmax()
+    return (f"More GPUs, at best (ideal parts from these stage times): {gpus} GPUs "
+            f"{b.loc[best, 'bound FPS']:.0f} FPS ({best[0]} DiT + {best[1]} decoder ranks, limited by the "
+            f"{b.loc[best, 'limited by']}): a pipeline of the DiT's layers shortens a block's {forwards} forwards only "
+            f"to {forwards - 1} + 1/P, since each denoising step waits for the one before.")
+
+
 def findings(run: pd.DataFrame) -> Findings:
     v, split, one = _split(run)
     links = [("against one GPU", "#Against-one-GPU"), ("where each rank's time goes", "#Where-each-rank's-time-goes")]
@@ -81,7 +128,9 @@ def findings(run: pd.DataFrame) -> Findings:
                 f"({ratio:.2f}x one GPU's); {quality}.")
         goal = (f"Goals (two GPUs): 120 FPS: **{'met' if s >= 120 else 'missed'}** ({s:.1f}); first frame at most "
                 f"1.15x one GPU's: **{'met' if ratio <= 1.15 else 'missed'}** ({ratio:.2f}x).")
-        return Findings(head, goal, "Read the timeline: the slower stage sets the block period.", links)
+        more = _more_gpus(run)
+        nxt = "Read the timeline: the slower stage sets the block period." + (f" {more}" if more else "")
+        return Findings(head, goal, nxt, links)
     rows = _rollouts(run)
     best = max(rows, key=lambda r: r["episodes/s"] / r["one GPU alone"] if r["one GPU alone"] else 0)
     scale = best["episodes/s"] / best["one GPU alone"]
