@@ -322,7 +322,8 @@ def row_results(cfg: RunConfig, r) -> list[dict]:
     for metric, value, unit, timing in (
             ("gpu_busy_ms", r.gpu_busy_ms, "ms", None), ("launches_per_forward", r.launches, "count", None),
             (r.e2e_metric, r.e2e_value, cfg.workload.metric.unit, r.e2e_samples),
-            ("first_frame_ms", r.e2e_first_frame_ms, "ms", None), ("run_s", r.e2e_run_s, "s", r.e2e_run_samples),
+            ("first_frame_ms", r.e2e_first_frame_ms, "ms", r.e2e_first_frame_samples),
+            ("run_s", r.e2e_run_s, "s", r.e2e_run_samples),
             ("psnr_db", r.psnr_db, "dB", None), ("peak_memory_gib", r.peak_memory_gib, "GiB", None),
             # where a row's minutes go (a compiled row's can be many): its first call (the compile, for compiled
             # rows) and the whole row

@@ -25,7 +25,6 @@ import math
 import time
 from dataclasses import dataclass, field, fields
 
-import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
@@ -99,6 +98,7 @@ class LadderRow:
     e2e_run_s: float = math.nan
     e2e_samples: Samples | None = None  # the timed end-to-end runs' metric values (e2e_value is their median)
     e2e_run_samples: Samples | None = None  # and their seconds (e2e_run_s is their median)
+    e2e_first_frame_samples: Samples | None = None  # and their first frames (e2e_first_frame_ms is their median)
     psnr_db: float = math.nan
     gate: str = "reference"
     rel_l2_vs_fp32: float = 0.0
@@ -460,7 +460,8 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
         row.e2e_samples = Samples([float(r.value) for r in runs], runs[0].metric.unit)
         row.e2e_run_samples = Samples([float(r.run_s) for r in runs], "s")
         row.e2e_metric, row.e2e_value, frames = runs[0].metric.name, row.e2e_samples.median, runs[-1].frames
-        row.e2e_first_frame_ms = float(np.median([r.first_frame_ms for r in runs]))
+        row.e2e_first_frame_samples = Samples([float(r.first_frame_ms) for r in runs], "ms")
+        row.e2e_first_frame_ms = row.e2e_first_frame_samples.median
         row.e2e_run_s = row.e2e_run_samples.median
     if mon is not None:
         row.graph_breaks = _count(mon, "graph_breaks")
