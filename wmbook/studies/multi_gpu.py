@@ -25,7 +25,7 @@ from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from ..variants import Variant
 from . import graphs as study06
-from .multi_gpu_report import layout_bounds
+from .multi_gpu_report import bounds_sentence, layout_bounds
 
 NOTEBOOK = "08_multi_gpu"
 
@@ -346,16 +346,9 @@ def interpretation(cfg: RunConfig, res: dist_jobs.JobResult) -> list[str]:
                f"({split['first frame x one GPU']:.2f}x): the first block still waits for both stages."]
         g = gate_table(res)
         fr = g.loc["frames (decoder rank)"]
-        b = stage_bounds(res)
-        most = b.index.get_level_values("GPUs").max()
-        top = b.xs(most, level="GPUs")
-        best = top["bound FPS"].idxmax()
-        fps, why = top.loc[best, "bound FPS"], top.loc[best, "limited by"]
+        forwards = len(res.ranks[0]["single"]["forward_ms"][-1])
         out.append("Beyond the stage split (upper bounds from the same stage times, in the table of bounds above): "
-                   "the DiT's layers as a pipeline shorten a block's denoising only to (forwards - 1 + 1/P) "
-                   "forwards, since each denoising step waits for the one before; the best of "
-                   f"{len(top)} layouts on {most} GPUs ({best[0]} DiT + {best[1]} decoder ranks) is bounded at "
-                   f"**{fps:.0f} FPS**, limited by the {why}.")
+                   + bounds_sentence(stage_bounds(res), forwards))
         out.append("Gate: the latents the denoiser rank sends are "
                    + ("bit-equal to" if g.iloc[0]["bit-equal"] else "not equal to")
                    + " the single-GPU run's; the decoded frames are "

@@ -102,12 +102,20 @@ def _more_gpus(run: pd.DataFrame, gpus: int = 4) -> str:
         return ""
     d, c = number(den["value"]), number(dec["value"])
     frames = number(bound["value"].iloc[-1]) * max(d, c) / 1e3  # the bound row is frames / the slower stage
-    b = layout_bounds(forwards, d, c, round(frames), gpus).xs(gpus, level="GPUs")
-    best = b["bound FPS"].idxmax()
-    return (f"More GPUs, at best (ideal parts from these stage times): {gpus} GPUs "
-            f"{b.loc[best, 'bound FPS']:.0f} FPS ({best[0]} DiT + {best[1]} decoder ranks, limited by the "
-            f"{b.loc[best, 'limited by']}): a pipeline of the DiT's layers shortens a block's {forwards} forwards only "
-            f"to {forwards - 1} + 1/P, since each denoising step waits for the one before.")
+    return "More GPUs, at best (ideal parts from these stage times): " + bounds_sentence(
+        layout_bounds(forwards, d, c, round(frames), gpus), forwards)
+
+
+def bounds_sentence(bounds: pd.DataFrame, forwards: int) -> str:
+    """The best layout_bounds row at the most GPUs of `bounds`, and why a layer pipeline gains little, one sentence
+    (the notebook's interpretation and the published findings)."""
+    gpus = bounds.index.get_level_values("GPUs").max()
+    top = bounds.xs(gpus, level="GPUs")
+    best = top["bound FPS"].idxmax()
+    return (f"{gpus} GPUs {top.loc[best, 'bound FPS']:.0f} FPS ({best[0]} DiT + {best[1]} decoder ranks, limited by "
+            f"the {top.loc[best, 'limited by']}), the best of {len(top)} layouts: a pipeline of the DiT's layers "
+            f"shortens a block's {forwards} forwards only to {forwards - 1} + 1/P, since each denoising step waits "
+            "for the one before.")
 
 
 def findings(run: pd.DataFrame) -> Findings:
