@@ -162,7 +162,26 @@ def test_data_parallel_gate_is_45_db_against_rank_0_and_rows_carry_iteration_spr
         assert ("bit-equal to rank 0's" if shown == "bit-equal" else f"{shown.split(',')[0]} (gate {gate})") \
             in f.headline and "One batch size was run" in f.next
     text = " ".join(multi_gpu.interpretation(cfg, _rollouts((float("inf"),) * 2, batches=(1, 2, 4))))
-    assert "still grows at the largest batch run (4" in text
+    assert "still grow at the largest batch run (4:" in text
+
+
+def test_batch_sweep_says_where_one_gpus_throughput_stops_growing():
+    """The knee: the last batch before a step of the sweep adds less than 10% (two H200s, notebook 06's wma stack at
+    2+2: 2.83, 3.23, 3.26, 3.44 episodes/s at batches 1, 2, 4, 8: growth stops past batch 2); the notebook and the
+    published findings say the same sentence."""
+    import pandas as pd
+
+    from wmbook.studies import multi_gpu_report
+
+    eps = pd.Series({1: 2.83, 2: 3.23, 4: 3.26, 8: 3.44})
+    assert multi_gpu_report.batch_knee(eps) == (2, False)
+    assert multi_gpu_report.batch_knee(pd.Series({1: 1.0, 2: 1.5, 4: 2.0})) == (4, True)
+    text = multi_gpu_report.sweep_sentence(eps)
+    assert "stop growing past batch **2** (1.14x batch 1)" in text and "3.44 at batch 8" in text
+    rows = [{"workload": "wma", "preset": "wma", "variant": v, "metric": "episodes_per_s", "value": x, "gate": g}
+            for b, e in eps.items()
+            for v, x, g in ((f"data-parallel x2, batch {b}", 2 * e, "pass"), (f"one GPU, batch {b}", e, ""))]
+    assert multi_gpu_report.findings(pd.DataFrame(rows)).next == text
 
 
 def test_layout_bounds_count_the_steps_that_wait_for_each_other():

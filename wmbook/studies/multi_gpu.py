@@ -25,7 +25,7 @@ from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from ..variants import Variant
 from . import graphs as study06
-from .multi_gpu_report import bounds_sentence, layout_bounds
+from .multi_gpu_report import bounds_sentence, layout_bounds, sweep_sentence
 
 NOTEBOOK = "08_multi_gpu"
 
@@ -358,23 +358,13 @@ def interpretation(cfg: RunConfig, res: dist_jobs.JobResult) -> list[str]:
     t = rollout_table(res)
     n = res.spec.nproc
     best = t["scaling"].idxmax()
-    knee = t.index[-1]
-    gains = t["one GPU alone, episodes/s"]
-    for b, prev in zip(t.index[1:], t.index[:-1]):
-        if gains[b] < 1.1 * gains[prev]:  # less than 10% more per doubling: one GPU's throughput stops growing
-            knee = prev
-            break
     out = [f"{n} ranks run {t.loc[best, f'{n} ranks, episodes/s']:.3g} episodes per second at batch {best}: "
            f"**{t.loc[best, 'scaling']:.2f}x** one GPU alone at the same batch ({n:d} would be perfect)."]
     if len(t) == 1:
         out.append(f"One batch size was run ({t.index[0]}): where one GPU's throughput stops growing needs the sweep "
                    "(`batches`).")
     else:
-        out.append(f"One GPU's throughput grows with the batch up to batch **{knee}** ({gains[knee]:.3g} episodes/s, "
-                   f"{t.loc[knee, 'one GPU: gain over batch 1']:.2f}x batch 1); past it, a larger batch adds less "
-                   "than 10% per doubling." if knee != t.index[-1] else
-                   f"One GPU's throughput still grows at the largest batch run ({knee}: {gains[knee]:.3g} "
-                   f"episodes/s, {t.loc[knee, 'one GPU: gain over batch 1']:.2f}x batch 1).")
+        out.append(sweep_sentence(t["one GPU alone, episodes/s"]))
     gates = t["frames vs rank 0"]
     out.append("Gate: every rank's frames (same stack, same seed) are bit-equal to rank 0's." if (gates == "bit-equal")
                .all() else "Gate: every rank's frames (same stack, same seed) against rank 0's, by batch: "

@@ -118,6 +118,28 @@ def bounds_sentence(bounds: pd.DataFrame, forwards: int) -> str:
             "for the one before.")
 
 
+def batch_knee(eps: pd.Series) -> tuple[object, bool]:
+    """One GPU's episodes per second by batch (ascending): the batch up to which they grow, i.e. the last before a
+    step of the sweep adds less than 10%, and whether they still grow at the largest batch run."""
+    for b, prev in zip(eps.index[1:], eps.index[:-1]):
+        if eps[b] < 1.1 * eps[prev]:
+            return prev, False
+    return eps.index[-1], True
+
+
+def sweep_sentence(eps: pd.Series) -> str:
+    """Where one GPU's throughput stops growing over a batch sweep (the notebook's interpretation and the published
+    findings), one sentence."""
+    knee, growing = batch_knee(eps)
+    seen = ", ".join(f"{eps[b]:.3g} at batch {b}" for b in eps.index)
+    gain = eps[knee] / eps.iloc[0]
+    if growing:
+        return (f"One GPU's episodes per second ({seen}) still grow at the largest batch run ({knee}: {gain:.2f}x "
+                "batch 1).")
+    return (f"One GPU's episodes per second ({seen}) stop growing past batch **{knee}** ({gain:.2f}x batch 1): beyond "
+            "it a step of the sweep adds less than 10%.")
+
+
 def findings(run: pd.DataFrame) -> Findings:
     v, split, one = _split(run)
     links = [("against one GPU", "#Against-one-GPU"), ("where each rank's time goes", "#Where-each-rank's-time-goes")]
@@ -153,6 +175,7 @@ def findings(run: pd.DataFrame) -> Findings:
     goal = ("Goal (4 GPUs: at least 3.6x one GPU): "
             + (f"**{'met' if scale >= 3.6 else 'missed'}** ({scale:.2f}x)." if n == 4 else
                f"not judged by a run of {n} ranks."))
-    sweep = ("Read the batch sweep: where one GPU's throughput stops growing." if len(rows) > 1 else
+    alone = pd.Series({int(r["batch"]): r["one GPU alone"] for r in rows}).sort_index().dropna()
+    sweep = (sweep_sentence(alone) if len(alone) > 1 else
              "One batch size was run: the sweep (`batches`) says where one GPU's throughput stops growing.")
     return Findings(head, goal, sweep, links)
