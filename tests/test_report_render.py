@@ -290,6 +290,18 @@ def test_folder_index_follows_the_device_and_dtype(tmp_path):
     assert "Eager fp32" in index and "30 s / iteration" in index and "GPU A" not in index
     index = report_index.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
     assert "Eager bf16" in index  # without a device the latest run (GPU A's bf16)
+    assert "Run time per notebook" not in index  # no time recorded: no section
+    # recorded notebook times (wmbook.runtimes): the latest full run per report on this device, the rest named
+    from wmbook import runtimes
+
+    for dev, secs, when, prof in (("GPU B", 600.0, "2026-01-01", "full"), ("GPU B", 300.0, "2026-01-02", "full"),
+                                  ("GPU B", 60.0, "2026-01-03", "quick"), ("GPU A", 900.0, "2026-01-04", "full")):
+        runtimes.record(tmp_path / "r.csv", notebook="01_baseline_profiling", workload="wma", preset="wma",
+                        device_name=dev, git_commit="abcdef1234", run_id=f"t{secs:.0f}", seconds=secs,
+                        timestamp=when, profile=prof)
+    index = report_index.write_folder_index(folder, results_path=tmp_path / "r.csv", device="gpu b").read_text()
+    assert "Run time per notebook" in index and "<td>5.0</td><td>abcdef1</td><td>2026-01-02</td>" in index
+    assert "1 of 1 reports, <b>5.0 minutes</b>" in index
 
 
 # --------------------------------------------------------------------------- headless Chromium

@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from . import headlines, results, summary, workloads
+from . import headlines, results, runtimes, summary, workloads
 from .atomic import atomic_write_text
 from .html_parts import finding_html, markdown, page, table
 from .paths import REPO_ROOT
@@ -145,6 +145,42 @@ def _gpu_time_html(folder: Path) -> str:
             f"<table><tr><th>notebook</th>{cells}</tr><tr><th>minutes</th>{vals}</tr></table>")
 
 
+# the whole published set's GPU time the workbook aims at (wmbook.regenerate's goal)
+SET_GOAL_MINUTES = 60
+
+
+def _recorded_times_html(times: list[dict], groups: dict, device: str | None) -> str:
+    """Without a regenerated set's gpu_time.json: how long each published notebook, workload and preset took on this
+    device, from the latest full-profile run recorded in the times file (wmbook.runtimes), and which have no recorded
+    time; empty when none is recorded."""
+    e = html.escape
+    latest: dict[tuple, dict] = {}
+    for r in times:
+        other = device and device.lower() not in str(r.get("device_name", "")).lower()
+        if r.get("profile", "full") != "full" or other:
+            continue
+        key = (r.get("notebook"), r.get("workload"), r.get("preset"))
+        if key not in latest or str(r.get("timestamp", "")) >= str(latest[key].get("timestamp", "")):
+            latest[key] = r
+    shown = {k: v for k, v in latest.items() if k in groups}
+    if not shown:
+        return ""
+    rows = "".join(f"<tr><td>{e(nb.replace('_', ' ', 1).replace('_', ' '))}</td><td>{e(wl)} / {e(preset)}</td>"
+                   f"<td>{r['seconds'] / 60:.1f}</td><td>{e(str(r.get('git_commit', ''))[:7])}</td>"
+                   f"<td>{e(str(r.get('timestamp', ''))[:10])}</td></tr>"
+                   for (nb, wl, preset), r in sorted(shown.items()))
+    total = sum(r["seconds"] for r in shown.values()) / 60
+    missing = sorted(f"{k[0][:2]} {k[1]}/{k[2]}" for k in groups if k not in shown and k[1] is not None)
+    return ("<h2>Run time per notebook on this device</h2><p>The latest recorded run of each report here (papermill's "
+            f"record of the executed notebook; <code>data/results/notebook_times.csv</code>): {len(shown)} of "
+            f"{len(shown) + len(missing)} reports, <b>{total:.1f} minutes</b> together"
+            + (f"; no time recorded for {e(', '.join(missing))}" if missing else "")
+            + f". These runs come from several commits; the whole set from one command and one commit aims at "
+              f"{SET_GOAL_MINUTES} GPU-minutes.</p>"
+            "<table><tr><th>notebook</th><th>workload / preset</th><th>minutes</th><th>commit</th><th>date</th></tr>"
+            f"{rows}</table>")
+
+
 def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLike | None = None,
                        notebooks: str | os.PathLike | None = None, title: str | None = None,
                        note: str | None = None, device: str | None = None) -> Path:
@@ -207,7 +243,8 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
             + (' Every table of the stored rows: <a href="README.md">README.md</a>.' if (folder / "README.md").exists()
                else "") + "</p>"
             + _summary_html(df, groups, device)
-            + _gpu_time_html(folder)
+            + (_gpu_time_html(folder) or _recorded_times_html(
+                runtimes.read(runtimes.times_path(results_path or results.default_path())), groups, device))
             + "\n".join(cards)
             + (f"<h2>Other files</h2><ul>{other_html}</ul>" if other_html else ""))
     out = folder / "index.html"
