@@ -27,6 +27,10 @@
 #   refresh) and sends block k's clean latents to rank 1 (`isend`: NCCL moves them on its own stream), which decodes
 #   them while rank 0 denoises block k+1: the next block needs block k's refreshed KV caches, not its pixels. The
 #   steady block period becomes the slower stage, not the sum.
+# - `dit-pipeline` (streaming workloads, `-p layout dit-pipeline`): the DiT's transformer blocks split into contiguous
+#   ranges over ranks, chosen from per-layer times measured on rank 0; a forward's hidden state goes from stage to stage,
+#   each step's next input from the last stage back to the first, and each stage's forward is captured on its own.
+#   From 3 ranks on the last rank decodes; with 2 the second stage also decodes.
 # - `data-parallel` (interaction loops): one independent loop per rank, its own episodes, nothing exchanged; each rank
 #   sweeps the episodes per forward (batch), with its own CUDA graphs per batch.
 #
@@ -41,8 +45,8 @@
 workload = "mg2"      # mg2 (streaming: stage-split) | wma (interaction loops: data-parallel)
 preset = "auto"       # auto: tiny/tiny-wma on CPU, mg2-universal/wma on GPU
 device = "auto"       # auto | cpu (gloo ranks) | cuda (one GPU per rank, NCCL)
-layout = "auto"       # auto: stage-split for mg2, data-parallel for wma
-nproc = 0             # ranks; 0: 2 for stage-split, every GPU for data-parallel (2 on a CPU)
+layout = "auto"       # auto: stage-split for mg2, data-parallel for wma | dit-pipeline (mg2)
+nproc = 0             # ranks; 0: 2 for stage-split, every GPU otherwise (2 on a CPU)
 base = "auto"         # the single-GPU stack on every rank; auto: notebook 06's best
 blocks = 0            # blocks per streaming run; 0: 8 on a GPU, 3 on a CPU
 ddim_steps = 2        # DDIM steps per pass of an interaction loop (notebook 03's knee at wma)
@@ -87,11 +91,13 @@ print(f"job {res.job_dir.name}: {res.wall_s:.0f} s")
 # spatial parts, bounded from the same stage times (`study.layout_bounds` says why a layer pipeline gains little here).
 
 # %%
-if spec.layout == "stage-split":
+if spec.layout in study.STREAM_LAYOUTS:
     t = study.stream_table(res)
-    display(wd.table(t, caption=f"Stage split against one GPU (bound from the single-GPU stage times: "
+    display(wd.table(t, caption=f"{spec.layout} against one GPU (bound from the single-GPU stage times: "
                                 f"{t.attrs['bound_fps']:.0f} FPS)"))
-    display(wd.table(study.gate_table(res), caption="Gate: the split's output against the single-GPU run's"))
+    if spec.layout == "dit-pipeline":
+        display(wd.table(study.layer_table(res), caption="The DiT's layers per rank (chosen from measured layer times)"))
+    display(wd.table(study.gate_table(res), caption="Gate: the layout's output against the single-GPU run's"))
     display(wd.table(study.stage_bounds(res), caption="Upper bounds of other layouts from the same single-GPU stage "
                                                        "times (ideal parts, communication free)"))
 else:
@@ -107,7 +113,7 @@ else:
 
 # %%
 display(wd.table(study.rank_table(res), caption="Per rank: busy and idle time of one run, the wire"))
-if spec.layout == "stage-split":
+if spec.layout in study.STREAM_LAYOUTS:
     study.plot_timeline(res)
     plt.show()
 

@@ -16,7 +16,8 @@ def _spec(**kw):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"layout": "ring"}, "layout='ring' is not allowed; allowed values: ['data-parallel', 'stage-split']"),
+    ({"layout": "ring"}, "layout='ring' is not allowed; allowed values: ['data-parallel', 'dit-pipeline', "
+                         "'stage-split']"),
     ({"nproc": 3}, "nproc=3 is not allowed for layout 'stage-split'; allowed values: 2"),
     ({"nproc": 0}, "nproc=0 is not allowed; allowed values: an integer >= 1"),
     ({"workload": "motion", "preset": "tiny-motion"}, "needs a workload with ['streaming_decoder']"),
@@ -42,7 +43,7 @@ def test_bad_jobs_refused_before_any_process(change, message, tmp_path):
 
 
 def test_layouts_and_multicast_off():
-    assert set(LAYOUTS) == {"stage-split", "data-parallel"}
+    assert set(LAYOUTS) == {"stage-split", "data-parallel", "dit-pipeline"}
     assert NO_MULTICAST_ENV == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                                 "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -62,6 +63,40 @@ def test_stage_split_on_gloo_equals_the_single_process_run(tmp_path):
     waits = agg.stages.set_index("path")
     assert waits.filter(like="Wait_For_Latents", axis=0)["rank_1"].notna().all()  # the decoder's wait for data
     assert (res.job_dir / "job.json").exists()
+
+
+def test_dit_pipeline_on_gloo_two_ranks_the_second_also_decodes(tmp_path):
+    """Two ranks: layer 0 on rank 0, layer 1 and the decoder on rank 1; latents and frames bit-equal to the
+    single-process run (the pipeline changes no arithmetic); the ranges come from rank 0's measured layer times."""
+    res = run_job(_spec(layout="dit-pipeline", blocks=2, warmup=0, repeats=1), tmp_path, progress=False,
+                  timeout_s=500)
+    first, second = res.ranks
+    assert (first["role"], second["role"]) == ("DiT layers 0-0", "DiT layers 1-1 + decoder")
+    assert first["layer_ranges"] == second["layer_ranges"] == [[0, 1], [1, 2]] and len(first["layer_ms"]) == 2
+    assert second["latents_bit_equal"] and second["bit_equal"] and second["max_abs_diff"] == 0.0
+    assert first["hidden_dtype"] == "bfloat16"  # the stack's bf16: one block's hidden state [1, 3 x 16 tokens, 64]
+    assert first["wire"]["bytes"] == 1 * 3 * 16 * 64 * 2
+    assert {s["what"] for s in second["spans"]} == {"denoise", "decode", "wait"}
+
+
+def test_split_layers_balances_the_busiest_rank():
+    from wmbook.distributed.pipeline import dit_ranks, split_layers
+
+    assert split_layers([1.0] * 30, 3) == [(0, 10), (10, 20), (20, 30)]
+    assert split_layers([1.0] * 30, 2, tail=10.0) == [(0, 20), (20, 30)]  # the rank that also decodes takes fewer
+    assert split_layers([5.0, 1, 1, 1, 1, 1], 2) == [(0, 1), (1, 6)]
+    assert [dit_ranks(n) for n in (2, 3, 4)] == [2, 2, 3]
+    with pytest.raises(ValueError, match="parts=3 is not allowed; allowed values: 1..2"):
+        split_layers([1.0, 1.0], 3)
+
+
+def test_pipeline_bound_counts_the_chain_and_the_busiest_rank():
+    """4 forwards of 20 ms, decode 60 ms: with a decoder rank of its own and 2 equal stages the chain (3 + 1/2
+    forwards, 70 ms) sets the period; with the decode on the second stage that rank (40 + 60 ms) does."""
+    from wmbook.studies.multi_gpu_report import pipeline_bound
+
+    assert pipeline_bound(4, 80.0, 60.0, 12, [0.5, 0.5], decoder_shares_last=False) == pytest.approx(12 / 70 * 1e3)
+    assert pipeline_bound(4, 80.0, 60.0, 12, [0.5, 0.5], decoder_shares_last=True) == pytest.approx(12 / 100 * 1e3)
 
 
 def test_data_parallel_rollouts_on_gloo(tmp_path):

@@ -272,16 +272,17 @@ def test_notebook_05_tiny_mg2_and_wma(tmp_path):
     assert "rms_norm_silu" in text or "group_norm_silu" in text
 
 
-def test_notebook_08_tiny_stage_split_on_gloo(tmp_path):
-    """Notebook 08 at mg2 on a CPU: two gloo ranks started by torchrun, the split against the single-process run."""
+def test_notebook_08_tiny_dit_pipeline_on_gloo(tmp_path):
+    """Notebook 08 at mg2 on a CPU: three gloo ranks started by torchrun (two DiT stages, one decoder), the DiT
+    pipeline against the single-process run (the stage split's own run: tests/test_distributed.py)."""
     results = tmp_path / "results.csv"
     runs = run_notebooks(["08_multi_gpu"], out=tmp_path / "report", progress=False, workloads=["mg2"],
-                         parameters={"blocks": 2, "repeats": 1, "results_path": str(results),
-                                     "output_dir": str(tmp_path / "art")})
+                         parameters={"layout": "dit-pipeline", "nproc": 3, "blocks": 2, "repeats": 1,
+                                     "results_path": str(results), "output_dir": str(tmp_path / "art")})
     assert runs[0].status == "ok", runs[0].error
     df = pd.read_csv(results)
-    split = df[df["variant"] == "stage-split x2"].set_index("metric")
+    split = df[df["variant"] == "dit-pipeline x3"].set_index("metric")
     assert split.loc["frames_bit_equal", "value"] == 1.0 and split.loc["fps", "gate"] == "pass"
-    assert {"busy_ms:rank0", "idle_ms:rank1", "wire_one_way_ms", "bound_fps"} <= set(split.index)
+    assert {"busy_ms:rank0", "idle_ms:rank2", "wire_one_way_ms", "bound_fps"} <= set(split.index)
     assert df.loc[(df["variant"] == "one GPU") & (df["metric"] == "fps"), "value"].iloc[0] > 0
-    assert len(list((tmp_path / "art" / "jobs").glob("stage-split-*/sessions/*_rank1.json"))) == 1
+    assert len(list((tmp_path / "art" / "jobs").glob("dit-pipeline-*/sessions/*_rank2.json"))) == 1

@@ -3,6 +3,8 @@
 Layouts (`LAYOUTS`, checked against the workload, the rank count and the host before any process starts):
 - `stage-split` (streaming workloads): rank 0 denoises, rank 1 decodes; each block's clean latents cross with NCCL
   point-to-point while the next block denoises (wmbook.distributed.stream);
+- `dit-pipeline` (streaming workloads): the DiT's layers in contiguous ranges over ranks, hidden states sent from
+  stage to stage, one rank decoding (wmbook.distributed.pipeline);
 - `data-parallel` (interaction loops): one independent loop per rank and a batch sweep (wmbook.distributed.rollouts).
 
 `run_job(JobSpec(...), folder)` starts the ranks with torchrun, shows their progress and returns each rank's result
@@ -11,8 +13,8 @@ Layouts (`LAYOUTS`, checked against the workload, the rank count and the host be
 in every rank (`NO_MULTICAST_ENV`).
 """
 
-from .job import LAYOUTS, NO_MULTICAST_ENV, JobError, JobFailed, JobSpec, Layout, check_job
+from .job import LAYOUTS, NO_MULTICAST_ENV, STREAM_LAYOUTS, JobError, JobFailed, JobSpec, Layout, check_job
 from .launch import JobResult, run_job
 
-__all__ = ["LAYOUTS", "NO_MULTICAST_ENV", "JobError", "JobFailed", "JobResult", "JobSpec", "Layout", "check_job",
-           "run_job"]
+__all__ = ["LAYOUTS", "NO_MULTICAST_ENV", "STREAM_LAYOUTS", "JobError", "JobFailed", "JobResult", "JobSpec", "Layout",
+           "check_job", "run_job"]

@@ -42,7 +42,13 @@ LAYOUTS = {
         "data-parallel", frozenset({"denoiser"}), 1, None,
         "one independent interaction loop per rank (its own episodes and seeds, nothing exchanged while it runs); "
         "throughput is the sum over ranks, and each rank sweeps the episodes per forward (batch)"),
+    "dit-pipeline": Layout(
+        "dit-pipeline", frozenset({"streaming_decoder", "kv_cache"}), 2, None,
+        "the DiT's blocks split into contiguous ranges over ranks (chosen from measured per-layer times), a forward's "
+        "hidden state sent from stage to stage and each step's next input back to the first; from 3 ranks on the "
+        "last rank decodes, with 2 the second stage also decodes"),
 }
+STREAM_LAYOUTS = ("stage-split", "dit-pipeline")  # one stream over the ranks (FPS, first frame, frames gated)
 
 
 class JobError(ValueError):
@@ -130,7 +136,7 @@ def check_job(spec: JobSpec, gpus: int | None = None) -> None:
         n = torch.cuda.device_count() if gpus is None else gpus
         if spec.nproc > n:
             raise JobError(f"nproc={spec.nproc} needs {spec.nproc} GPUs (one per rank); this host has {n}")
-    _positive_int("blocks", spec.blocks, 2 if spec.layout == "stage-split" else 1)
+    _positive_int("blocks", spec.blocks, 2 if spec.layout in STREAM_LAYOUTS else 1)
     _positive_int("ddim_steps", spec.ddim_steps, 0)
     _positive_int("warmup", spec.warmup, 0)
     _positive_int("repeats", spec.repeats)

@@ -125,12 +125,15 @@ def _decoder_run(pipe, inputs, timer: DeviceTimer, stage, strides: list) -> dict
             "busy_ms": sum(s["end_ms"] - s["start_ms"] for s in spans if s["what"] == "decode")}
 
 
-def wire(x: torch.Tensor, rk: Rank, repeats: int = 20) -> dict:
-    """One-way time of `x` from rank 0 to rank 1: half the median round trip (rank 0 sends, rank 1 sends it back)."""
+def wire(x: torch.Tensor, rk: Rank, repeats: int = 20) -> dict | None:
+    """One-way time of `x` from rank 0 to rank 1: half the median round trip (rank 0 sends, rank 1 sends it back).
+    Every rank calls it (each round starts at a barrier); ranks past 1 only join the barriers and get None."""
     buf = torch.empty_like(x)
     times = []
     for i in range(3 + repeats):
         rk.barrier()
+        if rk.rank > DECODER:
+            continue
         timer = DeviceTimer(x.device)
         timer.mark("a")
         if rk.rank == DENOISER:
@@ -142,10 +145,32 @@ def wire(x: torch.Tensor, rk: Rank, repeats: int = 20) -> dict:
         timer.mark("b")
         if i >= 3:
             times.append(timer.elapsed_ms("a", "b") / 2)
+    if rk.rank > DECODER:
+        return None
     s = Samples(times).summary()
     nbytes = x.numel() * x.element_size()
     return {"bytes": nbytes, "one_way_ms": s, "gbps": nbytes / (s["median"] * 1e-3) / 1e9 if s["median"] > 0
             else math.nan}
+
+
+def timed_runs(rk: Rank, run, decoder: int, what: str):
+    """The job's warm-up runs, then its timed ones (`run()`: one run's result on this rank): FPS and first frame (on
+    the decoder rank), busy and wall time (Samples), the last run's result and every timed run's timeline."""
+    fps, first, busy, wall, last = Samples(unit="frames/s"), Samples(), Samples(), Samples(), None
+    runs_spans = []
+    n = rk.spec.warmup + rk.spec.repeats
+    for i in range(n):
+        rk.progress(what, i, n)
+        r = run()
+        if i >= rk.spec.warmup:
+            runs_spans.append(r["spans"])
+            busy.values.append(r["busy_ms"])
+            wall.values.append(r["wall_ms"])
+            if rk.rank == decoder:
+                fps.values.append(r["fps"])
+                first.values.append(r["first_frame_ms"])
+        last = r
+    return fps, first, busy, wall, last, runs_spans
 
 
 def run_stage_split(rk: Rank) -> dict:
@@ -155,19 +180,8 @@ def run_stage_split(rk: Rank) -> dict:
     inputs = pipe.prepare(spec.blocks, seed=spec.seed)
     single, single_out = _single_gpu(pipe, inputs, rk)
     rk.fault("run")
-    fps, first, busy, wall, last = Samples(unit="frames/s"), Samples(), Samples(), Samples(), None
-    runs_spans = []  # every timed run's timeline
-    for i in range(spec.warmup + spec.repeats):
-        rk.progress("split runs", i, spec.warmup + spec.repeats)
-        r = _split_run(pipe, inputs, rk, single["latent_strides"])
-        if i >= spec.warmup:
-            runs_spans.append(r["spans"])
-            busy.values.append(r["busy_ms"])
-            wall.values.append(r["wall_ms"])
-            if rk.rank == DECODER:
-                fps.values.append(r["fps"])
-                first.values.append(r["first_frame_ms"])
-        last = r
+    fps, first, busy, wall, last, runs_spans = timed_runs(
+        rk, lambda: _split_run(pipe, inputs, rk, single["latent_strides"]), DECODER, "split runs")
     out = {"layout": "stage-split", "role": "denoiser" if rk.rank == DENOISER else "decoder",
            "stack": list(spec.stack), "notes": ctx.notes, "single": single, "busy_ms": busy.summary(),
            "wall_ms": wall.summary(), "spans": last["spans"], "runs_spans": runs_spans}

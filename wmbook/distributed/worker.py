@@ -22,11 +22,12 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from ..atomic import atomic_write_text
 from ..profiling.jsonable import jsonable
 from .job import NO_MULTICAST_ENV, JobSpec
+from .pipeline import run_dit_pipeline
 from .rank import Rank
 from .rollouts import run_data_parallel
 from .stream import run_stage_split
 
-RUNNERS = {"stage-split": run_stage_split, "data-parallel": run_data_parallel}
+RUNNERS = {"stage-split": run_stage_split, "data-parallel": run_data_parallel, "dit-pipeline": run_dit_pipeline}
 
 
 @record  # torchrun's error file gets this rank's traceback as well

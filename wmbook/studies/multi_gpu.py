@@ -1,11 +1,12 @@
 """Notebook 08 (beyond one GPU): the workload's stream spread over several processes with torch.distributed
 (wmbook.distributed), on notebook 06's best stack, measured beside that stack on one GPU in the same job.
 
-Layouts: `stage-split` (streaming workloads: rank 0 denoises, rank 1 decodes) and `data-parallel` (interaction loops:
-one loop per rank, a batch sweep). Per layout: the end-to-end rate and first frame (streaming) or episodes per second
-(loops), the single-GPU run beside it, the bound the single-GPU stage times set, each rank's busy and idle time, the
-bytes and time on the wire, a timeline per rank and the rank sessions merged (wmbook aggregate). A failed job's rows
-are stored as a cut run, never mixed with whole ones.
+Layouts: `stage-split` (streaming workloads: rank 0 denoises, rank 1 decodes), `dit-pipeline` (the DiT's layers over
+ranks, one rank decodes) and `data-parallel` (interaction loops: one loop per rank, a batch sweep). Per layout: the
+end-to-end rate and first frame (streaming) or episodes per second (loops), the single-GPU run beside it, the bound
+the single-GPU stage times set, each rank's busy and idle time, the bytes and time on the wire, a timeline per rank
+and the rank sessions merged (wmbook aggregate). A failed job's rows are stored as a cut run, never mixed with
+whole ones.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 from ..variants import Variant
 from . import graphs as study06
-from .multi_gpu_report import bounds_sentence, layout_bounds, sweep_sentence
+from .multi_gpu_report import bounds_sentence, layout_bounds, pipeline_bound, sweep_sentence
 
 NOTEBOOK = "08_multi_gpu"
+STREAM_LAYOUTS = dist_jobs.STREAM_LAYOUTS
 
 
 def _layout(v, ctx):
@@ -79,8 +81,10 @@ _P06 = {p.name: p for p in study06.SPEC.params}  # notebook 06's parameters: its
 
 SPEC = NotebookSpec(NOTEBOOK, (
     WORKLOAD, PRESET, DEVICE,
-    Param("layout", "auto", _layout, "auto: stage-split for a streaming workload, data-parallel for interaction loops"),
-    Param("nproc", 0, _nproc, "ranks, one per GPU; 0: 2 for stage-split, every GPU for data-parallel (2 on a CPU)"),
+    Param("layout", "auto", _layout, "auto: stage-split for a streaming workload, data-parallel for interaction loops; "
+          "dit-pipeline: the DiT's layers over ranks"),
+    Param("nproc", 0, _nproc, "ranks, one per GPU; 0: 2 for stage-split, every GPU for data-parallel and dit-pipeline "
+          "(2 on a CPU)"),
     Param("base", "auto", _P06["base"].check, "the single-GPU stack on every rank; auto: notebook 06's best (its "
           "base + graph rows)"),
     Param("blocks", 0, integer(0), "blocks per streaming run; 0: 8 on a GPU, 3 on a CPU"),
@@ -143,16 +147,47 @@ def _summary(s: dict | None) -> tuple[float, float, float]:
     return (s["median"], s["p20"], s["p80"]) if s else (math.nan, math.nan, math.nan)
 
 
+def layout_bound(res: dist_jobs.JobResult) -> float:
+    """The FPS a streaming layout can reach at best from the single-GPU stage times of its job: the stage split the
+    slower stage; the DiT pipeline its measured layer shares (pipeline_bound)."""
+    return _bound(res.spec, res.ranks[0])
+
+
+def _bound(spec: dist_jobs.JobSpec, rank0: dict) -> float:
+    single = rank0["single"]
+    steady, den, dec = (single["frames_per_block"][-1], single["denoise_ms"]["median"],
+                        single["decode_ms"]["median"])
+    if spec.layout == "stage-split":
+        return steady / max(den, dec) * 1e3
+    ms, ranges = rank0["layer_ms"], rank0["layer_ranges"]
+    shares = [sum(ms[a:b]) / sum(ms) for a, b in ranges]
+    return pipeline_bound(len(single["forward_ms"][-1]), den, dec, steady, shares,
+                          decoder_shares_last=len(ranges) == spec.nproc)
+
+
+def layer_table(res: dist_jobs.JobResult) -> pd.DataFrame:
+    """DiT pipeline: each DiT rank's layers, their share of a forward (measured per layer on rank 0; the first
+    layer's time holds the embeddings) and whether the rank also decodes."""
+    r0 = res.ranks[0]
+    ms = r0["layer_ms"]
+    rows = []
+    for r, (a, b) in enumerate(r0["layer_ranges"]):
+        rows.append({"rank": r, "layers": f"{a}-{b - 1}", "count": b - a, "ms a forward (eager)": sum(ms[a:b]),
+                     "share of a forward": sum(ms[a:b]) / sum(ms),
+                     "also decodes": r == res.spec.nproc - 1})
+    return pd.DataFrame(rows).set_index("rank")
+
+
 def stream_table(res: dist_jobs.JobResult) -> pd.DataFrame:
-    """Stage split: the split against the single-GPU stack measured in the same job, and the bound its stage times
-    set (frames per block over the slower stage)."""
-    den, dec = res.ranks[0], res.ranks[1]
+    """A streaming layout (stage split, DiT pipeline) against the single-GPU stack measured in the same job, and the
+    bound the single-GPU stage times set (layout_bound)."""
+    den, dec = res.ranks[0], res.ranks[-1]
     single = den["single"]
-    steady = single["frames_per_block"][-1]
-    bound = steady / max(single["denoise_ms"]["median"], single["decode_ms"]["median"]) * 1e3
+    bound = layout_bound(res)
+    name = "stage split" if res.spec.layout == "stage-split" else "DiT pipeline"
     rows = []
     for what, fps, first in (("one GPU (the whole stack)", single["fps"], single["first_frame_ms"]),
-                             (f"stage split over {res.spec.nproc} GPUs", dec["fps"], dec["first_frame_ms"])):
+                             (f"{name} over {res.spec.nproc} GPUs", dec["fps"], dec["first_frame_ms"])):
         f, f20, f80 = _summary(fps)
         ff, ff20, ff80 = _summary(first)
         rows.append({"run": what, "FPS": f, "FPS p20": f20, "FPS p80": f80, "first frame ms": ff,
@@ -186,11 +221,12 @@ def rank_table(res: dist_jobs.JobResult) -> pd.DataFrame:
 
 
 def gate_table(res: dist_jobs.JobResult) -> pd.DataFrame:
-    """The split's output against the single-GPU run of the same stack on the same rank (latents on the denoiser,
-    frames on the decoder)."""
-    den, dec = res.ranks[0], res.ranks[1]
+    """The layout's output against the single-GPU run of the same stack on the same rank (the clean latents on the
+    rank that makes them, frames on the decoder)."""
+    den = next(r for r in res.ranks if "latents_bit_equal" in r)
+    dec = res.ranks[-1]
     return pd.DataFrame([
-        {"output": "latents (denoiser rank)", "bit-equal": den["latents_bit_equal"],
+        {"output": f"latents (rank {den['rank']})", "bit-equal": den["latents_bit_equal"],
          "max abs diff": den["latents_max_abs_diff"], "PSNR dB": math.inf if den["latents_bit_equal"] else math.nan},
         {"output": "frames (decoder rank)", "bit-equal": dec["bit_equal"], "max abs diff": dec["max_abs_diff"],
          "PSNR dB": math.inf if dec["bit_equal"] else dec["psnr_db"]}]).set_index("output")
@@ -292,17 +328,17 @@ def result_rows(cfg: RunConfig, spec: dist_jobs.JobSpec, ranks: dict[int, dict])
         if "wire" in res and r == 0:
             add(v, "wire_bytes_per_block", res["wire"]["bytes"], "bytes")
             add(v, "wire_one_way_ms", res["wire"]["one_way_ms"]["median"], "ms", res["wire"]["one_way_ms"])
-    if spec.layout == "stage-split":
+    if spec.layout in dist_jobs.STREAM_LAYOUTS:
+        dec = spec.nproc - 1
         if 0 in ranks:
             s = ranks[0]["single"]
             add("one GPU", "fps", s["fps"]["median"], "frames/s", s["fps"])
             add("one GPU", "first_frame_ms", s["first_frame_ms"]["median"], "ms", s["first_frame_ms"])
             add("one GPU", "denoise_ms_per_block", s["denoise_ms"]["median"], "ms", s["denoise_ms"])
             add("one GPU", "decode_ms_per_block", s["decode_ms"]["median"], "ms", s["decode_ms"])
-            add(v, "bound_fps", s["frames_per_block"][-1] / max(s["denoise_ms"]["median"],
-                                                                s["decode_ms"]["median"]) * 1e3, "frames/s")
-        if 1 in ranks:
-            d = ranks[1]
+            add(v, "bound_fps", _bound(spec, ranks[0]), "frames/s")
+        if dec in ranks:
+            d = ranks[dec]
             gate = "pass" if d["bit_equal"] or (d["psnr_db"] or 0) >= GATE_DB else "fail"
             add(v, "fps", d["fps"]["median"], "frames/s", d["fps"], gate=gate)
             add(v, "first_frame_ms", d["first_frame_ms"]["median"], "ms", d["first_frame_ms"], gate=gate)
@@ -331,25 +367,29 @@ def result_rows(cfg: RunConfig, spec: dist_jobs.JobSpec, ranks: dict[int, dict])
 
 def interpretation(cfg: RunConfig, res: dist_jobs.JobResult) -> list[str]:
     """Sentences computed from the job's numbers."""
-    if res.spec.layout == "stage-split":
+    if res.spec.layout in dist_jobs.STREAM_LAYOUTS:
         t = stream_table(res)
         split, one = t.iloc[1], t.iloc[0]
         bound, st = t.attrs["bound_fps"], t.attrs["stage_ms"]
         slow = max(st, key=st.get)
+        why = (f"The single-GPU stage times predict {bound:.0f} FPS (the slower stage, {slow}, takes {st[slow]:.1f} "
+               f"ms a block there); the split runs at {split['FPS'] / bound:.0%} of that prediction (a GPU that runs "
+               "one stage runs it at its own pace, not interleaved with the other)."
+               if res.spec.layout == "stage-split" else
+               f"The single-GPU stage times and the measured layer shares predict {bound:.0f} FPS at best (a block's "
+               "steps cross every stage one after the other; only the cache refresh overlaps the next block; a "
+               f"rank's forwards and decodes add up); the pipeline runs at {split['FPS'] / bound:.0%} of that.")
         out = [f"Over {res.spec.nproc} ranks the stream runs at **{split['FPS']:.1f} FPS** (p20-p80 "
                f"{split['FPS p20']:.1f}-{split['FPS p80']:.1f}) against **{one['FPS']:.1f}** for the whole stack on "
-               f"one GPU in the same job: **{split['speedup']:.2f}x**. The single-GPU stage times predict "
-               f"{bound:.0f} FPS (the slower stage, {slow}, takes {st[slow]:.1f} ms a block there); the split runs at "
-               f"{split['FPS'] / bound:.0%} of that prediction (a GPU that runs one stage runs it at its own pace, "
-               f"not interleaved with the other).",
+               f"one GPU in the same job: **{split['speedup']:.2f}x**. " + why,
                f"First frame {split['first frame ms']:.0f} ms against {one['first frame ms']:.0f} ms on one GPU "
-               f"({split['first frame x one GPU']:.2f}x): the first block still waits for both stages."]
+               f"({split['first frame x one GPU']:.2f}x): the first block still waits for every stage."]
         g = gate_table(res)
         fr = g.loc["frames (decoder rank)"]
         forwards = len(res.ranks[0]["single"]["forward_ms"][-1])
-        out.append("Beyond the stage split (upper bounds from the same stage times, in the table of bounds above): "
+        out.append("Other layouts (upper bounds from the same stage times, in the table of bounds above): "
                    + bounds_sentence(stage_bounds(res), forwards))
-        out.append("Gate: the latents the denoiser rank sends are "
+        out.append("Gate: the clean latents the DiT ranks make are "
                    + ("bit-equal to" if g.iloc[0]["bit-equal"] else "not equal to")
                    + " the single-GPU run's; the decoded frames are "
                    + ("bit-equal" if fr["bit-equal"] else f"{fr['PSNR dB']:.1f} dB from the single-GPU frames "
