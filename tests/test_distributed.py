@@ -92,11 +92,11 @@ def test_split_layers_balances_the_busiest_rank():
 
 def test_pipeline_bound_counts_the_chain_and_the_busiest_rank():
     """4 forwards of 20 ms, decode 60 ms: with a decoder rank of its own and 2 equal stages the chain (3 + 1/2
-    forwards, 70 ms) sets the period; with the decode on the second stage that rank (40 + 60 ms) does."""
+    forwards, 70 ms) sets the period; with the decode on the second stage the decode joins the chain (60 + 70)."""
     from wmbook.studies.multi_gpu_report import pipeline_bound
 
     assert pipeline_bound(4, 80.0, 60.0, 12, [0.5, 0.5], decoder_shares_last=False) == pytest.approx(12 / 70 * 1e3)
-    assert pipeline_bound(4, 80.0, 60.0, 12, [0.5, 0.5], decoder_shares_last=True) == pytest.approx(12 / 100 * 1e3)
+    assert pipeline_bound(4, 80.0, 60.0, 12, [0.5, 0.5], decoder_shares_last=True) == pytest.approx(12 / 130 * 1e3)
 
 
 def test_data_parallel_rollouts_on_gloo(tmp_path):

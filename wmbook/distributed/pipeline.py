@@ -185,6 +185,17 @@ def _plan(pipe, rk: Rank, single: dict) -> tuple[list[tuple[int, int]], str, lis
     return [tuple(r) for r in ranges], dtype, per
 
 
+def _generation_cache(pipe, inputs):
+    """The caches of a generation as `generate` gets them: with static caches (StaticGenerationCache) the one set,
+    reset in place (captured graphs read their addresses), not caches of its own as other callers get."""
+    was = getattr(pipe, "_static_generation", False)
+    pipe._static_generation = True
+    try:
+        return pipe.init_cache(inputs)
+    finally:
+        pipe._static_generation = was
+
+
 def _send(x: torch.Tensor, dst: int, pending: list) -> None:
     """Send a copy (the forward's output buffer is reused by the next forward, a captured graph's most of all); the
     work object keeps it alive until it is sent."""
@@ -289,7 +300,7 @@ class _Run:
         self.rk.barrier()
         timer.mark("start")
         if self.stage is not None:
-            self.cache = self.pipe.init_cache(self.inputs)
+            self.cache = _generation_cache(self.pipe, self.inputs)
         if rank == self.decoder:
             self.pipe.decoder.reset()
         with label("2_Pipeline_Inference"):
@@ -337,7 +348,7 @@ def _dry_run(pipe, inputs, stage: Stage) -> None:
     What it writes into the caches is reset by the next generation; a later stage reads whatever its hidden buffer
     holds (the captured kernels, not the values, are what this run is for)."""
     k, n, b = pipe.preset.num_frame_per_block, len(pipe.sampling_timesteps()), inputs.noise.shape[0]
-    cache = pipe.init_cache(inputs)
+    cache = _generation_cache(pipe, inputs)
     ts = pipe.sampling_timesteps() + [0.0]
     for bi in range(inputs.num_blocks):
         sl = slice(bi * k, bi * k + k)

@@ -38,16 +38,19 @@ def layout_bounds(forwards: int, denoise_ms: float, decode_ms: float, frames: in
 def pipeline_bound(forwards: int, denoise_ms: float, decode_ms: float, frames: int, shares: list[float],
                    decoder_shares_last: bool) -> float:
     """Upper bound on the FPS of a DiT layer pipeline whose ranks hold `shares` of a forward (one GPU's stage times of
-    a block: `denoise_ms` for its `forwards` forwards, `decode_ms`): a block's denoising steps cross every stage one
-    after the other and only the cache refresh overlaps the next block, so a block takes at least (forwards - 1)
-    forwards plus the largest stage's share of one; and no rank does more than its forwards (plus the decode, when
-    the last DiT rank also decodes) in a block period. Communication free."""
+    a block: `denoise_ms` for its `forwards` forwards, `decode_ms`), communication free. A block's denoising steps
+    cross every stage one after the other and only the cache refresh overlaps the next block, so a block takes at
+    least (forwards - 1) forwards plus the largest stage's share of one, and no rank does more than its forwards in a
+    block period. When the last DiT rank also decodes, the decode sits in that chain: the last stage takes part in
+    every step, so only the first stage's part of the next block's first step runs beside it (decode + forwards - 1
+    forwards + the last stage's share)."""
     per = denoise_ms / forwards
-    chain = per * (forwards - 1 + max(shares))
     busy = [per * forwards * sh for sh in shares]
     if decoder_shares_last:
+        chain = decode_ms + per * (forwards - 1 + shares[-1])
         busy[-1] += decode_ms
     else:
+        chain = per * (forwards - 1 + max(shares))
         busy.append(decode_ms)
     return frames / max(chain, *busy) * 1e3
 
