@@ -233,8 +233,8 @@ def test_layout_bounds_count_the_steps_that_wait_for_each_other():
 
 
 def test_stage_split_findings_bound_four_gpus_from_the_stored_stage_times():
-    """The published findings read the bound of 4 GPUs from a stage-split run's rows (one GPU's stage times and the
-    split's bound row); rows without them say nothing."""
+    """The published findings read the bound of 4 GPUs from a streaming run's rows (one GPU's stage times; a steady
+    block's frames from the preset); rows without them say nothing."""
     import pandas as pd
 
     from wmbook.studies import multi_gpu_report
@@ -246,4 +246,26 @@ def test_stage_split_findings_bound_four_gpus_from_the_stored_stage_times():
                         row("stage-split x2", "bound_fps", 12 / 90.0 * 1e3)])
     text = multi_gpu_report._more_gpus(run)
     assert "4 GPUs 160 FPS (3 DiT + 1 decoder ranks, limited by the DiT)" in text and "only to 3 + 1/P" in text
-    assert multi_gpu_report._more_gpus(run.iloc[:2]) == ""
+    assert multi_gpu_report._more_gpus(run.iloc[:1]) == ""  # no decode time stored
+
+
+def test_published_block_keeps_each_layouts_latest_run():
+    """A newer run of one layout does not hide another layout's run of the same workload and preset."""
+    import json
+
+    import pandas as pd
+
+    from wmbook import results
+    from wmbook.studies import multi_gpu_report
+
+    rows = []
+    for run, layout, when, fps in (("r1aaaaaaaaaa", "stage-split", "2026-01-01", 134.0),
+                                   ("r2aaaaaaaaaa", "dit-pipeline", "2026-01-02", 82.0)):
+        for variant, value in ((f"{layout} x2", fps), ("one GPU", 72.0)):
+            rows.append(results.make_row(notebook="08_multi_gpu", workload="mg2", preset="mg2-universal",
+                                         variant=variant, metric="fps", value=value, unit="frames/s",
+                                         params={"layout": layout})
+                        | {"device_kind": "cuda", "device_name": "GPU A", "run_id": run, "timestamp": when,
+                           "git_commit": "abc", "params": json.dumps({"layout": layout})})
+    text = "\n".join(multi_gpu_report.published(pd.DataFrame(rows)))
+    assert "| stage-split x2 | 134 |" in text and "| dit-pipeline x2 | 82 |" in text

@@ -4,6 +4,8 @@ compare several GPUs with that ladder's best stack."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from ..rows import Findings, device_label, fmt, fmt_spread, latest_runs, md_table, number, row_of
@@ -94,10 +96,27 @@ def headline(run: pd.DataFrame) -> dict:
             "scaling": fmt(best["episodes/s"] / best["one GPU alone"], "{:.2f}x"), "frames vs rank 0": best["gate"]}
 
 
+def _latest_by_layout(df: pd.DataFrame) -> list[pd.DataFrame]:
+    """The latest GPU run per workload, preset and layout (a newer run of one layout does not hide another's)."""
+    runs = []
+    for r in latest_runs(df.assign(params=[_with_layout_as_dtype(p) for p in df["params"]]), NOTEBOOK):
+        runs.append(df.loc[r.index])
+    return runs
+
+
+def _with_layout_as_dtype(params: str) -> str:
+    """latest_runs keeps one run per dtype: notebook 08's runs differ by layout instead."""
+    try:
+        d = json.loads(params) if params else {}
+    except ValueError:
+        return params
+    return json.dumps({**d, "dtype": d.get("layout", "")}) if isinstance(d, dict) else params
+
+
 def published(df: pd.DataFrame) -> list[str]:
-    """Per workload and preset its latest run: the layout against one GPU of the same job."""
+    """Per workload, preset and layout its latest run: the layout against one GPU of the same job."""
     parts = []
-    for r in latest_runs(df, NOTEBOOK):
+    for r in _latest_by_layout(df):
         h = headline(r)
         if not h:
             continue
@@ -110,21 +129,21 @@ def published(df: pd.DataFrame) -> list[str]:
 def _more_gpus(run: pd.DataFrame, gpus: int = 4) -> str:
     """What `gpus` GPUs could give at best (layout_bounds from the run's stored single-GPU stage times), one
     sentence; empty when the rows lack them."""
+    from ..models.vae import pixel_frames_for  # noqa: PLC0415  heavy: torch
     from ..workloads import get  # noqa: PLC0415  the preset's forwards a block
 
     den, dec = row_of(run, "denoise_ms_per_block", "one GPU"), row_of(run, "decode_ms_per_block", "one GPU")
-    bound = run[run["metric"] == "bound_fps"]
     try:
         preset = get(run["workload"].iloc[0]).presets[run["preset"].iloc[0]]
         forwards = preset.forwards_per_block
+        frames = pixel_frames_for(preset.num_frame_per_block, False)  # a steady block's pixel frames
     except (KeyError, AttributeError, ValueError):
         return ""
-    if den is None or dec is None or not len(bound):
+    if den is None or dec is None:
         return ""
     d, c = number(den["value"]), number(dec["value"])
-    frames = number(bound["value"].iloc[-1]) * max(d, c) / 1e3  # the bound row is frames / the slower stage
     return "More GPUs, at best (ideal parts from these stage times): " + bounds_sentence(
-        layout_bounds(forwards, d, c, round(frames), gpus), forwards)
+        layout_bounds(forwards, d, c, frames, gpus), forwards)
 
 
 def bounds_sentence(bounds: pd.DataFrame, forwards: int) -> str:
@@ -183,7 +202,9 @@ def findings(run: pd.DataFrame) -> Findings:
                  else f"Goals: no FPS goal for {gpus} GPUs (2: 120, 4: 200); ")
                 + f"first frame at most 1.15x one GPU's: **{'met' if ratio <= 1.15 else 'missed'}** ({ratio:.2f}x).")
         more = _more_gpus(run)
-        nxt = "Read the timeline: the slower stage sets the block period." + (f" {more}" if more else "")
+        nxt = ("Read the timeline: the slower stage sets the block period." if v.startswith("stage-split") else
+               "Read the timeline and the layer table: a block's steps cross every stage in turn.") + (
+            f" {more}" if more else "")
         return Findings(head, goal, nxt, links)
     rows = _rollouts(run)
     best = max(rows, key=lambda r: r["episodes/s"] / r["one GPU alone"] if r["one GPU alone"] else 0)
