@@ -20,6 +20,8 @@ def _spec(**kw):
                          "'stage-split']"),
     ({"nproc": 3}, "nproc=3 is not allowed for layout 'stage-split'; allowed values: 2"),
     ({"nproc": 0}, "nproc=0 is not allowed; allowed values: an integer >= 1"),
+    ({"layout": "dit-pipeline", "nproc": 4}, "nproc=4 is not allowed for layout 'dit-pipeline' at preset 'tiny' (2 "
+                                            "layers); allowed values: 2..3"),
     ({"workload": "motion", "preset": "tiny-motion"}, "needs a workload with ['streaming_decoder']"),
     ({"workload": "wma", "preset": "tiny-wma"}, "allowed layouts for it: ['data-parallel']"),
     ({"preset": "wma"}, "preset='wma' is not a preset of workload 'mg2'"),

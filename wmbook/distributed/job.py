@@ -130,6 +130,13 @@ def check_job(spec: JobSpec, gpus: int | None = None) -> None:
         allowed = str(layout.min_ranks) if hi == layout.min_ranks else (
             f"{layout.min_ranks}..{hi}" if hi is not None else f">= {layout.min_ranks}")
         raise JobError(f"nproc={spec.nproc} is not allowed for layout {spec.layout!r}; allowed values: {allowed}")
+    if spec.layout == "dit-pipeline":  # every DiT rank holds at least one layer
+        from .pipeline import dit_ranks  # noqa: PLC0415  torch.distributed: the layout's own module
+
+        layers = wl.presets[spec.preset].num_layers
+        if dit_ranks(spec.nproc) > layers:
+            raise JobError(f"nproc={spec.nproc} is not allowed for layout 'dit-pipeline' at preset {spec.preset!r} "
+                           f"({layers} layers); allowed values: 2..{layers + 1}")
     if spec.device not in ("cpu", "cuda"):
         raise JobError(f"device={spec.device!r} is not allowed; allowed values: ['cpu', 'cuda']")
     if spec.device == "cuda":
