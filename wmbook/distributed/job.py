@@ -51,6 +51,11 @@ LAYOUTS = {
 STREAM_LAYOUTS = ("stage-split", "dit-pipeline")  # one stream over the ranks (FPS, first frame, frames gated)
 
 
+def dit_ranks(nproc: int) -> int:
+    """dit-pipeline: how many ranks hold the DiT's layers: all but the decoder rank from 3 ranks on, both of 2."""
+    return nproc - 1 if nproc >= 3 else nproc
+
+
 class JobError(ValueError):
     """A job that cannot run as described (raised before any process starts; names the parameter)."""
 
@@ -131,8 +136,6 @@ def check_job(spec: JobSpec, gpus: int | None = None) -> None:
             f"{layout.min_ranks}..{hi}" if hi is not None else f">= {layout.min_ranks}")
         raise JobError(f"nproc={spec.nproc} is not allowed for layout {spec.layout!r}; allowed values: {allowed}")
     if spec.layout == "dit-pipeline":  # every DiT rank holds at least one layer
-        from .pipeline import dit_ranks  # noqa: PLC0415  torch.distributed: the layout's own module
-
         layers = wl.presets[spec.preset].num_layers
         if dit_ranks(spec.nproc) > layers:
             raise JobError(f"nproc={spec.nproc} is not allowed for layout 'dit-pipeline' at preset {spec.preset!r} "

@@ -38,13 +38,9 @@ from ..models.causal_wan import sinusoidal_embedding_1d
 from ..profiling import ProfilingSession
 from ..profiling.labels import detail_label as dl
 from ..profiling.labels import label
+from .job import dit_ranks
 from .rank import Rank
 from .stream import _single_gpu, timed_runs, wire
-
-
-def dit_ranks(nproc: int) -> int:
-    """How many ranks hold the DiT's layers: all but the decoder rank from 3 ranks on, both of 2."""
-    return nproc - 1 if nproc >= 3 else nproc
 
 
 def split_layers(costs: list[float], parts: int, tail: float = 0.0) -> list[tuple[int, int]]:
