@@ -290,18 +290,19 @@ def test_folder_index_follows_the_device_and_dtype(tmp_path):
     assert "Eager fp32" in index and "30 s / iteration" in index and "GPU A" not in index
     index = report_index.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
     assert "Eager bf16" in index  # without a device the latest run (GPU A's bf16)
-    assert "Run time per notebook" not in index  # no time recorded: no section
-    # recorded notebook times (wmbook.runtimes): the latest full run per report on this device, the rest named
+    assert "Run time per report" not in index  # no time recorded: no section
+    # recorded notebook times (wmbook.runtimes): each report's own run (its caption's run id), the rest named
     from wmbook import runtimes
 
-    for dev, secs, when, prof in (("GPU B", 600.0, "2026-01-01", "full"), ("GPU B", 300.0, "2026-01-02", "full"),
-                                  ("GPU B", 60.0, "2026-01-03", "quick"), ("GPU A", 900.0, "2026-01-04", "full")):
+    (folder / "01_baseline_profiling-wma-fp32.html").write_text(
+        "<html><body><p>12 rows of run 0123456789ab in results.csv</p></body></html>")
+    for run, secs, when in (("0123456789ab", 300.0, "2026-01-02"), ("fedcba987654", 900.0, "2026-01-04")):
         runtimes.record(tmp_path / "r.csv", notebook="01_baseline_profiling", workload="wma", preset="wma",
-                        device_name=dev, git_commit="abcdef1234", run_id=f"t{secs:.0f}", seconds=secs,
-                        timestamp=when, profile=prof)
+                        device_name="GPU B", git_commit="abcdef1234", run_id=run, seconds=secs, timestamp=when)
     index = report_index.write_folder_index(folder, results_path=tmp_path / "r.csv", device="gpu b").read_text()
-    assert "Run time per notebook" in index and "<td>5.0</td><td>abcdef1</td><td>2026-01-02</td>" in index
-    assert "1 of 1 reports, <b>5.0 minutes</b>" in index
+    assert "Run time per report" in index and "<td>5.0</td><td>abcdef1</td><td>2026-01-02</td>" in index
+    assert "1 of 2 reports, <b>5.0 minutes</b>" in index and "15.0" not in index
+    assert "no time recorded for 01_baseline_profiling-wma-bf16.html" in index
 
 
 # --------------------------------------------------------------------------- headless Chromium

@@ -149,35 +149,29 @@ def _gpu_time_html(folder: Path) -> str:
 SET_GOAL_MINUTES = 60
 
 
-def _recorded_times_html(times: list[dict], groups: dict, device: str | None) -> str:
-    """Without a regenerated set's gpu_time.json: how long each published notebook, workload and preset took on this
-    device, from the latest full-profile run recorded in the times file (wmbook.runtimes), and which have no recorded
-    time; empty when none is recorded."""
+def _recorded_times_html(times: list[dict], groups: dict) -> str:
+    """Without a regenerated set's gpu_time.json: how long the run each report shows took (its run id from the report,
+    its time from the times file, wmbook.runtimes), and which reports have no recorded time; empty when none has."""
     e = html.escape
-    latest: dict[tuple, dict] = {}
-    for r in times:
-        other = device and device.lower() not in str(r.get("device_name", "")).lower()
-        if r.get("profile", "full") != "full" or other:
-            continue
-        key = (r.get("notebook"), r.get("workload"), r.get("preset"))
-        if key not in latest or str(r.get("timestamp", "")) >= str(latest[key].get("timestamp", "")):
-            latest[key] = r
-    shown = {k: v for k, v in latest.items() if k in groups}
+    by_run = {r.get("run_id"): r for r in times if r.get("run_id")}
+    shown, missing = [], []
+    for key in sorted(groups, key=lambda k: (k[0], k[1] or "", k[2] or "")):
+        for _, f in groups[key]:
+            m = RUN_CAPTION.search(f.read_text(errors="replace"))
+            (shown if m and m.group(1) in by_run else missing).append((f.name, by_run.get(m.group(1)) if m else None))
     if not shown:
         return ""
-    rows = "".join(f"<tr><td>{e(nb.replace('_', ' ', 1).replace('_', ' '))}</td><td>{e(wl)} / {e(preset)}</td>"
-                   f"<td>{r['seconds'] / 60:.1f}</td><td>{e(str(r.get('git_commit', ''))[:7])}</td>"
-                   f"<td>{e(str(r.get('timestamp', ''))[:10])}</td></tr>"
-                   for (nb, wl, preset), r in sorted(shown.items()))
-    total = sum(r["seconds"] for r in shown.values()) / 60
-    missing = sorted(f"{k[0][:2]} {k[1]}/{k[2]}" for k in groups if k not in shown and k[1] is not None)
-    return ("<h2>Run time per notebook on this device</h2><p>The latest recorded run of each report here (papermill's "
+    rows = "".join(f"<tr><td><a href=\"{e(name)}\">{e(name)}</a></td><td>{r['seconds'] / 60:.1f}</td>"
+                   f"<td>{e(str(r.get('git_commit', ''))[:7])}</td><td>{e(str(r.get('timestamp', ''))[:10])}</td></tr>"
+                   for name, r in shown)
+    total = sum(r["seconds"] for _, r in shown) / 60
+    return ("<h2>Run time per report on this device</h2><p>How long the run each report shows took (papermill's "
             f"record of the executed notebook; <code>data/results/notebook_times.csv</code>): {len(shown)} of "
             f"{len(shown) + len(missing)} reports, <b>{total:.1f} minutes</b> together"
-            + (f"; no time recorded for {e(', '.join(missing))}" if missing else "")
+            + (f"; no time recorded for {e(', '.join(name for name, _ in missing))}" if missing else "")
             + f". These runs come from several commits; the whole set from one command and one commit aims at "
               f"{SET_GOAL_MINUTES} GPU-minutes.</p>"
-            "<table><tr><th>notebook</th><th>workload / preset</th><th>minutes</th><th>commit</th><th>date</th></tr>"
+            "<table><tr><th>report</th><th>minutes</th><th>commit</th><th>date</th></tr>"
             f"{rows}</table>")
 
 
@@ -244,7 +238,7 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
                else "") + "</p>"
             + _summary_html(df, groups, device)
             + (_gpu_time_html(folder) or _recorded_times_html(
-                runtimes.read(runtimes.times_path(results_path or results.default_path())), groups, device))
+                runtimes.read(runtimes.times_path(results_path or results.default_path())), groups))
             + "\n".join(cards)
             + (f"<h2>Other files</h2><ul>{other_html}</ul>" if other_html else ""))
     out = folder / "index.html"

@@ -18,16 +18,16 @@ from . import results, workloads
 PASSED = ("pass", "reference", "")  # gates whose rows count
 
 
-def latest_runs(df: pd.DataFrame, notebook: str) -> list[pd.DataFrame]:
-    """The latest GPU run of `notebook` per workload, preset and dtype, leaving out runs marked partial
-    (results.mark_partial; cut runs are left out by the callers, results.without_cut). Each frame gains a `dtype`
-    column (from params)."""
+def latest_runs(df: pd.DataFrame, notebook: str, by: str = "dtype") -> list[pd.DataFrame]:
+    """The latest GPU run of `notebook` per workload, preset and the run parameter `by` (the dtype; notebook 08: the
+    layout), leaving out runs marked partial (results.mark_partial; cut runs are left out by the callers,
+    results.without_cut). Each frame gains a column `by` (from params)."""
     d = df[(df["notebook"] == notebook) & (df["device_kind"] == "cuda")]
     d = d[~d["run_id"].isin(results.partial_runs(df))].copy()
     if not len(d):
         return []
-    d["dtype"] = [json.loads(p).get("dtype", "") if p else "" for p in d["params"]]
-    last = d.sort_values("timestamp").groupby(["workload", "preset", "dtype"])["run_id"].last()
+    d[by] = [json.loads(p).get(by, "") if p else "" for p in d["params"]]
+    last = d.sort_values("timestamp").groupby(["workload", "preset", by])["run_id"].last()
     return [d[d["run_id"] == r] for r in last.tolist()]
 
 

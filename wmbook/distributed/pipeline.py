@@ -26,21 +26,20 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from dataclasses import dataclass
+from unittest import mock
 
 import torch
 import torch.distributed as dist
 
 from .. import check
-from ..bench import DeviceTimer, Samples, stream_metrics
+from ..bench import DeviceTimer, Samples
 from ..graphs import GraphedCallable
-from ..models.causal_wan import sinusoidal_embedding_1d
+from ..models.causal_wan import LayerStage
 from ..profiling import ProfilingSession
-from ..profiling.labels import detail_label as dl
 from ..profiling.labels import label
 from .job import dit_ranks
 from .rank import Rank
-from .stream import _single_gpu, timed_runs, wire
+from .stream import _single_gpu, decode_received, decoded_stream, timed_runs, wire
 
 
 def split_layers(costs: list[float], parts: int, tail: float = 0.0) -> list[tuple[int, int]]:
@@ -72,73 +71,6 @@ def split_layers(costs: list[float], parts: int, tail: float = 0.0) -> list[tupl
     return ranges[::-1]
 
 
-@dataclass
-class Stage:
-    """What one DiT rank runs of a forward: layers [start, end), whether it embeds the input (first) and runs the
-    head (last), and the buffer a later stage receives its hidden state into (read in place, so a captured graph
-    reads the same address every replay)."""
-
-    start: int
-    end: int
-    first: bool
-    last: bool
-    hidden: torch.Tensor | None = None
-
-
-def stage_forward(model, stage: Stage, x, t, context, cos, sin, grid, *, cond_concat, actions, cache, action_inputs,
-                  attn_start, action_start, marks=None):
-    """CausalWanModel._forward restricted to a stage: the same operations in the same order (embeddings on the first
-    stage, the time embedding on every stage, the stage's blocks, the head on the last), so the pipeline's arithmetic
-    is the single-GPU forward's. Returns the hidden state, or on the last stage the model's output. `marks(i, h)`:
-    called with block i's output (per-layer timing)."""
-    p = model.preset
-    b, f = x.shape[0], x.shape[2]
-    if t.dim() == 1:
-        t = t[:, None].expand(b, f)
-    with dl("DiT_Embeddings"):
-        if stage.first:
-            if cond_concat is not None:
-                x = torch.cat([x, cond_concat.to(x.dtype)], dim=1)
-            h = model.patch_embedding(x).flatten(2).transpose(1, 2)
-        else:
-            h = stage.hidden
-        dtype = h.dtype if stage.first else x.dtype
-        e = model.time_embedding(sinusoidal_embedding_1d(p.freq_dim, t.flatten()).to(dtype))
-        e0 = model.time_projection(e).unflatten(1, (6, p.dim)).unflatten(0, (b, f))
-        e = e.unflatten(0, (b, f)).unsqueeze(2)
-        ctx = None if cache is not None and "k" in cache.cross[0] else model.embed_context(context.to(dtype))
-    for i in range(stage.start, stage.end):
-        h = model.blocks[i](h, e0, grid, ctx, cos, sin, attn_start=attn_start, action_start=action_start,
-                            kv_cache=cache.kv[i], cross_cache=cache.cross[i], actions=actions,
-                            action_cache=cache.action[i], mask=None, action_inputs=action_inputs)
-        if marks is not None:
-            marks(i, h)
-    if not stage.last:
-        return h
-    with dl("DiT_Head"):
-        return model.unpatchify(model.head(h, e), grid)
-
-
-class _Forward:
-    """Swaps a model's `_forward` for another callable and puts the one it had back (an instance attribute, e.g.
-    the cuda-graphs variant's GraphedCallable, or the class's method)."""
-
-    def __init__(self, model, fn):
-        self.model, self.fn = model, fn
-        self.had = "_forward" in model.__dict__
-        self.old = model.__dict__.get("_forward")
-
-    def __enter__(self):
-        self.model._forward = self.fn
-        return self
-
-    def __exit__(self, *exc):
-        if self.had:
-            self.model._forward = self.old
-        else:
-            del self.model._forward
-
-
 def _layer_ms(pipe, rk: Rank) -> tuple[list[float], str]:
     """Each layer's ms per forward (medians over the forwards of a steady block of a 2-block generation, eager), and
     the dtype of the hidden state between layers."""
@@ -146,20 +78,21 @@ def _layer_ms(pipe, rk: Rank) -> tuple[list[float], str]:
     n = len(model.blocks)
     seen, dtypes = [], []
 
-    def timed(x, t, context, cos, sin, grid, **kw):
+    def timed(*args, **kw):
         timer = DeviceTimer(pipe.device)
 
         def mark(i, h):
             timer.mark(f"l{i}")
-            dtypes.append(str(h.dtype).removeprefix("torch."))
+            if not dtypes:
+                dtypes.append(str(h.dtype).removeprefix("torch."))
 
         timer.mark("in")
-        out = stage_forward(model, Stage(0, n, True, True), x, t, context, cos, sin, grid, marks=mark, **kw)
+        out = type(model)._forward(model, *args, marks=mark, **kw)
         seen.append(timer)
         return out
 
     rk.progress("timing the layers", 0, 1, force=True)
-    with _Forward(model, timed):
+    with mock.patch.object(model, "_forward", timed):
         pipe.generate(pipe.prepare(2, seed=rk.spec.seed), decode=False, progress=False)
     steady = seen[len(seen) // 2:]  # the second block's forwards
     per = []
@@ -184,29 +117,18 @@ def _plan(pipe, rk: Rank, single: dict) -> tuple[list[tuple[int, int]], str, lis
     return [tuple(r) for r in ranges], dtype, per
 
 
-def _generation_cache(pipe, inputs):
-    """The caches of a generation as `generate` gets them: with static caches (StaticGenerationCache) the one set,
-    reset in place (captured graphs read their addresses), not caches of its own as other callers get."""
-    was = getattr(pipe, "_static_generation", False)
-    pipe._static_generation = True
-    try:
-        return pipe.init_cache(inputs)
-    finally:
-        pipe._static_generation = was
-
-
 def _send(x: torch.Tensor, dst: int, pending: list) -> None:
-    """Send a copy (the forward's output buffer is reused by the next forward, a captured graph's most of all); the
-    work object keeps it alive until it is sent."""
-    buf = x.contiguous().clone()
-    pending.append((dist.isend(buf, dst=dst), buf))
+    """Send `x`, kept alive until it is sent. No copy: what is sent is never written again (a forward's output is
+    its own tensor, GraphedCallable clones a replay's outputs; the latents are made fresh by every step)."""
+    x = x.contiguous()  # a no-op for all of them; NCCL sends contiguous memory only
+    pending.append((dist.isend(x, dst=dst), x))
 
 
 class _Run:
     """One generation over the pipeline, as one rank sees it: its stage's forwards (the ring of each step), or the
     decodes, with device marks for the timeline."""
 
-    def __init__(self, pipe, inputs, rk: Rank, stage: Stage | None, strides: list, stage_label):
+    def __init__(self, pipe, inputs, rk: Rank, stage: LayerStage | None, strides: list, stage_label):
         self.pipe, self.inputs, self.rk, self.stage, self.strides, self.stage_label = (pipe, inputs, rk, stage,
                                                                                       strides, stage_label)
         self.p_ranks, self.decoder = dit_ranks(rk.world), rk.world - 1
@@ -233,8 +155,8 @@ class _Run:
             t, tag = (self.ts[j] if j < n else 0.0), f"b{bi}_f{j}"
             with self.stage_label("Wait_For_Input"):
                 if st.first and j > 0:  # this step's input (the refresh: the clean latents) from the last stage
-                    dist.recv(self.x0_buf, src=self.p_ranks - 1)
-                    noisy = self.x0_buf.clone()
+                    dist.recv(self.x0_buf, src=self.p_ranks - 1)  # the next receive is ordered after this forward
+                    noisy = self.x0_buf
                 elif not st.first:
                     dist.recv(st.hidden, src=rank - 1)
             self.timer.mark(f"{tag}_in")
@@ -282,12 +204,7 @@ class _Run:
             x0 = self.x0_buf
         self.timer.mark(f"b{bi}_recv")
         with self.stage_label("Decode"), label(f"2.3.{bi}_VAE_Decode"):
-            lat = x0
-            if lat.stride() != tuple(self.strides[bi]):  # the layout the single-GPU decode saw
-                lat = torch.empty_strided(lat.shape, self.strides[bi], dtype=lat.dtype, device=lat.device)
-                lat.copy_(x0)
-            fr = pipe.decode_block(lat, self.timer, f"b{bi}_end",
-                                   pipe._frames_hook(self.timer, "b0_px" if bi == 0 else None, None))
+            fr = decode_received(pipe, x0, self.strides[bi], self.timer, bi)
         self.span(bi, "wait", self.last_mark, f"b{bi}_recv")
         self.span(bi, "decode", f"b{bi}_recv", f"b{bi}_end")
         self.last_mark = f"b{bi}_end"
@@ -299,7 +216,7 @@ class _Run:
         self.rk.barrier()
         timer.mark("start")
         if self.stage is not None:
-            self.cache = _generation_cache(self.pipe, self.inputs)
+            self.cache = self.pipe.generation_cache(self.inputs)
         if rank == self.decoder:
             self.pipe.decoder.reset()
         with label("2_Pipeline_Inference"):
@@ -324,30 +241,24 @@ class _Run:
         if self.latents:
             out["latents"] = torch.cat(self.latents, dim=2)
         if rank == self.decoder:
-            block_ms, prev = [], "start"
-            for bi in range(self.inputs.num_blocks):
-                block_ms.append(timer.elapsed_ms(prev, f"b{bi}_end"))
-                prev = f"b{bi}_end"
-            first = timer.elapsed_ms("start", "b0_px" if self.pipe.stream_frames else "b0_end")
-            m = stream_metrics(block_ms, self.fpb, first)
-            out.update(frames=torch.cat(self.frames, dim=2), block_ms=block_ms, fpb=self.fpb, fps=m["fps"],
-                       first_frame_ms=m["first_frame_ms"])
+            out.update(frames=torch.cat(self.frames, dim=2), fpb=self.fpb,
+                       **decoded_stream(self.pipe, timer, self.inputs.num_blocks, self.fpb))
         return out
 
 
-def _pipeline_run(pipe, inputs, rk: Rank, stage: Stage | None, strides: list, session=None) -> dict:
+def _pipeline_run(pipe, inputs, rk: Rank, stage: LayerStage | None, strides: list, session=None) -> dict:
     """One generation over the pipeline from a common start (a barrier): this rank's timeline (ms) and, on the
     decoder rank, the frames and block times."""
     return _Run(pipe, inputs, rk, stage, strides, session.stage if session is not None else label)()
 
 
-def _dry_run(pipe, inputs, stage: Stage) -> None:
+def _dry_run(pipe, inputs, stage: LayerStage) -> None:
     """Every forward of a generation on this stage alone, no sends: the stage's graphs are warmed and captured here,
     never while point-to-point transfers are in flight (a capture may not overlap other CUDA work of the process).
     What it writes into the caches is reset by the next generation; a later stage reads whatever its hidden buffer
     holds (the captured kernels, not the values, are what this run is for)."""
     k, n, b = pipe.preset.num_frame_per_block, len(pipe.sampling_timesteps()), inputs.noise.shape[0]
-    cache = _generation_cache(pipe, inputs)
+    cache = pipe.generation_cache(inputs)
     ts = pipe.sampling_timesteps() + [0.0]
     for bi in range(inputs.num_blocks):
         sl = slice(bi * k, bi * k + k)
@@ -361,16 +272,16 @@ def _dry_run(pipe, inputs, stage: Stage) -> None:
         torch.cuda.synchronize(pipe.device)
 
 
-def _install(pipe, stage: Stage, device: torch.device) -> _Forward:
-    """The stage's forward in the model's place: captured in graphs of its own when the stack captured the whole
-    forward (the same cache-slot signature), else run as it is."""
+def _stage_forward(pipe, stage: LayerStage, device: torch.device):
+    """The stage's forward (the model's own, restricted to the stage): captured in graphs of its own when the stack
+    captured the whole forward (the same cache-slot signature), else run as it is."""
     model = pipe.model
-    fn = functools.partial(stage_forward, model, stage)
+    fn = functools.partial(type(model)._forward, model, stage=stage)
     whole = model.__dict__.get("_forward")
     if isinstance(whole, GraphedCallable):
         fn = GraphedCallable(fn, name=f"DiT layers {stage.start}-{stage.end - 1}", key_fn=whole.key_fn,
                              device=device)
-    return _Forward(model, fn)
+    return fn
 
 
 def run_dit_pipeline(rk: Rank) -> dict:
@@ -384,7 +295,7 @@ def run_dit_pipeline(rk: Rank) -> dict:
     stage = None
     if rk.rank < p_ranks:
         a, e = ranges[rk.rank]
-        stage = Stage(a, e, rk.rank == 0, rk.rank == p_ranks - 1)
+        stage = LayerStage(a, e, rk.rank == 0, rk.rank == p_ranks - 1)
         if not stage.first:
             tokens = preset.num_frame_per_block * preset.frame_seqlen
             stage.hidden = torch.empty(inputs.noise.shape[0], tokens, preset.dim, device=pipe.device,
@@ -395,12 +306,11 @@ def run_dit_pipeline(rk: Rank) -> dict:
         roles.append(f"DiT layers {stage.start}-{stage.end - 1}")
     if rk.rank == decoder:
         roles.append("decoder")
-    swap = _install(pipe, stage, rk.device) if stage is not None else contextlib.nullcontext()
-    with swap:
-        if stage is not None:
-            if isinstance(swap.fn, GraphedCallable) and swap.fn.disabled_reason is None:
-                rk.progress("capturing the stage", 0, 1, force=True)
-                _dry_run(pipe, inputs, stage)  # a block's forwards share a signature: 2 warm-up calls, the capture
+    fn = _stage_forward(pipe, stage, rk.device) if stage is not None else None
+    with mock.patch.object(pipe.model, "_forward", fn) if fn is not None else contextlib.nullcontext():
+        if isinstance(fn, GraphedCallable) and fn.disabled_reason is None:
+            rk.progress("capturing the stage", 0, 1, force=True)
+            _dry_run(pipe, inputs, stage)  # a block's forwards share a signature: 2 warm-up calls, the capture
         fps, first, busy, wall, last, runs_spans = timed_runs(
             rk, lambda: _pipeline_run(pipe, inputs, rk, stage, single["latent_strides"]), decoder, "pipeline runs")
         out = {"layout": "dit-pipeline", "role": " + ".join(roles), "stack": list(spec.stack), "notes": ctx.notes,

@@ -103,26 +103,42 @@ def _decoder_run(pipe, inputs, timer: DeviceTimer, stage, strides: list) -> dict
                     dist.recv(buf, src=DENOISER)  # NCCL: the decoding stream waits for the data, the host goes on
                 timer.mark(f"b{bi}_recv")
                 with stage("Decode"):
-                    x0 = buf
-                    if buf.stride() != tuple(strides[bi]):
-                        x0 = torch.empty_strided(buf.shape, strides[bi], dtype=buf.dtype, device=buf.device)
-                        x0.copy_(buf)
-                    fr = pipe.decode_block(x0, timer, f"b{bi}_end")
+                    fr = decode_received(pipe, buf, strides[bi], timer, bi)
                 frames.append(fr)
                 fpb.append(fr.shape[2])
     timer.synchronize()
-    spans, block_ms, prev = [], [], "start"
+    spans, prev = [], "start"
     for bi in range(inputs.num_blocks):
         spans.append({"block": bi, "what": "wait", "start_ms": timer.elapsed_ms("start", prev),
                       "end_ms": timer.elapsed_ms("start", f"b{bi}_recv")})
         spans.append({"block": bi, "what": "decode", "start_ms": timer.elapsed_ms("start", f"b{bi}_recv"),
                       "end_ms": timer.elapsed_ms("start", f"b{bi}_end")})
+        prev = f"b{bi}_end"
+    return {"spans": spans, "frames": torch.cat(frames, dim=2), "fpb": fpb, "wall_ms": timer.elapsed_ms("start", prev),
+            "busy_ms": sum(s["end_ms"] - s["start_ms"] for s in spans if s["what"] == "decode"),
+            **decoded_stream(pipe, timer, inputs.num_blocks, fpb)}
+
+
+def decode_received(pipe, x0: torch.Tensor, strides, timer: DeviceTimer, bi: int) -> torch.Tensor:
+    """Block bi's clean latents decoded as the single-GPU run decodes them: in the layout the denoiser produced them
+    in (a compiled decoder specializes on its input's strides: another layout is other kernels and other rounding);
+    marks b{bi}_end when the block's frames are there, and b0_px at the stream's first frame."""
+    if x0.stride() != tuple(strides):
+        lat = torch.empty_strided(x0.shape, strides, dtype=x0.dtype, device=x0.device)
+        lat.copy_(x0)
+        x0 = lat
+    return pipe.decode_block(x0, timer, f"b{bi}_end", pipe._frames_hook(timer, "b0_px" if bi == 0 else None, None))
+
+
+def decoded_stream(pipe, timer: DeviceTimer, blocks: int, fpb: list[int]) -> dict:
+    """The decoder rank's block times (from the common start, mark by mark: b{bi}_end), FPS and first frame, as the
+    single-GPU run counts them (with stream-frames the first frame is the first latent frame's, b0_px)."""
+    block_ms, prev = [], "start"
+    for bi in range(blocks):
         block_ms.append(timer.elapsed_ms(prev, f"b{bi}_end"))
         prev = f"b{bi}_end"
-    m = stream_metrics(block_ms, fpb, timer.elapsed_ms("start", "b0_end"))
-    return {"spans": spans, "frames": torch.cat(frames, dim=2), "block_ms": block_ms, "fpb": fpb, "fps": m["fps"],
-            "first_frame_ms": m["first_frame_ms"], "wall_ms": timer.elapsed_ms("start", prev),
-            "busy_ms": sum(s["end_ms"] - s["start_ms"] for s in spans if s["what"] == "decode")}
+    m = stream_metrics(block_ms, fpb, timer.elapsed_ms("start", "b0_px" if pipe.stream_frames else "b0_end"))
+    return {"block_ms": block_ms, "fps": m["fps"], "first_frame_ms": m["first_frame_ms"]}
 
 
 def wire(x: torch.Tensor, rk: Rank, repeats: int = 20) -> dict | None:

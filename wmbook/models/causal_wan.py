@@ -268,6 +268,20 @@ class GenerationCache:
 
 
 @dataclass
+class LayerStage:
+    """The blocks [start, end) of a forward that one process runs (a pipeline of the layers over processes,
+    wmbook.distributed.pipeline): whether it embeds the input (first) and runs the head (last), and the buffer a
+    later stage receives its hidden state into (read in place: a captured graph reads the same address every
+    replay)."""
+
+    start: int
+    end: int
+    first: bool
+    last: bool
+    hidden: torch.Tensor | None = None
+
+
+@dataclass
 class PositionInputs:
     """What one forward derives from its start frame (see CausalWanModel._position_inputs)."""
 
@@ -369,16 +383,23 @@ class CausalWanModel(nn.Module):
                              action_start=pos.action_start)
 
     def _forward(self, x, t, context, cos, sin, grid, *, cond_concat, actions, cache, action_inputs, attn_start,
-                 action_start):
+                 action_start, stage: LayerStage | None = None, marks=None):
+        """The forward after its eager preamble. `stage`: only a range of the blocks (wmbook.distributed's layer
+        pipeline): the first stage embeds `x`, a later one takes its hidden state from `stage.hidden` (x then only
+        gives the shapes and the dtype), and all but the last return the hidden state instead of the output; the
+        operations are the whole forward's, in its order. `marks(i, h)`: called with block i's output (per-layer
+        timing)."""
         p = self.preset
         b, f = x.shape[0], x.shape[2]
         if t.dim() == 1:
             t = t[:, None].expand(b, f)
+        first = stage is None or stage.first
         with dl("DiT_Embeddings"):  # patch, time and context embeddings
-            if cond_concat is not None:
-                x = torch.cat([x, cond_concat.to(x.dtype)], dim=1)
-            x = self.patch_embedding(x)  # [B, C, F, h/2, w/2]
-            x = x.flatten(2).transpose(1, 2)  # [B, L, C]
+            if first:
+                if cond_concat is not None:
+                    x = torch.cat([x, cond_concat.to(x.dtype)], dim=1)
+                x = self.patch_embedding(x)  # [B, C, F, h/2, w/2]
+                x = x.flatten(2).transpose(1, 2)  # [B, L, C]
 
             e = self.time_embedding(sinusoidal_embedding_1d(p.freq_dim, t.flatten()).to(x.dtype))  # [B*F, C]
             e0 = self.time_projection(e).unflatten(1, (6, p.dim)).unflatten(0, (b, f))  # [B, F, 6, C]
@@ -388,6 +409,8 @@ class CausalWanModel(nn.Module):
                 ctx = None  # cross-attn K/V already cached
             else:
                 ctx = self.embed_context(context.to(x.dtype))
+            if not first:
+                x = stage.hidden
         mask = None
         if cache is None:
             # a full window (-1) still rolls once the cache is full, so the mask uses the cache capacity
@@ -395,13 +418,17 @@ class CausalWanModel(nn.Module):
             s = grid[1] * grid[2]
             mask = fm.repeat_interleave(s, 0).repeat_interleave(s, 1)  # [L, L] bool, True = attend
 
-        for i, blk in enumerate(self.blocks):
-            x = blk(x, e0, grid, ctx, cos, sin, attn_start=attn_start, action_start=action_start,
-                    kv_cache=cache.kv[i] if cache is not None else None,
-                    cross_cache=cache.cross[i] if cache is not None else None,
-                    actions=actions,
-                    action_cache=cache.action[i] if cache is not None else None,
-                    mask=mask, action_inputs=action_inputs)
+        for i in range(len(self.blocks)) if stage is None else range(stage.start, stage.end):
+            x = self.blocks[i](x, e0, grid, ctx, cos, sin, attn_start=attn_start, action_start=action_start,
+                               kv_cache=cache.kv[i] if cache is not None else None,
+                               cross_cache=cache.cross[i] if cache is not None else None,
+                               actions=actions,
+                               action_cache=cache.action[i] if cache is not None else None,
+                               mask=mask, action_inputs=action_inputs)
+            if marks is not None:
+                marks(i, x)
+        if stage is not None and not stage.last:
+            return x
         with dl("DiT_Head"):
             return self.unpatchify(self.head(x, e), grid)
 

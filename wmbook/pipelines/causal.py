@@ -139,6 +139,11 @@ class CausalStreamingPipeline:
         filled by the first forward, as upstream does."""
         return self.model.init_cache(inputs.noise.shape[0], self.device, self.dtype)
 
+    def generation_cache(self, inputs: StreamInputs) -> GenerationCache:
+        """The caches a generation runs on (`generate`, and wmbook.distributed's pipeline stages): fresh ones here;
+        the static-caches variant hands out one set, reset in place, whose addresses captured graphs read."""
+        return self.init_cache(inputs)
+
     def denoise(self, x, t: float, inputs: StreamInputs, cache: GenerationCache, start_frame: int):
         """One DiT forward on one block plus the flow -> x0 conversion."""
         sl = slice(start_frame, start_frame + x.shape[2])
@@ -190,7 +195,7 @@ class CausalStreamingPipeline:
         latents, frames, fpb = [], [], []
         with label("2_Pipeline_Inference"):
             with label("2.1_KV_Cache_Initialization"):
-                cache = self.init_cache(inputs)
+                cache = self.generation_cache(inputs)
                 self.decoder.reset()
             for bi in tqdm(range(inputs.num_blocks), desc="blocks", disable=not progress, leave=False):
                 with label(f"2.3_Block_{bi}"):

@@ -201,7 +201,7 @@ def stream_table(res: dist_jobs.JobResult) -> pd.DataFrame:
 
 
 def stage_bounds(res: dist_jobs.JobResult, max_gpus: int = 4) -> pd.DataFrame:
-    """layout_bounds from a stage-split job's single-GPU run (its stage times, medians over the steady blocks)."""
+    """layout_bounds from a streaming job's single-GPU run (its stage times, medians over the steady blocks)."""
     single = res.ranks[0]["single"]
     return layout_bounds(len(single["forward_ms"][-1]), single["denoise_ms"]["median"], single["decode_ms"]["median"],
                          single["frames_per_block"][-1], max_gpus)
@@ -328,7 +328,7 @@ def result_rows(cfg: RunConfig, spec: dist_jobs.JobSpec, ranks: dict[int, dict])
         if "wire" in res and r == 0:
             add(v, "wire_bytes_per_block", res["wire"]["bytes"], "bytes")
             add(v, "wire_one_way_ms", res["wire"]["one_way_ms"]["median"], "ms", res["wire"]["one_way_ms"])
-    if spec.layout in dist_jobs.STREAM_LAYOUTS:
+    if spec.layout in STREAM_LAYOUTS:
         dec = spec.nproc - 1
         if 0 in ranks:
             s = ranks[0]["single"]
@@ -367,7 +367,7 @@ def result_rows(cfg: RunConfig, spec: dist_jobs.JobSpec, ranks: dict[int, dict])
 
 def interpretation(cfg: RunConfig, res: dist_jobs.JobResult) -> list[str]:
     """Sentences computed from the job's numbers."""
-    if res.spec.layout in dist_jobs.STREAM_LAYOUTS:
+    if res.spec.layout in STREAM_LAYOUTS:
         t = stream_table(res)
         split, one = t.iloc[1], t.iloc[0]
         bound, st = t.attrs["bound_fps"], t.attrs["stage_ms"]

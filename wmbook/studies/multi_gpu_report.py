@@ -4,8 +4,6 @@ compare several GPUs with that ladder's best stack."""
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
 from ..rows import Findings, device_label, fmt, fmt_spread, latest_runs, md_table, number, row_of
@@ -96,27 +94,10 @@ def headline(run: pd.DataFrame) -> dict:
             "scaling": fmt(best["episodes/s"] / best["one GPU alone"], "{:.2f}x"), "frames vs rank 0": best["gate"]}
 
 
-def _latest_by_layout(df: pd.DataFrame) -> list[pd.DataFrame]:
-    """The latest GPU run per workload, preset and layout (a newer run of one layout does not hide another's)."""
-    runs = []
-    for r in latest_runs(df.assign(params=[_with_layout_as_dtype(p) for p in df["params"]]), NOTEBOOK):
-        runs.append(df.loc[r.index])
-    return runs
-
-
-def _with_layout_as_dtype(params: str) -> str:
-    """latest_runs keeps one run per dtype: notebook 08's runs differ by layout instead."""
-    try:
-        d = json.loads(params) if params else {}
-    except ValueError:
-        return params
-    return json.dumps({**d, "dtype": d.get("layout", "")}) if isinstance(d, dict) else params
-
-
 def published(df: pd.DataFrame) -> list[str]:
     """Per workload, preset and layout its latest run: the layout against one GPU of the same job."""
     parts = []
-    for r in _latest_by_layout(df):
+    for r in latest_runs(df, NOTEBOOK, by="layout"):
         h = headline(r)
         if not h:
             continue

@@ -140,13 +140,14 @@ class CrossKVPrefill:
 class StaticGenerationCache:
     """CausalStreamingPipeline whose generations share one set of caches, allocated by the first and reset in
     place for every later one with the same batch, dtype and device, the cross-attention K/V refilled in place
-    before the first block: the caches keep their addresses, which is what CUDA-graph replays need. Only
-    `generate` uses it; other callers of init_cache (the forward probe) get caches of their own."""
+    before the first block: the caches keep their addresses, which is what CUDA-graph replays need. Only a
+    generation's caches (generation_cache) are shared; other callers of init_cache (the forward probe) get caches of
+    their own."""
 
-    def generate(self, inputs, **kw):
-        self._static_generation = True
+    def generation_cache(self, inputs):
+        self._static_generation = True  # init_cache, through every class swapped in (ring caches), shares the set
         try:
-            return super().generate(inputs, **kw)
+            return super().generation_cache(inputs)
         finally:
             self._static_generation = False
 
