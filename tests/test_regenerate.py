@@ -56,10 +56,12 @@ def test_bad_input_is_named_before_anything_runs(tmp_path):
 
 
 def test_runs_are_dealt_longest_first_to_the_least_loaded_queue():
-    jobs = [rg.Job(n, "x", "x.ipynb", {}) for n in "abcde"] + [rg.Job("f", "x", "x.ipynb", {}, gpus="all")]
+    jobs = [rg.Job("f", "x", "x.ipynb", {}, gpus="all")] + [rg.Job(n, "x", "x.ipynb", {}) for n in "edcba"]
     load = rg.deal(jobs, 2, {"a": 40, "b": 30, "c": 20, "d": 10, "e": 5})
     assert load == [55, 50] and {j.name: j.queue for j in jobs} == {"a": 0, "b": 1, "c": 1, "d": 0, "e": 0,
                                                                     "f": None}
+    # each queue runs its longest first; the all-GPU runs after the queues
+    assert [j.name for j in jobs] == list("abcdef")
 
 
 def test_a_set_runs_on_queues_resumes_what_did_not_finish_and_publishes_only_when_whole(tmp_path, monkeypatch):

@@ -109,13 +109,17 @@ def plan(notebooks=None, workloads=None, params=None) -> list[Job]:
 
 
 def deal(jobs: list[Job], queues: int, minutes: dict[str, float]) -> list[float]:
-    """Each single-GPU run to a queue, longest first to the least loaded one; returns each queue's expected
-    minutes."""
+    """Each single-GPU run to a queue, longest first to the least loaded one, and `jobs` put in that order (a queue
+    runs its runs in list order: its longest first, so a set cut short has its long runs done); returns each queue's
+    expected minutes."""
     load = [0.0] * queues
-    single = (j for j in jobs if j.gpus != "all" and j.status != CANNOT)
-    for j in sorted(single, key=lambda j: -minutes.get(j.name, DEFAULT_MINUTES)):
+    single = sorted((j for j in jobs if j.gpus != "all" and j.status != CANNOT),
+                    key=lambda j: -minutes.get(j.name, DEFAULT_MINUTES))
+    for j in single:
         j.queue = min(range(queues), key=load.__getitem__)
         load[j.queue] += minutes.get(j.name, DEFAULT_MINUTES)
+    rest = [j for j in jobs if j not in single]
+    jobs[:] = single + rest
     return load
 
 
