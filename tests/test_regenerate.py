@@ -56,12 +56,22 @@ def test_bad_input_is_named_before_anything_runs(tmp_path):
 
 
 def test_runs_are_dealt_longest_first_to_the_least_loaded_queue():
-    jobs = [rg.Job("f", "x", "x.ipynb", {}, gpus="all")] + [rg.Job(n, "x", "x.ipynb", {}) for n in "edcba"]
+    jobs = [rg.Job(n, "x", "x.ipynb", {}) for n in "abcde"] + [rg.Job("f", "x", "x.ipynb", {}, gpus="all")]
     load = rg.deal(jobs, 2, {"a": 40, "b": 30, "c": 20, "d": 10, "e": 5})
     assert load == [55, 50] and {j.name: j.queue for j in jobs} == {"a": 0, "b": 1, "c": 1, "d": 0, "e": 0,
                                                                     "f": None}
-    # each queue runs its longest first; the all-GPU runs after the queues
+    # a queue runs its runs in the plan's order (notebook by notebook: what an earlier one compiled is cached)
     assert [j.name for j in jobs] == list("abcdef")
+
+
+def test_gpu_time_counts_an_all_gpu_run_once_per_gpu_it_held(tmp_path):
+    jobs = [rg.Job("04-mg2", "04_compile", "x", {}, queue=0, status="ok", seconds=600),
+            rg.Job("05-mg2", "05_kernels", "x", {}, queue=1, status="ok", seconds=300),
+            rg.Job("08-wma", "08_multi_gpu", "x", {}, gpus="all", status="ok", seconds=120, gpu_count=2)]
+    t = rg.gpu_time(rg.SetState(tmp_path, "abc1234", "NVIDIA H200", 2, jobs))
+    assert t["seconds"]["08-wma"] == 120 and t["gpus"]["08-wma"] == 2
+    assert t["notebook_seconds"]["08_multi_gpu"] == 240 and t["total_seconds"] == 1140
+    assert t["wall_seconds"] == 720  # the longest queue, then the all-GPU run
 
 
 def test_a_set_runs_on_queues_resumes_what_did_not_finish_and_publishes_only_when_whole(tmp_path, monkeypatch):

@@ -63,7 +63,8 @@ class Job:
     gpus: str = "one"  # "all": alone, after the queues, every GPU visible
     queue: int | None = None
     status: str = "pending"  # pending | running | ok | failed | cannot run here (CANNOT)
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall clock of the run
+    gpu_count: int = 1  # the GPUs it held: its GPU time is seconds x gpu_count
     error: str = ""
 
 
@@ -109,17 +110,15 @@ def plan(notebooks=None, workloads=None, params=None) -> list[Job]:
 
 
 def deal(jobs: list[Job], queues: int, minutes: dict[str, float]) -> list[float]:
-    """Each single-GPU run to a queue, longest first to the least loaded one, and `jobs` put in that order (a queue
-    runs its runs in list order: its longest first, so a set cut short has its long runs done); returns each queue's
-    expected minutes."""
+    """Each single-GPU run to a queue, longest first to the least loaded one; returns each queue's expected
+    minutes. A queue runs its runs in the plan's order, notebook by notebook: a stack an earlier notebook compiles
+    (notebook 04's best in 05 and 06, 06's in 08) is then in the set's shared compile cache when a later one compiles
+    it again (at wma a cold whole-UNet compile takes minutes, a cache hit about half a minute)."""
     load = [0.0] * queues
-    single = sorted((j for j in jobs if j.gpus != "all" and j.status != CANNOT),
-                    key=lambda j: -minutes.get(j.name, DEFAULT_MINUTES))
-    for j in single:
+    single = (j for j in jobs if j.gpus != "all" and j.status != CANNOT)
+    for j in sorted(single, key=lambda j: -minutes.get(j.name, DEFAULT_MINUTES)):
         j.queue = min(range(queues), key=load.__getitem__)
         load[j.queue] += minutes.get(j.name, DEFAULT_MINUTES)
-    rest = [j for j in jobs if j not in single]
-    jobs[:] = single + rest
     return load
 
 
@@ -229,6 +228,8 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print) -> SetStat
             j.status = "running"
             state.save()
             echo(f"[{'all' if q is None else f'q{q}'}] {j.name}: started")
+            if q is None:  # an all-GPU run holds every GPU of the host for its whole time
+                j.gpu_count = max(1, gpus)
             _run_job(j, state.out, q if (gpus and q is not None) else None, cpus, state.commit, timeout_s)
             state.save()
             done[0] += 1
@@ -253,16 +254,20 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print) -> SetStat
 
 
 def gpu_time(state: SetState) -> dict:
-    """Seconds per run, per notebook and in all (the sum over runs: GPU time, whichever queue ran them)."""
+    """GPU seconds per run, per notebook and in all (a run's wall clock times the GPUs it held: an all-GPU run on two
+    GPUs counts twice its time), and the set's wall clock (the longest queue, then the all-GPU runs)."""
+    gpu_s = {j.name: j.seconds * max(1, j.gpu_count) for j in state.jobs}
     per_nb: dict[str, float] = {}
     for j in state.jobs:
-        per_nb[j.notebook] = per_nb.get(j.notebook, 0.0) + j.seconds
-    total = sum(j.seconds for j in state.jobs)
+        per_nb[j.notebook] = per_nb.get(j.notebook, 0.0) + gpu_s[j.name]
     wall = max((sum(j.seconds for j in state.jobs if j.queue == q) for q in range(state.queues)), default=0.0) + sum(
         j.seconds for j in state.jobs if j.gpus == "all")
     return {"commit": state.commit, "device": state.device, "queues": state.queues,
-            "seconds": {j.name: round(j.seconds, 1) for j in state.jobs}, "notebook_seconds": per_nb,
-            "total_seconds": round(total, 1), "wall_seconds": round(wall, 1), "goal_minutes": GOAL_MINUTES}
+            "seconds": {j.name: round(j.seconds, 1) for j in state.jobs},
+            "gpus": {j.name: max(1, j.gpu_count) for j in state.jobs},
+            "notebook_seconds": {k: round(v, 1) for k, v in per_nb.items()},
+            "total_seconds": round(sum(gpu_s.values()), 1), "wall_seconds": round(wall, 1),
+            "goal_minutes": GOAL_MINUTES}
 
 
 def publish_set(state: SetState, folder: Path, store: Path | None = None, notes: Path | None = NOTES,
