@@ -21,12 +21,13 @@ wd.rows(results_path, results.RUN_ID)
 env = os.environ.get
 print(env("WMBOOK_GIT_COMMIT"), env("NCCL_NVLS_ENABLE"), env("TORCHINDUCTOR_CACHE_DIR"))
 assert fail == 0, "asked to fail"
+time.sleep(sleep)
 """
 
 
 def _notebook(tmp_path, name="99_fast"):
     nb = nbformat.v4.new_notebook()
-    cell = nbformat.v4.new_code_cell("results_path = ''\nfail = 0")
+    cell = nbformat.v4.new_code_cell("results_path = ''\nfail = 0\nsleep = 0")
     cell.metadata["tags"] = ["parameters"]
     nb.cells = [cell, nbformat.v4.new_code_cell(FAST_NB)]
     nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
@@ -160,3 +161,56 @@ def test_a_run_the_host_cannot_make_is_planned_as_such_and_keeps_the_set_unpubli
     rg.run_set(state, 0, 60, echo=lambda *a: None)  # nothing it can run
     with pytest.raises(InputError, match="08_multi_gpu-mg2 .cannot run on this host: nproc=2 needs 2 GPUs"):
         rg.publish_set(state, tmp_path / "pub", store=tmp_path / "s.csv", notes=None, echo=lambda *a: None)
+
+
+def test_a_time_limit_starts_only_runs_that_fit_and_cuts_one_still_going(tmp_path, monkeypatch):
+    import time
+
+    nb = _notebook(tmp_path)
+    monkeypatch.setattr(rg, "STOP_GRACE_S", 20.0)
+    jobs = [rg.Job("slow", "99_fast", str(nb), {"sleep": 600}), rg.Job("long", "99_fast", str(nb), {}),
+            rg.Job("short", "99_fast", str(nb), {})]
+    rg.deal(jobs, 1, {})
+    state = rg.SetState(tmp_path / "set", "abc1234", "CPU", 1, jobs)
+    lines = []
+    t0 = time.monotonic()
+    rg.run_set(state, 0, 3600, echo=lines.append, deadline=t0 + 30, minutes={"slow": 0.1, "long": 60, "short": 0.1})
+    took = time.monotonic() - t0
+    st = {j.name: (j.status, j.error) for j in state.jobs}
+    assert st["slow"][0] == "failed" and st["slow"][1].startswith("cut at the set's time limit"), st
+    assert st["long"] == ("pending", "") and any("long: not started (expected 60 min" in ln for ln in lines)
+    assert st["short"] == ("pending", "")  # the cut run used the time up
+    assert took < 30 + 20 + 15, took  # stopped as Ctrl-C stops it: the runner ended its kernel and went
+    assert rg.SetState.load(tmp_path / "set").missing() == state.jobs  # all three run again on resume
+
+
+def test_a_first_set_is_dealt_by_the_times_its_runs_took_on_the_device_before():
+    from wmbook import runtimes
+
+    jobs = rg.plan(["06"], ["mg2", "wma"])
+    got = rg._recorded_minutes(jobs, "NVIDIA H200")
+    for j in jobs:
+        w = j.params["workload"]
+        rec = runtimes.expected("06_cuda_graphs", w, "mg2-universal" if w == "mg2" else "wma", "NVIDIA H200")
+        assert (got.get(j.name) is None) == (rec is None) and (rec is None or got[j.name] == rec[0] / 60)
+    assert rg._recorded_minutes(jobs, "a device never seen") == {}
+
+
+def test_a_run_starts_once_the_runs_it_builds_on_have_ended_and_the_longest_ready_run_goes_first(tmp_path):
+    nb = _notebook(tmp_path)
+    base = rg.Job("04-w", "99_fast", str(nb), {"sleep": 3})
+    built = rg.Job("06-w", "99_fast", str(nb), {}, after=["04-w"])
+    other = rg.Job("01-w", "99_fast", str(nb), {})
+    jobs = [base, built, other]
+    rg.deal(jobs, 2, {})
+    state = rg.SetState(tmp_path / "set", "abc1234", "CPU", 2, jobs)
+    lines = []
+    # 06-w is the longest but waits for 04-w; the free queue takes 01-w meanwhile
+    rg.run_set(state, 0, 600, echo=lines.append, minutes={"06-w": 30, "04-w": 2, "01-w": 1})
+    assert [j.status for j in jobs] == ["ok", "ok", "ok"], [j.error for j in jobs]
+    at = {ln.split("] ")[1]: i for i, ln in enumerate(lines)}
+    assert any(k.startswith("04-w: ok") and v < at["06-w: started"] for k, v in at.items())
+    assert any(k.startswith("01-w: ok") for k in at)
+    # in the plan: 06 after 04 and 05 of the same workload (a plan without them: nothing to wait for)
+    assert rg.plan(["04", "05", "06"], ["wma"])[2].after == ["04_compile_autocast-wma", "05_triton_kernels-wma"]
+    assert rg.plan(["06"], ["wma"])[0].after == []

@@ -29,9 +29,9 @@ commands:
          every row whole, of the header's width, numbers where numbers belong, no row of the
          last commit lost; exit 2 naming the lines when one fails
 
-  regenerate --out DIR [--publish FOLDER] [--gpus N] [--notebooks ...] [--workloads ...] [--plan]
+  regenerate --out DIR [--publish FOLDER] [--gpus N] [--time-limit MIN] [--notebooks ...] [--workloads ...] [--plan]
          the published set: every notebook for every workload, one queue per GPU, at one
-         commit; resumes a cut set; publishes only a complete one (wmbook regenerate --help)
+         commit; fits a time limit and resumes a cut set; publishes only a complete one (--help)
 
 example:
   wmbook run --preset tiny --out reports/x -p num_blocks 2

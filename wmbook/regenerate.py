@@ -13,7 +13,10 @@ the folder held before (else in the published folder's `gpu_time.json`). A noteb
 `<out>/results/<name>.csv` and its log into `<out>/logs/<name>.log`; every row records the commit the set started
 at. `<out>/set.json` holds the plan and each run's status and seconds, rewritten after every run: a set that is cut
 (Ctrl-C, a lost machine) resumes where it stopped, re-running only what did not finish; a set started at another
-commit is refused (start over with --fresh). The runs share one compile cache, `<out>/cache/` (inductor's FX-graph,
+commit is refused (start over with --fresh). `--time-limit MINUTES` fits a set into a time-limited allocation (a
+batch job's wall time): no run starts that is expected to end after the limit (by the time it took before on this
+device, wmbook.runtimes), a run still going at the limit is stopped as Ctrl-C stops it, and the same command finishes
+the set later. The runs share one compile cache, `<out>/cache/` (inductor's FX-graph,
 AOTAutograd and autotuning caches, Triton's kernels): a model several notebooks compile is compiled once
 (compile-time tables measure with empty caches of their own).
 
@@ -26,17 +29,19 @@ its index, the README's table and the folder's page, and one dated entry in data
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import datetime as _dt
 import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .atomic import atomic_write_text
@@ -49,6 +54,7 @@ GPU_TIME_FILE = "gpu_time.json"
 CANNOT = "cannot run on this host"
 DEFAULT_MINUTES = 10.0  # a run with no earlier time: dealt as if it took this long
 GOAL_MINUTES = 60.0  # the whole set's GPU time on the reference device
+STOP_GRACE_S = 60.0  # a run stopped at its time limit gets this long to end its kernels before it is killed
 NOTES = REPO_ROOT / "data" / "reports" / "NOTES.md"
 
 
@@ -65,6 +71,7 @@ class Job:
     status: str = "pending"  # pending | running | ok | failed | cannot run here (CANNOT)
     seconds: float = 0.0  # wall clock of the run
     gpu_count: int = 1  # the GPUs it held: its GPU time is seconds x gpu_count
+    after: list[str] = field(default_factory=list)  # runs whose compiled stacks it reuses: started once they ended
     error: str = ""
 
 
@@ -101,6 +108,12 @@ def plan(notebooks=None, workloads=None, params=None) -> list[Job]:
                 continue
             for _, _, prm in notebook_parameters([path], params | extra):
                 jobs.append(Job(f"{path.stem}-{extra['preset']}", path.stem, src, prm, gpus))
+    for j in jobs:  # a run starts once the runs of the notebooks it builds on, at the same workload, have ended
+        spec = studies.spec_for(j.notebook)
+        if spec is not None and spec.builds_on and j.gpus != "all":
+            j.after = [o.name for o in jobs if o.notebook in spec.builds_on and o.gpus != "all"
+                       and o.params.get("workload") == j.params.get("workload")
+                       and o.params.get("preset", "auto") == j.params.get("preset", "auto")]
     seen = set()
     for j in jobs:
         if j.name in seen:
@@ -110,10 +123,8 @@ def plan(notebooks=None, workloads=None, params=None) -> list[Job]:
 
 
 def deal(jobs: list[Job], queues: int, minutes: dict[str, float]) -> list[float]:
-    """Each single-GPU run to a queue, longest first to the least loaded one; returns each queue's expected
-    minutes. A queue runs its runs in the plan's order, notebook by notebook: a stack an earlier notebook compiles
-    (notebook 04's best in 05 and 06, 06's in 08) is then in the set's shared compile cache when a later one compiles
-    it again (at wma a cold whole-UNet compile takes minutes, a cache hit about half a minute)."""
+    """Each single-GPU run to a queue, longest first to the least loaded one; returns each queue's expected minutes
+    (what --plan shows: when the set runs, each queue takes the longest run that is ready, run_set)."""
     load = [0.0] * queues
     single = (j for j in jobs if j.gpus != "all" and j.status != CANNOT)
     for j in sorted(single, key=lambda j: -minutes.get(j.name, DEFAULT_MINUTES)):
@@ -132,6 +143,26 @@ def _earlier_minutes(out: Path, publish: Path | None) -> dict[str, float]:
             except (ValueError, AttributeError):
                 continue
     return {}
+
+
+def _recorded_minutes(jobs: list[Job], device: str) -> dict[str, float]:
+    """Minutes per run from the times recorded for the same notebook, workload, preset and device (wmbook.runtimes:
+    every finished run and published report leaves one): a first set on a device is dealt, and fitted into a time
+    limit, by what its runs took there before."""
+    from . import runtimes  # noqa: PLC0415
+    from . import workloads as wls  # noqa: PLC0415  heavy: torch
+
+    out = {}
+    for j in jobs:
+        w, preset = j.params.get("workload"), j.params.get("preset", "auto")
+        if not isinstance(w, str) or w not in wls.names():
+            continue
+        if preset == "auto":
+            preset = wls.get(w).real_preset
+        got = runtimes.expected(j.notebook, w, preset, device) if preset else None
+        if got is not None:
+            out[j.name] = got[0] / 60
+    return out
 
 
 class SetState:
@@ -197,11 +228,27 @@ def _run_job(job: Job, out: Path, gpu: int | None, cpus: set[int] | None, commit
 
     t0 = time.monotonic()
     with log.open("w") as f:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                preexec_fn=pin if cpus and hasattr(os, "sched_setaffinity") else None)
         try:
-            rc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s,
-                                preexec_fn=pin if cpus and hasattr(os, "sched_setaffinity") else None).returncode
+            rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             rc = None
+            # as Ctrl-C: the runner ends the kernels it started (their own sessions: a plain kill would leave them
+            # holding the GPU the next run gets), then it goes
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        except BaseException:  # Ctrl-C (the run got it too) or an error here: never leave the run behind
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=STOP_GRACE_S)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            raise
     job.seconds = time.monotonic() - t0
     if rc == 0:
         job.status, job.error = "ok", ""
@@ -212,41 +259,96 @@ def _run_job(job: Job, out: Path, gpu: int | None, cpus: set[int] | None, commit
         f": {tail[-1][:300]}" if tail else "")
 
 
-def run_set(state: SetState, gpus: int, timeout_s: float, echo=print) -> SetState:
-    """Every run of the set that is not done yet: the queues in parallel, then the all-GPU runs alone."""
+def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: float | None = None,
+            minutes: dict[str, float] | None = None) -> SetState:
+    """Every run of the set that is not done yet: the queues in parallel, then the all-GPU runs alone.
+
+    Each queue takes the longest run still to do (`minutes`, else DEFAULT_MINUTES) whose notebook builds on none that
+    is still to do or running for the same workload (Job.after: then the stacks it compiles again are in the set's
+    compile cache; at wma a cold whole-UNet compile takes minutes, a cache hit about half a minute).
+    deadline (time.monotonic()): no run starts that is expected to end after it, and a run still going then is cut
+    there (failed, to be run again on resume): a set fits a time-limited allocation (a batch job's wall time, a
+    lease) and is finished by later ones."""
+    minutes = minutes or {}
     todo = [j for j in state.jobs if j.status not in ("ok", CANNOT)]
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     share = max(1, len(cores) // max(1, state.queues)) if cores else 0
     done = [len(state.jobs) - len(todo)]
     stop = threading.Event()  # Ctrl-C: no queue starts another run (the running ones got the interrupt too)
+    pending = sorted((j for j in todo if j.gpus != "all"), key=lambda j: -minutes.get(j.name, DEFAULT_MINUTES))
+    running: set[str] = set()
+    cv = threading.Condition()
 
-    def work(q: int | None, jobs: list[Job]) -> None:
-        cpus = set(cores[q * share:(q + 1) * share]) if cores and q is not None and state.queues > 1 else None
-        for j in jobs:
-            if stop.is_set():
-                return
-            j.status = "running"
-            state.save()
-            echo(f"[{'all' if q is None else f'q{q}'}] {j.name}: started")
-            if q is None:  # an all-GPU run holds every GPU of the host for its whole time
-                j.gpu_count = max(1, gpus)
-            _run_job(j, state.out, q if (gpus and q is not None) else None, cpus, state.commit, timeout_s)
-            state.save()
-            done[0] += 1
-            echo(f"[{'all' if q is None else f'q{q}'}] {j.name}: {j.status} ({j.seconds / 60:.1f} min)"
-                 + (f" {j.error}" if j.error else "") + f"  [{done[0]}/{len(state.jobs)}]")
+    def limit_for(j: Job, tag: str) -> float | None:
+        """The run's time limit, or None when it is not expected to end before the deadline (said so)."""
+        if deadline is None:
+            return timeout_s
+        left, need = deadline - time.monotonic(), minutes.get(j.name, DEFAULT_MINUTES) * 60
+        if need > left:
+            echo(f"[{tag}] {j.name}: not started (expected {need / 60:.0f} min, {max(0.0, left) / 60:.0f} min left "
+                 "before the time limit)")
+            return None
+        return min(timeout_s, left)
 
-    threads = [threading.Thread(target=work, args=(q, [j for j in todo if j.queue == q]), daemon=True)
-               for q in range(state.queues)]
+    def take(tag: str) -> tuple[Job, float] | None:
+        with cv:
+            while pending and not stop.is_set():
+                held = running | {x.name for x in pending}
+                for j in pending:
+                    if not set(j.after) & held:
+                        pending.remove(j)
+                        limit = limit_for(j, tag)
+                        if limit is None:
+                            cv.notify_all()  # what waited for it need not any more
+                            break
+                        running.add(j.name)
+                        return j, limit
+                else:
+                    cv.wait(timeout=1.0)
+            return None
+
+    def run(j: Job, q: int | None, cpus, limit: float) -> None:
+        tag = "all" if q is None else f"q{q}"
+        j.status, j.queue = "running", q
+        state.save()
+        echo(f"[{tag}] {j.name}: started")
+        if q is None:  # an all-GPU run holds every GPU of the host for its whole time
+            j.gpu_count = max(1, gpus)
+        _run_job(j, state.out, q if (gpus and q is not None) else None, cpus, state.commit, limit)
+        if j.status == "failed" and limit < timeout_s and j.error.startswith("timed out"):
+            j.error = f"cut at the set's time limit after {j.seconds / 60:.1f} min"
+        state.save()
+        done[0] += 1
+        echo(f"[{tag}] {j.name}: {j.status} ({j.seconds / 60:.1f} min)" + (f" {j.error}" if j.error else "")
+             + f"  [{done[0]}/{len(state.jobs)}]")
+
+    def work(q: int) -> None:
+        cpus = set(cores[q * share:(q + 1) * share]) if cores and state.queues > 1 else None
+        while (got := take(f"q{q}")) is not None:
+            try:
+                run(got[0], q, cpus, got[1])
+            finally:
+                with cv:
+                    running.discard(got[0].name)
+                    cv.notify_all()
+
+    threads = [threading.Thread(target=work, args=(q,), daemon=True) for q in range(state.queues)]
     try:
         for t in threads:
             t.start()
         for t in threads:
             while t.is_alive():
                 t.join(timeout=0.5)
-        work(None, [j for j in todo if j.gpus == "all"])
+        for j in (j for j in todo if j.gpus == "all"):
+            if stop.is_set():
+                break
+            limit = limit_for(j, "all")
+            if limit is not None:
+                run(j, None, None, limit)
     except KeyboardInterrupt:
         stop.set()
+        with cv:
+            cv.notify_all()
         for t in threads:  # each ends when its running notebook has (it was interrupted as well)
             t.join(timeout=60)
         raise
@@ -342,6 +444,9 @@ def main(argv=None) -> int:
                     help="a parameter for every run that declares it")
     ap.add_argument("--gpus", type=int, default=None, help="queues, one per GPU (default: every GPU; 1 on a CPU)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds one run may take (default 3600)")
+    ap.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
+                    help="stop within this many minutes (a batch job's wall time): no run starts that is expected to "
+                         "end after it, a run still going then is cut; the same command resumes the set later")
     ap.add_argument("--fresh", action="store_true", help="start over: the folder's earlier set is moved aside")
     ap.add_argument("--plan", action="store_true", help="print what would run on which queue; run nothing")
     ap.add_argument("--publish", type=Path, default=None, metavar="FOLDER",
@@ -357,6 +462,9 @@ def main(argv=None) -> int:
         ap.error(f"-p: a value is not YAML: {e}")
     if not (a.timeout > 0 and math.isfinite(a.timeout)):
         ap.error(f"--timeout={a.timeout!r} is not allowed; allowed values: seconds > 0")
+    if a.time_limit is not None and not (a.time_limit > 0 and math.isfinite(a.time_limit)):
+        ap.error(f"--time-limit={a.time_limit!r} is not allowed; allowed values: minutes > 0")
+    started = time.monotonic()
     device, count = _device()
     queues = a.gpus if a.gpus is not None else max(1, count)
     if queues < 1 or (count and queues > count):
@@ -380,7 +488,7 @@ def main(argv=None) -> int:
     else:
         jobs = plan(a.notebooks.split(",") if a.notebooks else None,
                     [w.strip() for w in a.workloads.split(",")] if a.workloads else None, params)
-        load = deal(jobs, queues, _earlier_minutes(out, a.publish))
+        load = deal(jobs, queues, _recorded_minutes(jobs, device) | _earlier_minutes(out, a.publish))
         out.mkdir(parents=True, exist_ok=True)
         state = SetState(out, commit, device, queues, jobs)
         print(f"{len(jobs)} runs on {queues} queue(s) ({device}); expected minutes per queue: "
@@ -388,11 +496,14 @@ def main(argv=None) -> int:
         if a.plan:
             for j in jobs:
                 print(f"  {'all' if j.queue is None else f'q{j.queue}'}  {j.name}  {j.params}"
+                      + (f"  after {', '.join(j.after)}" if j.after else "")
                       + (f"  [{j.status}: {j.error}]" if j.status == CANNOT else ""))
             return 0
         state.save()
+    minutes = _recorded_minutes(state.jobs, state.device) | _earlier_minutes(out, a.publish)
     try:
-        run_set(state, count, a.timeout)
+        run_set(state, count, a.timeout, deadline=None if a.time_limit is None else started + a.time_limit * 60,
+                minutes=minutes)
     except KeyboardInterrupt:
         for j in state.jobs:
             if j.status == "running":
@@ -404,6 +515,8 @@ def main(argv=None) -> int:
     t = gpu_time(state)
     print(f"GPU time {t['total_seconds'] / 60:.1f} minutes in all (goal {GOAL_MINUTES:.0f}), wall "
           f"{t['wall_seconds'] / 60:.1f} minutes; missing: {[j.name for j in state.missing()] or 'none'}")
+    if state.missing():
+        print(f"run `python -m wmbook regenerate --out {out}` again to finish the set")
     if a.publish is not None:
         publish_set(state, a.publish)
     return 0 if not state.missing() else 1

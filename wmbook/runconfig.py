@@ -59,6 +59,9 @@ class NotebookSpec:
     # `wmbook run --profile quick`: the parameters that make a run short enough to step through (fewer repeats, the
     # costliest optional tables off); what is given explicitly wins. Its rows never join the published store.
     quick: Mapping[str, Any] = field(default_factory=dict)
+    # notebooks whose stacks this one compiles again (its base is their best): in the published set its run of a
+    # workload starts once theirs has ended, so that those compiles come from the set's cache
+    builds_on: tuple[str, ...] = ()
 
     def supports(self, workload) -> bool:
         """Whether this notebook runs for `workload` (a Workload)."""

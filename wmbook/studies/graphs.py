@@ -63,7 +63,8 @@ SPEC = NotebookSpec(NOTEBOOK, (
     WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS,
     OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=check_e2e,
     # reduce-overhead compiles the whole denoiser once more (minutes at wma's real shape)
-    quick={"reduce_overhead": False, "warmup": 2, "repeats": 5, "e2e_repeats": 1})
+    quick={"reduce_overhead": False, "warmup": 2, "repeats": 5, "e2e_repeats": 1},
+    builds_on=("04_compile_autocast", "05_triton_kernels"))
 
 
 def validate(**params) -> RunConfig:

@@ -58,7 +58,7 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
     WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS,
     OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=check_e2e,
-    quick={"rep_ms": 50, "warmup": 2, "repeats": 5, "e2e_repeats": 1})
+    quick={"rep_ms": 50, "warmup": 2, "repeats": 5, "e2e_repeats": 1}, builds_on=("04_compile_autocast",))
 
 
 def validate(**params) -> RunConfig:

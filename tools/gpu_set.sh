@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The published set (python -m wmbook regenerate) on a remote GPU machine that is lent for a limited time and whose
+# calls are cut at a time limit: one slice of the set a lease, resumed on the next lease from the set's file, each
+# slice's runs brought back and merged into the set folder here, where the complete set is published.
+#
+#   bash tools/gpu_set.sh start SHA SET MINUTES [regenerate args]   # there: start the slice detached, return
+#   bash tools/gpu_set.sh wait SECONDS                              # there: progress until it ends or SECONDS pass
+#   bash tools/gpu_set.sh pack OUT                                  # there: the slice -> OUT/set-part-* (15 MiB parts)
+#   bash tools/gpu_set.sh unpack DIR SET                            # here: merge the parts under DIR into SET
+#
+# SET is the set folder here, inside the repository (sets/ is ignored by git, e.g. sets/h200); carry SET/set.json to
+# the machine, where `start` copies it into the slice's folder: the runs it records as done are not run again, and
+# the runs' folders stay here. SHA is the commit the tree was copied from (rows record it: WMBOOK_GIT_COMMIT); every
+# slice of a set must run that commit's code. MINUTES goes to `regenerate --time-limit`: no run starts that is
+# expected to end after it, one still going then is stopped (and run again by the next slice). The slice runs in a
+# snapshot of the tree (a later call may re-send the tree), its set folder outside it; compile caches, traces and
+# weights stay on the machine. Environment: GPU_SET_ROOT (default /root), WHEELS (a folder of wheels installed with
+# --no-deps first; default .whl when present).
+#   e.g. bash tools/gpu_set.sh start $(git rev-parse HEAD) sets/h200 25 && bash tools/gpu_set.sh wait 540
+#        ... bash tools/gpu_set.sh wait 500; bash tools/gpu_set.sh pack $OUT
+#        here: bash tools/gpu_set.sh unpack FILES_AT sets/h200, and when the set is complete:
+#        python -m wmbook regenerate --out sets/h200 --publish data/reports/h200
+set -uo pipefail
+root=${GPU_SET_ROOT:-/root}
+run="$root/set-slice"  # the slice: snap/ (the tree), set/ (its set folder), log, pid, rc
+cmd=${1:?usage: gpu_set.sh start SHA SET MINUTES [args] | wait SECONDS | pack OUT | unpack DIR SET}; shift
+case "$cmd" in
+  start)
+    sha=${1:?usage: gpu_set.sh start SHA SET MINUTES [regenerate args]}
+    set_dir=${2:?usage: gpu_set.sh start SHA SET MINUTES [regenerate args]}
+    minutes=${3:?usage: gpu_set.sh start SHA SET MINUTES [regenerate args]}; shift 3
+    if [ -f "$run/pid" ] && [ ! -f "$run/rc" ] && kill -0 "$(cat "$run/pid")" 2>/dev/null; then
+      echo "gpu_set.sh: a slice is still running (pid $(cat "$run/pid"))" >&2; exit 2
+    fi
+    wheels=${WHEELS:-.whl}
+    if [ -d "$wheels" ]; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$wheels"/*.whl || exit 1
+      python3 -m ipykernel install --name python3 > /dev/null || exit 1
+    fi
+    rm -rf "$run" && mkdir -p "$run/snap" "$run/set" || exit 1
+    # no .git (the commit is SHA) and no virtual environment of this host
+    tar -C . --exclude="./${wheels#./}" --exclude=./sets --exclude=./.git --exclude=./.venv -cf - . |
+      tar -C "$run/snap" -xf - || exit 1
+    [ -f "$set_dir/set.json" ] && cp "$set_dir/set.json" "$run/set/"
+    echo "$set_dir" > "$run/name"
+    (
+      cd "$run/snap" || exit 1
+      export WMBOOK_GIT_COMMIT=$sha PYTHONPATH=$run/snap PYTHONUNBUFFERED=1
+      export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+      setsid bash -c 'python3 -m wmbook regenerate --out "$0" --time-limit "$1" "${@:2}" > "$0/../log" 2>&1;
+                      echo $? > "$0/../rc"' "$run/set" "$minutes" "$@" < /dev/null > /dev/null 2>&1 &
+      echo $! > "$run/pid"
+    )
+    sleep 5; cat "$run/log" 2>/dev/null
+    ;;
+  wait)
+    secs=${1:?usage: gpu_set.sh wait SECONDS}
+    [ -d "$run" ] || { echo "gpu_set.sh: no slice under $root" >&2; exit 2; }
+    t0=$(date +%s); shown=0
+    while :; do
+      n=$(wc -l < "$run/log" 2>/dev/null || echo 0)
+      [ "$n" -gt "$shown" ] && sed -n "$((shown + 1)),${n}p" "$run/log" && shown=$n
+      [ -f "$run/rc" ] && { echo "the slice ended (exit $(cat "$run/rc"))"; break; }
+      [ $(($(date +%s) - t0)) -ge "$secs" ] && { echo "the slice is still running"; break; }
+      sleep 10
+    done
+    ;;
+  pack)
+    out=${1:?usage: gpu_set.sh pack OUT}
+    [ -d "$run/set" ] || { echo "gpu_set.sh: no slice under $root" >&2; exit 2; }
+    cp "$run/log" "$run/set/slice-$(date -u +%Y%m%dT%H%M%S).log" 2>/dev/null
+    mkdir -p "$out"
+    tar -C "$run/set" --exclude=./cache --exclude='*.json.gz' --exclude='*.pt' -czf - . | split -b 15m - "$out/set-part-"
+    ls -la "$out"
+    ;;
+  unpack)
+    dir=${1:?usage: gpu_set.sh unpack DIR SET}; set_dir=${2:?usage: gpu_set.sh unpack DIR SET}
+    ls "$dir"/set-part-* > /dev/null 2>&1 || { echo "gpu_set.sh: no set-part-* under $dir" >&2; exit 2; }
+    mkdir -p "$set_dir" && cat "$dir"/set-part-* | tar -C "$set_dir" -xzf - || exit 1
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['commit'], d['device'], *(j['name'] + ': ' + j['status'] for j in d['jobs']), sep='\n')" "$set_dir/set.json"
+    ;;
+  *) echo "gpu_set.sh: unknown command $cmd; allowed: start, wait, pack, unpack" >&2; exit 2 ;;
+esac
