@@ -141,6 +141,18 @@ def test_a_set_started_at_another_commit_is_refused(tmp_path, monkeypatch):
         rg.main(["--out", str(out)])
 
 
+def test_a_set_is_finished_on_the_device_it_started_on(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "set"
+    rg.SetState(out, "1111111", "NVIDIA H200", 2, [rg.Job("a", "a", "a.ipynb", {})]).save()
+    monkeypatch.setenv("WMBOOK_GIT_COMMIT", "1111111")
+    with pytest.raises(SystemExit):  # this host is a CPU
+        rg.main(["--out", str(out)])
+    assert "ran on NVIDIA H200; this host has CPU" in capsys.readouterr().err
+    done = rg.SetState(out, "1111111", "NVIDIA H200", 2, [rg.Job("a", "a", "a.ipynb", {}, status="ok", seconds=5)])
+    done.save()  # a complete set resumes anywhere (nothing to run: publishing it here)
+    assert rg.main(["--out", str(out)]) == 0
+
+
 def test_a_run_the_host_cannot_make_is_planned_as_such_and_keeps_the_set_unpublished(tmp_path, monkeypatch):
     import wmbook.runconfig as rc
     from wmbook.params import ParameterError

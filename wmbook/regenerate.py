@@ -483,6 +483,10 @@ def main(argv=None) -> int:
         if state.commit != commit:
             ap.error(f"{out} holds a set started at commit {state.commit}; this tree is at {commit}: a set comes from "
                      "one commit (--fresh starts it over)")
+        if [j for j in state.missing() if j.status != CANNOT] and state.device != device:
+            ap.error(f"{out} holds a set that ran on {state.device}; this host has {device}: a set comes from one "
+                     f"device, so finish it on a host of {state.device} (or start it over here with --fresh)")
+        state.queues = queues  # this host's: a queue takes whichever run is ready (run_set), whatever it had before
         print(f"resuming the set of {state.started}: {len(state.jobs) - len(state.missing())} of {len(state.jobs)} "
               "runs done")
     else:
