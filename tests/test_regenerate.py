@@ -136,7 +136,7 @@ def test_a_set_runs_on_queues_resumes_what_did_not_finish_and_publishes_only_whe
 def test_a_set_started_at_another_commit_is_refused(tmp_path, monkeypatch):
     out = tmp_path / "set"
     rg.SetState(out, "0000000", "CPU", 1, [rg.Job("a", "a", "a.ipynb", {})]).save()
-    monkeypatch.setenv("WMBOOK_GIT_COMMIT", "1111111")
+    monkeypatch.setattr(rg, "git_commit", lambda: "1111111")  # the real one is cached for the process
     with pytest.raises(SystemExit):
         rg.main(["--out", str(out)])
 
@@ -144,7 +144,7 @@ def test_a_set_started_at_another_commit_is_refused(tmp_path, monkeypatch):
 def test_a_set_is_finished_on_the_device_it_started_on(tmp_path, monkeypatch, capsys):
     out = tmp_path / "set"
     rg.SetState(out, "1111111", "NVIDIA H200", 2, [rg.Job("a", "a", "a.ipynb", {})]).save()
-    monkeypatch.setenv("WMBOOK_GIT_COMMIT", "1111111")
+    monkeypatch.setattr(rg, "git_commit", lambda: "1111111")  # the real one is cached for the process
     with pytest.raises(SystemExit):  # this host is a CPU
         rg.main(["--out", str(out)])
     assert "ran on NVIDIA H200; this host has CPU" in capsys.readouterr().err
