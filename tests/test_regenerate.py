@@ -201,6 +201,7 @@ def test_a_first_set_is_dealt_by_the_times_its_runs_took_on_the_device_before():
 
     jobs = rg.plan(["06"], ["mg2", "wma"])
     got = rg._recorded_minutes(jobs, "NVIDIA H200")
+    assert got  # the store records notebook 06's runs on the H200
     for j in jobs:
         w = j.params["workload"]
         rec = runtimes.expected("06_cuda_graphs", w, "mg2-universal" if w == "mg2" else "wma", "NVIDIA H200")
@@ -215,7 +216,7 @@ def test_a_run_starts_once_the_runs_it_builds_on_have_ended_and_the_longest_read
 
     seen, lock = {}, threading.Lock()
 
-    def fake_run(job, out, gpu, cpus, commit, limit):  # the scheduling alone: each run takes 0.3 s
+    def fake_run(job, out, gpu, cpus, commit, limit, **kw):  # the scheduling alone: each run takes 0.3 s
         with lock:
             seen[job.name] = [time.monotonic(), None]
         time.sleep(0.3)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The published set (python -m wmbook regenerate) on a remote GPU machine that is lent for a limited time and whose
-# calls are cut at a time limit: one slice of the set a lease, resumed on the next lease from the set's file, each
-# slice's runs brought back and merged into the set folder here, where the complete set is published.
+# The published set (python -m wmbook regenerate) on a remote GPU machine that is available for a limited time and
+# whose commands are cut at a time limit: one slice of the set per allocation, resumed on the next machine from the
+# set's file, each slice's runs brought back and merged into the set folder here, where the complete set is published.
 #
 #   bash tools/gpu_set.sh start SHA SET MINUTES [regenerate args]   # there: start the slice detached, return
 #   bash tools/gpu_set.sh wait SECONDS                              # there: progress until it ends or SECONDS pass
@@ -13,7 +13,7 @@
 # the runs' folders stay here. SHA is the commit the tree was copied from (rows record it: WMBOOK_GIT_COMMIT); every
 # slice of a set must run that commit's code. MINUTES goes to `regenerate --time-limit`: no run starts that is
 # expected to end after it, one still going then is stopped (and run again by the next slice). The slice runs in a
-# snapshot of the tree (a later call may re-send the tree), its set folder outside it; compile caches, traces and
+# snapshot of the tree (the tree may be replaced while it runs), its set folder outside it; compile caches, traces and
 # weights stay on the machine. Environment: GPU_SET_ROOT (default /root), WHEELS (a folder of wheels installed with
 # --no-deps first; default .whl when present).
 #   e.g. bash tools/gpu_set.sh start $(git rev-parse HEAD) sets/h200 25 && bash tools/gpu_set.sh wait 540

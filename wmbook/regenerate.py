@@ -201,8 +201,10 @@ def _device() -> tuple[str, int]:
     return "CPU", 0
 
 
-def _run_job(job: Job, out: Path, gpu: int | None, cpus: set[int] | None, commit: str, timeout_s: float) -> None:
-    """`wmbook run` for one job (its own report folder, rows file and log); sets its status and seconds."""
+def _run_job(job: Job, out: Path, gpu: int | None, cpus: set[int] | None, commit: str, timeout_s: float,
+             stopped_by: str | None = None) -> None:
+    """`wmbook run` for one job (its own report folder, rows file and log); sets its status and seconds.
+    `stopped_by`: what `timeout_s` is, for the error of a run stopped there (default: the run's own timeout)."""
     store, log = out / "results" / f"{job.name}.csv", out / "logs" / f"{job.name}.log"
     for f in (store, log):
         f.parent.mkdir(parents=True, exist_ok=True)
@@ -255,7 +257,8 @@ def _run_job(job: Job, out: Path, gpu: int | None, cpus: set[int] | None, commit
         return
     job.status = "failed"
     tail = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    job.error = (f"timed out after {timeout_s:.0f} s" if rc is None else f"exit {rc}") + (
+    stopped = f"{stopped_by} after {job.seconds / 60:.1f} min" if stopped_by else f"timed out after {timeout_s:.0f} s"
+    job.error = (stopped if rc is None else f"exit {rc}") + (
         f": {tail[-1][:300]}" if tail else "")
 
 
@@ -267,8 +270,8 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
     is still to do or running for the same workload (Job.after: then the stacks it compiles again are in the set's
     compile cache; at wma a cold whole-UNet compile takes minutes, a cache hit about half a minute).
     deadline (time.monotonic()): no run starts that is expected to end after it, and a run still going then is cut
-    there (failed, to be run again on resume): a set fits a time-limited allocation (a batch job's wall time, a
-    lease) and is finished by later ones."""
+    there (failed, to be run again on resume): a set fits a time-limited allocation (a batch job's wall time) and is
+    finished by later ones."""
     minutes = minutes or {}
     todo = [j for j in state.jobs if j.status not in ("ok", CANNOT)]
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
@@ -314,9 +317,11 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
         echo(f"[{tag}] {j.name}: started")
         if q is None:  # an all-GPU run holds every GPU of the host for its whole time
             j.gpu_count = max(1, gpus)
-        _run_job(j, state.out, q if (gpus and q is not None) else None, cpus, state.commit, limit)
-        if j.status == "failed" and limit < timeout_s and j.error.startswith("timed out"):
-            j.error = f"cut at the set's time limit after {j.seconds / 60:.1f} min"
+        try:
+            _run_job(j, state.out, q if (gpus and q is not None) else None, cpus, state.commit, limit,
+                     stopped_by="cut at the set's time limit" if limit < timeout_s else None)
+        except Exception as e:  # noqa: BLE001  a run this process could not start or watch: failed, never "running"
+            j.status, j.error = "failed", f"{type(e).__name__}: {e}"
         state.save()
         done[0] += 1
         echo(f"[{tag}] {j.name}: {j.status} ({j.seconds / 60:.1f} min)" + (f" {j.error}" if j.error else "")
@@ -487,12 +492,14 @@ def main(argv=None) -> int:
             ap.error(f"{out} holds a set that ran on {state.device}; this host has {device}: a set comes from one "
                      f"device, so finish it on a host of {state.device} (or start it over here with --fresh)")
         state.queues = queues  # this host's: a queue takes whichever run is ready (run_set), whatever it had before
+        minutes = _recorded_minutes(state.jobs, state.device) | _earlier_minutes(out, a.publish)
         print(f"resuming the set of {state.started}: {len(state.jobs) - len(state.missing())} of {len(state.jobs)} "
               "runs done")
     else:
         jobs = plan(a.notebooks.split(",") if a.notebooks else None,
                     [w.strip() for w in a.workloads.split(",")] if a.workloads else None, params)
-        load = deal(jobs, queues, _recorded_minutes(jobs, device) | _earlier_minutes(out, a.publish))
+        minutes = _recorded_minutes(jobs, device) | _earlier_minutes(out, a.publish)
+        load = deal(jobs, queues, minutes)
         out.mkdir(parents=True, exist_ok=True)
         state = SetState(out, commit, device, queues, jobs)
         print(f"{len(jobs)} runs on {queues} queue(s) ({device}); expected minutes per queue: "
@@ -504,7 +511,6 @@ def main(argv=None) -> int:
                       + (f"  [{j.status}: {j.error}]" if j.status == CANNOT else ""))
             return 0
         state.save()
-    minutes = _recorded_minutes(state.jobs, state.device) | _earlier_minutes(out, a.publish)
     try:
         run_set(state, count, a.timeout, deadline=None if a.time_limit is None else started + a.time_limit * 60,
                 minutes=minutes)
