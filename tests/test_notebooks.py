@@ -177,6 +177,11 @@ def test_notebook_04_default_ladders():
     assert "attn-flash" not in names(ca.validate(workload="mg2", device="cpu"), "flash")  # CUDA only
     with pytest.raises(ValueError, match="e2e_blocks=5 is not allowed for preset 'tiny-sf'"):
         ca.validate(workload="mg2", preset="tiny-sf", device="cpu", e2e_blocks=5)
+    # the compile table by default: the workload's configurations (each a cold compile), `dynamic` never on a CPU
+    assert ca.validate(workload="mg2", device="cpu").options.compile_table == ("reference", "hygiene", "whole",
+                                                                               "max-autotune")
+    assert ca.validate(workload="wma", device="cpu").options.compile_table == ("hygiene", "whole")
+    assert "dynamic" in ca.validate(workload="wma", device="cpu", compile_table="all").options.compile_table
 
 
 def test_notebook_04_rejects_unknown_variant_before_work(tmp_path):

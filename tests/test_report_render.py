@@ -303,6 +303,14 @@ def test_folder_index_follows_the_device_and_dtype(tmp_path):
     assert "Run time per report" in index and "<td>5.0</td><td>abcdef1</td><td>2026-01-02</td>" in index
     assert "1 of 2 reports, <b>5.0 minutes</b>" in index and "15.0" not in index
     assert "no time recorded for 01_baseline_profiling-wma-bf16.html" in index
+    # per notebook, workload and preset on the folder's device: the median of its latest runs (300 and 900 s), and
+    # the runs of a full set with no time there
+    notebook_times = index[index.index("How long each notebook takes on this device"):]
+    assert "<td>01_baseline_profiling</td><td>wma</td><td>wma</td><td>10.0</td><td>2</td>" in notebook_times
+    assert "not timed here yet: 01 mg2 / mg2-universal" in notebook_times and "07 motion / g1-4096" in notebook_times
+    assert "01 wma / wma" not in notebook_times
+    index = report_index.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
+    assert "How long each notebook" not in index  # no device: times of every device would mix
 
 
 # --------------------------------------------------------------------------- headless Chromium

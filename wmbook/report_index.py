@@ -175,6 +175,41 @@ def _recorded_times_html(times: list[dict], groups: dict) -> str:
             f"{rows}</table>")
 
 
+def _notebook_times_html(times: list[dict], device: str | None) -> str:
+    """Without a regenerated set's gpu_time.json: how long each notebook, workload and preset takes on this folder's
+    device (the median of its latest full runs, wmbook.runtimes, published or not), their sum, and the runs of a
+    full set (wmbook.studies.set_keys) with no recorded time there; empty without a device or a time."""
+    if not device:
+        return ""
+    e, dev = html.escape, device.lower()
+    runs: dict[tuple, list[dict]] = {}
+    for r in times:
+        if r.get("profile", "full") == "full" and dev in str(r.get("device_name", "")).lower():
+            runs.setdefault((r.get("notebook", ""), r.get("workload", ""), r.get("preset", "")), []).append(r)
+    if not runs:
+        return ""
+    rows, total = [], 0.0
+    for key in sorted(runs):
+        last = sorted(runs[key], key=lambda r: r.get("timestamp", ""))[-runtimes.LAST_RUNS:]
+        secs = sorted(r["seconds"] for r in last)
+        median = secs[len(secs) // 2] if len(secs) % 2 else (secs[len(secs) // 2 - 1] + secs[len(secs) // 2]) / 2
+        total += median
+        rows.append(f"<tr><td>{e(key[0])}</td><td>{e(key[1])}</td><td>{e(key[2])}</td><td>{median / 60:.1f}</td>"
+                    f"<td>{len(last)}</td><td>{e(str(last[-1].get('git_commit', ''))[:7])}</td>"
+                    f"<td>{e(str(last[-1].get('timestamp', ''))[:10])}</td></tr>")
+    from .studies import set_keys  # noqa: PLC0415  heavy: every study
+
+    untimed = [f"{nb[:2]} {wl} / {preset}" for nb, wl, preset in set_keys() if (nb, wl, preset) not in runs]
+    return ("<h2>How long each notebook takes on this device</h2><p>The median of the latest full runs of each "
+            f"notebook, workload and preset (at most {runtimes.LAST_RUNS}; "
+            "<code>data/results/notebook_times.csv</code>, the runs of unpublished sets included): "
+            f"<b>{total / 60:.1f} minutes</b> for these {len(rows)} runs, one each, by wall clock (a notebook that "
+            "holds every GPU of its host, 08, costs that many GPU-minutes per minute)"
+            + (f"; not timed here yet: {e(', '.join(untimed))}" if untimed else "")
+            + ".</p><table><tr><th>notebook</th><th>workload</th><th>preset</th><th>minutes</th><th>runs</th>"
+              f"<th>latest commit</th><th>date</th></tr>{''.join(rows)}</table>")
+
+
 def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLike | None = None,
                        notebooks: str | os.PathLike | None = None, title: str | None = None,
                        note: str | None = None, device: str | None = None) -> Path:
@@ -225,6 +260,7 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
         cards.append(finding_html(f"{wl or '?'} / {preset or '?'}", None, head,
                                   None if found else "No stored rows of this report's run on this device.", links,
                                   bullets=found.bullets() if found else (), anchor=f"{nb}-{preset}"))
+    times = runtimes.read(runtimes.times_path(results_path or results.default_path()))
     others = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix not in (".html",)
                     and not p.name.startswith(".") and p.name != "README.md")
     other_html = "".join(f'<li><a href="{e(p.relative_to(folder).as_posix())}">{e(p.relative_to(folder).as_posix())}'
@@ -237,8 +273,7 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
             + (' Every table of the stored rows: <a href="README.md">README.md</a>.' if (folder / "README.md").exists()
                else "") + "</p>"
             + _summary_html(df, groups, device)
-            + (_gpu_time_html(folder) or _recorded_times_html(
-                runtimes.read(runtimes.times_path(results_path or results.default_path())), groups))
+            + (_gpu_time_html(folder) or _recorded_times_html(times, groups) + _notebook_times_html(times, device))
             + "\n".join(cards)
             + (f"<h2>Other files</h2><ul>{other_html}</ul>" if other_html else ""))
     out = folder / "index.html"

@@ -42,6 +42,18 @@ def spec_for(notebook: str):
     return importlib.import_module(mod).SPEC if mod else None
 
 
+def set_keys() -> list[tuple[str, str, str]]:
+    """(notebook, workload, preset) of every run of a full published set (what `wmbook regenerate` plans, without
+    checking parameters against a device): each notebook at each workload it runs for, at the workload's real preset,
+    then the runs its study adds (NotebookSpec.set_runs)."""
+    keys = []
+    for nb in MODULES:
+        spec = spec_for(nb)
+        keys += [(nb, wl.name, wl.real_preset) for wl in spec.workloads()]
+        keys += [(nb, x["workload"], x["preset"]) for x in spec.set_runs]
+    return list(dict.fromkeys(keys))
+
+
 REPORTS = {
     "01_baseline_profiling": "wmbook.studies.baseline_report",
     "02_bottleneck_breakdown": "wmbook.studies.breakdown_report",

@@ -66,10 +66,12 @@ def _compile_modes(v, ctx):
 
 
 def _compile_table(v, ctx):
-    """'auto': every configuration on a GPU; on a CPU (aot_eager at tiny shapes, a smoke run) all but `dynamic`,
-    whose symbolic tracing alone takes minutes there and says nothing about a GPU's dynamic compile."""
+    """'auto': the workload's configurations (Workload.compile_table; every one when it names none); on a CPU
+    (aot_eager at tiny shapes, a smoke run) without `dynamic`, whose symbolic tracing alone takes minutes there and
+    says nothing about a GPU's dynamic compile."""
     if v == "auto":
-        return tuple(c for c in COMPILE_CONFIGS if ctx["device"].type == "cuda" or c != "dynamic")
+        own = getattr(ctx.get("workload"), "compile_table", None) or COMPILE_CONFIGS
+        return tuple(c for c in COMPILE_CONFIGS if c in own and (ctx["device"].type == "cuda" or c != "dynamic"))
     return subset_or_all(COMPILE_CONFIGS)(v, ctx)
 
 
@@ -85,8 +87,8 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("sections", "all", subset_or_all(SECTIONS), f"all, or a comma-separated subset of {list(SECTIONS)}"),
     Param("compile_modes", "default", _compile_modes, "modes in the ladder and the compile table"),
     Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
-    Param("compile_table", "auto", _compile_table, "configurations of the compile table; auto: all on a GPU, "
-          "without `dynamic` on a CPU"),
+    Param("compile_table", "auto", _compile_table, "configurations of the compile table; auto: the workload's (mg2: "
+          "all; wma: hygiene, whole), without `dynamic` on a CPU; all: every one"),
     WARMUP.with_default(3), REPEATS.with_default(10),
     Param("e2e_blocks", 0, e2e_blocks, "blocks per end-to-end ladder run (causal DiT); 0: 4 on a GPU, 3 on a CPU"),
     Param("recompile_blocks", 10, integer(2), "blocks of the warm run whose recompiles the compile table counts"),

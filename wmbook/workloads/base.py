@@ -282,6 +282,8 @@ class Workload:
         raise NotImplementedError
 
     compile_scope: str = "regional"  # how the ladder compiles this workload: "regional" | "whole"
+    # notebook 04's compile table by default (its `compile_table` "auto" on a GPU); None: every configuration
+    compile_table: tuple[str, ...] | None = None
     # notebook 01's overview figure: (method of the baseline result drawing one panel, its width ratio)
     overview_panels: tuple[tuple[str, float], ...] = ()
 
