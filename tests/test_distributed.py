@@ -109,6 +109,8 @@ def test_data_parallel_rollouts_on_gloo(tmp_path):
         assert all(b["bit_equal_to_rank0"] and b["episodes_per_s"] > 0 for b in r["batches"])
     assert "alone_episodes_per_s" in res.ranks[0]["batches"][0]  # one rank alone, measured in the same job
     assert "alone_episodes_per_s" not in res.ranks[1]["batches"][0]
+    # the sweep's compiles split over the ranks before it (one batch size each here), its frames unchanged by that
+    assert [res.ranks[r]["compiled_batches"] for r in (0, 1)] == [[1], [2]]
 
 
 @pytest.mark.parametrize("kind,first", [("raise", "RuntimeError: injected fault on rank 1 at 'start'"),

@@ -6,7 +6,7 @@ throughput, measured in the same job) and then every rank at once (the job's thr
 batch size, every rank first runs one untimed iteration on the same seed; its world-model frames are compared with
 rank 0's (same stack, same seed, same kind of GPU). They need not be bit-equal: on two H200s notebook 06's wma
 stack gave frames 48.3 dB apart while each GPU repeated itself bit for bit (data/reports/NOTES.md), so the gate
-is a PSNR (wmbook.studies.multi_gpu.GATE_DB).
+is a PSNR (wmbook.studies.multi_gpu.GATE_DB). Before the sweep the ranks split its compiles (share_compiles).
 """
 
 from __future__ import annotations
@@ -34,11 +34,27 @@ def _iterations(pipe, inputs, steps: int, n: int, rk: Rank, what: str) -> Sample
     return ms
 
 
+def share_compiles(pipe, batches: list[int], steps: int, rk: Rank) -> list[int]:
+    """Each batch size compiled by one rank: rank r first runs one untimed iteration at batches r, r + world, ...,
+    then every rank waits for all. A compiled stack's graphs are static, so each batch size is a compile of its own
+    (a cold one of the whole UNet: minutes); the ranks share one compile cache (inductor's, on disk), so the sweep's
+    first iteration at a batch another rank compiled loads its graphs instead of compiling them again, and the sweep
+    pays about one cold compile per `world` batch sizes instead of one per batch size on every rank at once. Returns
+    this rank's batch sizes."""
+    mine = batches[rk.rank::rk.world] if rk.world > 1 else []
+    for i, b in enumerate(mine):
+        rk.progress(f"compiling batch {b}", i, len(mine))
+        pipe.run_iteration(pipe.prepare(seed=rk.spec.seed, batch=b), ddim_steps=steps, progress=False)
+    rk.barrier()
+    return mine
+
+
 def run_data_parallel(rk: Rank) -> dict:
     """This rank's part of a data-parallel job (module docstring); the result JSON of the rank."""
     spec = rk.spec
     preset, pipe, ctx = rk.pipeline()
     steps = spec.ddim_steps or preset.default_steps
+    compiled = share_compiles(pipe, list(spec.batches), steps, rk)
     rows = []
     for b in spec.batches:
         if rk.device.type == "cuda":
@@ -77,4 +93,5 @@ def run_data_parallel(rk: Rank) -> dict:
     dist.barrier()
     last = rows[-1]  # the largest batch: busy is this rank's own timed phase, idle its wait for the slowest rank
     return {"layout": "data-parallel", "stack": list(spec.stack), "notes": ctx.notes, "ddim_steps": steps,
-            "batches": rows, "busy_ms": {"median": last["own_s"] * 1e3}, "wall_ms": {"median": last["phase_s"] * 1e3}}
+            "batches": rows, "compiled_batches": compiled, "busy_ms": {"median": last["own_s"] * 1e3},
+            "wall_ms": {"median": last["phase_s"] * 1e3}}
