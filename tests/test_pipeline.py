@@ -161,6 +161,25 @@ def test_decode_first_gives_the_same_frames_one_forward_sooner(pipe):
             assert sum(out.forward_ms[bi]) + out.decode_ms[bi] == pytest.approx(out.block_ms[bi], rel=0.05)
     assert b.first_frame_ms < b.block_ms[0]  # the refresh of block 0 comes after its frames
     assert a.first_frame_ms == pytest.approx(a.block_ms[0])
+    # another rank's decode (notebook 08's stage split: on_block, decode=False) gets the latents as early
+    calls = []
+
+    def refresh(orig):
+        def f(bi, *args, **kw):
+            calls.append(("refresh", bi))
+            return orig(bi, *args, **kw)
+        return f
+
+    lat = []
+    for p_, order in ((first, ["block", "refresh"]), (pipe, ["refresh", "block"])):
+        calls.clear()
+        p_.refresh_cache = refresh(p_.refresh_cache)
+        with torch.no_grad():
+            lat.append(p_.generate(p_.prepare(2, seed=0), decode=False, progress=False,
+                                   on_block=lambda bi, x0: calls.append(("block", bi))).latents)
+        del p_.refresh_cache
+        assert [c for c, bi in calls if bi == 0] == order
+    assert torch.equal(*lat)
 
 
 def test_stream_frames_hands_out_each_latent_frames_pixels_as_soon_as_they_are_decoded(pipe):

@@ -1,7 +1,8 @@
 """Stage split of a streaming world model over two ranks: rank 0 denoises, rank 1 decodes.
 
 Rank 0 runs every DiT forward of block k (the denoising steps and the cache refresh) and sends block k's clean
-latents to rank 1 (`isend`; NCCL moves them on its own stream, ordered after the forward that wrote them), then goes
+latents to rank 1 (`isend`; NCCL moves them on its own stream, ordered after the forward that wrote them: with
+decode-first right after the last denoising step, before the refresh, as one GPU would decode them), then goes
 on with block k+1: block k+1 needs block k's refreshed KV caches, not its pixels. Rank 1 receives block k and decodes
 it with the streaming decoder while rank 0 denoises k+1. The steady block period is then the slower of the two
 stages, not their sum; the first frame still waits for both.

@@ -176,7 +176,8 @@ class CausalStreamingPipeline:
         Sampling (notebook 03; defaults: the preset's): `denoising_steps` nominal steps per block (e.g. [1000, 500]),
         `shift` of the flow-matching warp, `solver` 'renoise' (the reference), 'euler' or 'unipc' (wmbook.pipelines.
         solvers explains what each does and what is comparable). `on_block(bi, x0)`: called with each block's clean
-        latents as soon as they are queued (wmbook.distributed sends them to a decoder rank). `on_frames(frames)`:
+        latents as soon as they are queued (wmbook.distributed sends them to a decoder rank): with decode-first before
+        the block's cache refresh, as its decode would be, else after it. `on_frames(frames)`:
         called with pixel frames as soon as they are queued: a block's, or with stream_frames (the stream-frames
         variant) each latent frame's, so the stream's first frame leaves after one latent frame's decode."""
         p = self.preset
@@ -201,10 +202,14 @@ class CausalStreamingPipeline:
                 with label(f"2.3_Block_{bi}"):
                     timer.mark(f"b{bi}_start")
                     x0 = self.denoise_steps(bi, inputs, cache, ts, timer, stepper=stepper, generator=gen)
+                    # with decode-first the clean latents leave before the refresh also when another rank decodes
+                    # them (on_block: notebook 08's stage split sends them there), as they would be decoded here
+                    if on_block is not None and self.decode_before_refresh:
+                        on_block(bi, x0)
                     if not first:
                         self.refresh_cache(bi, x0, inputs, cache, timer, len(ts))
                     latents.append(x0)
-                    if on_block is not None:
+                    if on_block is not None and not self.decode_before_refresh:
                         on_block(bi, x0)
                     if decode:
                         with label(f"2.3.{bi}_VAE_Decode"):
