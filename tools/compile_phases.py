@@ -5,24 +5,24 @@ lowering and code generation, the Triton kernels' compilation), with inductor's 
     PYTHONPATH=$PWD python3 tools/compile_phases.py wma \
         "tf32,bf16,norm-input-dtype,channels-last,temporal-channels-last,cudnn-benchmark,compile-whole"
 
-The first forward is timed twice over: with an empty cache (cold) and again in a fresh process-level state with the
-filled cache (warm: what a later run of the same stack pays). --json PATH also writes the numbers.
+The first forward is timed twice over: with an empty cache (cold) and again after the in-process compile state is
+reset, with the on-disk cache it filled (warm: what a later run of the same stack pays). The cache is a temporary
+folder, removed at the end. --json PATH also writes the numbers.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
-import time
 
 import torch
 
 from wmbook import workloads
 from wmbook.atomic import atomic_write_text
+from wmbook.bench import time_once
 from wmbook.errors import command
 from wmbook.variants import resolve
+from wmbook.variants.compile import inductor_cache_dir, reset_compile_state
 from wmbook.variants.ladder import apply_stack
 
 
@@ -47,35 +47,28 @@ def main(argv=None) -> int:
     preset = a.preset or (wl.real_preset if dev.type == "cuda" else next(iter(wl.presets)))
     names = [n.strip() for n in a.stack.split(",") if n.strip()]
     resolve(names, wl, dev)  # unknown names fail here, before any model is built
-    cache = tempfile.mkdtemp(prefix="compile-phases-")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
     ref = wl.reference_pipeline(wl.presets[preset], dev)
     out = {"workload": a.workload, "preset": preset, "stack": names, "device": str(dev)}
-    for phase in ("cold",) + (() if a.no_warm else ("warm",)):
-        torch._dynamo.reset()  # the in-process caches: only the on-disk one carries over to the warm compile
-        from torch._dynamo.utils import compilation_time_metrics, counters  # noqa: PLC0415
+    from torch._dynamo.utils import compilation_time_metrics, counters  # noqa: PLC0415
 
-        compilation_time_metrics.clear()
-        counters.clear()
-        pipe, _ = apply_stack(ref, wl, names, dev, compile_backend="inductor" if dev.type == "cuda" else "aot_eager")
-        probe = wl.forward_probe(pipe)
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            probe.forward()
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        first = time.perf_counter() - t0
-        phases = _phases()
-        inductor = {k: int(v) for k, v in counters["inductor"].items()}
-        out[phase] = {"first_call_s": first, "phases_s": phases, "inductor_counters": inductor}
-        print(f"{phase}: first call {first:.1f} s", flush=True)
-        for k, v in list(phases.items())[:14]:
-            print(f"  {v:8.1f} s  {k}")
-        print("  inductor: " + ", ".join(f"{k} {v}" for k, v in sorted(inductor.items()) if v)[:600], flush=True)
-        del pipe, probe
+    with inductor_cache_dir():  # an empty one, for this run only
+        for phase in ("cold",) + (() if a.no_warm else ("warm",)):
+            reset_compile_state()  # only the on-disk cache carries over to the warm compile
+            compilation_time_metrics.clear()
+            counters.clear()
+            pipe, _ = apply_stack(ref, wl, names, dev,
+                                  compile_backend="inductor" if dev.type == "cuda" else "aot_eager")
+            probe = wl.forward_probe(pipe)
+            with torch.no_grad():
+                first = time_once(probe.forward, dev) / 1e3
+            phases = _phases()
+            inductor = {k: int(v) for k, v in counters["inductor"].items()}
+            out[phase] = {"first_call_s": first, "phases_s": phases, "inductor_counters": inductor}
+            print(f"{phase}: first call {first:.1f} s", flush=True)
+            for k, v in list(phases.items())[:14]:
+                print(f"  {v:8.1f} s  {k}")
+            print("  inductor: " + ", ".join(f"{k} {v}" for k, v in sorted(inductor.items()) if v)[:600], flush=True)
+            del pipe, probe
     if a.json:  # whole or not at all
         atomic_write_text(a.json, json.dumps(out, indent=1))
     return 0

@@ -12,6 +12,7 @@ import html
 import json
 import os
 import re
+import statistics
 from pathlib import Path
 
 from . import headlines, results, runtimes, summary, workloads
@@ -190,9 +191,8 @@ def _notebook_times_html(times: list[dict], device: str | None) -> str:
         return ""
     rows, total = [], 0.0
     for key in sorted(runs):
-        last = sorted(runs[key], key=lambda r: r.get("timestamp", ""))[-runtimes.LAST_RUNS:]
-        secs = sorted(r["seconds"] for r in last)
-        median = secs[len(secs) // 2] if len(secs) % 2 else (secs[len(secs) // 2 - 1] + secs[len(secs) // 2]) / 2
+        last = runtimes.latest(runs[key])
+        median = statistics.median(r["seconds"] for r in last)  # as runtimes.expected, a notebook's own estimate
         total += median
         rows.append(f"<tr><td>{e(key[0])}</td><td>{e(key[1])}</td><td>{e(key[2])}</td><td>{median / 60:.1f}</td>"
                     f"<td>{len(last)}</td><td>{e(str(last[-1].get('git_commit', ''))[:7])}</td>"

@@ -92,8 +92,13 @@ def expected(notebook: str, workload: str, preset: str, device_name: str, profil
                 match.append(r)
     if not match:
         return None
-    last = sorted(match, key=lambda r: r.get("timestamp", ""))[-LAST_RUNS:]
+    last = latest(match)
     return statistics.median(r["seconds"] for r in last), len(last)
+
+
+def latest(runs: list[dict]) -> list[dict]:
+    """The latest LAST_RUNS of some recorded runs (by timestamp, oldest first): what an expectation is the median of."""
+    return sorted(runs, key=lambda r: r.get("timestamp", ""))[-LAST_RUNS:]
 
 
 def describe(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full", files=()) -> str:
