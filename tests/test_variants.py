@@ -321,6 +321,42 @@ def test_skip_unused_heads_under_a_whole_compile_adds_no_graphs():
     torch._dynamo.reset()
 
 
+def test_wma_trunk_graph_is_the_same_whatever_the_heads(wma_ref):
+    """Under torch.compile of the whole UNet the trunk (everything before the heads) is one graph and the heads graphs
+    of their own (UNetModel.run_heads): a stack that changes only the heads (head-conv-gemm) traces the same trunk
+    graph, so its compile is found in the compile cache instead of compiling the whole UNet again; the outputs are the
+    eager ones."""
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm.forward
+
+    def compiled_graphs(pipe):
+        graphs.clear()
+        torch._dynamo.reset()
+        probe = WMA.forward_probe(pipe)
+        with torch.no_grad():
+            want = probe.forward()
+        unet = pipe.model.diffusion_model
+        unet.compile(backend=record)
+        try:
+            got = probe.forward()
+        finally:
+            unet._compiled_call_impl = None
+            torch._dynamo.reset()
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g, w)
+        return list(graphs)
+
+    plain = compiled_graphs(copy.deepcopy(wma_ref))
+    heads, _ = _applied(wma_ref, "wma", ["head-conv-gemm"])
+    gemm = compiled_graphs(heads)
+    assert len(plain) >= 2 and len(gemm) >= 2  # the trunk, then the heads' graphs
+    assert gemm[0] == plain[0]  # the trunk
+    assert gemm[1:] != plain[1:]  # the heads: 1-D convolutions as GEMMs
+
+
 def test_gate_budget_and_no_less_accurate():
     torch.manual_seed(0)
     ref = torch.randn(1000, dtype=torch.float64)

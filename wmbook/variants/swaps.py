@@ -295,10 +295,10 @@ class SkippableHead:
     `skip` is set (SkipUnusedHeads sets it for the pass that does not read the head).
 
     Under torch.compile of the whole UNet the flag must not reach a graph: dynamo would guard on it and compile the
-    UNet twice more, once per pass (the skip-unused-heads row took 7.1 minutes on the H100 at a2935f1, its end-to-end
-    runs included). So dynamo skips this frame (`disable(recursive=False)`): the UNet's graph ends where the heads are
-    called, the flag is read in Python, and the head's own forward, which dynamo still processes, is compiled once as
-    a graph of its own. The UNet then costs one compile for both passes and the forward probe."""
+    head twice more, once per pass. So dynamo skips this frame (`disable(recursive=False)`): the flag is read in
+    Python and the head's own forward, which dynamo still processes, is compiled once as a graph of its own. The UNet's
+    trunk ends before the heads either way (UNetModel.run_heads): its graph is the one the stack compiled without
+    this variant, found in the compile cache."""
 
     skip = False
 
