@@ -190,10 +190,30 @@ def test_a_time_limit_starts_only_runs_that_fit_and_cuts_one_still_going(tmp_pat
     took = time.monotonic() - t0
     st = {j.name: (j.status, j.error) for j in state.jobs}
     assert st["slow"][0] == "failed" and st["slow"][1].startswith("cut at the set's time limit"), st
+    assert state.jobs[0].cut_after_s >= 14  # it needs longer than it ran: expected_minutes says so on resume
     assert st["long"] == ("pending", "") and any("long: not started (expected 60 min" in ln for ln in lines)
     assert st["short"] == ("pending", "")  # the cut run used the time up
     assert took < 15 + 20 + 15, took  # stopped as Ctrl-C stops it: the runner ended its kernel and went
     assert rg.SetState.load(tmp_path / "set").missing() == state.jobs  # all three run again on resume
+
+
+def test_a_run_cut_before_is_expected_to_take_at_least_as_long_as_it_ran(tmp_path):
+    """A run a limit cut after 25 minutes is not started again with 20 minutes left, though its earlier time says 10
+    (the set's file keeps how long it ran); the run that fits goes."""
+    import time
+
+    nb = _notebook(tmp_path)
+    jobs = [rg.Job("cut", "99_fast", str(nb), {}, status="failed", cut_after_s=25 * 60),
+            rg.Job("short", "99_fast", str(nb), {})]
+    assert rg.expected_minutes(jobs[0], {"cut": 10}) == 25 and rg.expected_minutes(jobs[0], {"cut": 40}) == 40
+    assert rg.expected_minutes(jobs[1], {}) == rg.DEFAULT_MINUTES
+    state = rg.SetState(tmp_path / "set", "abc1234", "CPU", 1, jobs)
+    lines = []
+    rg.run_set(state, 0, 3600, echo=lines.append, deadline=time.monotonic() + 20 * 60,
+               minutes={"cut": 10, "short": 0.1})
+    assert any("cut: not started (expected 25 min; cut after 25 min before, 20 min left" in ln for ln in lines), lines
+    assert [j.status for j in state.jobs] == ["failed", "ok"]
+    assert rg.SetState.load(tmp_path / "set").jobs[0].cut_after_s == 25 * 60
 
 
 def test_a_first_set_is_dealt_by_the_times_its_runs_took_on_the_device_before():

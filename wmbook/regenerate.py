@@ -15,10 +15,10 @@ at. `<out>/set.json` holds the plan and each run's status and seconds, rewritten
 (Ctrl-C, a lost machine) resumes where it stopped, re-running only what did not finish; a set started at another
 commit is refused (start over with --fresh). `--time-limit MINUTES` fits a set into a time-limited allocation (a
 batch job's wall time): no run starts that is expected to end after the limit (by the time it took before on this
-device, wmbook.runtimes), a run still going at the limit is stopped as Ctrl-C stops it, and the same command finishes
-the set later. The runs share one compile cache, `<out>/cache/` (inductor's FX-graph,
-AOTAutograd and autotuning caches, Triton's kernels): a model several notebooks compile is compiled once
-(compile-time tables measure with empty caches of their own).
+device, wmbook.runtimes, and never less than it ran before a limit cut it), a run still going at the limit is stopped
+as Ctrl-C stops it, and the same command finishes the set later. The runs share one compile cache, `<out>/cache/`
+(inductor's FX-graph, AOTAutograd and autotuning caches, Triton's kernels): a model several notebooks compile is
+compiled once (compile-time tables measure with empty caches of their own).
 
 Publishing refuses a set that is not complete or not from one clean commit, naming what is missing, and writes
 nothing then. Otherwise: the rows go into the results store, each run's report into the folder
@@ -73,6 +73,7 @@ class Job:
     gpu_count: int = 1  # the GPUs it held: its GPU time is seconds x gpu_count
     after: list[str] = field(default_factory=list)  # runs whose compiled stacks it reuses: started once they ended
     error: str = ""
+    cut_after_s: float = 0.0  # the longest it ran before a limit cut it: it needs at least that long
 
 
 def plan(notebooks=None, workloads=None, params=None) -> list[Job]:
@@ -122,14 +123,20 @@ def plan(notebooks=None, workloads=None, params=None) -> list[Job]:
     return jobs
 
 
+def expected_minutes(job: Job, minutes: dict[str, float]) -> float:
+    """How long a run is expected to take: its earlier time (`minutes`, else DEFAULT_MINUTES), and never less than
+    it already ran before a limit cut it (a run cut after 25 minutes is not started again with 10 minutes left)."""
+    return max(minutes.get(job.name, DEFAULT_MINUTES), job.cut_after_s / 60)
+
+
 def deal(jobs: list[Job], queues: int, minutes: dict[str, float]) -> list[float]:
     """Each single-GPU run to a queue, longest first to the least loaded one; returns each queue's expected minutes
     (what --plan shows: when the set runs, each queue takes the longest run that is ready, run_set)."""
     load = [0.0] * queues
     single = (j for j in jobs if j.gpus != "all" and j.status != CANNOT)
-    for j in sorted(single, key=lambda j: -minutes.get(j.name, DEFAULT_MINUTES)):
+    for j in sorted(single, key=lambda j: -expected_minutes(j, minutes)):
         j.queue = min(range(queues), key=load.__getitem__)
-        load[j.queue] += minutes.get(j.name, DEFAULT_MINUTES)
+        load[j.queue] += expected_minutes(j, minutes)
     return load
 
 
@@ -256,6 +263,8 @@ def _run_job(job: Job, out: Path, gpu: int | None, cpus: set[int] | None, commit
         job.status, job.error = "ok", ""
         return
     job.status = "failed"
+    if rc is None:  # stopped at its limit: it needs longer than this
+        job.cut_after_s = max(job.cut_after_s, job.seconds)
     tail = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     stopped = f"{stopped_by} after {job.seconds / 60:.1f} min" if stopped_by else f"timed out after {timeout_s:.0f} s"
     job.error = (stopped if rc is None else f"exit {rc}") + (
@@ -266,7 +275,7 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
             minutes: dict[str, float] | None = None) -> SetState:
     """Every run of the set that is not done yet: the queues in parallel, then the all-GPU runs alone.
 
-    Each queue takes the longest run still to do (`minutes`, else DEFAULT_MINUTES) whose notebook builds on none that
+    Each queue takes the longest run still to do (expected_minutes) whose notebook builds on none that
     is still to do or running for the same workload (Job.after: then the stacks it compiles again are in the set's
     compile cache; at wma a cold whole-UNet compile takes minutes, a cache hit about half a minute).
     deadline (time.monotonic()): no run starts that is expected to end after it, and a run still going then is cut
@@ -278,7 +287,7 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
     share = max(1, len(cores) // max(1, state.queues)) if cores else 0
     done = [len(state.jobs) - len(todo)]
     stop = threading.Event()  # Ctrl-C: no queue starts another run (the running ones got the interrupt too)
-    pending = sorted((j for j in todo if j.gpus != "all"), key=lambda j: -minutes.get(j.name, DEFAULT_MINUTES))
+    pending = sorted((j for j in todo if j.gpus != "all"), key=lambda j: -expected_minutes(j, minutes))
     running: set[str] = set()
     cv = threading.Condition()
 
@@ -286,10 +295,11 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
         """The run's time limit, or None when it is not expected to end before the deadline (said so)."""
         if deadline is None:
             return timeout_s
-        left, need = deadline - time.monotonic(), minutes.get(j.name, DEFAULT_MINUTES) * 60
+        left, need = deadline - time.monotonic(), expected_minutes(j, minutes) * 60
         if need > left:
-            echo(f"[{tag}] {j.name}: not started (expected {need / 60:.0f} min, {max(0.0, left) / 60:.0f} min left "
-                 "before the time limit)")
+            was = f"; cut after {j.cut_after_s / 60:.0f} min before" if j.cut_after_s else ""
+            echo(f"[{tag}] {j.name}: not started (expected {need / 60:.0f} min{was}, {max(0.0, left) / 60:.0f} min "
+                 "left before the time limit)")
             return None
         return min(timeout_s, left)
 
