@@ -170,6 +170,23 @@ def test_fp8_static_variant_calibrates_once_and_stays_within_the_fp8_budget():
         apply_stack(pipe, wl, ["fp8-static"], CPU)
 
 
+def test_fp8_static_calibrates_a_compiled_stack_in_eager():
+    """On a stack that compiled the denoiser, the calibration run compiles nothing: compiling through the hooks would
+    cost one whole-model compile for the calibration and another after the swap (minutes each at wma)."""
+    from torch._dynamo.utils import counters
+
+    wl = workloads.get("mg2")
+    pipe = wl.reference_pipeline(wl.presets["tiny"], CPU)
+    torch._dynamo.reset()
+    counters.clear()
+    f8, ctx = apply_stack(pipe, wl, ["bf16", "compile-whole", "fp8-static"], CPU, compile_backend="eager")
+    assert "calibrated on" in ctx.notes["fp8-static"]
+    assert counters["stats"]["unique_graphs"] == 0  # the calibration generation ran, compiled nothing
+    wl.forward_probe(f8).forward()
+    assert counters["stats"]["unique_graphs"] > 0  # the compile is still there for the row's own calls
+    torch._dynamo.reset()
+
+
 def test_fp8_is_the_last_row_where_both_low_precision_rows_run(monkeypatch):
     """fp8 is the slowest row to build (14.4 minutes at mg2-universal on the H100): last, so a run cut by its time
     limit has every other row stored."""

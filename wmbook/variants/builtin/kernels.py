@@ -149,7 +149,11 @@ def _fp8_static(pipe, ctx: VariantContext):
     if not linears:
         raise ValueError("fp8-static found no bf16 linear to quantize: apply bf16 first")
     size = E2ESize(**FP8_STATIC_CALIBRATION)
-    amax = fp8_static.calibrate(linears, lambda: ctx.workload.end_to_end(pipe, seed=0, size=size))
+    # in eager even where the stack below compiled the denoiser: calibrating through it would compile the whole
+    # model once with the hooks traced in and again without them (at wma over 3 minutes each on an H200), for
+    # maxima that eager arithmetic gives as well
+    with torch.compiler.set_stance("force_eager"):
+        amax = fp8_static.calibrate(linears, lambda: ctx.workload.end_to_end(pipe, seed=0, size=size))
     n = fp8_static.quantize_static(model, amax, linears)
     ctx.notes["fp8-static"] = (f"{n} of {len(linears)} linears in fp8 with static scales (calibrated on "
                                f"{ctx.workload.e2e_description(size)})")
