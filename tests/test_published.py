@@ -104,6 +104,26 @@ def test_notebook_03_points_and_knees(tmp_path):
     assert head["timing noise"].startswith("equal-work points 1.40x apart")
 
 
+def test_notebook_03_keeps_the_latest_sweep_of_each_pipeline(tmp_path):
+    """03 on the eager pipeline and on a stack of notebooks 04-06 are two results: a later eager sweep does not hide
+    the stacked one (a stack given as a list or as text is one pipeline)."""
+    from wmbook import results
+
+    def rows(run, ts, base, fps):
+        p = {"sampling": {"solver": "ddim"}, "curve": "ddim", "reference": True, "forwards": 4, "base": base}
+        return [results.make_row(notebook="03_step_reduction", workload="wma", preset="wma", variant="steps:ddim 2+2",
+                                 metric="fps", value=fps, unit="x", params=p)
+                | {"device_kind": "cuda", "device_name": "Test GPU", "run_id": run, "timestamp": ts}]
+
+    path = tmp_path / "r.csv"
+    results.append(rows("old", "2026-01-01T00:00", ["bf16", "cuda-graphs"], 9.0)
+                   + rows("new", "2026-01-02T00:00", "eager", 2.0)
+                   + rows("newer", "2026-01-03T00:00", "eager", 3.0), path)
+    md = published.markdown(path)
+    assert "on the `bf16+cuda-graphs` pipeline" in md and "on the `eager` pipeline" in md
+    assert "| 9 |" in md and "| 3 |" in md and "| 2 |" not in md  # the latest eager sweep only
+
+
 def test_notebook_06_failed_row_keeps_the_run_table(tmp_path):
     """A row that failed (gate "error": no time, no end-to-end value) is listed with dashes under the run's
     end-to-end column; it broke the table before (the H100's wma run at f07412f)."""

@@ -175,6 +175,25 @@ def test_missing_artifact_keeps_its_text(tmp_path):
     assert 'title="not kept with this report: gone.json"' in h and str(tmp_path) not in h  # no path of the run's host
 
 
+def test_copied_artifacts_show_no_machine_paths(tmp_path):
+    """A session report that names its own output folder by its absolute path (a run with an absolute --out) is copied
+    with that path shown from `artifacts/`; binary files and the link itself are left as they are."""
+    run = tmp_path / "run" / "artifacts" / "02-mg2"
+    run.mkdir(parents=True)
+    (run / "s_rank0.json").write_text(f'{{"output_dir": "{run}/session", "n": 1}}')
+    (run / "trace.bin").write_bytes(b"\x00/root/keep")
+    nb = nbformat.v4.new_notebook()
+    c = nbformat.v4.new_code_cell("pass")
+    c.outputs = [nbformat.v4.new_output("display_data", data={"text/html": wd.link(run / "s_rank0.json").data
+                                                              + wd.link(run / "trace.bin").data})]
+    nb.cells = [c]
+    _, copied = render.prepare_for_html(nb, tmp_path / "out", tmp_path / "out" / "artifacts")
+    assert len(copied) == 2
+    got = (tmp_path / "out" / "artifacts" / "s_rank0.json").read_text()
+    assert got == '{"output_dir": "artifacts/02-mg2/session", "n": 1}'
+    assert (tmp_path / "out" / "artifacts" / "trace.bin").read_bytes() == b"\x00/root/keep"
+
+
 def test_cross_links_prefer_the_same_workload(tmp_path):
     for n in ("01_baseline_profiling-mg2-universal", "01_baseline_profiling-wma-bf16", "01_baseline_profiling-wma-fp32",
               "04_compile_autocast-mg2-universal-compile", "04_compile_autocast-wma", "04_compile_autocast-wma-compile",

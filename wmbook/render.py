@@ -58,8 +58,24 @@ _HREF = re.compile(r'<a href="(file://[^"]+)" ' + ARTIFACT_ATTR + r'="1"')
 # --------------------------------------------------------------------------- notebook clean-up before export
 
 
+TEXT_ARTIFACTS = (".html", ".json", ".md", ".csv", ".txt", ".log")  # copied with machine paths made relative
+
+
+def _strip_copied_paths(path: Path) -> None:
+    """A copied text artifact (a file, or a folder's text files; a session report names its own output folder, say)
+    with the machine's absolute paths shown from the report folder's `artifacts/` or the repository
+    (html_clean.strip_paths): a shared report shows no machine's paths."""
+    files = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file() and f.suffix in TEXT_ARTIFACTS]
+    for f in files:
+        text = f.read_text(errors="surrogateescape")
+        clean = html_clean.strip_paths(text)
+        if clean != text:
+            f.write_text(clean, errors="surrogateescape")
+
+
 def _copy_artifact(src: Path, dest_dir: Path) -> Path:
-    """Copy `src` (a file or a folder) into dest_dir, atomically per file; returns the copy's path."""
+    """Copy `src` (a file or a folder) into dest_dir, atomically per file, text files with machine paths made
+    relative; returns the copy's path."""
     dest = dest_dir / src.name
     dest_dir.mkdir(parents=True, exist_ok=True)
     if src.is_dir():
@@ -68,6 +84,7 @@ def _copy_artifact(src: Path, dest_dir: Path) -> Path:
         tmp = Path(tempfile.mkdtemp(dir=dest_dir, prefix=f".{src.name}."))
         try:
             shutil.copytree(src, tmp, dirs_exist_ok=True)
+            _strip_copied_paths(tmp)
             os.replace(tmp, dest)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -79,6 +96,8 @@ def _copy_artifact(src: Path, dest_dir: Path) -> Path:
     os.close(fd)
     try:
         shutil.copy2(src, tmp)
+        if dest.suffix in TEXT_ARTIFACTS:
+            _strip_copied_paths(Path(tmp))
         os.replace(tmp, dest)
     except BaseException:
         if os.path.exists(tmp):

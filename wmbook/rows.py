@@ -20,15 +20,20 @@ PASSED = ("pass", "reference", "")  # gates whose rows count
 
 def latest_runs(df: pd.DataFrame, notebook: str, by: str = "dtype") -> list[pd.DataFrame]:
     """The latest GPU run of `notebook` per workload, preset and the run parameter `by` (the dtype; notebook 08: the
-    layout), leaving out runs marked partial (results.mark_partial; cut runs are left out by the callers,
-    results.without_cut). Each frame gains a column `by` (from params)."""
+    layout; notebook 03: the pipeline under the sweep), leaving out runs marked partial (results.mark_partial; cut
+    runs are left out by the callers, results.without_cut). Each frame gains a column `by` (from params)."""
     d = df[(df["notebook"] == notebook) & (df["device_kind"] == "cuda")]
     d = d[~d["run_id"].isin(results.partial_runs(df))].copy()
     if not len(d):
         return []
-    d[by] = [json.loads(p).get(by, "") if p else "" for p in d["params"]]
+    d[by] = [_hashable(json.loads(p).get(by, "")) if p else "" for p in d["params"]]
     last = d.sort_values("timestamp").groupby(["workload", "preset", by])["run_id"].last()
     return [d[d["run_id"] == r] for r in last.tolist()]
+
+
+def _hashable(v):
+    """A run parameter as a group key: lists and dicts (a stack of variants, say) as their JSON text."""
+    return json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v
 
 
 def latest_decoder_run(df: pd.DataFrame, workload: str, preset: str) -> pd.DataFrame | None:

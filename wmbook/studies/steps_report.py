@@ -75,10 +75,12 @@ def headline(run: pd.DataFrame) -> dict:
 
 
 def published(df: pd.DataFrame) -> list[str]:
-    """Per workload and preset its latest run: every point of the sweep (time with spread, speedup, deviation from the
-    full-step output, quality against ground truth where the preset has it) and the knee of each curve."""
+    """Per workload, preset and pipeline (eager, or a stack of notebooks 04-06: the sweep on the fast pipeline is a
+    result of its own, not an older version of the eager one) its latest run: every point of the sweep (time with
+    spread, speedup, deviation from the full-step output, quality against ground truth where the preset has it) and
+    the knee of each curve."""
     parts = []
-    for r in latest_runs(df, NOTEBOOK):
+    for r in latest_runs(df, NOTEBOOK, by="base"):
         params = [json.loads(p) if p else {} for p in r["params"]]
         r = r.assign(_sampling=[json.dumps(p.get("sampling"), sort_keys=True) for p in params],
                      _curve=[p.get("curve", "") for p in params], _ref=[bool(p.get("reference")) for p in params],
