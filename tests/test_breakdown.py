@@ -256,10 +256,11 @@ def test_classify_wmbook_ops_by_launching_op():
     src = Path(__file__).resolve().parents[1] / "wmbook" / "kernels"
     ops = {m for f in src.glob("*.py") for m in re.findall(r'define_op\("(wmbook::\w+)"\)', f.read_text())}
     assert len(ops) >= 6, ops
-    other = {"wmbook::short_attention": "attention"}
+    other = {"wmbook::short_attention": "attention", "wmbook::block_attention": "attention"}
     for op in ops:
         assert classify("any_kernel_name", op) == other.get(op, "normalization"), op
     assert classify("_short_attention_kernel", None) == "attention"
+    assert classify("_block_attention_kernel", None) == "attention"
     assert classify("any_kernel_name", "wmbook::something_else") == "other"
 
 

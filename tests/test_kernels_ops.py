@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from wmbook import kernels
-from wmbook.kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu, short_attention
+from wmbook.kernels import (
+    adaln,
+    block_attention,
+    gated_residual_adaln,
+    group_norm_silu,
+    qk_norm_rope,
+    rms_norm_silu,
+    short_attention,
+)
 
 GPU = torch.cuda.is_available() and not kernels.interpreting()
 
@@ -69,6 +77,7 @@ def _cases(dev):
         "group_norm_silu": (group_norm_silu.group_norm_silu_op, (xc, w, b, 8, 1e-5, None)),
         "group_norm_silu channels-last": (group_norm_silu.group_norm_silu_op, (xl, w, b, 8, 1e-5, None)),
         "short_attention": (short_attention.short_attention_op, (r(6, 16, 2, 32), r(6, 16, 2, 32), r(6, 16, 2, 32))),
+        "block_attention": (block_attention.block_attention_op, (r(2, 40, 2, 32), r(2, 72, 2, 32), r(2, 72, 2, 32))),
     }
 
 

@@ -9,6 +9,9 @@ transforms applied from outside (`set_attention_backend("flex")`, or `with atten
                                     block, P.V in fp16; CUDA only). It takes no mask, head dims 64/96/128 only and
                                     (a bug of its 1.0.6) key lengths that are multiples of 64 only: the other calls
                                     keep SDPA, counted by `sage_call_counts()`
+  triton                            wmbook's own Triton flash-attention kernel (`wmbook.kernels.block_attention`: a
+                                    block of queries over a window of keys, online softmax) for unmasked calls; masked
+                                    calls keep SDPA, counted by `triton_call_counts()`
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-ATTENTION_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn", "flex", "flash_attn", "sage")
+ATTENTION_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn", "flex", "flash_attn", "sage", "triton")
 _SDPA_KERNELS = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
                  "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
@@ -176,6 +179,12 @@ def _check_available(name: str) -> None:
         _flash_attn_func()
     elif name == "sage":
         _sage_func()
+    elif name == "triton":
+        from ..kernels import runs_triton  # noqa: PLC0415  the kernels import this module's callers
+
+        if not (torch.cuda.is_available() or runs_triton("cpu")):
+            raise AttentionBackendError("attention backend 'triton' needs a CUDA device, or Triton's CPU interpreter "
+                                        "(TRITON_INTERPRET=1 before triton is imported) on a CPU")
     elif name in ("efficient", "cudnn") and not torch.cuda.is_available():
         raise AttentionBackendError(f"attention backend {name!r} needs CUDA and this process has no CUDA device "
                                     "(on CPU, SDPA runs 'math' and 'flash')")
@@ -188,7 +197,7 @@ def _runner(name: str):
         return None
     if name in _SDPA_KERNELS:
         return functools.partial(_sdpa_only, name)
-    return {"flex": _flex, "flash_attn": _flash_attn, "sage": _sage}[name]
+    return {"flex": _flex, "flash_attn": _flash_attn, "sage": _sage, "triton": _triton}[name]
 
 
 # --- SDPA restricted to one kernel -------------------------------------------------------------------------
@@ -406,6 +415,41 @@ def _sage(q, k, v, mask):
     except Exception as e:
         raise AttentionBackendError(f"attention backend 'sage' cannot run {describe_call(q, k, v, mask)}: "
                                     f"{type(e).__name__}: {_first_line(e)}") from e
+
+
+# --- wmbook's Triton attention ------------------------------------------------------------------------------
+
+_TRITON_CALLS: collections.Counter = collections.Counter()
+
+
+def triton_route(q, k, v, mask=None) -> str:
+    """Where the 'triton' backend sends a call: 'triton', or 'sdpa (why)' when the kernel cannot take it."""
+    from ..kernels import block_attention as ba  # noqa: PLC0415  heavy: triton
+
+    if mask is not None:
+        return "sdpa (mask)"
+    return "triton" if ba.supported(q, k, v) else "sdpa (shape, dtype or strides)"
+
+
+def triton_call_counts() -> dict[str, int]:
+    """How the attention() calls under the 'triton' backend ran since the last reset (outside compiled regions; the
+    routes depend on the shapes alone, `triton_route`)."""
+    return dict(_TRITON_CALLS)
+
+
+def reset_triton_call_counts() -> None:
+    _TRITON_CALLS.clear()
+
+
+def _triton(q, k, v, mask):
+    from ..kernels import block_attention as ba  # noqa: PLC0415  heavy: triton
+
+    route = triton_route(q, k, v, mask)
+    if not torch.compiler.is_compiling():  # a counter read in a compiled region makes dynamo guard on it (_count_sage)
+        _TRITON_CALLS[route] += 1
+    if route != "triton":
+        return _auto(q, k, v, mask)
+    return ba.block_attention_op(q, k, v)
 
 
 # --- masks -------------------------------------------------------------------------------------------------

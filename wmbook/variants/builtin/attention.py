@@ -6,7 +6,13 @@ from __future__ import annotations
 import torch
 
 from ...models.action import ActionModule
-from ...models.attention import AttentionBackendError, _sage_func, reset_sage_call_counts, set_attention_backend
+from ...models.attention import (
+    AttentionBackendError,
+    _sage_func,
+    reset_sage_call_counts,
+    reset_triton_call_counts,
+    set_attention_backend,
+)
 from .. import swaps
 from ..registry import VariantContext, register
 
@@ -45,6 +51,17 @@ def _sage_attention(pipe, ctx: VariantContext):
     ctx.notes["attn-sage"] = ("SageAttention for unmasked calls of head dim 64/96/128 and a key length that is a "
                               "multiple of 64, SDPA for the rest "
                               "(wmbook.models.attention.sage_call_counts() says how many of each)")
+
+
+@register("attn-triton", family="attention",
+          description="wmbook's own Triton flash-attention kernel (wmbook.kernels.block_attention: a block of queries "
+                      "over the window of cached keys, online softmax in fp32, the partial last key tile masked) for "
+                      "every unmasked attention() call; masked calls keep SDPA")
+def _triton_attention(pipe, ctx: VariantContext):
+    set_attention_backend("triton")  # an AttentionBackendError says why where it cannot run
+    reset_triton_call_counts()
+    ctx.notes["attn-triton"] = ("wmbook's Triton attention (block_attention) for unmasked calls, SDPA for masked ones "
+                                "(wmbook.models.attention.triton_call_counts() says how many of each)")
 
 
 @register("action-attn-fused", family="attention", requires=("action_modules",),
