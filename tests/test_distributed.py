@@ -16,8 +16,11 @@ def _spec(**kw):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"layout": "ring"}, "layout='ring' is not allowed; allowed values: ['data-parallel', 'dit-pipeline', "
-                         "'stage-split']"),
+    ({"layout": "ring"}, "layout='ring' is not allowed; allowed values: ['data-parallel', 'decoder-split', "
+                         "'dit-pipeline', 'stage-split']"),
+    ({"layout": "decoder-split"}, "nproc=2 is not allowed for layout 'decoder-split'; allowed values: >= 3"),
+    ({"layout": "decoder-split", "nproc": 4}, "3 decoder ranks do not split its 8 latent rows evenly; allowed "
+                                             "values: [3, 5, 9] ..."),
     ({"nproc": 3}, "nproc=3 is not allowed for layout 'stage-split'; allowed values: 2"),
     ({"nproc": 0}, "nproc=0 is not allowed; allowed values: an integer >= 1"),
     ({"layout": "dit-pipeline", "nproc": 4}, "nproc=4 is not allowed for layout 'dit-pipeline' at preset 'tiny' (2 "
@@ -45,7 +48,7 @@ def test_bad_jobs_refused_before_any_process(change, message, tmp_path):
 
 
 def test_layouts_and_multicast_off():
-    assert set(LAYOUTS) == {"stage-split", "data-parallel", "dit-pipeline"}
+    assert set(LAYOUTS) == {"stage-split", "data-parallel", "dit-pipeline", "decoder-split"}
     assert NO_MULTICAST_ENV == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                                 "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -80,6 +83,45 @@ def test_dit_pipeline_on_gloo_two_ranks_the_second_also_decodes(tmp_path):
     assert first["hidden_dtype"] == "bfloat16"  # the stack's bf16: one block's hidden state [1, 3 x 16 tokens, 64]
     assert first["wire"]["bytes"] == 1 * 3 * 16 * 64 * 2
     assert {s["what"] for s in second["spans"]} == {"denoise", "decode", "wait"}
+
+
+def test_decoder_split_on_gloo_two_strips_equal_the_whole_decoder(tmp_path):
+    """Three ranks: rank 0 denoises, ranks 1 and 2 decode the top and bottom halves of the frame with halo exchange;
+    the gathered frames are the single-process run's up to the convolutions' rounding on other shapes (gate 45 dB),
+    and the last rank counts FPS and the first frame from the slower strip."""
+    from wmbook.distributed.decoder_split import strip_rows
+
+    res = run_job(_spec(layout="decoder-split", nproc=3, blocks=3, warmup=0, repeats=1), tmp_path, progress=False,
+                  timeout_s=500)
+    den, top, bottom = res.ranks
+    assert (den["role"], top["role"], bottom["role"]) == ("denoiser", "decoder rows 0-3 of 8", "decoder rows 4-7 of 8")
+    assert den["latents_bit_equal"]  # the denoiser's arithmetic is the single-GPU run's
+    assert bottom["psnr_db"] >= 45 and bottom["frames_per_block"] == den["single"]["frames_per_block"] == [9, 12, 12]
+    assert bottom["fps"]["n"] == 1 and bottom["fps"]["median"] > 0 and bottom["first_frame_ms"]["median"] > 0
+    assert top["halo_exchanges_per_run"] == bottom["halo_exchanges_per_run"] > 0
+    assert {s["what"] for s in top["spans"]} == {"wait", "decode"}
+    agg = aggregate_reports(res.job_dir / "sessions", write=False)
+    assert agg.world_size == 3 and agg.missing_ranks == []
+    # the notebook's tables, sentences and rows of such a job; its bound: the decode shared by the two strips
+    import pandas as pd
+
+    from wmbook.studies import multi_gpu, multi_gpu_report
+
+    cfg = multi_gpu.validate(workload="mg2", layout="decoder-split", device="cpu", blocks=3, warmup=0, repeats=1,
+                             output_dir=str(tmp_path / "out"), results_path=str(tmp_path / "r.csv"))
+    assert cfg.options.nproc == 3  # auto on a CPU: the layout's fewest ranks
+    single = den["single"]
+    want = single["frames_per_block"][-1] / max(single["denoise_ms"]["median"], single["decode_ms"]["median"] / 2)
+    assert multi_gpu.stream_table(res).attrs["bound_fps"] == pytest.approx(want * 1e3)
+    assert "decoder split over 3 GPUs" in multi_gpu.stream_table(res).index[1]
+    assert any("2 strip ranks" in x for x in multi_gpu.interpretation(cfg, res))
+    assert list(multi_gpu.rank_table(res)["role"]) == ["denoiser", "decoder rows 0-3 of 8", "decoder rows 4-7 of 8"]
+    rows = pd.DataFrame(multi_gpu.result_rows(cfg, res.spec, dict(enumerate(res.ranks))))
+    assert set(rows.loc[rows["metric"] == "fps", "variant"]) == {"one GPU", "decoder-split x3"}
+    assert "slowest strip" in multi_gpu_report.findings(rows).next
+    assert strip_rows(44, 2) == [(0, 22), (22, 44)] and strip_rows(44, 4)[-1] == (33, 44)
+    with pytest.raises(ValueError, match="does not split into 3 equal strips"):
+        strip_rows(44, 3)
 
 
 def test_split_layers_balances_the_busiest_rank():

@@ -47,8 +47,14 @@ LAYOUTS = {
         "the DiT's blocks split into contiguous ranges over ranks (chosen from measured per-layer times), a forward's "
         "hidden state sent from stage to stage and each step's next input back to the first; from 3 ranks on the "
         "last rank decodes, with 2 the second stage also decodes"),
+    "decoder-split": Layout(
+        "decoder-split", frozenset({"streaming_decoder", "kv_cache"}), 3, None,
+        "rank 0 denoises as in the stage split and sends each block's clean latents to every other rank; those decode "
+        "horizontal strips of the frame with the streaming decoder, exchanging halo rows (the causal caches' "
+        "included) before every spatial convolution"),
 }
-STREAM_LAYOUTS = ("stage-split", "dit-pipeline")  # one stream over the ranks (FPS, first frame, frames gated)
+# one stream over the ranks (FPS, first frame, frames gated)
+STREAM_LAYOUTS = ("stage-split", "dit-pipeline", "decoder-split")
 
 
 def dit_ranks(nproc: int) -> int:
@@ -140,6 +146,13 @@ def check_job(spec: JobSpec, gpus: int | None = None) -> None:
         if dit_ranks(spec.nproc) > layers:
             raise JobError(f"nproc={spec.nproc} is not allowed for layout 'dit-pipeline' at preset {spec.preset!r} "
                            f"({layers} layers); allowed values: 2..{layers + 1}")
+    if spec.layout == "decoder-split":  # equal strips of the latent rows (the middle block gathers equal shares)
+        h = wl.presets[spec.preset].latent_hw[0]
+        if h % (spec.nproc - 1):
+            ok = [d + 1 for d in range(2, h + 1) if h % d == 0][:6]
+            raise JobError(f"nproc={spec.nproc} is not allowed for layout 'decoder-split' at preset {spec.preset!r}: "
+                           f"{spec.nproc - 1} decoder ranks do not split its {h} latent rows evenly; allowed values: "
+                           f"{ok} ...")
     if spec.device not in ("cpu", "cuda"):
         raise JobError(f"device={spec.device!r} is not allowed; allowed values: ['cpu', 'cuda']")
     if spec.device == "cuda":

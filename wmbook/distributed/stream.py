@@ -64,21 +64,23 @@ def _split_run(pipe, inputs, rk: Rank, strides: list, session=None) -> dict:
     return _decoder_run(pipe, inputs, timer, stage, strides)
 
 
-def _denoiser_run(pipe, inputs, timer: DeviceTimer, stage) -> dict:
-    """The pipeline's own generation (its static caches and graphs), each block's latents sent instead of decoded."""
+def _denoiser_run(pipe, inputs, timer: DeviceTimer, stage, dsts=(DECODER,)) -> dict:
+    """The pipeline's own generation (its static caches and graphs), each block's latents sent instead of decoded (to
+    every rank of `dsts`)."""
     sends = []
 
     def send(bi, x0):
-        # a copy the next forwards cannot overwrite (captured graphs reuse their output buffers); the work object
-        # keeps it alive until NCCL has sent it
+        # a copy the next forwards cannot overwrite (captured graphs reuse their output buffers); the work objects
+        # keep it alive until NCCL has sent it
         buf = x0.contiguous().clone()
-        sends.append((dist.isend(buf, dst=DECODER), buf))
+        sends.append(([dist.isend(buf, dst=d) for d in dsts], buf))
 
     with stage("Denoise"):
         out = pipe.generate(inputs, decode=False, progress=False, on_block=send)
     with stage("Send_Wait"):
-        for work, _ in sends:
-            work.wait()
+        for works, _ in sends:
+            for work in works:
+                work.wait()
     timer.mark("done")
     spans, t = [], 0.0  # generate starts its own clock right after the common start
     for bi, ms in enumerate(out.block_ms):
@@ -108,16 +110,22 @@ def _decoder_run(pipe, inputs, timer: DeviceTimer, stage, strides: list) -> dict
                 frames.append(fr)
                 fpb.append(fr.shape[2])
     timer.synchronize()
+    return {**decoder_timeline(timer, inputs.num_blocks), "frames": torch.cat(frames, dim=2), "fpb": fpb,
+            **decoded_stream(pipe, timer, inputs.num_blocks, fpb)}
+
+
+def decoder_timeline(timer: DeviceTimer, blocks: int) -> dict:
+    """A decoding rank's timeline from its marks (b{bi}_recv, b{bi}_end, from the common start): per block its wait
+    for the latents and its decode; the rank's wall and busy (decoding) time."""
     spans, prev = [], "start"
-    for bi in range(inputs.num_blocks):
+    for bi in range(blocks):
         spans.append({"block": bi, "what": "wait", "start_ms": timer.elapsed_ms("start", prev),
                       "end_ms": timer.elapsed_ms("start", f"b{bi}_recv")})
         spans.append({"block": bi, "what": "decode", "start_ms": timer.elapsed_ms("start", f"b{bi}_recv"),
                       "end_ms": timer.elapsed_ms("start", f"b{bi}_end")})
         prev = f"b{bi}_end"
-    return {"spans": spans, "frames": torch.cat(frames, dim=2), "fpb": fpb, "wall_ms": timer.elapsed_ms("start", prev),
-            "busy_ms": sum(s["end_ms"] - s["start_ms"] for s in spans if s["what"] == "decode"),
-            **decoded_stream(pipe, timer, inputs.num_blocks, fpb)}
+    return {"spans": spans, "wall_ms": timer.elapsed_ms("start", prev),
+            "busy_ms": sum(s["end_ms"] - s["start_ms"] for s in spans if s["what"] == "decode")}
 
 
 def decode_received(pipe, x0: torch.Tensor, strides, timer: DeviceTimer, bi: int) -> torch.Tensor:

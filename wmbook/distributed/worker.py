@@ -21,13 +21,15 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from ..atomic import atomic_write_text
 from ..profiling.jsonable import jsonable
+from .decoder_split import run_decoder_split
 from .job import NO_MULTICAST_ENV, JobSpec
 from .pipeline import run_dit_pipeline
 from .rank import Rank
 from .rollouts import run_data_parallel
 from .stream import run_stage_split
 
-RUNNERS = {"stage-split": run_stage_split, "data-parallel": run_data_parallel, "dit-pipeline": run_dit_pipeline}
+RUNNERS = {"stage-split": run_stage_split, "data-parallel": run_data_parallel, "dit-pipeline": run_dit_pipeline,
+           "decoder-split": run_decoder_split}
 
 
 @record  # torchrun's error file gets this rank's traceback as well

@@ -2,7 +2,8 @@
 (wmbook.distributed), on notebook 06's best stack, measured beside that stack on one GPU in the same job.
 
 Layouts: `stage-split` (streaming workloads: rank 0 denoises, rank 1 decodes), `dit-pipeline` (the DiT's layers over
-ranks, one rank decodes) and `data-parallel` (interaction loops: one loop per rank, a batch sweep). Per layout: the
+ranks, one rank decodes), `decoder-split` (rank 0 denoises, the other ranks decode strips of the frame with halo
+exchange) and `data-parallel` (interaction loops: one loop per rank, a batch sweep). Per layout: the
 end-to-end rate and first frame (streaming) or episodes per second (loops), the single-GPU run beside it, the bound
 the single-GPU stage times set, each rank's busy and idle time, the bytes and time on the wire, a timeline per rank
 and the rank sessions merged (wmbook aggregate). A failed job's rows are stored as a cut run, never mixed with
@@ -30,6 +31,7 @@ from .multi_gpu_report import bounds_sentence, layout_bounds, pipeline_bound, sw
 
 NOTEBOOK = "08_multi_gpu"
 STREAM_LAYOUTS = dist_jobs.STREAM_LAYOUTS
+LAYOUT_NAMES = {"stage-split": "stage split", "dit-pipeline": "DiT pipeline", "decoder-split": "decoder split"}
 
 
 def _layout(v, ctx):
@@ -47,8 +49,12 @@ def _nproc(v, ctx):
     n = integer(0)(v, ctx)
     lay = dist_jobs.LAYOUTS[ctx["layout"]]
     gpus = torch.cuda.device_count() if ctx["device"].type == "cuda" else None
-    if n == 0:  # as many ranks as the layout takes and the host has (2 CPU ranks without a GPU)
-        n = lay.max_ranks or (gpus if gpus else 2)
+    if n == 0:  # as many ranks as the layout takes and the host has (its fewest on a CPU)
+        n = lay.max_ranks or (gpus if gpus else max(2, lay.min_ranks))
+        hw = getattr(ctx.get("preset"), "latent_hw", None)
+        if ctx["layout"] == "decoder-split" and hw:  # decoder ranks that split the latent rows evenly
+            while n > lay.min_ranks and hw[0] % (n - 1):
+                n -= 1
     if n < lay.min_ranks or (lay.max_ranks is not None and n > lay.max_ranks):
         hi = lay.max_ranks
         raise ParameterError(f"nproc={v!r} is not allowed for layout {ctx['layout']!r}; allowed values: 0 (auto) or "
@@ -82,9 +88,9 @@ _P06 = {p.name: p for p in study06.SPEC.params}  # notebook 06's parameters: its
 SPEC = NotebookSpec(NOTEBOOK, (
     WORKLOAD, PRESET, DEVICE,
     Param("layout", "auto", _layout, "auto: stage-split for a streaming workload, data-parallel for interaction loops; "
-          "dit-pipeline: the DiT's layers over ranks"),
-    Param("nproc", 0, _nproc, "ranks, one per GPU; 0: 2 for stage-split, every GPU for data-parallel and dit-pipeline "
-          "(2 on a CPU)"),
+          "dit-pipeline: the DiT's layers over ranks; decoder-split: rank 0 denoises, the others decode strips"),
+    Param("nproc", 0, _nproc, "ranks, one per GPU; 0: 2 for stage-split, every GPU for data-parallel and dit-pipeline, "
+          "the most GPUs whose decoder ranks split the latent rows evenly for decoder-split (the fewest on a CPU)"),
     Param("base", "auto", _P06["base"].check, "the single-GPU stack on every rank; auto: notebook 06's best (its "
           "base + graph rows)"),
     Param("blocks", 0, integer(0), "blocks per streaming run; 0: 8 on a GPU, 3 on a CPU"),
@@ -159,6 +165,8 @@ def _bound(spec: dist_jobs.JobSpec, rank0: dict) -> float:
                         single["decode_ms"]["median"])
     if spec.layout == "stage-split":
         return steady / max(den, dec) * 1e3
+    if spec.layout == "decoder-split":  # the decode shared evenly by the strip ranks, the halo exchanges free
+        return steady / max(den, dec / (spec.nproc - 1)) * 1e3
     ms, ranges = rank0["layer_ms"], rank0["layer_ranges"]
     shares = [sum(ms[a:b]) / sum(ms) for a, b in ranges]
     return pipeline_bound(len(single["forward_ms"][-1]), den, dec, steady, shares,
@@ -184,7 +192,7 @@ def stream_table(res: dist_jobs.JobResult) -> pd.DataFrame:
     den, dec = res.ranks[0], res.ranks[-1]
     single = den["single"]
     bound = layout_bound(res)
-    name = "stage split" if res.spec.layout == "stage-split" else "DiT pipeline"
+    name = LAYOUT_NAMES[res.spec.layout]
     rows = []
     for what, fps, first in (("one GPU (the whole stack)", single["fps"], single["first_frame_ms"]),
                              (f"{name} over {res.spec.nproc} GPUs", dec["fps"], dec["first_frame_ms"])):
@@ -376,6 +384,11 @@ def interpretation(cfg: RunConfig, res: dist_jobs.JobResult) -> list[str]:
                f"ms a block there); the split runs at {split['FPS'] / bound:.0%} of that prediction (a GPU that runs "
                "one stage runs it at its own pace, not interleaved with the other)."
                if res.spec.layout == "stage-split" else
+               f"The single-GPU stage times predict {bound:.0f} FPS with the decode shared evenly by "
+               f"{res.spec.nproc - 1} strip ranks and free halo exchanges; the split runs at "
+               f"{split['FPS'] / bound:.0%} of that (each strip rank decodes eagerly and exchanges halo rows before "
+               "every spatial convolution)."
+               if res.spec.layout == "decoder-split" else
                f"The single-GPU stage times and the measured layer shares predict {bound:.0f} FPS at best (a block's "
                "steps cross every stage one after the other; only the cache refresh overlaps the next block; a "
                f"rank's forwards and decodes add up); the pipeline runs at {split['FPS'] / bound:.0%} of that.")

@@ -184,6 +184,8 @@ def findings(run: pd.DataFrame) -> Findings:
                 + f"first frame at most 1.15x one GPU's: **{'met' if ratio <= 1.15 else 'missed'}** ({ratio:.2f}x).")
         more = _more_gpus(run)
         nxt = ("Read the timeline: the slower stage sets the block period." if v.startswith("stage-split") else
+               "Read the timeline: the slowest strip sets when a block's frame is whole, the denoiser the block "
+               "period." if v.startswith("decoder-split") else
                "Read the timeline and the layer table: a block's steps cross every stage in turn.") + (
             f" {more}" if more else "")
         return Findings(head, goal, nxt, links)

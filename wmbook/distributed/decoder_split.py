@@ -1,0 +1,285 @@
+"""Layout `decoder-split`: rank 0 denoises (as in the stage split), the streaming decoder is spread over the other
+ranks by horizontal strips of the frame, with halo exchange.
+
+Each decoder rank decodes the latent rows of its strip (equal strips: the latent height must divide by the number of
+decoder ranks) through a copy of the pipeline's Wan decoder whose spatial convolutions take their missing rows from
+the neighbouring strips: before every convolution with a 3 x 3 spatial kernel the rank sends its top and bottom rows
+to the ranks above and below and receives theirs (zero rows at the frame's top and bottom edge, as the convolution's
+own zero padding has there). A causal convolution concatenates its cached frames to the new ones before that
+exchange, so the cached frames' halo rows travel too: a strip's caches hold exactly the rows the whole decoder's
+caches hold. The middle block's spatial self-attention sees the whole frame: its input is gathered from every strip
+(at the latent resolution, the decoder's smallest) and each rank keeps its rows of the output. Everything else in the
+decoder (RMS norms over channels, SiLU, nearest upsampling, 1 x 1 and temporal-only convolutions) is per pixel or
+per column and needs nothing from the neighbours. So each strip's pixels are the whole decoder's, up to the
+convolution algorithms' rounding on a different shape.
+
+The decoder ranks run the strip decoder eagerly (a halo exchange is a collective between every pair of convolutions;
+a compiled or captured strip decoder is not built here), in the pipeline's VAE dtype. The block's frames are there
+when the slowest strip is: the last rank collects every decoder rank's block-end times (device events from the
+common start) and counts FPS and the first frame from their maxima; it also gathers the strips once after the timed
+runs for the gate against the single-GPU frames.
+"""
+
+from __future__ import annotations
+
+import copy
+import types
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from diffusers.models.autoencoders import autoencoder_kl_wan as _wan
+from torch import nn
+
+from .. import check
+from ..bench import DeviceTimer, stream_metrics
+from ..models.vae import StreamingWanDecoder
+from ..profiling import ProfilingSession
+from ..profiling.labels import label
+from .rank import Rank
+from .stream import DENOISER, _denoiser_run, _single_gpu, decoder_timeline, timed_runs, wire
+
+
+def strip_rows(height: int, parts: int) -> list[tuple[int, int]]:
+    """The latent rows [start, end) of each of `parts` equal strips of `height` rows (ValueError when they are not
+    equal: the middle block's gather takes equal shares)."""
+    if parts < 1 or height % parts:
+        raise ValueError(f"a latent height of {height} rows does not split into {parts} equal strips; allowed: a "
+                         f"number of decoder ranks dividing {height}")
+    n = height // parts
+    return [(i * n, (i + 1) * n) for i in range(parts)]
+
+
+class Halo:
+    """Row exchange between the strips of one frame: `ranks` are the global ranks of the strips from top to bottom,
+    `index` this rank's place among them; `group` the process group of those ranks (the middle block's gather)."""
+
+    def __init__(self, ranks: list[int], index: int, group=None):
+        self.ranks, self.index, self.group = list(ranks), index, group
+        self.above = ranks[index - 1] if index > 0 else None
+        self.below = ranks[index + 1] if index + 1 < len(ranks) else None
+        self.exchanges = 0
+
+    def pad(self, x: torch.Tensor, dim: int, width: int) -> torch.Tensor:
+        """x with `width` rows of the strip above before its rows along `dim` and `width` rows of the strip below
+        after them (zeros at the frame's edges)."""
+        if width == 0:
+            return x
+        n = x.shape[dim]
+        if n < width:
+            raise ValueError(f"a strip of {n} rows cannot lend a halo of {width}: fewer decoder ranks")
+        shape = list(x.shape)
+        shape[dim] = width
+        top = x.new_zeros(shape)
+        bottom = x.new_zeros(shape)
+        ops = []
+        if self.above is not None:
+            ops += [dist.P2POp(dist.isend, x.narrow(dim, 0, width).contiguous(), self.above),
+                    dist.P2POp(dist.irecv, top, self.above)]
+        if self.below is not None:
+            ops += [dist.P2POp(dist.isend, x.narrow(dim, n - width, width).contiguous(), self.below),
+                    dist.P2POp(dist.irecv, bottom, self.below)]
+        if ops:
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+        self.exchanges += 1
+        return torch.cat([top, x, bottom], dim)
+
+    def gather(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """Every strip's x, concatenated along `dim` from top to bottom (equal strips)."""
+        parts = [torch.empty_like(x) for _ in self.ranks]
+        dist.all_gather(parts, x.contiguous(), group=self.group)
+        return torch.cat(parts, dim)
+
+
+def _halo_causal_conv(self, x, cache_x=None):
+    """WanCausalConv3d.forward on a strip: cached frames first, then the halo rows of both (the cache's halo is the
+    neighbour's cached rows), then the causal time padding and the width padding; no height padding left to add."""
+    padding = list(self._padding)  # (w, w, h, h, 2 t, 0)
+    if cache_x is not None and padding[4] > 0:
+        x = torch.cat([cache_x.to(x.device), x], dim=2)
+        padding[4] -= cache_x.shape[2]
+    x = self._halo.pad(x, 3, padding[2])
+    padding[2] = padding[3] = 0
+    return nn.Conv3d.forward(self, F.pad(x, padding))
+
+
+class _HaloConv2d(nn.Module):
+    """The upsamplers' 3 x 3 Conv2d ([B*T, C, H, W]) on a strip: halo rows in, height padding off."""
+
+    def __init__(self, conv: nn.Conv2d, halo: Halo):
+        super().__init__()
+        self.conv, self.halo, self.width = conv, halo, conv.padding[0]
+        conv.padding = (0, conv.padding[1])
+
+    def forward(self, x):
+        return self.conv(self.halo.pad(x, 2, self.width))
+
+
+def _gathered_attention(self, x):
+    """WanAttentionBlock.forward on a strip: the block over the whole frame (every strip gathered), this strip's rows
+    of its output."""
+    h = x.shape[3]
+    full = self._halo.gather(x, 3)
+    i = self._halo.index
+    return self._whole_forward(full).narrow(3, i * h, h)
+
+
+def split_vae(vae, halo: Halo):
+    """A copy of the Wan VAE whose decoder decodes one strip (module docstring); the encoder is left as it is."""
+    foreign = sorted({type(m).__name__ for m in vae.decoder.modules() if type(m).__module__.startswith("wmbook")})
+    if foreign:  # a decoder variant swapped modules this split does not know how to feed rows to
+        raise ValueError(f"decoder-split splits the Wan decoder's own modules; this stack replaced some ({foreign}): "
+                         "allowed: a stack without decoder module swaps (vae-stream-buffers, vae-window-kernels)")
+    v = copy.deepcopy(vae)
+    dec = v.decoder
+    for name, m in list(dec.named_modules()):
+        if isinstance(m, _wan.WanCausalConv3d):
+            if m._padding[2] > 0:  # a spatial kernel: rows from the neighbours
+                m._halo = halo
+                m.forward = types.MethodType(_halo_causal_conv, m)
+        elif isinstance(m, _wan.WanAttentionBlock):
+            m._halo = halo
+            m._whole_forward = m.forward
+            m.forward = types.MethodType(_gathered_attention, m)
+        elif isinstance(m, nn.Sequential):
+            for j, c in enumerate(m):
+                if isinstance(c, nn.Conv2d) and c.padding[0] > 0:
+                    m[j] = _HaloConv2d(c, halo)
+    return v
+
+
+def _decoder_ranks(world: int) -> list[int]:
+    return list(range(1, world))
+
+
+def _strip_run(pipe, inputs, rk: Rank, dec: StreamingWanDecoder, rows: tuple[int, int], session=None) -> dict:
+    """One generation's decode on a strip rank: each block's latents received from rank 0, this strip decoded;
+    the block-end times (from the common start) for the last rank's count."""
+    stage = session.stage if session is not None else label
+    timer = DeviceTimer(pipe.device)
+    rk.barrier()
+    timer.mark("start")
+    p, (h, w) = pipe.preset, pipe.preset.latent_hw
+    buf = torch.empty(inputs.noise.shape[0], p.out_dim, p.num_frame_per_block, h, w, device=pipe.device,
+                      dtype=pipe.dtype)
+    frames, fpb = [], []
+    with label("2_Pipeline_Inference"):
+        dec.reset()
+        for bi in range(inputs.num_blocks):
+            with label(f"2.3_Block_{bi}"):
+                with stage("Wait_For_Latents"):
+                    dist.recv(buf, src=DENOISER)
+                timer.mark(f"b{bi}_recv")
+                with stage("Decode"):
+                    marks = [f"b{bi}_px"]
+
+                    def first(_frames, marks=marks):  # the strip's first latent frame's pixels are queued
+                        if marks:
+                            timer.mark(marks.pop())
+
+                    fr = dec.decode_block(buf[:, :, :, rows[0]:rows[1]].to(pipe.vae_dtype), on_frames=first)
+                    timer.mark(f"b{bi}_end")
+                frames.append(fr)
+                fpb.append(fr.shape[2])
+    timer.synchronize()
+    ends = [timer.elapsed_ms("start", f"b{bi}_end") for bi in range(inputs.num_blocks)]
+    first_px = timer.elapsed_ms("start", "b0_px")
+    out = {**decoder_timeline(timer, inputs.num_blocks), "frames": torch.cat(frames, dim=2), "fpb": fpb,
+           "ends": ends, "first_px": first_px}
+    # the frame is there when its slowest strip is: the last rank counts from every strip's times
+    t = torch.tensor([*ends, first_px], dtype=torch.float64)
+    last = rk.world - 1
+    if rk.rank != last:
+        dist.send(t, dst=last)
+        return out
+    worst = t.clone()
+    for r in _decoder_ranks(rk.world)[:-1]:
+        other = torch.empty_like(t)
+        dist.recv(other, src=r)
+        worst = torch.maximum(worst, other)
+    ends, first_px = worst[:-1].tolist(), float(worst[-1])
+    block_ms = [ends[0]] + [b - a for a, b in zip(ends, ends[1:])]
+    m = stream_metrics(block_ms, fpb, first_px if pipe.stream_frames else ends[0])
+    out.update(block_ms=block_ms, fps=m["fps"], first_frame_ms=m["first_frame_ms"])
+    return out
+
+
+def _gather_frames(frames: torch.Tensor, rk: Rank) -> torch.Tensor | None:
+    """Every strip's frames on the last rank, stacked from top to bottom along the height (None elsewhere)."""
+    last = rk.world - 1
+    if rk.rank != last:
+        dist.send(frames.contiguous(), dst=last)
+        return None
+    parts = []
+    for r in _decoder_ranks(rk.world)[:-1]:
+        buf = torch.empty_like(frames)
+        dist.recv(buf, src=r)
+        parts.append(buf)
+    return torch.cat([*parts, frames], dim=3)
+
+
+def run_decoder_split(rk: Rank) -> dict:
+    """This rank's part of a decoder-split job (module docstring); the result JSON of the rank."""
+    spec = rk.spec
+    preset, pipe, ctx = rk.pipeline()
+    inputs = pipe.prepare(spec.blocks, seed=spec.seed)
+    ranks = _decoder_ranks(rk.world)
+    group = dist.new_group(ranks)  # every rank takes part in making a group, members or not
+    single, single_out = _single_gpu(pipe, inputs, rk)
+    rk.fault("run")
+    strips = strip_rows(preset.latent_hw[0], len(ranks))
+    if rk.rank == DENOISER:
+        def run():
+            return _split_denoise(pipe, inputs, rk)
+        role = "denoiser"
+    else:
+        i = ranks.index(rk.rank)
+        halo = Halo(ranks, i, group)
+        dec = StreamingWanDecoder(split_vae(pipe.vae, halo), stage_labels=False)
+        rows = strips[i]
+
+        def run():
+            return _strip_run(pipe, inputs, rk, dec, rows)
+        role = f"decoder rows {rows[0]}-{rows[1] - 1} of {preset.latent_hw[0]}"
+    last_rank = rk.world - 1
+    fps, first, busy, wall, last, runs_spans = timed_runs(rk, run, last_rank, "split runs")
+    out = {"layout": "decoder-split", "role": role, "stack": list(spec.stack), "notes": ctx.notes,
+           "single": single, "busy_ms": busy.summary(), "wall_ms": wall.summary(), "spans": last["spans"],
+           "runs_spans": runs_spans, "strips": strips}
+    if rk.rank == DENOISER:
+        out.update(forward_ms=last["forward_ms"], latents_bit_equal=bool(torch.equal(last["latents"],
+                                                                                     single_out.latents)),
+                   latents_max_abs_diff=float((last["latents"].float() - single_out.latents.float()).abs().max()))
+    else:
+        out["halo_exchanges_per_run"] = halo.exchanges // max(1, spec.warmup + spec.repeats)
+        frames = _gather_frames(last["frames"], rk)
+        if frames is not None:
+            gate = check.compare(frames.float(), single_out.frames.float(), dtype="fp32", frames=True)
+            per_block, k = [], 0
+            for n in last["fpb"]:
+                per_block.append(float((frames[:, :, k:k + n].float() - single_out.frames[:, :, k:k + n].float())
+                                       .abs().max()))
+                k += n
+            out.update(fps=fps.summary(), first_frame_ms=first.summary(), frames_per_block=last["fpb"],
+                       psnr_db=gate.psnr, max_abs_diff=gate.max_abs, bit_equal=bool(torch.equal(frames,
+                                                                                                single_out.frames)),
+                       frames_max_abs_diff_per_block=per_block, single_repeat_bit_equal=single["repeat_bit_equal"])
+    rk.progress("wire", 0, 1, force=True)
+    out["wire"] = wire(single_out.latents[:, :, :preset.num_frame_per_block].contiguous(), rk)
+    with ProfilingSession("08_decoder_split", device=rk.device, output_dir=rk.job_dir / "sessions",
+                          tags={"layout": "decoder-split", "role": role, "preset": spec.preset}) as s:
+        r = run() if rk.rank != DENOISER else _split_denoise(pipe, inputs, rk, session=s)
+        if rk.rank == last_rank:
+            s.set_block_frames(r["fpb"])
+        s.set_metrics(busy_ms=r["busy_ms"], idle_ms=r["wall_ms"] - r["busy_ms"], wall_ms=r["wall_ms"])
+    return out
+
+
+def _split_denoise(pipe, inputs, rk: Rank, session=None) -> dict:
+    """Rank 0's run: the stage split's denoiser, each block's latents sent to every decoder rank."""
+    stage = session.stage if session is not None else label
+    timer = DeviceTimer(pipe.device)
+    rk.barrier()
+    timer.mark("start")
+    return _denoiser_run(pipe, inputs, timer, stage, dsts=_decoder_ranks(rk.world))
