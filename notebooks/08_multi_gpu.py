@@ -32,7 +32,7 @@
 #   each step's next input from the last stage back to the first, and each stage's forward is captured on its own.
 #   From 3 ranks on the last rank decodes; with 2 the second stage also decodes.
 # - `decoder-split` (streaming workloads, `-p layout decoder-split`, 3 ranks or more): rank 0 denoises as in the stage
-#   split and sends each block's latents to every other rank; those decode equal horizontal strips of the frame, each
+#   split and sends each block's latents to every other rank; those decode horizontal strips of the frame, each
 #   sending its edge rows to the strips above and below before every spatial convolution (the causal caches' rows
 #   included) and gathering the whole frame for the middle block's attention. The first frame waits for one strip's
 #   decode instead of the whole frame's.
@@ -51,7 +51,7 @@ workload = "mg2"      # mg2 (streaming: stage-split) | wma (interaction loops: d
 preset = "auto"       # auto: tiny/tiny-wma on CPU, mg2-universal/wma on GPU
 device = "auto"       # auto | cpu (gloo ranks) | cuda (one GPU per rank, NCCL)
 layout = "auto"       # auto: stage-split for mg2, data-parallel for wma | dit-pipeline | decoder-split (mg2)
-nproc = 0             # ranks; 0: 2 for stage-split, every GPU otherwise (decoder-split: its decoder ranks split the latent rows evenly; the fewest on a CPU)
+nproc = 0             # ranks; 0: 2 for stage-split, every GPU otherwise (on a CPU 2, or 3 for decoder-split)
 base = "auto"         # the single-GPU stack on every rank; auto: notebook 06's best
 blocks = 0            # blocks per streaming run; 0: 8 on a GPU, 3 on a CPU
 ddim_steps = 2        # DDIM steps per pass of an interaction loop (notebook 03's knee at wma)

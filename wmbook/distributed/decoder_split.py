@@ -1,8 +1,8 @@
 """Layout `decoder-split`: rank 0 denoises (as in the stage split), the streaming decoder is spread over the other
 ranks by horizontal strips of the frame, with halo exchange.
 
-Each decoder rank decodes the latent rows of its strip (equal strips: the latent height must divide by the number of
-decoder ranks) through a copy of the pipeline's Wan decoder whose spatial convolutions take their missing rows from
+Each decoder rank decodes the latent rows of its strip (as equal as the latent height allows: 44 rows over 3 ranks
+are 15, 15 and 14) through a copy of the pipeline's Wan decoder whose spatial convolutions take their missing rows from
 the neighbouring strips: before every convolution with a 3 x 3 spatial kernel the rank sends its top and bottom rows
 to the ranks above and below and receives theirs (zero rows at the frame's top and bottom edge, as the convolution's
 own zero padding has there). A causal convolution concatenates its cached frames to the new ones before that
@@ -41,21 +41,25 @@ from .stream import DENOISER, _denoiser_run, _single_gpu, decoder_timeline, time
 
 
 def strip_rows(height: int, parts: int) -> list[tuple[int, int]]:
-    """The latent rows [start, end) of each of `parts` equal strips of `height` rows (ValueError when they are not
-    equal: the middle block's gather takes equal shares)."""
-    if parts < 1 or height % parts:
-        raise ValueError(f"a latent height of {height} rows does not split into {parts} equal strips; allowed: a "
-                         f"number of decoder ranks dividing {height}")
-    n = height // parts
-    return [(i * n, (i + 1) * n) for i in range(parts)]
+    """The latent rows [start, end) of each of `parts` strips of `height` rows, from the top, the first ones a row
+    longer where the rows do not divide evenly (ValueError for more strips than rows)."""
+    if parts < 1 or parts > height:
+        raise ValueError(f"a latent height of {height} rows does not split into {parts} strips; allowed: 1 to "
+                         f"{height} decoder ranks")
+    n, extra = divmod(height, parts)
+    bounds = [0]
+    for i in range(parts):
+        bounds.append(bounds[-1] + n + (i < extra))
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 class Halo:
     """Row exchange between the strips of one frame: `ranks` are the global ranks of the strips from top to bottom,
-    `index` this rank's place among them; `group` the process group of those ranks (the middle block's gather)."""
+    `index` this rank's place among them, `rows` every strip's latent rows; `group` the process group of those ranks
+    (the middle block's gather)."""
 
-    def __init__(self, ranks: list[int], index: int, group=None):
-        self.ranks, self.index, self.group = list(ranks), index, group
+    def __init__(self, ranks: list[int], index: int, rows: list[int], group=None):
+        self.ranks, self.index, self.rows, self.group = list(ranks), index, list(rows), group
         self.above = ranks[index - 1] if index > 0 else None
         self.below = ranks[index + 1] if index + 1 < len(ranks) else None
         self.exchanges = 0
@@ -86,10 +90,19 @@ class Halo:
         return torch.cat([top, x, bottom], dim)
 
     def gather(self, x: torch.Tensor, dim: int) -> torch.Tensor:
-        """Every strip's x, concatenated along `dim` from top to bottom (equal strips)."""
+        """Every strip's x, concatenated along `dim` from top to bottom. Strips may differ by a row: each is sent
+        padded to the longest (all_gather takes equal shapes) and cut back to its rows (at x's resolution: its latent
+        rows times the upsampling so far)."""
+        scale = x.shape[dim] // self.rows[self.index]
+        longest = max(self.rows) * scale
+        pad = longest - x.shape[dim]
+        if pad:
+            shape = list(x.shape)
+            shape[dim] = pad
+            x = torch.cat([x, x.new_zeros(shape)], dim)
         parts = [torch.empty_like(x) for _ in self.ranks]
         dist.all_gather(parts, x.contiguous(), group=self.group)
-        return torch.cat(parts, dim)
+        return torch.cat([p.narrow(dim, 0, r * scale) for p, r in zip(parts, self.rows)], dim)
 
 
 def _halo_causal_conv(self, x, cache_x=None):
@@ -119,10 +132,10 @@ class _HaloConv2d(nn.Module):
 def _gathered_attention(self, x):
     """WanAttentionBlock.forward on a strip: the block over the whole frame (every strip gathered), this strip's rows
     of its output."""
-    h = x.shape[3]
-    full = self._halo.gather(x, 3)
-    i = self._halo.index
-    return self._whole_forward(full).narrow(3, i * h, h)
+    halo = self._halo
+    scale = x.shape[3] // halo.rows[halo.index]
+    start = sum(halo.rows[:halo.index]) * scale
+    return self._whole_forward(halo.gather(x, 3)).narrow(3, start, x.shape[3])
 
 
 def split_vae(vae, halo: Halo):
@@ -205,15 +218,19 @@ def _strip_run(pipe, inputs, rk: Rank, dec: StreamingWanDecoder, rows: tuple[int
     return out
 
 
-def _gather_frames(frames: torch.Tensor, rk: Rank) -> torch.Tensor | None:
-    """Every strip's frames on the last rank, stacked from top to bottom along the height (None elsewhere)."""
+def _gather_frames(frames: torch.Tensor, rk: Rank, rows: list[int]) -> torch.Tensor | None:
+    """Every strip's frames on the last rank, stacked from top to bottom along the height (None elsewhere); `rows`:
+    each strip's latent rows (a strip's pixel rows are its latent rows times the decoder's upsampling)."""
     last = rk.world - 1
     if rk.rank != last:
         dist.send(frames.contiguous(), dst=last)
         return None
+    scale = frames.shape[3] // rows[-1]
     parts = []
-    for r in _decoder_ranks(rk.world)[:-1]:
-        buf = torch.empty_like(frames)
+    for r, n in zip(_decoder_ranks(rk.world)[:-1], rows):
+        shape = list(frames.shape)
+        shape[3] = n * scale
+        buf = frames.new_empty(shape)
         dist.recv(buf, src=r)
         parts.append(buf)
     return torch.cat([*parts, frames], dim=3)
@@ -235,7 +252,7 @@ def run_decoder_split(rk: Rank) -> dict:
         role = "denoiser"
     else:
         i = ranks.index(rk.rank)
-        halo = Halo(ranks, i, group)
+        halo = Halo(ranks, i, [b - a for a, b in strips], group)
         dec = StreamingWanDecoder(split_vae(pipe.vae, halo), stage_labels=False)
         rows = strips[i]
 
@@ -253,7 +270,7 @@ def run_decoder_split(rk: Rank) -> dict:
                    latents_max_abs_diff=float((last["latents"].float() - single_out.latents.float()).abs().max()))
     else:
         out["halo_exchanges_per_run"] = halo.exchanges // max(1, spec.warmup + spec.repeats)
-        frames = _gather_frames(last["frames"], rk)
+        frames = _gather_frames(last["frames"], rk, [b - a for a, b in strips])
         if frames is not None:
             gate = check.compare(frames.float(), single_out.frames.float(), dtype="fp32", frames=True)
             per_block, k = [], 0

@@ -51,10 +51,6 @@ def _nproc(v, ctx):
     gpus = torch.cuda.device_count() if ctx["device"].type == "cuda" else None
     if n == 0:  # as many ranks as the layout takes and the host has (its fewest on a CPU)
         n = lay.max_ranks or (gpus if gpus else max(2, lay.min_ranks))
-        hw = getattr(ctx.get("preset"), "latent_hw", None)
-        if ctx["layout"] == "decoder-split" and hw:  # decoder ranks that split the latent rows evenly
-            while n > lay.min_ranks and hw[0] % (n - 1):
-                n -= 1
     if n < lay.min_ranks or (lay.max_ranks is not None and n > lay.max_ranks):
         hi = lay.max_ranks
         raise ParameterError(f"nproc={v!r} is not allowed for layout {ctx['layout']!r}; allowed values: 0 (auto) or "
@@ -89,8 +85,8 @@ SPEC = NotebookSpec(NOTEBOOK, (
     WORKLOAD, PRESET, DEVICE,
     Param("layout", "auto", _layout, "auto: stage-split for a streaming workload, data-parallel for interaction loops; "
           "dit-pipeline: the DiT's layers over ranks; decoder-split: rank 0 denoises, the others decode strips"),
-    Param("nproc", 0, _nproc, "ranks, one per GPU; 0: 2 for stage-split, every GPU for data-parallel and dit-pipeline, "
-          "the most GPUs whose decoder ranks split the latent rows evenly for decoder-split (the fewest on a CPU)"),
+    Param("nproc", 0, _nproc, "ranks, one per GPU; 0: 2 for stage-split, every GPU otherwise (on a CPU the "
+          "layout's fewest: 3 for decoder-split, else 2)"),
     Param("base", "auto", _P06["base"].check, "the single-GPU stack on every rank; auto: notebook 06's best (its "
           "base + graph rows)"),
     Param("blocks", 0, integer(0), "blocks per streaming run; 0: 8 on a GPU, 3 on a CPU"),
