@@ -36,6 +36,8 @@
 #   sending its edge rows to the strips above and below before every spatial convolution (the causal caches' rows
 #   included) and gathering the whole frame for the middle block's attention. The first frame waits for one strip's
 #   decode instead of the whole frame's.
+# - `pipeline-split` (streaming workloads, `-p layout pipeline-split`, 4 ranks or more): the DiT pipeline over all
+#   ranks but the last two, which decode the frame's top and bottom halves as the decoder split does.
 # - `data-parallel` (interaction loops): one independent loop per rank, its own episodes, nothing exchanged; each rank
 #   sweeps the episodes per forward (batch), with its own CUDA graphs per batch.
 #
@@ -50,8 +52,8 @@
 workload = "mg2"      # mg2 (streaming: stage-split) | wma (interaction loops: data-parallel)
 preset = "auto"       # auto: tiny/tiny-wma on CPU, mg2-universal/wma on GPU
 device = "auto"       # auto | cpu (gloo ranks) | cuda (one GPU per rank, NCCL)
-layout = "auto"       # auto: stage-split for mg2, data-parallel for wma | dit-pipeline | decoder-split (mg2)
-nproc = 0             # ranks; 0: 2 for stage-split, every GPU otherwise (on a CPU 2, or 3 for decoder-split)
+layout = "auto"       # auto: stage-split for mg2, data-parallel for wma | dit-pipeline | decoder-split | pipeline-split (mg2)
+nproc = 0             # ranks; 0: 2 for stage-split, every GPU otherwise (on a CPU the layout's fewest: 2, 3 or 4)
 base = "auto"         # the single-GPU stack on every rank; auto: notebook 06's best
 blocks = 0            # blocks per streaming run; 0: 8 on a GPU, 3 on a CPU
 ddim_steps = 2        # DDIM steps per pass of an interaction loop (notebook 03's knee at wma)
@@ -100,7 +102,7 @@ if spec.layout in study.STREAM_LAYOUTS:
     t = study.stream_table(res)
     display(wd.table(t, caption=f"{spec.layout} against one GPU (bound from the single-GPU stage times: "
                                 f"{t.attrs['bound_fps']:.0f} FPS)"))
-    if spec.layout == "dit-pipeline":
+    if spec.layout in study.PIPELINE_LAYOUTS:
         display(wd.table(study.layer_table(res), caption="The DiT's layers per rank (chosen from measured layer times)"))
     display(wd.table(study.gate_table(res), caption="Gate: the layout's output against the single-GPU run's"))
     display(wd.table(study.stage_bounds(res), caption="Upper bounds of other layouts from the same single-GPU stage "

@@ -17,7 +17,11 @@ def _spec(**kw):
 
 @pytest.mark.parametrize("change,message", [
     ({"layout": "ring"}, "layout='ring' is not allowed; allowed values: ['data-parallel', 'decoder-split', "
-                         "'dit-pipeline', 'stage-split']"),
+                         "'dit-pipeline', 'pipeline-split', 'stage-split']"),
+    ({"layout": "pipeline-split", "nproc": 3}, "nproc=3 is not allowed for layout 'pipeline-split'; allowed values: "
+                                              ">= 4"),
+    ({"layout": "pipeline-split", "nproc": 5}, "nproc=5 is not allowed for layout 'pipeline-split' at preset 'tiny' "
+                                              "(2 layers); allowed values: 4..4"),
     ({"layout": "decoder-split"}, "nproc=2 is not allowed for layout 'decoder-split'; allowed values: >= 3"),
     ({"layout": "decoder-split", "nproc": 10}, "nproc=10 is not allowed for layout 'decoder-split' at preset 'tiny' "
                                               "(8 latent rows); allowed values: 3..9"),
@@ -48,7 +52,7 @@ def test_bad_jobs_refused_before_any_process(change, message, tmp_path):
 
 
 def test_layouts_and_multicast_off():
-    assert set(LAYOUTS) == {"stage-split", "data-parallel", "dit-pipeline", "decoder-split"}
+    assert set(LAYOUTS) == {"stage-split", "data-parallel", "dit-pipeline", "decoder-split", "pipeline-split"}
     assert NO_MULTICAST_ENV == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                                 "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -132,6 +136,26 @@ def test_decoder_split_takes_strips_of_unequal_rows(tmp_path):
     assert [r["role"] for r in res.ranks[1:]] == ["decoder rows 0-2 of 8", "decoder rows 3-5 of 8",
                                                   "decoder rows 6-7 of 8"]
     assert res.ranks[-1]["psnr_db"] >= 45 and res.ranks[0]["latents_bit_equal"]
+
+
+def test_pipeline_split_on_gloo_four_ranks_two_stages_two_halves(tmp_path):
+    """The 4-GPU layout: the DiT's two layers on ranks 0 and 1, the frame's halves decoded on ranks 2 and 3 with halo
+    exchange; latents bit-equal, frames within the gate; the bound shares the decode between the halves."""
+    from wmbook.studies import multi_gpu
+
+    res = run_job(_spec(layout="pipeline-split", nproc=4, blocks=2, warmup=0, repeats=1), tmp_path, progress=False,
+                  timeout_s=500)
+    roles = [r["role"] for r in res.ranks]
+    assert roles == ["DiT layers 0-0", "DiT layers 1-1", "decoder rows 0-3 of 8", "decoder rows 4-7 of 8"]
+    assert res.ranks[1]["latents_bit_equal"] and res.ranks[3]["psnr_db"] >= 45
+    assert res.ranks[3]["frames_per_block"] == [9, 12] and res.ranks[3]["fps"]["median"] > 0
+    assert not multi_gpu.layer_table(res)["also decodes"].any()
+    r0, single = res.ranks[0], res.ranks[0]["single"]
+    shares = [sum(r0["layer_ms"][a:b]) / sum(r0["layer_ms"]) for a, b in r0["layer_ranges"]]
+    want = multi_gpu.pipeline_bound(len(single["forward_ms"][-1]), single["denoise_ms"]["median"],
+                                    single["decode_ms"]["median"] / 2, single["frames_per_block"][-1], shares, False)
+    assert multi_gpu.stream_table(res).attrs["bound_fps"] == pytest.approx(want)
+    assert multi_gpu.stream_table(res).index[1] == "DiT pipeline + decoder halves over 4 GPUs"
 
 
 def test_split_layers_balances_the_busiest_rank():

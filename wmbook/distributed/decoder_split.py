@@ -162,13 +162,55 @@ def split_vae(vae, halo: Halo):
     return v
 
 
-def _decoder_ranks(world: int) -> list[int]:
-    return list(range(1, world))
+class Strips:
+    """The decoder ranks of a job that decode strips of the frame (`ranks`, from top to bottom; every rank of the job
+    builds it, since making the ranks' process group takes all of them): this rank's strip decoder, its runs and, on
+    the last of them, the frame's times and frames gathered from every strip. `src`: the rank that sends each block's
+    clean latents."""
+
+    def __init__(self, pipe, rk: Rank, ranks: list[int], src: int):
+        self.pipe, self.rk, self.ranks, self.src = pipe, rk, list(ranks), src
+        self.group = dist.new_group(self.ranks)  # every rank takes part in making a group, members or not
+        h = pipe.preset.latent_hw[0]
+        self.strips = strip_rows(h, len(self.ranks))
+        self.rows_each = [b - a for a, b in self.strips]
+        self.last = self.ranks[-1]
+        self.halo = self.dec = self.rows = None
+        if rk.rank in self.ranks:
+            i = self.ranks.index(rk.rank)
+            self.halo = Halo(self.ranks, i, self.rows_each, self.group)
+            self.dec = StreamingWanDecoder(split_vae(pipe.vae, self.halo), stage_labels=False)
+            self.rows = self.strips[i]
+            self.role = f"decoder rows {self.rows[0]}-{self.rows[1] - 1} of {h}"
+
+    def run(self, inputs, session=None) -> dict:
+        """One generation's decode on this strip rank (module docstring)."""
+        return _strip_run(self.pipe, inputs, self.rk, self.dec, self.rows, self.src, self.ranks, session)
+
+    def results(self, last: dict, single: dict, single_out, fps, first, runs: int) -> dict:
+        """This strip rank's result fields; on the last strip rank also the frame's FPS and first frame (from the
+        slowest strip) and the gate of the gathered frames against the single-GPU run's."""
+        out = {"strips": self.strips, "halo_exchanges_per_run": self.halo.exchanges // max(1, runs)}
+        frames = _gather_frames(last["frames"], self.rk, self.ranks, self.rows_each)
+        if frames is None:
+            return out
+        gate = check.compare(frames.float(), single_out.frames.float(), dtype="fp32", frames=True)
+        per_block, k = [], 0
+        for n in last["fpb"]:
+            per_block.append(float((frames[:, :, k:k + n].float() - single_out.frames[:, :, k:k + n].float())
+                                   .abs().max()))
+            k += n
+        out.update(fps=fps.summary(), first_frame_ms=first.summary(), frames_per_block=last["fpb"],
+                   psnr_db=gate.psnr, max_abs_diff=gate.max_abs,
+                   bit_equal=bool(torch.equal(frames, single_out.frames)),
+                   frames_max_abs_diff_per_block=per_block, single_repeat_bit_equal=single["repeat_bit_equal"])
+        return out
 
 
-def _strip_run(pipe, inputs, rk: Rank, dec: StreamingWanDecoder, rows: tuple[int, int], session=None) -> dict:
-    """One generation's decode on a strip rank: each block's latents received from rank 0, this strip decoded;
-    the block-end times (from the common start) for the last rank's count."""
+def _strip_run(pipe, inputs, rk: Rank, dec: StreamingWanDecoder, rows: tuple[int, int], src: int, ranks: list[int],
+               session=None) -> dict:
+    """One generation's decode on a strip rank: each block's latents received from `src`, this strip decoded; the
+    block-end times (from the common start) for the last strip rank's count."""
     stage = session.stage if session is not None else label
     timer = DeviceTimer(pipe.device)
     rk.barrier()
@@ -182,7 +224,7 @@ def _strip_run(pipe, inputs, rk: Rank, dec: StreamingWanDecoder, rows: tuple[int
         for bi in range(inputs.num_blocks):
             with label(f"2.3_Block_{bi}"):
                 with stage("Wait_For_Latents"):
-                    dist.recv(buf, src=DENOISER)
+                    dist.recv(buf, src=src)
                 timer.mark(f"b{bi}_recv")
                 with stage("Decode"):
                     marks = [f"b{bi}_px"]
@@ -200,14 +242,14 @@ def _strip_run(pipe, inputs, rk: Rank, dec: StreamingWanDecoder, rows: tuple[int
     first_px = timer.elapsed_ms("start", "b0_px")
     out = {**decoder_timeline(timer, inputs.num_blocks), "frames": torch.cat(frames, dim=2), "fpb": fpb,
            "ends": ends, "first_px": first_px}
-    # the frame is there when its slowest strip is: the last rank counts from every strip's times
+    # the frame is there when its slowest strip is: the last strip rank counts from every strip's times
     t = torch.tensor([*ends, first_px], dtype=torch.float64)
-    last = rk.world - 1
+    last = ranks[-1]
     if rk.rank != last:
         dist.send(t, dst=last)
         return out
     worst = t.clone()
-    for r in _decoder_ranks(rk.world)[:-1]:
+    for r in ranks[:-1]:
         other = torch.empty_like(t)
         dist.recv(other, src=r)
         worst = torch.maximum(worst, other)
@@ -218,16 +260,16 @@ def _strip_run(pipe, inputs, rk: Rank, dec: StreamingWanDecoder, rows: tuple[int
     return out
 
 
-def _gather_frames(frames: torch.Tensor, rk: Rank, rows: list[int]) -> torch.Tensor | None:
-    """Every strip's frames on the last rank, stacked from top to bottom along the height (None elsewhere); `rows`:
-    each strip's latent rows (a strip's pixel rows are its latent rows times the decoder's upsampling)."""
-    last = rk.world - 1
+def _gather_frames(frames: torch.Tensor, rk: Rank, ranks: list[int], rows: list[int]) -> torch.Tensor | None:
+    """Every strip's frames on the last strip rank, stacked from top to bottom along the height (None elsewhere);
+    `rows`: each strip's latent rows (a strip's pixel rows are its latent rows times the decoder's upsampling)."""
+    last = ranks[-1]
     if rk.rank != last:
         dist.send(frames.contiguous(), dst=last)
         return None
     scale = frames.shape[3] // rows[-1]
     parts = []
-    for r, n in zip(_decoder_ranks(rk.world)[:-1], rows):
+    for r, n in zip(ranks[:-1], rows):
         shape = list(frames.shape)
         shape[3] = n * scale
         buf = frames.new_empty(shape)
@@ -241,62 +283,42 @@ def run_decoder_split(rk: Rank) -> dict:
     spec = rk.spec
     preset, pipe, ctx = rk.pipeline()
     inputs = pipe.prepare(spec.blocks, seed=spec.seed)
-    ranks = _decoder_ranks(rk.world)
-    group = dist.new_group(ranks)  # every rank takes part in making a group, members or not
+    strips = Strips(pipe, rk, list(range(1, rk.world)), src=DENOISER)
     single, single_out = _single_gpu(pipe, inputs, rk)
     rk.fault("run")
-    strips = strip_rows(preset.latent_hw[0], len(ranks))
     if rk.rank == DENOISER:
         def run():
-            return _split_denoise(pipe, inputs, rk)
+            return _split_denoise(pipe, inputs, rk, strips.ranks)
         role = "denoiser"
     else:
-        i = ranks.index(rk.rank)
-        halo = Halo(ranks, i, [b - a for a, b in strips], group)
-        dec = StreamingWanDecoder(split_vae(pipe.vae, halo), stage_labels=False)
-        rows = strips[i]
-
         def run():
-            return _strip_run(pipe, inputs, rk, dec, rows)
-        role = f"decoder rows {rows[0]}-{rows[1] - 1} of {preset.latent_hw[0]}"
-    last_rank = rk.world - 1
-    fps, first, busy, wall, last, runs_spans = timed_runs(rk, run, last_rank, "split runs")
+            return strips.run(inputs)
+        role = strips.role
+    fps, first, busy, wall, last, runs_spans = timed_runs(rk, run, strips.last, "split runs")
     out = {"layout": "decoder-split", "role": role, "stack": list(spec.stack), "notes": ctx.notes,
            "single": single, "busy_ms": busy.summary(), "wall_ms": wall.summary(), "spans": last["spans"],
-           "runs_spans": runs_spans, "strips": strips}
+           "runs_spans": runs_spans, "strips": strips.strips}
     if rk.rank == DENOISER:
         out.update(forward_ms=last["forward_ms"], latents_bit_equal=bool(torch.equal(last["latents"],
                                                                                      single_out.latents)),
                    latents_max_abs_diff=float((last["latents"].float() - single_out.latents.float()).abs().max()))
     else:
-        out["halo_exchanges_per_run"] = halo.exchanges // max(1, spec.warmup + spec.repeats)
-        frames = _gather_frames(last["frames"], rk, [b - a for a, b in strips])
-        if frames is not None:
-            gate = check.compare(frames.float(), single_out.frames.float(), dtype="fp32", frames=True)
-            per_block, k = [], 0
-            for n in last["fpb"]:
-                per_block.append(float((frames[:, :, k:k + n].float() - single_out.frames[:, :, k:k + n].float())
-                                       .abs().max()))
-                k += n
-            out.update(fps=fps.summary(), first_frame_ms=first.summary(), frames_per_block=last["fpb"],
-                       psnr_db=gate.psnr, max_abs_diff=gate.max_abs, bit_equal=bool(torch.equal(frames,
-                                                                                                single_out.frames)),
-                       frames_max_abs_diff_per_block=per_block, single_repeat_bit_equal=single["repeat_bit_equal"])
+        out.update(strips.results(last, single, single_out, fps, first, spec.warmup + spec.repeats))
     rk.progress("wire", 0, 1, force=True)
     out["wire"] = wire(single_out.latents[:, :, :preset.num_frame_per_block].contiguous(), rk)
     with ProfilingSession("08_decoder_split", device=rk.device, output_dir=rk.job_dir / "sessions",
                           tags={"layout": "decoder-split", "role": role, "preset": spec.preset}) as s:
-        r = run() if rk.rank != DENOISER else _split_denoise(pipe, inputs, rk, session=s)
-        if rk.rank == last_rank:
+        r = strips.run(inputs, s) if rk.rank != DENOISER else _split_denoise(pipe, inputs, rk, strips.ranks, s)
+        if rk.rank == strips.last:
             s.set_block_frames(r["fpb"])
         s.set_metrics(busy_ms=r["busy_ms"], idle_ms=r["wall_ms"] - r["busy_ms"], wall_ms=r["wall_ms"])
     return out
 
 
-def _split_denoise(pipe, inputs, rk: Rank, session=None) -> dict:
-    """Rank 0's run: the stage split's denoiser, each block's latents sent to every decoder rank."""
+def _split_denoise(pipe, inputs, rk: Rank, dsts: list[int], session=None) -> dict:
+    """Rank 0's run: the stage split's denoiser, each block's latents sent to every strip rank."""
     stage = session.stage if session is not None else label
     timer = DeviceTimer(pipe.device)
     rk.barrier()
     timer.mark("start")
-    return _denoiser_run(pipe, inputs, timer, stage, dsts=_decoder_ranks(rk.world))
+    return _denoiser_run(pipe, inputs, timer, stage, dsts=dsts)

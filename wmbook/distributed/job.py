@@ -52,14 +52,28 @@ LAYOUTS = {
         "rank 0 denoises as in the stage split and sends each block's clean latents to every other rank; those decode "
         "horizontal strips of the frame with the streaming decoder, exchanging halo rows (the causal caches' "
         "included) before every spatial convolution"),
+    "pipeline-split": Layout(
+        "pipeline-split", frozenset({"streaming_decoder", "kv_cache"}), 4, None,
+        "the DiT pipeline over all ranks but the last two (as dit-pipeline), the decoder split over the last two: the "
+        "top and bottom halves of the frame with halo exchange (as decoder-split)"),
 }
 # one stream over the ranks (FPS, first frame, frames gated)
-STREAM_LAYOUTS = ("stage-split", "dit-pipeline", "decoder-split")
+STREAM_LAYOUTS = ("stage-split", "dit-pipeline", "decoder-split", "pipeline-split")
+PIPELINE_LAYOUTS = ("dit-pipeline", "pipeline-split")  # the DiT's layers over ranks
+HALVES = 2  # pipeline-split: the decoder ranks (the frame's top and bottom halves)
 
 
-def dit_ranks(nproc: int) -> int:
-    """dit-pipeline: how many ranks hold the DiT's layers: all but the decoder rank from 3 ranks on, both of 2."""
+def dit_ranks(nproc: int, layout: str = "dit-pipeline") -> int:
+    """How many ranks hold the DiT's layers: dit-pipeline all but the decoder rank from 3 ranks on, both of 2;
+    pipeline-split all but the two decoder halves."""
+    if layout == "pipeline-split":
+        return nproc - HALVES
     return nproc - 1 if nproc >= 3 else nproc
+
+
+def decoder_ranks(nproc: int, layout: str = "dit-pipeline") -> list[int]:
+    """The ranks that decode in a DiT pipeline: the last one (with 2 ranks, the last DiT stage), or the two halves."""
+    return list(range(nproc - HALVES, nproc)) if layout == "pipeline-split" else [nproc - 1]
 
 
 class JobError(ValueError):
@@ -141,11 +155,13 @@ def check_job(spec: JobSpec, gpus: int | None = None) -> None:
         allowed = str(layout.min_ranks) if hi == layout.min_ranks else (
             f"{layout.min_ranks}..{hi}" if hi is not None else f">= {layout.min_ranks}")
         raise JobError(f"nproc={spec.nproc} is not allowed for layout {spec.layout!r}; allowed values: {allowed}")
-    if spec.layout == "dit-pipeline":  # every DiT rank holds at least one layer
+    if spec.layout in PIPELINE_LAYOUTS:  # every DiT rank holds at least one layer
         layers = wl.presets[spec.preset].num_layers
-        if dit_ranks(spec.nproc) > layers:
-            raise JobError(f"nproc={spec.nproc} is not allowed for layout 'dit-pipeline' at preset {spec.preset!r} "
-                           f"({layers} layers); allowed values: 2..{layers + 1}")
+        if dit_ranks(spec.nproc, spec.layout) > layers:
+            lo = LAYOUTS[spec.layout].min_ranks
+            hi = layers + spec.nproc - dit_ranks(spec.nproc, spec.layout)
+            raise JobError(f"nproc={spec.nproc} is not allowed for layout {spec.layout!r} at preset {spec.preset!r} "
+                           f"({layers} layers); allowed values: {lo}..{hi}")
     if spec.layout == "decoder-split":  # every decoder rank holds at least one latent row
         h = wl.presets[spec.preset].latent_hw[0]
         if spec.nproc - 1 > h:

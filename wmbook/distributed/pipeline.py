@@ -10,10 +10,12 @@ refresh of block k and the first step of block k+1 overlap (block k+1 needs, at 
 caches of block k), so the ranks run ahead of each other by themselves (point-to-point sends, no barrier per step).
 
 With 3 or more ranks the last rank only decodes (P = nproc - 1); with 2 ranks both hold layers and the second also
-decodes. The layer ranges are chosen from measured per-layer times (rank 0 times every layer of a steady block's
-forwards and sends them to the others): contiguous ranges that make the busiest rank's work per block smallest, a
-rank that also decodes counted with the decode. With `cuda-graphs` in the stack each stage's forward is captured on
-its own (the sends and receives stay outside the graphs).
+decodes. Layout `pipeline-split` keeps the last two ranks for decoding, the top and bottom halves of the frame with
+halo exchange (wmbook.distributed.decoder_split), so P = nproc - 2. The layer ranges are chosen from measured
+per-layer times (rank 0 times every layer of a steady block's forwards and sends them to the others): contiguous
+ranges that make the busiest rank's work per block smallest, a rank that also decodes counted with the decode. With
+`cuda-graphs` in the stack each stage's forward is captured on its own (the sends and receives stay outside the
+graphs).
 
 Every rank first runs the whole stack on its own GPU (the single-GPU comparison and the gate's frames, as in the
 stage split). The pipeline changes no arithmetic: on CPU ranks (gloo) latents and frames are bit-equal to the single
@@ -37,7 +39,8 @@ from ..graphs import GraphedCallable
 from ..models.causal_wan import LayerStage
 from ..profiling import ProfilingSession
 from ..profiling.labels import label
-from .job import dit_ranks
+from .decoder_split import Strips
+from .job import decoder_ranks, dit_ranks
 from .rank import Rank
 from .stream import _single_gpu, decode_received, decoded_stream, timed_runs, wire
 
@@ -105,7 +108,7 @@ def _layer_ms(pipe, rk: Rank) -> tuple[list[float], str]:
 def _plan(pipe, rk: Rank, single: dict) -> tuple[list[tuple[int, int]], str, list[float]]:
     """The layer ranges (chosen on rank 0 from its measured layer times, sent to every rank), the hidden dtype and the
     layer times."""
-    p = dit_ranks(rk.world)
+    p = dit_ranks(rk.world, rk.spec.layout)
     box = [None]
     if rk.rank == 0:
         per, dtype = _layer_ms(pipe, rk)
@@ -131,7 +134,8 @@ class _Run:
     def __init__(self, pipe, inputs, rk: Rank, stage: LayerStage | None, strides: list, stage_label):
         self.pipe, self.inputs, self.rk, self.stage, self.strides, self.stage_label = (pipe, inputs, rk, stage,
                                                                                       strides, stage_label)
-        self.p_ranks, self.decoder = dit_ranks(rk.world), rk.world - 1
+        self.p_ranks, self.decoder = dit_ranks(rk.world, rk.spec.layout), rk.world - 1
+        self.decoders = decoder_ranks(rk.world, rk.spec.layout)
         p, dev = pipe.preset, pipe.device
         self.k, self.ts = p.num_frame_per_block, pipe.sampling_timesteps()
         h, w = p.latent_hw
@@ -191,8 +195,9 @@ class _Run:
             return noisy
         self.latents.append(x0)
         _send(x0, 0, self.pending)
-        if self.decoder != self.rk.rank:
-            _send(x0, self.decoder, self.pending)
+        for d in self.decoders:
+            if d != self.rk.rank:
+                _send(x0, d, self.pending)
         return noisy
 
     def decode_block(self, bi: int) -> None:
@@ -289,9 +294,12 @@ def run_dit_pipeline(rk: Rank) -> dict:
     spec = rk.spec
     preset, pipe, ctx = rk.pipeline()
     inputs = pipe.prepare(spec.blocks, seed=spec.seed)
+    p_ranks, decoder = dit_ranks(rk.world, spec.layout), rk.world - 1
+    # pipeline-split: the two decoder halves (every rank takes part in making their process group)
+    strips = Strips(pipe, rk, decoder_ranks(rk.world, spec.layout), src=p_ranks - 1) \
+        if spec.layout == "pipeline-split" else None
     single, single_out = _single_gpu(pipe, inputs, rk)
     ranges, hidden_dtype, layer_ms = _plan(pipe, rk, single)
-    p_ranks, decoder = dit_ranks(rk.world), rk.world - 1
     stage = None
     if rk.rank < p_ranks:
         a, e = ranges[rk.rank]
@@ -304,23 +312,31 @@ def run_dit_pipeline(rk: Rank) -> dict:
     roles = []
     if stage is not None:
         roles.append(f"DiT layers {stage.start}-{stage.end - 1}")
-    if rk.rank == decoder:
+    if strips is not None and rk.rank in strips.ranks:
+        roles.append(strips.role)
+    elif rk.rank == decoder:
         roles.append("decoder")
     fn = _stage_forward(pipe, stage, rk.device) if stage is not None else None
     with mock.patch.object(pipe.model, "_forward", fn) if fn is not None else contextlib.nullcontext():
         if isinstance(fn, GraphedCallable) and fn.disabled_reason is None:
             rk.progress("capturing the stage", 0, 1, force=True)
             _dry_run(pipe, inputs, stage)  # a block's forwards share a signature: 2 warm-up calls, the capture
-        fps, first, busy, wall, last, runs_spans = timed_runs(
-            rk, lambda: _pipeline_run(pipe, inputs, rk, stage, single["latent_strides"]), decoder, "pipeline runs")
-        out = {"layout": "dit-pipeline", "role": " + ".join(roles), "stack": list(spec.stack), "notes": ctx.notes,
+        def run(session=None):
+            if strips is not None and rk.rank in strips.ranks:
+                return strips.run(inputs, session)
+            return _pipeline_run(pipe, inputs, rk, stage, single["latent_strides"], session)
+
+        fps, first, busy, wall, last, runs_spans = timed_runs(rk, run, decoder, "pipeline runs")
+        out = {"layout": spec.layout, "role": " + ".join(roles), "stack": list(spec.stack), "notes": ctx.notes,
                "single": single, "busy_ms": busy.summary(), "wall_ms": wall.summary(), "spans": last["spans"],
                "runs_spans": runs_spans, "layer_ranges": ranges, "layer_ms": layer_ms, "hidden_dtype": hidden_dtype}
         if stage is not None and stage.last:  # the clean latents against the single-GPU run's
             lat = last["latents"]
             out.update(latents_bit_equal=bool(torch.equal(lat, single_out.latents)),
                        latents_max_abs_diff=float((lat.float() - single_out.latents.float()).abs().max()))
-        if rk.rank == decoder:
+        if strips is not None and rk.rank in strips.ranks:
+            out.update(strips.results(last, single, single_out, fps, first, spec.warmup + spec.repeats))
+        elif rk.rank == decoder:
             gate = check.compare(last["frames"].float(), single_out.frames.float(), dtype="fp32", frames=True)
             out.update(fps=fps.summary(), first_frame_ms=first.summary(), frames_per_block=last["fpb"],
                        psnr_db=gate.psnr, max_abs_diff=gate.max_abs,
@@ -333,9 +349,10 @@ def run_dit_pipeline(rk: Rank) -> dict:
         if link is not None and rk.rank == 0:
             out["wire"] = link
         rk.barrier()
-        with ProfilingSession("08_dit_pipeline", device=rk.device, output_dir=rk.job_dir / "sessions",
-                              tags={"layout": "dit-pipeline", "role": out["role"], "preset": spec.preset}) as s:
-            r = _pipeline_run(pipe, inputs, rk, stage, single["latent_strides"], session=s)
+        with ProfilingSession(f"08_{spec.layout.replace('-', '_')}", device=rk.device,
+                              output_dir=rk.job_dir / "sessions",
+                              tags={"layout": spec.layout, "role": out["role"], "preset": spec.preset}) as s:
+            r = run(s)
             if rk.rank == decoder:
                 s.set_block_frames(r["fpb"])
             s.set_metrics(busy_ms=r["busy_ms"], idle_ms=r["wall_ms"] - r["busy_ms"], wall_ms=r["wall_ms"])

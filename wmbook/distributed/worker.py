@@ -29,7 +29,7 @@ from .rollouts import run_data_parallel
 from .stream import run_stage_split
 
 RUNNERS = {"stage-split": run_stage_split, "data-parallel": run_data_parallel, "dit-pipeline": run_dit_pipeline,
-           "decoder-split": run_decoder_split}
+           "decoder-split": run_decoder_split, "pipeline-split": run_dit_pipeline}
 
 
 @record  # torchrun's error file gets this rank's traceback as well

@@ -3,7 +3,8 @@
 
 Layouts: `stage-split` (streaming workloads: rank 0 denoises, rank 1 decodes), `dit-pipeline` (the DiT's layers over
 ranks, one rank decodes), `decoder-split` (rank 0 denoises, the other ranks decode strips of the frame with halo
-exchange) and `data-parallel` (interaction loops: one loop per rank, a batch sweep). Per layout: the
+exchange), `pipeline-split` (the DiT's layers over all ranks but two, which decode the frame's halves) and
+`data-parallel` (interaction loops: one loop per rank, a batch sweep). Per layout: the
 end-to-end rate and first frame (streaming) or episodes per second (loops), the single-GPU run beside it, the bound
 the single-GPU stage times set, each rank's busy and idle time, the bytes and time on the wire, a timeline per rank
 and the rank sessions merged (wmbook aggregate). A failed job's rows are stored as a cut run, never mixed with
@@ -31,7 +32,9 @@ from .multi_gpu_report import bounds_sentence, layout_bounds, pipeline_bound, sw
 
 NOTEBOOK = "08_multi_gpu"
 STREAM_LAYOUTS = dist_jobs.STREAM_LAYOUTS
-LAYOUT_NAMES = {"stage-split": "stage split", "dit-pipeline": "DiT pipeline", "decoder-split": "decoder split"}
+LAYOUT_NAMES = {"stage-split": "stage split", "dit-pipeline": "DiT pipeline", "decoder-split": "decoder split",
+                "pipeline-split": "DiT pipeline + decoder halves"}
+PIPELINE_LAYOUTS = dist_jobs.PIPELINE_LAYOUTS
 
 
 def _layout(v, ctx):
@@ -84,9 +87,10 @@ _P06 = {p.name: p for p in study06.SPEC.params}  # notebook 06's parameters: its
 SPEC = NotebookSpec(NOTEBOOK, (
     WORKLOAD, PRESET, DEVICE,
     Param("layout", "auto", _layout, "auto: stage-split for a streaming workload, data-parallel for interaction loops; "
-          "dit-pipeline: the DiT's layers over ranks; decoder-split: rank 0 denoises, the others decode strips"),
+          "dit-pipeline: the DiT's layers over ranks; decoder-split: rank 0 denoises, the others decode strips; "
+          "pipeline-split: the DiT's layers over all ranks but two, which decode the frame's halves"),
     Param("nproc", 0, _nproc, "ranks, one per GPU; 0: 2 for stage-split, every GPU otherwise (on a CPU the "
-          "layout's fewest: 3 for decoder-split, else 2)"),
+          "layout's fewest: 3 for decoder-split, 4 for pipeline-split, else 2)"),
     Param("base", "auto", _P06["base"].check, "the single-GPU stack on every rank; auto: notebook 06's best (its "
           "base + graph rows)"),
     Param("blocks", 0, integer(0), "blocks per streaming run; 0: 8 on a GPU, 3 on a CPU"),
@@ -165,6 +169,8 @@ def _bound(spec: dist_jobs.JobSpec, rank0: dict) -> float:
         return steady / max(den, dec / (spec.nproc - 1)) * 1e3
     ms, ranges = rank0["layer_ms"], rank0["layer_ranges"]
     shares = [sum(ms[a:b]) / sum(ms) for a, b in ranges]
+    if spec.layout == "pipeline-split":  # the decode shared by the two halves, the halo exchanges free
+        dec /= dist_jobs.HALVES
     return pipeline_bound(len(single["forward_ms"][-1]), den, dec, steady, shares,
                           decoder_shares_last=len(ranges) == spec.nproc)
 
@@ -178,7 +184,7 @@ def layer_table(res: dist_jobs.JobResult) -> pd.DataFrame:
     for r, (a, b) in enumerate(r0["layer_ranges"]):
         rows.append({"rank": r, "layers": f"{a}-{b - 1}", "count": b - a, "ms a forward (eager)": sum(ms[a:b]),
                      "share of a forward": sum(ms[a:b]) / sum(ms),
-                     "also decodes": r == res.spec.nproc - 1})
+                     "also decodes": len(r0["layer_ranges"]) == res.spec.nproc and r == res.spec.nproc - 1})
     return pd.DataFrame(rows).set_index("rank")
 
 
