@@ -13,8 +13,9 @@ decoder (RMS norms over channels, SiLU, nearest upsampling, 1 x 1 and temporal-o
 per column and needs nothing from the neighbours. So each strip's pixels are the whole decoder's, up to the
 convolution algorithms' rounding on a different shape.
 
-The decoder ranks run the strip decoder eagerly (a halo exchange is a collective between every pair of convolutions;
-a compiled or captured strip decoder is not built here), in the pipeline's VAE dtype. The block's frames are there
+The decoder ranks run the strip decoder in the pipeline's VAE dtype; where the stack compiles the decoder
+(`vae-compile`), the strip decoder's per-frame step is compiled too, its graph broken at every halo exchange (the
+exchanges run between the compiled pieces); CUDA graphs of the strip decoder are not built. The block's frames are there
 when the slowest strip is: the last rank collects every decoder rank's block-end times (device events from the
 common start) and counts FPS and the first frame from their maxima; it also gathers the strips once after the timed
 runs for the gate against the single-GPU frames.
@@ -64,6 +65,7 @@ class Halo:
         self.below = ranks[index + 1] if index + 1 < len(ranks) else None
         self.exchanges = 0
 
+    @torch.compiler.disable  # a compiled strip decoder breaks its graph here: the exchange runs as it is
     def pad(self, x: torch.Tensor, dim: int, width: int) -> torch.Tensor:
         """x with `width` rows of the strip above before its rows along `dim` and `width` rows of the strip below
         after them (zeros at the frame's edges)."""
@@ -89,6 +91,7 @@ class Halo:
         self.exchanges += 1
         return torch.cat([top, x, bottom], dim)
 
+    @torch.compiler.disable
     def gather(self, x: torch.Tensor, dim: int) -> torch.Tensor:
         """Every strip's x, concatenated along `dim` from top to bottom. Strips may differ by a row: each is sent
         padded to the longest (all_gather takes equal shapes) and cut back to its rows (at x's resolution: its latent
@@ -182,6 +185,15 @@ class Strips:
             self.dec = StreamingWanDecoder(split_vae(pipe.vae, self.halo), stage_labels=False)
             self.rows = self.strips[i]
             self.role = f"decoder rows {self.rows[0]}-{self.rows[1] - 1} of {h}"
+            if getattr(pipe.decoder, "compiled_step", False):  # the stack compiles the decoder: the strip's too
+                from ..variants.builtin.compile import raise_recompile_limit_for_regions  # noqa: PLC0415  heavy
+
+                # a graph break inside a block compiles that block's code as a frame of its own, once per
+                # resolution and frame phase: more entries than dynamo's default limit of 8
+                raise_recompile_limit_for_regions()
+                self.dec.decode_frame = torch.compile(self.dec.decode_frame, backend=rk.spec.compile_backend,
+                                                      dynamic=False)
+                self.role += ", compiled between its halo exchanges"
 
     def run(self, inputs, session=None) -> dict:
         """One generation's decode on this strip rank (module docstring)."""
