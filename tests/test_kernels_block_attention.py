@@ -111,3 +111,16 @@ def test_attn_triton_variant_on_the_tiny_dit():
         flags.restore()
     a, b = (torch.cat([t.float().flatten() for t in (x if isinstance(x, (tuple, list)) else [x])]) for x in (a, b))
     assert ((a - b).norm() / a.norm()).item() < 2e-2  # bf16 roundings (2^-8) of a two-layer model's activations
+
+
+def test_triton_backend_traces_into_one_graph():
+    """Under torch.compile the backend's routing and the kernel's op stay in the graph (no break per attention
+    call)."""
+    from wmbook.models import attention as attn
+
+    q, k, v = _qkv(1, 12, 20, 2, 16, torch.float32, seed=5)
+    with attn.attention_backend("triton"):
+        torch._dynamo.reset()
+        got = torch.compile(lambda q, k, v: attn.attention(q, k, v), backend="eager", fullgraph=True)(q, k, v)
+    torch.testing.assert_close(got, ba.block_attention_ref(q, k, v), **TOL[torch.float32])
+    torch._dynamo.reset()

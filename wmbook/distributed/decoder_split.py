@@ -32,13 +32,12 @@ import torch.nn.functional as F
 from diffusers.models.autoencoders import autoencoder_kl_wan as _wan
 from torch import nn
 
-from .. import check
 from ..bench import DeviceTimer, stream_metrics
 from ..models.vae import StreamingWanDecoder
 from ..profiling import ProfilingSession
 from ..profiling.labels import label
 from .rank import Rank
-from .stream import DENOISER, _denoiser_run, _single_gpu, decoder_timeline, timed_runs, wire
+from .stream import DENOISER, _decoder_run, _single_gpu, _split_run, frames_gate, latents_gate, timed_runs, wire
 
 
 def strip_rows(height: int, parts: int) -> list[tuple[int, int]]:
@@ -76,8 +75,9 @@ class Halo:
             raise ValueError(f"a strip of {n} rows cannot lend a halo of {width}: fewer decoder ranks")
         shape = list(x.shape)
         shape[dim] = width
-        top = x.new_zeros(shape)
-        bottom = x.new_zeros(shape)
+        # rows a neighbour sends are received into empty buffers; only the frame's edges are zeros
+        top = x.new_empty(shape) if self.above is not None else x.new_zeros(shape)
+        bottom = x.new_empty(shape) if self.below is not None else x.new_zeros(shape)
         ops = []
         if self.above is not None:
             ops += [dist.P2POp(dist.isend, x.narrow(dim, 0, width).contiguous(), self.above),
@@ -204,18 +204,9 @@ class Strips:
         slowest strip) and the gate of the gathered frames against the single-GPU run's."""
         out = {"strips": self.strips, "halo_exchanges_per_run": self.halo.exchanges // max(1, runs)}
         frames = _gather_frames(last["frames"], self.rk, self.ranks, self.rows_each)
-        if frames is None:
-            return out
-        gate = check.compare(frames.float(), single_out.frames.float(), dtype="fp32", frames=True)
-        per_block, k = [], 0
-        for n in last["fpb"]:
-            per_block.append(float((frames[:, :, k:k + n].float() - single_out.frames[:, :, k:k + n].float())
-                                   .abs().max()))
-            k += n
-        out.update(fps=fps.summary(), first_frame_ms=first.summary(), frames_per_block=last["fpb"],
-                   psnr_db=gate.psnr, max_abs_diff=gate.max_abs,
-                   bit_equal=bool(torch.equal(frames, single_out.frames)),
-                   frames_max_abs_diff_per_block=per_block, single_repeat_bit_equal=single["repeat_bit_equal"])
+        if frames is not None:
+            out.update(fps=fps.summary(), first_frame_ms=first.summary(), frames_per_block=last["fpb"],
+                       **frames_gate(frames, last["fpb"], single_out, single))
         return out
 
 
@@ -227,33 +218,21 @@ def _strip_run(pipe, inputs, rk: Rank, dec: StreamingWanDecoder, rows: tuple[int
     timer = DeviceTimer(pipe.device)
     rk.barrier()
     timer.mark("start")
-    p, (h, w) = pipe.preset, pipe.preset.latent_hw
-    buf = torch.empty(inputs.noise.shape[0], p.out_dim, p.num_frame_per_block, h, w, device=pipe.device,
-                      dtype=pipe.dtype)
-    frames, fpb = [], []
-    with label("2_Pipeline_Inference"):
-        dec.reset()
-        for bi in range(inputs.num_blocks):
-            with label(f"2.3_Block_{bi}"):
-                with stage("Wait_For_Latents"):
-                    dist.recv(buf, src=src)
-                timer.mark(f"b{bi}_recv")
-                with stage("Decode"):
-                    marks = [f"b{bi}_px"]
 
-                    def first(_frames, marks=marks):  # the strip's first latent frame's pixels are queued
-                        if marks:
-                            timer.mark(marks.pop())
+    def decode(x0, bi):
+        marks = [f"b{bi}_px"]
 
-                    fr = dec.decode_block(buf[:, :, :, rows[0]:rows[1]].to(pipe.vae_dtype), on_frames=first)
-                    timer.mark(f"b{bi}_end")
-                frames.append(fr)
-                fpb.append(fr.shape[2])
-    timer.synchronize()
+        def first(_frames):  # the strip's first latent frame's pixels are queued
+            if marks:
+                timer.mark(marks.pop())
+
+        fr = dec.decode_block(x0[:, :, :, rows[0]:rows[1]].to(pipe.vae_dtype), on_frames=first)
+        timer.mark(f"b{bi}_end")
+        return fr
+
+    out = _decoder_run(pipe, inputs, timer, stage, decode, src=src, decoder=dec)
     ends = [timer.elapsed_ms("start", f"b{bi}_end") for bi in range(inputs.num_blocks)]
     first_px = timer.elapsed_ms("start", "b0_px")
-    out = {**decoder_timeline(timer, inputs.num_blocks), "frames": torch.cat(frames, dim=2), "fpb": fpb,
-           "ends": ends, "first_px": first_px}
     # the frame is there when its slowest strip is: the last strip rank counts from every strip's times
     t = torch.tensor([*ends, first_px], dtype=torch.float64)
     last = ranks[-1]
@@ -267,7 +246,7 @@ def _strip_run(pipe, inputs, rk: Rank, dec: StreamingWanDecoder, rows: tuple[int
         worst = torch.maximum(worst, other)
     ends, first_px = worst[:-1].tolist(), float(worst[-1])
     block_ms = [ends[0]] + [b - a for a, b in zip(ends, ends[1:])]
-    m = stream_metrics(block_ms, fpb, first_px if pipe.stream_frames else ends[0])
+    m = stream_metrics(block_ms, out["fpb"], first_px if pipe.stream_frames else ends[0])
     out.update(block_ms=block_ms, fps=m["fps"], first_frame_ms=m["first_frame_ms"])
     return out
 
@@ -299,38 +278,27 @@ def run_decoder_split(rk: Rank) -> dict:
     single, single_out = _single_gpu(pipe, inputs, rk)
     rk.fault("run")
     if rk.rank == DENOISER:
-        def run():
-            return _split_denoise(pipe, inputs, rk, strips.ranks)
+        def run(session=None):
+            return _split_run(pipe, inputs, rk, [], session, dsts=strips.ranks)
         role = "denoiser"
     else:
-        def run():
-            return strips.run(inputs)
+        def run(session=None):
+            return strips.run(inputs, session)
         role = strips.role
     fps, first, busy, wall, last, runs_spans = timed_runs(rk, run, strips.last, "split runs")
     out = {"layout": "decoder-split", "role": role, "stack": list(spec.stack), "notes": ctx.notes,
            "single": single, "busy_ms": busy.summary(), "wall_ms": wall.summary(), "spans": last["spans"],
            "runs_spans": runs_spans, "strips": strips.strips}
     if rk.rank == DENOISER:
-        out.update(forward_ms=last["forward_ms"], latents_bit_equal=bool(torch.equal(last["latents"],
-                                                                                     single_out.latents)),
-                   latents_max_abs_diff=float((last["latents"].float() - single_out.latents.float()).abs().max()))
+        out.update(forward_ms=last["forward_ms"], **latents_gate(last["latents"], single_out))
     else:
         out.update(strips.results(last, single, single_out, fps, first, spec.warmup + spec.repeats))
     rk.progress("wire", 0, 1, force=True)
     out["wire"] = wire(single_out.latents[:, :, :preset.num_frame_per_block].contiguous(), rk)
     with ProfilingSession("08_decoder_split", device=rk.device, output_dir=rk.job_dir / "sessions",
                           tags={"layout": "decoder-split", "role": role, "preset": spec.preset}) as s:
-        r = strips.run(inputs, s) if rk.rank != DENOISER else _split_denoise(pipe, inputs, rk, strips.ranks, s)
+        r = run(s)
         if rk.rank == strips.last:
             s.set_block_frames(r["fpb"])
         s.set_metrics(busy_ms=r["busy_ms"], idle_ms=r["wall_ms"] - r["busy_ms"], wall_ms=r["wall_ms"])
     return out
-
-
-def _split_denoise(pipe, inputs, rk: Rank, dsts: list[int], session=None) -> dict:
-    """Rank 0's run: the stage split's denoiser, each block's latents sent to every strip rank."""
-    stage = session.stage if session is not None else label
-    timer = DeviceTimer(pipe.device)
-    rk.barrier()
-    timer.mark("start")
-    return _denoiser_run(pipe, inputs, timer, stage, dsts=dsts)

@@ -42,7 +42,7 @@ from ..profiling.labels import label
 from .decoder_split import Strips
 from .job import decoder_ranks, dit_ranks
 from .rank import Rank
-from .stream import _single_gpu, decode_received, decoded_stream, timed_runs, wire
+from .stream import _single_gpu, decode_received, decoded_stream, latents_gate, timed_runs, wire
 
 
 def split_layers(costs: list[float], parts: int, tail: float = 0.0) -> list[tuple[int, int]]:
@@ -331,9 +331,7 @@ def run_dit_pipeline(rk: Rank) -> dict:
                "single": single, "busy_ms": busy.summary(), "wall_ms": wall.summary(), "spans": last["spans"],
                "runs_spans": runs_spans, "layer_ranges": ranges, "layer_ms": layer_ms, "hidden_dtype": hidden_dtype}
         if stage is not None and stage.last:  # the clean latents against the single-GPU run's
-            lat = last["latents"]
-            out.update(latents_bit_equal=bool(torch.equal(lat, single_out.latents)),
-                       latents_max_abs_diff=float((lat.float() - single_out.latents.float()).abs().max()))
+            out.update(latents_gate(last["latents"], single_out))
         if strips is not None and rk.rank in strips.ranks:
             out.update(strips.results(last, single, single_out, fps, first, spec.warmup + spec.repeats))
         elif rk.rank == decoder:

@@ -52,16 +52,18 @@ def _single_gpu(pipe, inputs, rk: Rank) -> tuple[dict, object]:
             "latent_strides": [strides[b] for b in sorted(strides)]}, out
 
 
-def _split_run(pipe, inputs, rk: Rank, strides: list, session=None) -> dict:
+def _split_run(pipe, inputs, rk: Rank, strides: list, session=None, dsts=(DECODER,)) -> dict:
     """One generation with the stages on two ranks, from a common start (a barrier); this rank's timeline (ms).
-    `strides`: each block's latent strides in the single-GPU run (the decoder rank decodes the same layout)."""
+    `strides`: each block's latent strides in the single-GPU run (the decoder rank decodes the same layout); `dsts`:
+    the ranks the denoiser sends each block's latents to."""
     stage = session.stage if session is not None else label
     timer = DeviceTimer(pipe.device)
     rk.barrier()
     timer.mark("start")
     if rk.rank == DENOISER:
-        return _denoiser_run(pipe, inputs, timer, stage)
-    return _decoder_run(pipe, inputs, timer, stage, strides)
+        return _denoiser_run(pipe, inputs, timer, stage, dsts)
+    return _decoder_run(pipe, inputs, timer, stage,
+                        lambda x0, bi: decode_received(pipe, x0, strides[bi], timer, bi))
 
 
 def _denoiser_run(pipe, inputs, timer: DeviceTimer, stage, dsts=(DECODER,)) -> dict:
@@ -90,23 +92,24 @@ def _denoiser_run(pipe, inputs, timer: DeviceTimer, stage, dsts=(DECODER,)) -> d
             "busy_ms": sum(out.block_ms), "wall_ms": timer.elapsed_ms("start", "done")}
 
 
-def _decoder_run(pipe, inputs, timer: DeviceTimer, stage, strides: list) -> dict:
-    """Each block's latents received from the denoiser rank and decoded with the streaming decoder, in the layout
-    the denoiser produced them in (a compiled decoder specializes on its input's strides: another layout is other
-    kernels and other rounding)."""
+def _decoder_run(pipe, inputs, timer: DeviceTimer, stage, decode, src: int = DENOISER, decoder=None) -> dict:
+    """Each block's latents received from `src` and decoded by `decode(latents, bi)`, which marks b{bi}_end when the
+    block's frames are there (decode_received: the pipeline's streaming decoder, in the layout the denoiser produced
+    them in; a compiled decoder specializes on its input's strides: another layout is other kernels and other
+    rounding). `decoder`: the streaming decoder reset at the stream's start (the pipeline's)."""
     p, (h, w) = pipe.preset, pipe.preset.latent_hw
     buf = torch.empty(inputs.noise.shape[0], p.out_dim, p.num_frame_per_block, h, w, device=pipe.device,
                       dtype=pipe.dtype)
     frames, fpb = [], []
     with label("2_Pipeline_Inference"):
-        pipe.decoder.reset()
+        (decoder or pipe.decoder).reset()
         for bi in range(inputs.num_blocks):
             with label(f"2.3_Block_{bi}"):
                 with stage("Wait_For_Latents"):
-                    dist.recv(buf, src=DENOISER)  # NCCL: the decoding stream waits for the data, the host goes on
+                    dist.recv(buf, src=src)  # NCCL: the decoding stream waits for the data, the host goes on
                 timer.mark(f"b{bi}_recv")
                 with stage("Decode"):
-                    fr = decode_received(pipe, buf, strides[bi], timer, bi)
+                    fr = decode(buf, bi)
                 frames.append(fr)
                 fpb.append(fr.shape[2])
     timer.synchronize()
@@ -126,6 +129,26 @@ def decoder_timeline(timer: DeviceTimer, blocks: int) -> dict:
         prev = f"b{bi}_end"
     return {"spans": spans, "wall_ms": timer.elapsed_ms("start", prev),
             "busy_ms": sum(s["end_ms"] - s["start_ms"] for s in spans if s["what"] == "decode")}
+
+
+def latents_gate(latents: torch.Tensor, single_out) -> dict:
+    """The clean latents a layout made against the single-GPU run's: bit-equal, and the largest difference."""
+    return {"latents_bit_equal": bool(torch.equal(latents, single_out.latents)),
+            "latents_max_abs_diff": float((latents.float() - single_out.latents.float()).abs().max())}
+
+
+def frames_gate(frames: torch.Tensor, fpb: list[int], single_out, single: dict) -> dict:
+    """The frames a layout decoded against the single-GPU run's: PSNR and largest difference (wmbook.check), bit
+    equality, the largest difference block by block (where they part), and whether one GPU repeats itself."""
+    gate = check.compare(frames.float(), single_out.frames.float(), dtype="fp32", frames=True)
+    per_block, k = [], 0
+    for n in fpb:
+        diff = frames[:, :, k:k + n].float() - single_out.frames[:, :, k:k + n].float()
+        per_block.append(float(diff.abs().max()))
+        k += n
+    return {"psnr_db": gate.psnr, "max_abs_diff": gate.max_abs,
+            "bit_equal": bool(torch.equal(frames, single_out.frames)), "frames_max_abs_diff_per_block": per_block,
+            "single_repeat_bit_equal": single["repeat_bit_equal"]}
 
 
 def decode_received(pipe, x0: torch.Tensor, strides, timer: DeviceTimer, bi: int) -> torch.Tensor:
@@ -211,22 +234,10 @@ def run_stage_split(rk: Rank) -> dict:
            "stack": list(spec.stack), "notes": ctx.notes, "single": single, "busy_ms": busy.summary(),
            "wall_ms": wall.summary(), "spans": last["spans"], "runs_spans": runs_spans}
     if rk.rank == DENOISER:  # the latents it sent against the single-GPU run's: the denoiser's share of the gate
-        out.update(forward_ms=last["forward_ms"], latents_bit_equal=bool(torch.equal(last["latents"],
-                                                                                     single_out.latents)),
-                   latents_max_abs_diff=float((last["latents"].float() - single_out.latents.float()).abs().max()))
+        out.update(forward_ms=last["forward_ms"], **latents_gate(last["latents"], single_out))
     if rk.rank == DECODER:
-        gate = check.compare(last["frames"].float(), single_out.frames.float(), dtype="fp32", frames=True)
-        k = 0
-        per_block = []
-        for n in last["fpb"]:  # where the split's frames differ from the single-GPU run's, block by block
-            per_block.append(float((last["frames"][:, :, k:k + n].float() - single_out.frames[:, :, k:k + n].float())
-                                   .abs().max()))
-            k += n
-        out["frames_max_abs_diff_per_block"] = per_block
-        out["single_repeat_bit_equal"] = single["repeat_bit_equal"]
         out.update(fps=fps.summary(), first_frame_ms=first.summary(), frames_per_block=last["fpb"],
-                   psnr_db=gate.psnr, max_abs_diff=gate.max_abs, bit_equal=bool(torch.equal(last["frames"],
-                                                                                            single_out.frames)))
+                   **frames_gate(last["frames"], last["fpb"], single_out, single))
     rk.progress("wire", 0, 1, force=True)
     k = preset.num_frame_per_block
     out["wire"] = wire(single_out.latents[:, :, :k].contiguous(), rk)

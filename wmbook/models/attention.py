@@ -422,13 +422,17 @@ def _sage(q, k, v, mask):
 _TRITON_CALLS: collections.Counter = collections.Counter()
 
 
+def _block_attention():
+    from ..kernels import block_attention  # noqa: PLC0415  heavy: triton (imported at the backend's first call)
+
+    return block_attention
+
+
 def triton_route(q, k, v, mask=None) -> str:
     """Where the 'triton' backend sends a call: 'triton', or 'sdpa (why)' when the kernel cannot take it."""
-    from ..kernels import block_attention as ba  # noqa: PLC0415  heavy: triton
-
     if mask is not None:
         return "sdpa (mask)"
-    return "triton" if ba.supported(q, k, v) else "sdpa (shape, dtype or strides)"
+    return "triton" if _block_attention().supported(q, k, v) else "sdpa (shape, dtype or strides)"
 
 
 def triton_call_counts() -> dict[str, int]:
@@ -442,14 +446,12 @@ def reset_triton_call_counts() -> None:
 
 
 def _triton(q, k, v, mask):
-    from ..kernels import block_attention as ba  # noqa: PLC0415  heavy: triton
-
     route = triton_route(q, k, v, mask)
     if not torch.compiler.is_compiling():  # a counter read in a compiled region makes dynamo guard on it (_count_sage)
         _TRITON_CALLS[route] += 1
     if route != "triton":
         return _auto(q, k, v, mask)
-    return ba.block_attention_op(q, k, v)
+    return _block_attention().block_attention_op(q, k, v)
 
 
 # --- masks -------------------------------------------------------------------------------------------------
