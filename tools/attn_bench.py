@@ -1,0 +1,119 @@
+"""The DiT's attention calls at a preset's real shapes, kernel by kernel (GPU): wmbook's Triton block attention
+(`wmbook.kernels.block_attention`, its default tiles and a sweep of others) against every SDPA backend torch has
+here (flash, cuDNN, memory-efficient, and SDPA's own choice), on the same q/k/v.
+
+    PYTHONPATH=$PWD python3 tools/attn_bench.py [--preset mg2-universal] [--repeats 50] [--json attn.json]
+
+The calls: a block's self-attention over the window its KV cache holds (each length the stream produces: the first
+block alone, then one more block each up to the window) and the cross-attention to its context (image tokens for
+i2v, text for t2v). Each kernel:
+median (p20-p80) of `repeats` CUDA-event timings after warm-up, TFLOP/s from 4 * B * H * Lq * Lk * D, and its error
+against fp32 SDPA (relative L2; a kernel over the bf16 budget is marked and its time does not count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from wmbook.bench import time_fn
+from wmbook.errors import command
+from wmbook.kernels import block_attention as ba
+from wmbook.presets import PRESETS
+
+# a bf16 attention's output against fp32: the inputs' rounding (2^-8 relative) carried through a softmax-weighted
+# average, a few parts in a thousand; 2e-2 leaves room for long rows and fails a wrong kernel by orders of magnitude
+BF16_BUDGET = 2e-2
+TILES = ((128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 4, 4),
+         (64, 128, 4, 3), (128, 64, 8, 4))
+SDPA = (("sdpa (its choice)", None), ("sdpa flash", SDPBackend.FLASH_ATTENTION),
+        ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa efficient", SDPBackend.EFFICIENT_ATTENTION))
+
+
+def calls(preset) -> list[tuple[str, int, int]]:
+    """(label, Lq, Lk) of the DiT's attention calls at a causal-Wan preset."""
+    per_frame = (preset.height // 16) * (preset.width // 16)  # VAE stride 8, patch 2
+    lq = per_frame * preset.num_frame_per_block
+    window = preset.local_attn_size if preset.local_attn_size > 0 else preset.max_latent_frames
+    out = []
+    for frames in range(preset.num_frame_per_block, window + 1, preset.num_frame_per_block):
+        out.append((f"self, {frames} frames cached", lq, per_frame * frames))
+    # the cross-attention's context: CLIP image tokens for i2v (mg2), text for t2v
+    out.append(("cross, context", lq, preset.clip_tokens if preset.model_type == "i2v" else preset.text_len))
+    return out
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b).norm() / b.norm())
+
+
+def _bench_call(label: str, lq: int, lk: int, heads: int, d: int, g, repeats: int, dev) -> list[dict]:
+    q = torch.randn(1, lq, heads, d, device=dev, generator=g, dtype=torch.bfloat16)
+    k = torch.randn(1, lk, heads, d, device=dev, generator=g, dtype=torch.bfloat16)
+    v = torch.randn(1, lk, heads, d, device=dev, generator=g, dtype=torch.bfloat16)
+    ref = ba.block_attention_ref(q.float(), k.float(), v.float())
+    flops = ba.block_attention_flops(q, k)
+
+    def sdpa(backend):
+        if backend is None:
+            return ba.block_attention_ref(q, k, v)
+        with sdpa_kernel([backend]):
+            return ba.block_attention_ref(q, k, v)
+
+    kernels = [(name, lambda b=backend: sdpa(b)) for name, backend in SDPA]
+    kernels += [(f"triton {bm}x{bn} w{w} s{s}", lambda t=(bm, bn, w, s): ba.block_attention(q, k, v, *t))
+                for bm, bn, w, s in TILES]
+    rows = []
+    for name, fn in kernels:
+        try:
+            err = _rel(fn(), ref)
+            t = time_fn(fn, warmup=5, repeats=repeats, device=dev)
+        except (RuntimeError, ValueError) as e:  # a backend that does not take this shape says so
+            rows.append({"call": label, "lq": lq, "lk": lk, "kernel": name, "error": str(e).splitlines()[0][:120]})
+            continue
+        ok = err <= BF16_BUDGET
+        rows.append({"call": label, "lq": lq, "lk": lk, "kernel": name, "median_ms": t.median, "p20": t.p20,
+                     "p80": t.p80, "tflops": flops / (t.median * 1e-3) / 1e12 if ok else math.nan,
+                     "rel_l2_vs_fp32": err, "gate": "pass" if ok else "FAIL"})
+    return rows
+
+
+@command("attn_bench.py")
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="mg2-universal", choices=[k for k, p in PRESETS.items()
+                                                                  if hasattr(p, "num_frame_per_block")])
+    ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    if a.repeats < 1:
+        ap.error(f"--repeats={a.repeats} is not allowed; allowed values: an integer >= 1")
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA device")
+    dev = torch.device("cuda")
+    p = PRESETS[a.preset]
+    heads, d = p.num_heads, p.dim // p.num_heads
+    g = torch.Generator(device=dev).manual_seed(0)
+    rows = []
+    for label, lq, lk in calls(p):
+        rows += _bench_call(label, lq, lk, heads, d, g, a.repeats, dev)
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, preset {a.preset}: B=1, H={heads}, D={d}, bf16")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['call']:26s} {r['kernel']:24s} not run: {r['error']}")
+        else:
+            print(f"{r['call']:26s} {r['kernel']:24s} {r['median_ms']:8.4f} ms ({r['p20']:.4f}-{r['p80']:.4f})"
+                  f" {r['tflops']:7.1f} TFLOP/s  rel {r['rel_l2_vs_fp32']:.2e} {r['gate']}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "preset": a.preset,
+                       "heads": heads, "head_dim": d, "repeats": a.repeats, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
