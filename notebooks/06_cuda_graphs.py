@@ -32,8 +32,9 @@
 # [05 · Triton kernels](05_triton_kernels.ipynb)' fused kernels for the denoiser (`triton-fused`; mg2:
 # `ffn-gelu-epilogue`; wma: `head-conv-gemm`) compiled into it, one variant at a time, each gated against the fp32
 # reference (a graph replays the same kernels, so its error equals the base row's). Notebook 04's best stack alone is measured as a comparison row: the goal's
-# baseline. torch.compile's own CUDA graphs (`mode="reduce-overhead"`) are measured as a comparison row, with its
-# pitfall handled (each forward starts a new graph step and hands out copies of its outputs, which the next replay
+# baseline. torch.compile's own CUDA graphs (`mode="reduce-overhead"`) are measured as a comparison row where the
+# workload compiles regionally (mg2; at wma the row is a cold compile of the whole UNet, minutes, for a forward that
+# equalled the `cuda-graphs` row's on the H200: `-p reduce_overhead True` measures it), with its pitfall handled (each forward starts a new graph step and hands out copies of its outputs, which the next replay
 # would overwrite). Timing: warm-up excluded, CUDA events, median with p20-p80. Once a forward replays at its GPU
 # busy time, the GPU time the kernels save is wall time saved.
 #
@@ -49,7 +50,8 @@ device = "auto"        # auto | cpu | cuda
 base = "auto"          # auto: notebook 04's best stack (+ notebook 05's denoiser kernels on a GPU); or variant names
                        # (on a GPU notebook 04's best stack alone is measured beside any base that differs from it)
 steps = "auto"         # rows added to the base, in order; auto: caches, graphs, the decoder's rows, decode overlap
-reduce_overhead = True  # also measure the base compiled with mode reduce-overhead (GPU only)
+reduce_overhead = "auto"  # also measure the base compiled with mode reduce-overhead (GPU only); auto: mg2 yes, wma no (a
+                        # cold compile of the whole UNet for the row)
 decoder_table = True   # the decoder rows: the same latents through each decoder stack
 compile_backend = "auto"  # auto: inductor on GPU, aot_eager on CPU | inductor | aot_eager | eager
 warmup = 3             # untimed calls before timing

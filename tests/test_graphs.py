@@ -392,3 +392,16 @@ def test_row_results_say_where_a_rows_minutes_went():
     bare = {x["metric"] for x in study06.row_results(cfg, LadderRow(stack=[], tolerance="bf16",
                                                                       forward=Samples([1.0]), flops=1.0))}
     assert not bare & {"first_call_s", "row_s"}
+
+
+def test_reduce_overhead_auto_follows_the_compile_scope():
+    """auto: the comparison row where the workload compiles regionally (mg2), not where a row is a whole-denoiser
+    compile (wma); a bool is taken as given; anything else is refused naming the allowed values."""
+    from wmbook.params import ParameterError
+    from wmbook.studies import graphs as study
+
+    assert study.validate(workload="mg2", device="cpu").options.reduce_overhead is True
+    assert study.validate(workload="wma", device="cpu").options.reduce_overhead is False
+    assert study.validate(workload="wma", device="cpu", reduce_overhead=True).options.reduce_overhead is True
+    with pytest.raises(ParameterError, match=r"reduce_overhead='yes'.*\['auto', True, False\]"):
+        study.validate(workload="mg2", device="cpu", reduce_overhead="yes")

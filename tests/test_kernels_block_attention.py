@@ -124,3 +124,27 @@ def test_triton_backend_traces_into_one_graph():
         got = torch.compile(lambda q, k, v: attn.attention(q, k, v), backend="eager", fullgraph=True)(q, k, v)
     torch.testing.assert_close(got, ba.block_attention_ref(q, k, v), **TOL[torch.float32])
     torch._dynamo.reset()
+
+
+def test_block_attention_op_is_opaque_to_compile():
+    """The op is a custom_op even where the other kernels are triton_ops: AOTAutograd's graph (what inductor lowers)
+    keeps the op as one call, so inductor never copies the kernel into its own code (it did not compile there)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._library.custom_ops import CustomOpDef
+
+    assert isinstance(ba.block_attention_op, CustomOpDef)
+    targets = []
+
+    def record(gm, _inputs):
+        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    q, k, v = _qkv(1, 12, 20, 2, 16, torch.float32, seed=6)
+    torch._dynamo.reset()
+    try:
+        got = torch.compile(ba.block_attention_op, backend=aot_autograd(fw_compiler=record), fullgraph=True)(q, k, v)
+    finally:
+        torch._dynamo.reset()
+    assert "wmbook.block_attention.default" in targets, targets
+    assert not any("triton_kernel_wrapper" in t for t in targets), targets
+    torch.testing.assert_close(got, ba.block_attention_ref(q, k, v), **TOL[torch.float32])

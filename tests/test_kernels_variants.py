@@ -128,6 +128,13 @@ def test_low_precision_rows_say_why_not_on_cpu():
     assert "attn-sage" in variants.known(workloads.get("wma")) and variants.get("attn-sage").tolerance == "fp8"
 
 
+def test_attn_triton_row_comes_after_the_low_precision_rows(monkeypatch):
+    """Our attention kernel is the ladder's last row (no row above runs on it), after fp8-static where that runs."""
+    monkeypatch.setattr(study, "_low_precision", lambda device: {"attn-sage": "not here", "fp8-static": None})
+    cfg = study.validate(workload="mg2", preset="tiny", device="cpu")
+    assert [v.name for v in study.kernel_steps(cfg)][-2:] == ["fp8-static", "attn-triton"]
+
+
 def test_static_fp8_linear_matches_its_linear_within_e4m3_and_saturates_beyond_its_range():
     from wmbook.variants.fp8_static import StaticFP8Linear
 

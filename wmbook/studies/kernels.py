@@ -329,19 +329,21 @@ def base_stack(cfg: RunConfig) -> list[Variant]:
 def kernel_steps(cfg: RunConfig) -> list[Variant]:
     """The rows added to the base: `steps`, or triton-fused, head-conv-gemm (wma: the heads' 1-D convolutions as
     GEMMs), ffn-gelu-epilogue (mg2: the feed-forward's GELU in its GEMM's epilogue), fused-qkv (mg2: the
-    self-attention's q/k/v projections as one GEMM), vae-triton-fused, attn-triton (mg2: our Triton attention
-    kernel for the block over its cached window, against SDPA's choice), attn-sage (the
-    quantized attention comparison row) and fp8-static (each low-precision row where it can run; the ladder is
-    cumulative, so where both run the fp8 row keeps attn-sage's attention)."""
+    self-attention's q/k/v projections as one GEMM), vae-triton-fused, attn-sage (the quantized attention comparison
+    row) and fp8-static (each low-precision row where it can run; the ladder is cumulative, so where both run the fp8
+    row keeps attn-sage's attention), then attn-triton (mg2: our Triton attention kernel for the block over its
+    cached window in place of the attention of the rows above)."""
     if cfg.options.steps is not None:
         return list(cfg.options.steps)
     known = variants.known(cfg.workload)
     steps = [s for s in (*DENOISER_KERNELS, "fused-qkv", "vae-triton-fused") if s in known]
-    if "kv_cache" in cfg.workload.features:  # the DiT's attention: a block of queries over the cached window
-        steps.append("attn-triton")
-    # fp8 last: its row is the slowest to build (its whole-denoiser compile takes many minutes at the real shapes),
-    # so a run cut there has every other row stored
+    # the low-precision rows next: fp8-static's row is the slowest to build (its whole-denoiser compile takes minutes
+    # at the real shapes), so a run cut there has the rows above stored
     steps += [s for s, why in _low_precision(cfg.device).items() if s in known and why is None]
+    if "kv_cache" in cfg.workload.features:  # the DiT's attention: a block of queries over the cached window
+        # last, so no row above runs on it: at mg2-universal on the H200 the kernel took about twice cuDNN's time at
+        # the window's length (tools/attn_bench.py, NOTES.md), and each row keeps the rows above it
+        steps.append("attn-triton")
     return variants.resolve(steps, cfg.workload, cfg.device)
 
 

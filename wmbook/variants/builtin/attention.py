@@ -56,7 +56,9 @@ def _sage_attention(pipe, ctx: VariantContext):
 @register("attn-triton", family="attention",
           description="wmbook's own Triton flash-attention kernel (wmbook.kernels.block_attention: a block of queries "
                       "over the window of cached keys, online softmax in fp32, the partial last key tile masked) for "
-                      "every unmasked attention() call; masked calls keep SDPA")
+                      "every unmasked attention() call; masked calls keep SDPA. An opaque op under torch.compile: "
+                      "each call goes through the dispatcher and its Python launcher, so without CUDA graphs the "
+                      "forward is launch-bound")
 def _triton_attention(pipe, ctx: VariantContext):
     set_attention_backend("triton")  # an AttentionBackendError says why where it cannot run
     reset_triton_call_counts()
