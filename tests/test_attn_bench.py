@@ -1,0 +1,46 @@
+"""tools/attn_bench.py: the attention calls it times at a preset's real shapes, and one call's rows (SDPA and our
+Triton kernel, gated against fp32) on a CPU under Triton's interpreter."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from wmbook.presets import PRESETS
+
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "attn_bench.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("attn_bench", TOOL)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_calls_follow_the_preset(bench):
+    """mg2-universal: 880 tokens a latent frame, 3 frames a block, a 6-frame window, 257 image tokens (i2v)."""
+    assert bench.calls(PRESETS["mg2-universal"]) == [("self, 3 frames cached", 2640, 2640),
+                                                    ("self, 6 frames cached", 2640, 5280),
+                                                    ("cross, context", 2640, 257)]
+
+
+def test_one_call_rows_are_gated(bench, monkeypatch):
+    monkeypatch.setattr(bench, "TILES", bench.TILES[:1])
+    rows = bench._bench_call("x", 20, 40, 2, 32, torch.Generator().manual_seed(0), 2, torch.device("cpu"))
+    by = {r["kernel"]: r for r in rows}
+    assert set(by) == {name for name, _ in bench.SDPA} | {"triton 128x64 w8 s3"}
+    for name in ("sdpa (its choice)", "triton 128x64 w8 s3"):  # what runs on a CPU
+        assert by[name]["gate"] == "pass" and by[name]["rel_l2_vs_fp32"] < bench.BF16_BUDGET, by[name]
+        assert by[name]["median_ms"] > 0
+    assert all("error" in r or "gate" in r for r in rows)  # a backend this machine lacks says why
+
+
+def test_needs_a_gpu_and_checks_repeats(bench):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--repeats", "0"])
+    assert e.value.code == 2
