@@ -34,7 +34,7 @@
 # reference (a graph replays the same kernels, so its error equals the base row's). Notebook 04's best stack alone is measured as a comparison row: the goal's
 # baseline. torch.compile's own CUDA graphs (`mode="reduce-overhead"`) are measured as a comparison row where the
 # workload compiles regionally (mg2; at wma the row is a cold compile of the whole UNet, minutes, for a forward that
-# equalled the `cuda-graphs` row's on the H200: `-p reduce_overhead True` measures it), with its pitfall handled (each forward starts a new graph step and hands out copies of its outputs, which the next replay
+# equalled the `cuda-graphs` row's on the H200, with a slower iteration: `-p reduce_overhead True` measures it), with its pitfall handled (each forward starts a new graph step and hands out copies of its outputs, which the next replay
 # would overwrite). Timing: warm-up excluded, CUDA events, median with p20-p80. Once a forward replays at its GPU
 # busy time, the GPU time the kernels save is wall time saved.
 #

@@ -66,7 +66,8 @@ E2E_PARAMS = (
 def _reduce_overhead(v, ctx):
     """auto: measured where the workload compiles regionally (mg2: one DiT block's graph, a compile of seconds), left
     out where it compiles the whole denoiser (wma): there the row is a cold compile of the whole UNet (252 s on the
-    H200, NOTES.md) whose forward equalled the cuda-graphs row's (44.90 ms both); True measures it anyway."""
+    H200, NOTES.md) whose forward equalled the cuda-graphs row's (44.90 ms both; its iteration 5.25 s against 4.74:
+    what mg2's row shows too, at a compile of seconds); True measures it anyway."""
     if isinstance(v, str) and v == "auto":
         return ctx["workload"].compile_scope == "regional"
     if not isinstance(v, (bool, np.bool_)):
