@@ -44,3 +44,16 @@ def test_needs_a_gpu_and_checks_repeats(bench):
     with pytest.raises(SystemExit) as e:
         bench.main(["--repeats", "0"])
     assert e.value.code == 2
+
+
+def test_fp8_quantization_is_per_tensor_and_within_e4m3_rounding(bench):
+    """q, k and v for cuDNN's fp8 attention: the largest magnitude maps to 448, and dequantized (times the descale)
+    every element is within e4m3's rounding of the input: 2^-4 of its magnitude above the normal range, the
+    subnormal step (2^-9 of the scale) below it."""
+    x = torch.randn(1, 40, 2, 16, generator=torch.Generator().manual_seed(3)) * 5
+    x8, ds = bench._to_fp8(x)
+    assert x8.dtype == torch.float8_e4m3fn and ds.shape == (1, 1, 1, 1)
+    assert float(x8.float().abs().max()) == bench.E4M3_MAX
+    back = x8.float() * ds
+    step = 2.0**-9 * float(ds)  # e4m3's subnormal spacing, in x's units
+    assert bool(((back - x).abs() <= x.abs() * 2.0**-4 + step).all())

@@ -1,20 +1,22 @@
 """The DiT's attention calls at a preset's real shapes, kernel by kernel (GPU): wmbook's Triton block attention
 (`wmbook.kernels.block_attention`, its default tiles and a sweep of others) against every SDPA backend torch has
-here (flash, cuDNN, memory-efficient, and SDPA's own choice), on the same q/k/v.
+here (flash, cuDNN, memory-efficient, and SDPA's own choice) and, where the nvidia-cudnn-frontend wheel is installed,
+cuDNN's fp8 attention (q, k, v per-tensor e4m3, output bf16), on the same q/k/v.
 
     PYTHONPATH=$PWD python3 tools/attn_bench.py [--preset mg2-universal] [--repeats 50] [--json attn.json]
 
 The calls: a block's self-attention over the window its KV cache holds (each length the stream produces: the first
 block alone, then one more block each up to the window) and the cross-attention to its context (image tokens for
-i2v, text for t2v). Each kernel:
-median (p20-p80) of `repeats` CUDA-event timings after warm-up, TFLOP/s from 4 * B * H * Lq * Lk * D, and its error
-against fp32 SDPA (relative L2; a kernel over the bf16 budget is marked and its time does not count).
+i2v, text for t2v). Each kernel: median (p20-p80) of `repeats` CUDA-event timings after warm-up, TFLOP/s from
+4 * B * H * Lq * Lk * D, and its error against fp32 SDPA (relative L2; a kernel over its budget, bf16's or fp8's, is
+marked and its time does not count).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import math
 
@@ -22,6 +24,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from wmbook.bench import time_fn
+from wmbook.check import TOLERANCES
 from wmbook.errors import command
 from wmbook.kernels import block_attention as ba
 from wmbook.presets import PRESETS
@@ -29,6 +32,10 @@ from wmbook.presets import PRESETS
 # a bf16 attention's output against fp32: the inputs' rounding (2^-8 relative) carried through a softmax-weighted
 # average, a few parts in a thousand; 2e-2 leaves room for long rows and fails a wrong kernel by orders of magnitude
 BF16_BUDGET = 2e-2
+# an fp8 (e4m3) attention's output: q, k, v and the softmax probabilities each rounded to 3 mantissa bits (unit
+# roundoff 2^-4), the check module's fp8 bound
+FP8_BUDGET = TOLERANCES["fp8"][0]
+E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
 TILES = ((128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 4, 4),
          (64, 128, 4, 3), (128, 64, 8, 4))
 SDPA = (("sdpa (its choice)", None), ("sdpa flash", SDPBackend.FLASH_ATTENTION),
@@ -46,6 +53,61 @@ def calls(preset) -> list[tuple[str, int, int]]:
     # the cross-attention's context: CLIP image tokens for i2v (mg2), text for t2v
     out.append(("cross, context", lq, preset.clip_tokens if preset.model_type == "i2v" else preset.text_len))
     return out
+
+
+def _to_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-tensor e4m3 quantization: (x * scale in fp8, 1 / scale as a [1, 1, 1, 1] fp32 tensor), scale mapping the
+    tensor's largest magnitude to the format's largest value."""
+    scale = E4M3_MAX / x.detach().abs().amax().float().clamp_min(1e-12)
+    return (x.float() * scale).to(torch.float8_e4m3fn), (1.0 / scale).reshape(1, 1, 1, 1)
+
+
+def cudnn_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """cuDNN's fp8 attention (nvidia-cudnn-frontend's graph API, `sdpa_fp8`) on [B, L, H, D] bf16 q/k/v: q, k and v
+    quantized per tensor to e4m3, the probabilities scaled by 448 (cuDNN's bound for e4m3 without dropout), the output
+    in bf16. Returns (run on fp8 inputs already quantized, run that quantizes q, k and v first); raises where the
+    frontend, the cuDNN library or the GPU does not take it."""
+    import cudnn  # noqa: PLC0415  optional: the nvidia-cudnn-frontend wheel
+
+    b, lq, h, d = q.shape
+    handle = cudnn.create_handle()
+    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+    graph = cudnn.pygraph(io_data_type=cudnn.data_type.FP8_E4M3, intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    (q8, dq), (k8, dk), (v8, dv) = _to_fp8(q), _to_fp8(k), _to_fp8(v)
+    # the graph takes [B, H, L, D] views of the [B, L, H, D] tensors (no copy: strides say the layout)
+    tq, tk, tv = (graph.tensor_like(t.transpose(1, 2)) for t in (q8, k8, v8))
+    scalars = {n: torch.full((1, 1, 1, 1), val, device=q.device, dtype=torch.float32)
+               for n, val in (("descale_s", 1.0 / E4M3_MAX), ("scale_s", E4M3_MAX), ("scale_o", 1.0))}
+    scalars |= {"descale_q": dq, "descale_k": dk, "descale_v": dv}
+    ts = {n: graph.tensor_like(t) for n, t in scalars.items()}
+    o, _, _, amax_o = graph.sdpa_fp8(q=tq, k=tk, v=tv, **ts, attn_scale=1.0 / math.sqrt(d), generate_stats=False)
+    out = torch.empty(b, lq, h, d, device=q.device, dtype=torch.bfloat16)
+    ov = out.transpose(1, 2)
+    o.set_output(True).set_dim(list(ov.shape)).set_stride(list(ov.stride())).set_data_type(cudnn.data_type.BFLOAT16)
+    amax = torch.empty(1, 1, 1, 1, device=q.device, dtype=torch.float32)
+    amax_o.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(cudnn.data_type.FLOAT)
+    graph.validate()
+    graph.build_operation_graph()
+    graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    graph.check_support()
+    graph.build_plans()
+    workspace = torch.empty(graph.get_workspace_size(), device=q.device, dtype=torch.uint8)
+    pack = {tq: q8.transpose(1, 2), tk: k8.transpose(1, 2), tv: v8.transpose(1, 2), o: ov, amax_o: amax}
+    pack |= {ts[n]: scalars[n] for n in ts}
+
+    def run():
+        graph.execute(pack, workspace, handle=handle)
+        return out
+
+    def quantize_and_run():
+        for name, src, dst in (("descale_q", q, q8), ("descale_k", k, k8), ("descale_v", v, v8)):
+            x8, ds = _to_fp8(src)
+            dst.copy_(x8)
+            scalars[name].copy_(ds)
+        return run()
+
+    return run, quantize_and_run
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -66,6 +128,17 @@ def _bench_call(label: str, lq: int, lk: int, heads: int, d: int, g, repeats: in
     kernels += [(f"triton {bm}x{bn} w{w} s{s}", None, lambda t=(bm, bn, w, s): ba.block_attention(q, k, v, *t))
                 for bm, bn, w, s in TILES]
     rows = []
+    budgets = {}
+    if dev.type == "cuda" and importlib.util.find_spec("cudnn") is not None:
+        try:
+            run, quantize_and_run = cudnn_fp8(q, k, v)
+        except Exception as e:  # noqa: BLE001 - where cuDNN's fp8 attention cannot run, the table says why
+            rows.append({"call": label, "lq": lq, "lk": lk, "kernel": "cudnn fp8",
+                         "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"})
+        else:
+            kernels += [("cudnn fp8 (q, k, v already e4m3)", None, run),
+                        ("cudnn fp8 + per-tensor quantize of q, k, v", None, quantize_and_run)]
+            budgets = {name: FP8_BUDGET for name, _, _ in kernels[-2:]}
     for name, backends, fn in kernels:
         try:
             with sdpa_kernel(backends) if backends else contextlib.nullcontext():
@@ -74,7 +147,7 @@ def _bench_call(label: str, lq: int, lk: int, heads: int, d: int, g, repeats: in
         except (RuntimeError, ValueError) as e:  # a backend that does not take this shape says so
             rows.append({"call": label, "lq": lq, "lk": lk, "kernel": name, "error": str(e).splitlines()[0][:120]})
             continue
-        ok = err <= BF16_BUDGET
+        ok = err <= budgets.get(name, BF16_BUDGET)
         rows.append({"call": label, "lq": lq, "lk": lk, "kernel": name, "median_ms": t.median, "p20": t.p20,
                      "p80": t.p80, "tflops": flops / (t.median * 1e-3) / 1e12 if ok else math.nan,
                      "rel_l2_vs_fp32": err, "gate": "pass" if ok else "FAIL"})
