@@ -81,8 +81,13 @@ def _cases(dev):
     }
 
 
+# the ops torch.compile takes in (triton_ops); block_attention stays an opaque custom op (inductor's copy of its
+# kernel did not compile: wmbook.kernels.block_attention; tests/test_kernels_block_attention.py checks it opaque)
+INLINE = [n for n in _cases("cpu") if n != "block_attention"]
+
+
 @pytest.mark.skipif(not GPU, reason="triton_op compiles kernels on a CUDA GPU (the CPU tests run the interpreter)")
-@pytest.mark.parametrize("name", list(_cases("cpu")))
+@pytest.mark.parametrize("name", INLINE)
 def test_compiled_op_launches_the_kernel_inline_and_matches_eager(name):
     from torch._inductor.utils import run_and_get_code
 
