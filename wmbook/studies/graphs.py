@@ -63,6 +63,7 @@ E2E_PARAMS = (
           "GPU, 2 on a CPU"),
 )
 
+
 def _reduce_overhead(v, ctx):
     """auto: measured where the workload compiles regionally (mg2: one DiT block's graph, a compile of seconds), left
     out where it compiles the whole denoiser (wma): there the row is a cold compile of the whole UNet (252 s on the
