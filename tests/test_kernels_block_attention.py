@@ -131,8 +131,11 @@ def test_block_attention_op_is_opaque_to_compile():
     keeps the op as one call, so inductor never copies the kernel into its own code (it did not compile there)."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._library.custom_ops import CustomOpDef
+    from torch._subclasses.functional_tensor import FunctionalTensorMode
 
     assert isinstance(ba.block_attention_op, CustomOpDef)
+    # a triton_op decomposes under functionalization (how inductor takes its kernel in), on any device: this one not
+    assert FunctionalTensorMode not in ba.block_attention_op._torch_dispatch_fns
     targets = []
 
     def record(gm, _inputs):

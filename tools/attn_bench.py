@@ -24,7 +24,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from wmbook.bench import time_fn
-from wmbook.check import TOLERANCES
+from wmbook.check import TOLERANCES, compare
 from wmbook.errors import command
 from wmbook.kernels import block_attention as ba
 from wmbook.presets import PRESETS
@@ -110,10 +110,6 @@ def cudnn_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
     return run, quantize_and_run
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b).norm() / b.norm())
-
-
 def _bench_call(label: str, lq: int, lk: int, heads: int, d: int, g, repeats: int, dev) -> list[dict]:
     q = torch.randn(1, lq, heads, d, device=dev, generator=g, dtype=torch.bfloat16)
     k = torch.randn(1, lk, heads, d, device=dev, generator=g, dtype=torch.bfloat16)
@@ -142,7 +138,7 @@ def _bench_call(label: str, lq: int, lk: int, heads: int, d: int, g, repeats: in
     for name, backends, fn in kernels:
         try:
             with sdpa_kernel(backends) if backends else contextlib.nullcontext():
-                err = _rel(fn(), ref)
+                err = compare(fn(), ref).rel_l2
                 t = time_fn(fn, warmup=5, repeats=repeats, device=dev)
         except (RuntimeError, ValueError) as e:  # a backend that does not take this shape says so
             rows.append({"call": label, "lq": lq, "lk": lk, "kernel": name, "error": str(e).splitlines()[0][:120]})

@@ -16,19 +16,7 @@ import torch
 
 from .. import results as results_store
 from .. import variants
-from ..params import (
-    DEVICE,
-    OUTPUT_DIR,
-    PRESET,
-    REPEATS,
-    RESULTS_PATH,
-    SEED,
-    WARMUP,
-    Param,
-    ParameterError,
-    boolean,
-    integer,
-)
+from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WARMUP, Param, boolean, choice, integer
 from ..profiling.analysis.launches import LAUNCH_CALLS, steady_idle, union_ms
 from ..profiling.collect import profile_calls
 from ..profiling.trace import Trace
@@ -69,11 +57,8 @@ def _reduce_overhead(v, ctx):
     out where it compiles the whole denoiser (wma): there the row is a cold compile of the whole UNet (252 s on the
     H200, NOTES.md) whose forward equalled the cuda-graphs row's (44.90 ms both; its iteration 5.25 s against 4.74:
     what mg2's row shows too, at a compile of seconds); True measures it anyway."""
-    if isinstance(v, str) and v == "auto":
-        return ctx["workload"].compile_scope == "regional"
-    if not isinstance(v, (bool, np.bool_)):
-        raise ParameterError(f"{ctx['_name']}={v!r} is not allowed; allowed values: ['auto', True, False]")
-    return bool(v)
+    v = choice("auto", True, False)(v, ctx)
+    return ctx["workload"].compile_scope == "regional" if isinstance(v, str) else bool(v)
 
 
 SPEC = NotebookSpec(NOTEBOOK, (
