@@ -99,3 +99,45 @@ def test_shift_window_moves_the_last_frames_in_order(t):
     win = win.contiguous(memory_format=CL)
     wc.shift_window(win, t)
     assert win[0, 0, :past, 0, 0].tolist() == [float(t), float(t + 1)]
+
+
+@pytest.mark.parametrize("cin,cout,kernel,t,h,w,bias", [
+    (32, 3, (3, 3, 3), 2, 5, 7, True),  # the head's shape: 3 output channels
+    (64, 48, (3, 3, 3), 1, 4, 6, False),  # output channels not a power of two
+    (96, 16, (3, 1, 1), 2, 3, 3, True),  # C_in in K steps of 32
+])
+def test_window_conv_fp8_matches_its_dequantized_arithmetic(cin, cout, kernel, t, h, w, bias):
+    """The e4m3 kernel against conv3d of the dequantized window and weight in float64: the same products (an e4m3 value
+    times its fp32 scale is exact in fp32), so the difference is the fp32 accumulation order and the output's one
+    bf16 rounding."""
+    kt, kh, kw = kernel
+    win = _rand((1, cin, t + kt - 1, h + kh - 1, w + kw - 1), torch.float32, 10).contiguous(memory_format=CL)
+    weight = _rand((cout, cin, *kernel), torch.float32, 11, scale=0.1)
+    b = _rand((cout,), torch.float32, 12) if bias else None
+    wq, xs = wc.quantize_window_fp8(win)
+    assert wq.dtype == wc.E4M3 and wq.is_contiguous(memory_format=CL) and xs.shape == (1,)
+    kq, ks = wc.weight_nk_fp8(weight)
+    assert kq.shape == (cout, kt * kh * kw * cin) and ks.shape == (cout,)
+    y = wc.window_conv_fp8(wq, xs, kq, ks, b, kernel)
+    assert y.dtype == torch.bfloat16 and y.is_contiguous(memory_format=CL)
+    deq_w = (kq.double() * ks.double()[:, None]).reshape(cout, kt, kh, kw, cin).permute(0, 4, 1, 2, 3)
+    ref = F.conv3d(wq.double() * xs.double(), deq_w, None if b is None else b.double())
+    torch.testing.assert_close(y.double(), ref, **_tol(torch.bfloat16, cin * kt * kh * kw))
+    # and the quantization itself stays within e4m3's rounding (3 mantissa bits) of the fp32 convolution
+    full = F.conv3d(win.double(), weight.double(), None if b is None else b.double())
+    assert float((y.double() - full).norm() / full.norm()) < 6e-2
+
+
+def test_window_conv_fp8_refuses_bad_input():
+    win = _rand((1, 32, 4, 4, 5), torch.float32, 3).contiguous(memory_format=CL)
+    weight = _rand((8, 32, 3, 3, 3), torch.float32, 4)
+    wq, xs = wc.quantize_window_fp8(win)
+    kq, ks = wc.weight_nk_fp8(weight)
+    with pytest.raises(ValueError, match="float8_e4m3fn"):
+        wc.window_conv_fp8(win, xs, kq, ks, None, (3, 3, 3))  # not quantized
+    with pytest.raises(ValueError, match="out_dtype"):
+        wc.window_conv_fp8(wq, xs, kq, ks, None, (3, 3, 3), out_dtype=torch.int8)
+    with pytest.raises(ValueError, match="do not fit"):
+        wc.window_conv_fp8(wq, xs, kq, ks, None, (3, 1, 1))
+    with pytest.raises(ValueError, match="channels_last_3d"):
+        wc.window_conv_fp8(wq.contiguous(), xs, kq, ks, None, (3, 3, 3))
