@@ -62,11 +62,14 @@ def _to_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x.float() * scale).to(torch.float8_e4m3fn), (1.0 / scale).reshape(1, 1, 1, 1)
 
 
-def cudnn_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+def cudnn_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out_fp8: bool = False):
     """cuDNN's fp8 attention (nvidia-cudnn-frontend's graph API, `sdpa_fp8`) on [B, L, H, D] bf16 q/k/v: q, k and v
     quantized per tensor to e4m3, the probabilities scaled by 448 (cuDNN's bound for e4m3 without dropout), the output
-    in bf16. Returns (run on fp8 inputs already quantized, run that quantizes q, k and v first); raises where the
-    frontend, the cuDNN library or the GPU does not take it."""
+    in bf16, or (out_fp8) in e4m3 in v's units: an output row is a convex combination of v's rows, so v's scale keeps
+    it within 448, and the output's descale is v's (what a consumer in fp8, the output projection, would take; cuDNN
+    builds bf16 outputs of fp8 attention on Blackwell only). Returns (run on fp8 inputs already quantized, run that
+    quantizes q, k and v first, the output of either as a bf16 tensor); raises where the frontend, the cuDNN library or
+    the GPU does not take it."""
     import cudnn  # noqa: PLC0415  optional: the nvidia-cudnn-frontend wheel
 
     b, lq, h, d = q.shape
@@ -80,11 +83,14 @@ def cudnn_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
     scalars = {n: torch.full((1, 1, 1, 1), val, device=q.device, dtype=torch.float32)
                for n, val in (("descale_s", 1.0 / E4M3_MAX), ("scale_s", E4M3_MAX), ("scale_o", 1.0))}
     scalars |= {"descale_q": dq, "descale_k": dk, "descale_v": dv}
+    if out_fp8:
+        scalars["scale_o"] = 1.0 / dv
     ts = {n: graph.tensor_like(t) for n, t in scalars.items()}
     o, _, _, amax_o = graph.sdpa_fp8(q=tq, k=tk, v=tv, **ts, attn_scale=1.0 / math.sqrt(d), generate_stats=False)
-    out = torch.empty(b, lq, h, d, device=q.device, dtype=torch.bfloat16)
+    out = torch.empty(b, lq, h, d, device=q.device, dtype=torch.float8_e4m3fn if out_fp8 else torch.bfloat16)
     ov = out.transpose(1, 2)
-    o.set_output(True).set_dim(list(ov.shape)).set_stride(list(ov.stride())).set_data_type(cudnn.data_type.BFLOAT16)
+    o.set_output(True).set_dim(list(ov.shape)).set_stride(list(ov.stride())).set_data_type(
+        cudnn.data_type.FP8_E4M3 if out_fp8 else cudnn.data_type.BFLOAT16)
     amax = torch.empty(1, 1, 1, 1, device=q.device, dtype=torch.float32)
     amax_o.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(cudnn.data_type.FLOAT)
     graph.validate()
@@ -107,7 +113,10 @@ def cudnn_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
             scalars[name].copy_(ds)
         return run()
 
-    return run, quantize_and_run
+    def as_bf16(o8: torch.Tensor) -> torch.Tensor:
+        return (o8.float() * scalars["descale_v"].reshape(1, 1, 1, 1)).to(torch.bfloat16) if out_fp8 else o8
+
+    return run, quantize_and_run, as_bf16
 
 
 def _bench_call(label: str, lq: int, lk: int, heads: int, d: int, g, repeats: int, dev) -> list[dict]:
@@ -124,21 +133,26 @@ def _bench_call(label: str, lq: int, lk: int, heads: int, d: int, g, repeats: in
     kernels += [(f"triton {bm}x{bn} w{w} s{s}", None, lambda t=(bm, bn, w, s): ba.block_attention(q, k, v, *t))
                 for bm, bn, w, s in TILES]
     rows = []
-    budgets = {}
-    if dev.type == "cuda" and importlib.util.find_spec("cudnn") is not None:
+    budgets, views = {}, {}
+    # bf16 output first; e4m3 output where that is refused (Hopper)
+    for out_fp8, out_name in ((False, "bf16 out"), (True, "e4m3 out")):
+        if dev.type != "cuda" or importlib.util.find_spec("cudnn") is None:
+            break
         try:
-            run, quantize_and_run = cudnn_fp8(q, k, v)
+            run, quantize_and_run, as_bf16 = cudnn_fp8(q, k, v, out_fp8=out_fp8)
         except Exception as e:  # noqa: BLE001 - where cuDNN's fp8 attention cannot run, the table says why
-            rows.append({"call": label, "lq": lq, "lk": lk, "kernel": "cudnn fp8",
+            rows.append({"call": label, "lq": lq, "lk": lk, "kernel": f"cudnn fp8, {out_name}",
                          "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"})
-        else:
-            kernels += [("cudnn fp8 (q, k, v already e4m3)", None, run),
-                        ("cudnn fp8 + per-tensor quantize of q, k, v", None, quantize_and_run)]
-            budgets = {name: FP8_BUDGET for name, _, _ in kernels[-2:]}
+            continue
+        kernels += [(f"cudnn fp8, {out_name} (q, k, v already e4m3)", None, run),
+                    (f"cudnn fp8, {out_name} + per-tensor quantize of q, k, v", None, quantize_and_run)]
+        budgets |= {name: FP8_BUDGET for name, _, _ in kernels[-2:]}
+        views |= {name: as_bf16 for name, _, _ in kernels[-2:]}
+        break
     for name, backends, fn in kernels:
         try:
             with sdpa_kernel(backends) if backends else contextlib.nullcontext():
-                err = compare(fn(), ref).rel_l2
+                err = compare(views.get(name, lambda o: o)(fn()), ref).rel_l2
                 t = time_fn(fn, warmup=5, repeats=repeats, device=dev)
         except (RuntimeError, ValueError) as e:  # a backend that does not take this shape says so
             rows.append({"call": label, "lq": lq, "lk": lk, "kernel": name, "error": str(e).splitlines()[0][:120]})
