@@ -4,6 +4,7 @@ jobs refused before any process starts; failing, dying and hanging ranks end the
 import time
 
 import pytest
+import torch
 
 from wmbook.distributed import LAYOUTS, NO_MULTICAST_ENV, JobError, JobFailed, JobSpec, check_job, run_job
 from wmbook.profiling.aggregate import aggregate_reports
@@ -352,3 +353,17 @@ def test_published_block_keeps_each_layouts_latest_run():
                            "git_commit": "abc", "params": json.dumps({"layout": layout})})
     text = "\n".join(multi_gpu_report.published(pd.DataFrame(rows)))
     assert "| stage-split x2 | 134 |" in text and "| dit-pipeline x2 | 82 |" in text
+
+
+@pytest.mark.parametrize("visible,local,gpu", [(None, 1, "1"), ("4,5,6", 2, "6"), ("GPU-a, GPU-b", 1, "GPU-b"),
+                                               ("3", 0, "3")])
+def test_each_rank_sees_its_own_gpu_as_cuda0(visible, local, gpu):
+    """A rank's GPU becomes its only visible one (so compiled graphs, keyed by their inputs' device, are `cuda:0`
+    graphs in every rank and load from the cache another rank filled); the host's numbering (or UUIDs) kept."""
+    from wmbook.distributed.worker import own_gpu
+
+    env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    if torch.cuda.is_initialized():
+        pytest.skip("CUDA is initialized in this process: the visible set is fixed")
+    device, held = own_gpu(local, env)
+    assert device == torch.device("cuda", 0) and held == gpu and env["CUDA_VISIBLE_DEVICES"] == gpu

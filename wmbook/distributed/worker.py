@@ -32,6 +32,21 @@ RUNNERS = {"stage-split": run_stage_split, "data-parallel": run_data_parallel, "
            "decoder-split": run_decoder_split, "pipeline-split": run_dit_pipeline}
 
 
+def own_gpu(local: int, env=os.environ) -> tuple[torch.device, str]:
+    """Make this rank's GPU its only visible one, so it is `cuda:0` in every rank: a compiled graph's cache key holds
+    its inputs' device, and a graph compiled for `cuda:1` is a miss for a rank on `cuda:0`, so only ranks that see their
+    GPU alike load each other's compiles from the shared cache (rollouts.share_compiles). Returns (the device, the GPU
+    the rank holds, as the host numbers it). Where CUDA is already initialized in this process (the visible set is read
+    once), the rank keeps `cuda:<local>` of what it sees."""
+    ids = [x.strip() for x in env["CUDA_VISIBLE_DEVICES"].split(",") if x.strip()] \
+        if env.get("CUDA_VISIBLE_DEVICES") else None
+    gpu = ids[local] if ids is not None and local < len(ids) else str(local)
+    if torch.cuda.is_initialized():
+        return torch.device("cuda", local), gpu
+    env["CUDA_VISIBLE_DEVICES"] = gpu
+    return torch.device("cuda", 0), gpu
+
+
 @record  # torchrun's error file gets this rank's traceback as well
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
@@ -41,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     local = int(os.environ.get("LOCAL_RANK", rank))
     os.environ.update(NO_MULTICAST_ENV)  # also where a rank was started without the launcher: NCCL reads it at init
     try:
+        gpu = None
         if spec.device == "cuda":
-            device = torch.device("cuda", local)
+            device, gpu = own_gpu(local)
             torch.cuda.set_device(device)
             dist.init_process_group("nccl", timeout=timedelta(seconds=spec.timeout_s), device_id=device)
         else:
@@ -53,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         rk.progress("starting", 0, 1, force=True)
         rk.fault("start")
         result = RUNNERS[spec.layout](rk)
-        result.update(rank=rank, world=world, device=str(device))
+        result.update(rank=rank, world=world, device=str(device) if gpu is None else f"cuda (GPU {gpu} of the host)")
         atomic_write_text(job_dir / f"rank{rank}.json", json.dumps(jsonable(result), indent=1))
         rk.progress("done", 1, 1, force=True)
         dist.barrier()  # no rank leaves while another may still send to it
