@@ -1,15 +1,17 @@
 """The DiT's attention calls at a preset's real shapes, kernel by kernel (GPU): wmbook's Triton block attention
 (`wmbook.kernels.block_attention`, its default tiles and a sweep of others) against every SDPA backend torch has
 here (flash, cuDNN, memory-efficient, and SDPA's own choice) and, where the nvidia-cudnn-frontend wheel is installed,
-cuDNN's fp8 attention (q, k, v per-tensor e4m3, output bf16), on the same q/k/v.
+cuDNN's fp8 attention (q, k, v per-tensor e4m3, output bf16, or e4m3 where cuDNN builds no bf16 output: Hopper),
+on the same q/k/v.
 
     PYTHONPATH=$PWD python3 tools/attn_bench.py [--preset mg2-universal] [--repeats 50] [--json attn.json]
 
 The calls: a block's self-attention over the window its KV cache holds (each length the stream produces: the first
 block alone, then one more block each up to the window) and the cross-attention to its context (image tokens for
-i2v, text for t2v). Each kernel: median (p20-p80) of `repeats` CUDA-event timings after warm-up, TFLOP/s from
-4 * B * H * Lq * Lk * D, and its error against fp32 SDPA (relative L2; a kernel over its budget, bf16's or fp8's, is
-marked and its time does not count).
+i2v, text for t2v). Each kernel: median (p20-p80) of `repeats` CUDA-event timings after warm-up, one call at a time,
+and the same call inside a CUDA graph (GRAPH_CALLS of it captured, replayed back to back: its cost in a captured
+forward, without the host's launch), TFLOP/s from 4 * B * H * Lq * Lk * D, and its error against fp32 SDPA (relative
+L2; a kernel over its budget, bf16's or fp8's, is marked and its time does not count).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import math
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from wmbook.bench import time_fn
+from wmbook.bench import time_fn, time_in_graph
 from wmbook.check import TOLERANCES, compare
 from wmbook.errors import command
 from wmbook.kernels import block_attention as ba
@@ -36,6 +38,7 @@ BF16_BUDGET = 2e-2
 # roundoff 2^-4), the check module's fp8 bound
 FP8_BUDGET = TOLERANCES["fp8"][0]
 E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
+GRAPH_CALLS = 8  # calls of one kernel per captured graph (time_in_graph)
 TILES = ((128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 4, 4),
          (64, 128, 4, 3), (128, 64, 8, 4))
 SDPA = (("sdpa (its choice)", None), ("sdpa flash", SDPBackend.FLASH_ATTENTION),
@@ -154,13 +157,27 @@ def _bench_call(label: str, lq: int, lk: int, heads: int, d: int, g, repeats: in
             with sdpa_kernel(backends) if backends else contextlib.nullcontext():
                 err = compare(views.get(name, lambda o: o)(fn()), ref).rel_l2
                 t = time_fn(fn, warmup=5, repeats=repeats, device=dev)
+                # the same call captured GRAPH_CALLS times in one CUDA graph and replayed: its cost inside a captured
+                # forward (how the stack runs it), free of the host's launch, which can sit inside the
+                # one-call-at-a-time timing of a short call with a Python launcher (Triton's) on a busy host
+                # (cuDNN's fp8 graph runs on its handle's stream, not the capturing one: it keeps its one-call time)
+                tg = None
+                if name not in views:
+                    try:
+                        tg = time_in_graph(fn, GRAPH_CALLS, rounds=max(3, repeats // 5), device=dev)
+                    except RuntimeError as e:  # a call that cannot be captured keeps its one-call timing
+                        print(f"  {label} {name}: not captured ({str(e).splitlines()[0][:100]})", flush=True)
         except (RuntimeError, ValueError) as e:  # a backend that does not take this shape says so
             rows.append({"call": label, "lq": lq, "lk": lk, "kernel": name, "error": str(e).splitlines()[0][:120]})
             continue
         ok = err <= budgets.get(name, BF16_BUDGET)
-        rows.append({"call": label, "lq": lq, "lk": lk, "kernel": name, "median_ms": t.median, "p20": t.p20,
-                     "p80": t.p80, "tflops": flops / (t.median * 1e-3) / 1e12 if ok else math.nan,
-                     "rel_l2_vs_fp32": err, "gate": "pass" if ok else "FAIL"})
+        row = {"call": label, "lq": lq, "lk": lk, "kernel": name, "median_ms": t.median, "p20": t.p20,
+               "p80": t.p80, "tflops": flops / (t.median * 1e-3) / 1e12 if ok else math.nan,
+               "rel_l2_vs_fp32": err, "gate": "pass" if ok else "FAIL"}
+        if tg is not None:
+            row |= {"graph_ms": tg.median, "graph_p20": tg.p20, "graph_p80": tg.p80,
+                    "graph_tflops": flops / (tg.median * 1e-3) / 1e12 if ok else math.nan}
+        rows.append(row)
     return rows
 
 
@@ -188,8 +205,10 @@ def main(argv=None) -> int:
         if "error" in r:
             print(f"{r['call']:26s} {r['kernel']:24s} not run: {r['error']}")
         else:
+            graph = (f" | in a graph {r['graph_ms']:.4f} ms ({r['graph_p20']:.4f}-{r['graph_p80']:.4f})"
+                     f" {r['graph_tflops']:6.1f} TFLOP/s" if "graph_ms" in r else " | not captured")
             print(f"{r['call']:26s} {r['kernel']:24s} {r['median_ms']:8.4f} ms ({r['p20']:.4f}-{r['p80']:.4f})"
-                  f" {r['tflops']:7.1f} TFLOP/s  rel {r['rel_l2_vs_fp32']:.2e} {r['gate']}")
+                  f" {r['tflops']:7.1f} TFLOP/s{graph}  rel {r['rel_l2_vs_fp32']:.2e} {r['gate']}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "preset": a.preset,
