@@ -378,3 +378,15 @@ def test_decoder_rows_store_their_gpu_time_by_category_and_the_account_names_con
     assert dstudy.category_account([row("cpu", "reference", 10.0, {})]) == ""
     cpu = dstudy.result_rows(cfg, [row("cpu", "reference", 10.0, {})])
     assert not [r for r in cpu if r["metric"].startswith("decoder_category") or r["metric"] == "decoder_gpu_busy_ms"]
+
+
+def test_frame_decoder_rows_on_a_gpu_end_with_bf16_captured():
+    """The SD VAE's table on a GPU: fp32 compiled and captured, then bf16 compiled and captured (its compiled step is
+    host-bound); names only, so it runs on a CPU."""
+    from wmbook import workloads
+    from wmbook.studies.decoder import frame_decoder_stacks
+
+    rows = frame_decoder_stacks(workloads.get("wma"), torch.device("cuda"))
+    assert rows["bf16 + vae-compile + vae-cuda-graphs"] == ["vae-bf16", "cudnn-benchmark", "vae-compile",
+                                                            "vae-cuda-graphs"]
+    assert list(rows)[-1] == "bf16 + vae-compile + vae-cuda-graphs" and "+ vae-cuda-graphs (compiled step)" in rows
