@@ -341,8 +341,8 @@ def kernel_steps(cfg: RunConfig) -> list[Variant]:
     # at the real shapes), so a run cut there has the rows above stored
     steps += [s for s, why in _low_precision(cfg.device).items() if s in known and why is None]
     if "kv_cache" in cfg.workload.features:  # the DiT's attention: a block of queries over the cached window
-        # last, so no row above runs on it: at mg2-universal on the H200 the kernel took about twice cuDNN's time at
-        # the window's length (tools/attn_bench.py, NOTES.md), and each row keeps the rows above it
+        # last, so no row above runs on it: at mg2-universal on the H200 the kernel takes 1.2x cuDNN's time at the
+        # window's length (tools/attn_bench.py, NOTES.md), and each row keeps the rows above it
         steps.append("attn-triton")
     return variants.resolve(steps, cfg.workload, cfg.device)
 
