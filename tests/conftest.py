@@ -114,3 +114,14 @@ def run_uninterpreted():
                               cwd=root, timeout=300)
 
     return run
+
+
+def load_tool(name: str):
+    """tools/<name>.py imported as a module (the tools are scripts, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "tools" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

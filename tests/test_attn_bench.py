@@ -3,23 +3,16 @@ Triton kernel, gated against fp32) on a CPU under Triton's interpreter."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+from conftest import load_tool
 
 from wmbook.presets import PRESETS
-
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "attn_bench.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("attn_bench", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("attn_bench")
 
 
 def test_calls_follow_the_preset(bench):

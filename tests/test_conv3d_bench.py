@@ -3,23 +3,16 @@ streaming decoder's PSNR with its convolutions in fp8, on the tiny preset on a C
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+from conftest import load_tool
 
 from wmbook.presets import PRESETS
-
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "conv3d_bench.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("conv3d_bench", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("conv3d_bench")
 
 
 def test_fake_fp8_rounds_like_e4m3(bench):
