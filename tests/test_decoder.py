@@ -206,6 +206,30 @@ def test_wma_decode_step_compiled_and_the_decision_decode_skipped():
     assert wl.end_to_end(pipe, 0, size).frames is not None
 
 
+def test_wma_batched_frames_decode_equals_a_frame_per_call():
+    """vae-batch-frames: a pass's frames decoded as one batch are each frame's own decode (within fp32 rounding: the
+    convolutions see another batch), in decode's layout; with the decision pass skipped and the step compiled too."""
+    wl = workloads.get("wma")
+    dev = torch.device("cpu")
+    ref = wl.reference_pipeline(wl.presets["tiny-wma"], dev)
+    lat = torch.randn(2, 4, 3, *ref.preset.latent_shape[-2:], generator=torch.Generator().manual_seed(5))
+    want = ref.decode(lat)
+    for stack in (["vae-batch-frames"], ["vae-batch-frames", "vae-compile", "skip-unused-decode"]):
+        pipe, ctx = apply_stack(ref, wl, stack, dev, compile_backend="eager")
+        got = pipe.decode(lat)
+        assert got.shape == want.shape and got.is_contiguous()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert "vae-batch-frames" in ctx.notes
+    assert "vae-batch-frames" not in variants.known(workloads.get("mg2"))  # a streaming decoder carries frames over
+
+
+def test_wma_decoder_ladder_on_a_gpu_puts_bf16_and_the_batch_before_the_compile():
+    wl = workloads.get("wma")
+    assert wl.decoder_ladder(torch.device("cuda")) == ["vae-bf16", "vae-batch-frames", "vae-compile",
+                                                        "vae-cuda-graphs"]
+    assert wl.decoder_ladder(torch.device("cpu")) == []
+
+
 def test_decoder_table_on_the_tiny_preset():
     """Every CPU decoder row decodes the same latents; full-decoder rows pass the PSNR gate, the random tiny decoder
     says it needs real weights; the FLOP floor comes from a meta-tensor count."""

@@ -142,6 +142,29 @@ def _vae_cuda_graphs(pipe, ctx: VariantContext):
     ctx.notes["vae-cuda-graphs"] = "decoder step graphed"
 
 
+class BatchedFrames:
+    """A pipeline whose decode hands its T latent frames to the per-frame decode step as one batch of B*T images:
+    a decoder that decodes every frame alone (upstream's perframe_ae) computes the same per image, and one call of
+    B*T images keeps the GPU fuller than T calls of B (the first decoder layers see 40 x 64 latents)."""
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        from ...profiling.labels import label  # noqa: PLC0415  the pipelines' own labels
+
+        b, c, t, h, w = latents.shape
+        with label("VAE_Decode_Frames"):
+            images = self.decode_step(latents.transpose(1, 2).reshape(b * t, c, h, w).contiguous())
+        return images.reshape(b, t, *images.shape[1:]).transpose(1, 2).contiguous()  # [B, 3, T, H, W], as decode's
+
+
+@register("vae-batch-frames", family="decoder", requires=("independent_frames",),
+          description="a pass's latent frames decoded in one call of the per-frame decode step (a batch of B x T "
+                      "images) instead of one call per frame: each frame is decoded alone either way, so the frames "
+                      "are the same computation; compiled and captured, it is one graph of the batch's shape")
+def _vae_batch_frames(pipe, ctx: VariantContext):
+    swaps.swap_class(pipe, BatchedFrames)
+    ctx.notes["vae-batch-frames"] = "a pass's frames decoded as one batch"
+
+
 @register("vae-tiny", family="decoder", requires=("streaming_decoder",), frames_judged=False,
           description="a tiny streaming decoder (TAEHV, ~10 M parameters, no 3-D convolutions) in place of the Wan VAE "
                       "decoder; random weights unless WMBOOK_TAEHV_WEIGHTS names a taew2_1.pth-style file, so its "

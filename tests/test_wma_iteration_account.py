@@ -1,0 +1,35 @@
+"""tools/wma_iteration_account.py: its stacks' syntax, refused input, and an iteration's phases adding up."""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import pytest
+from conftest import load_tool
+
+from wmbook import variants, workloads
+
+acc = load_tool("wma_iteration_account")
+
+
+def test_default_stacks_resolve_and_bad_stacks_are_refused():
+    wl = workloads.get("wma")
+    for text in acc.DEFAULT_STACKS:
+        label, names = acc.parse_stack(text)
+        assert label and variants.resolve(names, wl, "cuda")
+    for bad in ("no-equals", "=tf32", "label="):
+        with pytest.raises(argparse.ArgumentTypeError, match="LABEL=variant"):
+            acc.parse_stack(bad)
+    with pytest.raises(SystemExit):
+        acc.main(["--rounds", "0"])
+
+
+def test_phases_add_up_to_the_iteration():
+    p = SimpleNamespace
+    out = p(conditioning_ms=5.0, iteration_ms=100.0,
+            decision=p(sampling_ms=40.0, decode_ms=0.0, forward_ms=[18.0, 18.0]),
+            world=p(sampling_ms=40.0, decode_ms=12.0, forward_ms=[18.0, 17.0]))
+    d = acc.phases(out)
+    assert d["rest"] == pytest.approx(3.0) and d["UNet forwards"] == pytest.approx(71.0)
+    assert sum(d[k] for k in acc.PHASES) == pytest.approx(d["iteration"])

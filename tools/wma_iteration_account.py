@@ -1,0 +1,131 @@
+"""Where a wma interaction iteration at few DDIM steps goes: stacks side by side in one process, each iteration split
+into its phases by the pipeline's own device events (conditioning, the decision pass's sampling and decode, the
+world-model pass's sampling and decode, the rest), the UNet forwards counted apart from the sampling around them.
+
+    python tools/wma_iteration_account.py --steps 2 --rounds 5 --json account.json
+    python tools/wma_iteration_account.py --stack "mine=tf32,bf16,...,vae-cuda-graphs" --stack "other=..."
+
+Default stacks: notebook 06's best stack at wma with upstream's decode (the fp32 SD VAE, a frame per call), with the
+SD VAE in bf16, and with its decoder rows (bf16, each pass's frames as one batch); every decoder compiled and captured.
+Each stack is built from one fp32 reference pipeline on the same seeded inputs; `--warmup` iterations (compiles,
+autotuning, graph captures) are not timed; then the stacks take turns, `--rounds` iterations each. The first stack is
+the reference of the others: their world-model frames are compared with its frames (PSNR) and with the fp32 eager
+pipeline's. Medians with p20-p80 over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from wmbook import workloads
+from wmbook.bench import Samples
+from wmbook.check import compare
+from wmbook.variants.ladder import apply_stack
+
+BEST_06 = ("tf32,bf16,norm-input-dtype,channels-last,temporal-channels-last,cudnn-benchmark,triton-fused,"
+           "head-conv-gemm,compile-whole,skip-unused-decode,skip-unused-heads,cuda-graphs")
+DEFAULT_STACKS = (f"fp32 VAE, a frame per call (upstream's decode)={BEST_06},vae-compile,vae-cuda-graphs",
+                  f"bf16 VAE, a frame per call={BEST_06},vae-bf16,vae-compile,vae-cuda-graphs",
+                  f"bf16 VAE, a pass per call (06's decoder rows)={BEST_06},vae-bf16,vae-batch-frames,vae-compile,"
+                  "vae-cuda-graphs")
+PHASES = ("conditioning", "decision sampling", "decision decode", "world sampling", "world decode", "rest")
+
+
+def parse_stack(text: str) -> tuple[str, list[str]]:
+    label, sep, names = text.partition("=")
+    if not sep or not label.strip() or not names.strip():
+        raise argparse.ArgumentTypeError(f"--stack {text!r} is not allowed; allowed values: "
+                                         "'LABEL=variant,variant,...'")
+    return label.strip(), [n.strip() for n in names.split(",") if n.strip()]
+
+
+def phases(out) -> dict[str, float]:
+    """One iteration's phases in ms (device events of the pipeline), the UNet forwards apart."""
+    d = {"conditioning": out.conditioning_ms, "decision sampling": out.decision.sampling_ms,
+         "decision decode": out.decision.decode_ms, "world sampling": out.world.sampling_ms,
+         "world decode": out.world.decode_ms}
+    d["rest"] = out.iteration_ms - sum(v for v in d.values() if v == v)
+    d["UNet forwards"] = sum(out.decision.forward_ms) + sum(out.world.forward_ms)
+    d["iteration"] = out.iteration_ms
+    return d
+
+
+def psnr(frames: torch.Tensor, ref: torch.Tensor) -> float:
+    """PSNR (dB) of decoded frames against reference frames, as notebook 06's rows measure it."""
+    return float(compare(frames, ref, dtype="fp32", frames=True).psnr)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="wma")
+    ap.add_argument("--steps", type=int, default=2, help="DDIM steps of each pass (default 2: the knee)")
+    ap.add_argument("--stack", type=parse_stack, action="append", help="LABEL=variants (repeatable; the first is "
+                    "the reference of the others); default: notebook 06's best with three decoders")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args(argv)
+    for name in ("steps", "warmup", "rounds"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name}={getattr(a, name)} is not allowed; allowed values: an integer >= 1")
+    stacks = a.stack or [parse_stack(s) for s in DEFAULT_STACKS]
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    wl = workloads.get("wma")
+    if dev.type == "cpu" and a.preset == "wma":
+        a.preset = wl.tiny_preset
+    kw = {"decision_steps": a.steps, "world_steps": a.steps, "progress": False}
+
+    ref = wl.reference_pipeline(a.preset, dev, a.seed)
+    inputs = ref.prepare(seed=a.seed)
+    with torch.no_grad():
+        fp32 = ref.run_iteration(inputs, **kw).world.frames.float().cpu()
+    pipes = {}
+    for label, names in stacks:
+        pipe, _ = apply_stack(ref, wl, names, dev)
+        for i in range(a.warmup):
+            print(f"{label}: warm-up {i + 1}/{a.warmup}", file=sys.stderr, flush=True)
+            with torch.no_grad():
+                pipe.run_iteration(inputs, **kw)
+        pipes[label] = pipe
+    times = {label: [] for label in pipes}
+    frames = {}
+    for r in range(a.rounds):
+        for label, pipe in pipes.items():
+            with torch.no_grad():
+                out = pipe.run_iteration(inputs, **kw)
+            times[label].append(phases(out))
+            frames[label] = out.world.frames.float().cpu()
+        print(f"round {r + 1}/{a.rounds}", file=sys.stderr, flush=True)
+
+    first = next(iter(pipes))
+    result = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "preset": a.preset,
+              "steps": a.steps, "warmup": a.warmup, "rounds": a.rounds, "stacks": {}}
+    for (label, names), rows in zip(stacks, times.values()):
+        summary = {}
+        for key in (*PHASES, "UNet forwards", "iteration"):
+            s = Samples([row[key] for row in rows])
+            summary[key] = {"median": s.median, "p20": s.p20, "p80": s.p80}
+        result["stacks"][label] = {
+            "variants": names, "ms": summary, "rounds_ms": rows,
+            "psnr_vs_fp32_db": psnr(frames[label], fp32),
+            "psnr_vs_first_db": None if label == first else psnr(frames[label], frames[first])}
+        it = summary["iteration"]
+        print(f"\n{label}\n  iteration {it['median']:.1f} ms ({it['p20']:.1f}-{it['p80']:.1f}); frames "
+              f"{result['stacks'][label]['psnr_vs_fp32_db']:.1f} dB vs fp32"
+              + ("" if label == first else f", {result['stacks'][label]['psnr_vs_first_db']:.1f} dB vs {first}"))
+        for key in (*PHASES, "UNet forwards"):
+            m = summary[key]
+            print(f"  {key:18s} {m['median']:8.2f} ms ({m['p20']:.2f}-{m['p80']:.2f})")
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
