@@ -357,13 +357,16 @@ def test_published_block_keeps_each_layouts_latest_run():
 
 @pytest.mark.parametrize("visible,local,gpu", [(None, 1, "1"), ("4,5,6", 2, "6"), ("GPU-a, GPU-b", 1, "GPU-b"),
                                                ("3", 0, "3")])
-def test_each_rank_sees_its_own_gpu_as_cuda0(visible, local, gpu):
+def test_each_rank_starts_over_seeing_its_own_gpu_as_cuda0(visible, local, gpu):
     """A rank's GPU becomes its only visible one (so compiled graphs, keyed by their inputs' device, are `cuda:0`
-    graphs in every rank and load from the cache another rank filled); the host's numbering (or UUIDs) kept."""
-    from wmbook.distributed.worker import own_gpu
+    graphs in every rank and load from the cache another rank filled), in the environment the rank starts over with
+    (CUDA reads the visible set once per process); the host's numbering (or UUIDs) kept; no second start."""
+    from wmbook.distributed.worker import RANK_GPU_ENV, own_gpu, own_gpu_env
 
-    env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
-    if torch.cuda.is_initialized():
-        pytest.skip("CUDA is initialized in this process: the visible set is fixed")
-    device, held = own_gpu(local, env)
-    assert device == torch.device("cuda", 0) and held == gpu and env["CUDA_VISIBLE_DEVICES"] == gpu
+    env = {"PATH": "/bin"} | ({} if visible is None else {"CUDA_VISIBLE_DEVICES": visible})
+    new = own_gpu_env(local, env)
+    assert new == env | {"CUDA_VISIBLE_DEVICES": gpu, RANK_GPU_ENV: gpu}
+    assert own_gpu_env(local, new) is None
+    if torch.cuda.device_count() != 1:
+        with pytest.raises(RuntimeError, match="exactly its own GPU, it sees"):
+            own_gpu(new)

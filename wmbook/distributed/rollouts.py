@@ -38,10 +38,10 @@ def share_compiles(pipe, batches: list[int], steps: int, rk: Rank) -> list[int]:
     """Each batch size compiled by one rank: rank r first runs one untimed iteration at batches r, r + world, ...,
     then every rank waits for all. A compiled stack's graphs are static, so each batch size is a compile of its own
     (a cold one of the whole UNet: minutes); the ranks share one compile cache (inductor's, on disk) and each sees its
-    GPU as `cuda:0` (worker.own_gpu: a cached graph is keyed by its inputs' device), so the sweep's first iteration at
-    a batch another rank compiled loads its graphs instead of compiling them again, and the sweep
-    pays about one cold compile per `world` batch sizes instead of one per batch size on every rank at once. Returns
-    this rank's batch sizes."""
+    GPU as `cuda:0` (worker.own_gpu_env: a cached graph is keyed by its inputs' device), so the sweep's first
+    iteration at a batch another rank compiled loads its graphs instead of compiling them again, and the sweep pays
+    about one cold compile per `world` batch sizes instead of one per batch size on every rank at once. Returns this
+    rank's batch sizes."""
     mine = batches[rk.rank::rk.world] if rk.world > 1 else []
     for i, b in enumerate(mine):
         rk.progress(f"compiling batch {b}", i, len(mine))

@@ -32,19 +32,33 @@ RUNNERS = {"stage-split": run_stage_split, "data-parallel": run_data_parallel, "
            "decoder-split": run_decoder_split, "pipeline-split": run_dit_pipeline}
 
 
-def own_gpu(local: int, env=os.environ) -> tuple[torch.device, str]:
-    """Make this rank's GPU its only visible one, so it is `cuda:0` in every rank: a compiled graph's cache key holds
-    its inputs' device, and a graph compiled for `cuda:1` is a miss for a rank on `cuda:0`, so only ranks that see their
-    GPU alike load each other's compiles from the shared cache (rollouts.share_compiles). Returns (the device, the GPU
-    the rank holds, as the host numbers it). Where CUDA is already initialized in this process (the visible set is read
-    once), the rank keeps `cuda:<local>` of what it sees."""
+RANK_GPU_ENV = "WMBOOK_RANK_GPU"  # the host's name of the GPU a rank holds, set when the rank starts over with it
+
+
+def own_gpu_env(local: int, env=os.environ) -> dict | None:
+    """The environment in which this rank sees its own GPU, and only it, as `cuda:0`; None when it already runs in it.
+
+    Why: a compiled graph's cache key holds its inputs' device, and a graph compiled for `cuda:1` is a miss for a rank
+    on `cuda:0`, so only ranks that see their GPU alike load each other's compiles from the shared cache
+    (rollouts.share_compiles). CUDA reads CUDA_VISIBLE_DEVICES once, when the driver starts, and any import may start
+    it (torch.cuda.is_available() does): setting it inside a running process does not hold, so the rank starts over
+    (exec) with it set. The host's numbering (or UUIDs) of torchrun's visible set is kept in RANK_GPU_ENV."""
+    if env.get(RANK_GPU_ENV):
+        return None
     ids = [x.strip() for x in env["CUDA_VISIBLE_DEVICES"].split(",") if x.strip()] \
         if env.get("CUDA_VISIBLE_DEVICES") else None
     gpu = ids[local] if ids is not None and local < len(ids) else str(local)
-    if torch.cuda.is_initialized():
-        return torch.device("cuda", local), gpu
-    env["CUDA_VISIBLE_DEVICES"] = gpu
-    return torch.device("cuda", 0), gpu
+    return {**env, "CUDA_VISIBLE_DEVICES": gpu, RANK_GPU_ENV: gpu}
+
+
+def own_gpu(env=os.environ) -> tuple[torch.device, str]:
+    """(`cuda:0`, the host's name of the GPU) in a rank started with own_gpu_env's environment; an error naming the
+    visible set when the rank sees more than its GPU."""
+    n = torch.cuda.device_count()
+    if n != 1:
+        raise RuntimeError(f"a rank must see exactly its own GPU, it sees {n} (CUDA_VISIBLE_DEVICES="
+                           f"{env.get('CUDA_VISIBLE_DEVICES')!r})")
+    return torch.device("cuda", 0), env[RANK_GPU_ENV]
 
 
 @record  # torchrun's error file gets this rank's traceback as well
@@ -58,7 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         gpu = None
         if spec.device == "cuda":
-            device, gpu = own_gpu(local)
+            env = own_gpu_env(local)
+            if env is not None:  # start over seeing only this rank's GPU: same process id, torchrun keeps watching it
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.execve(sys.executable, [sys.executable, "-m", "wmbook.distributed.worker", *argv], env)
+            device, gpu = own_gpu()
             torch.cuda.set_device(device)
             dist.init_process_group("nccl", timeout=timedelta(seconds=spec.timeout_s), device_id=device)
         else:
