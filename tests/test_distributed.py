@@ -129,10 +129,12 @@ def test_decoder_split_on_gloo_two_strips_equal_the_whole_decoder(tmp_path):
         strip_rows(44, 45)
 
 
+@pytest.mark.slow
 def test_decoder_split_takes_strips_of_unequal_rows(tmp_path):
     """Four ranks, three strips of the tiny preset's 8 latent rows (3, 3 and 2): the middle block's gather pads the
     shorter strip; the frames are the single-process run's within the gate. With vae-compile in the stack the strip
-    decoders compile too, their graphs broken at the halo exchanges."""
+    decoders compile too, their graphs broken at the halo exchanges. (`make test`'s shorter cases: two equal strips,
+    and the pipeline split's two halves.)"""
     res = run_job(_spec(layout="decoder-split", nproc=4, blocks=2, warmup=0, repeats=1, stack=("bf16", "vae-compile")),
                   tmp_path, progress=False, timeout_s=500)
     suffix = ", compiled between its halo exchanges"

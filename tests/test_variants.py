@@ -321,6 +321,7 @@ def test_skip_unused_heads_under_a_whole_compile_adds_no_graphs():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow  # two dynamo traces of the whole UNet: over a minute on 2 cores
 def test_wma_trunk_graph_is_the_same_whatever_the_heads(wma_ref):
     """Under torch.compile of the whole UNet the trunk (everything before the heads) is one graph and the heads graphs
     of their own (UNetModel.run_heads): a stack that changes only the heads (head-conv-gemm) traces the same trunk

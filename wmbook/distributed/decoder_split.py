@@ -234,7 +234,7 @@ def _strip_run(pipe, inputs, rk: Rank, dec: StreamingWanDecoder, rows: tuple[int
     ends = [timer.elapsed_ms("start", f"b{bi}_end") for bi in range(inputs.num_blocks)]
     first_px = timer.elapsed_ms("start", "b0_px")
     # the frame is there when its slowest strip is: the last strip rank counts from every strip's times
-    t = torch.tensor([*ends, first_px], dtype=torch.float64)
+    t = torch.tensor([*ends, first_px], dtype=torch.float64, device=rk.device)  # NCCL sends only device tensors
     last = ranks[-1]
     if rk.rank != last:
         dist.send(t, dst=last)
