@@ -72,6 +72,23 @@ def test_queues_run_over_a_snapshot_one_per_gpu_and_pack_their_folders(tmp_path)
     assert (root / "snap" / "gpu").read_text() == "0 abc123\n"
 
 
+def test_relative_output_folders_are_packed_and_outlive_the_next_snapshot(tmp_path):
+    """A step writing n0b/ (relative: inside the snapshot) has it packed, and a later launch, which replaces the
+    snapshot, keeps it (and a relative compile cache) next to the snapshot instead of deleting it."""
+    tree, root, out = tmp_path / "tree", tmp_path / "root", tmp_path / "out"
+    tree.mkdir()
+    r = _queues("launch", "abc", "mkdir -p n0b cache; echo rel > n0b/seen; echo c > cache/x", root=root, cwd=tree)
+    assert r.returncode == 0, r.stderr
+    assert _queues("wait", "30", str(out), root=root, cwd=tree).returncode == 0
+    with tarfile.open(out / "q0.tgz") as t:
+        assert t.extractfile("snap/n0b/seen").read() == b"rel\n"
+    assert _queues("launch", "abc", "true", root=root, cwd=tree).returncode == 0
+    assert _queues("wait", "30", str(out), root=root, cwd=tree).returncode == 0
+    assert (root / "n0b" / "seen").read_text() == "rel\n" and (root / "cache" / "x").exists()
+    with tarfile.open(out / "q0.tgz") as t:
+        assert "n0b/seen" in t.getnames()
+
+
 def test_queues_refuse_bad_use_and_a_gpu_they_were_not_asked_for(tmp_path):
     tree = tmp_path / "tree"
     tree.mkdir()

@@ -6,8 +6,9 @@
 #   bash tools/gpu_queues.sh wait SECONDS OUT   # every queue, SECONDS in all; then packs OUT/q<i>.tgz
 #
 # SHA is the commit the tree was copied from (rows record it: WMBOOK_GIT_COMMIT). Steps are separated by ';;' and run
-# in order in the snapshot (CUDA_VISIBLE_DEVICES=i); queue i packs its logs (ROOT/q<i>) and the folders ROOT/n<i>*,
-# so give queue i's notebook runs output folders named that way, e.g.
+# in order in the snapshot (CUDA_VISIBLE_DEVICES=i); queue i packs its logs (ROOT/q<i>) and the folders ROOT/n<i>* and
+# (a relative path, in the snapshot) n<i>*, kept at ROOT when a later launch replaces the snapshot; so give queue i's
+# notebook runs output folders named that way, e.g.
 #   bash tools/gpu_queues.sh launch $(git rev-parse HEAD) \
 #     "NB_TIMEOUT=420 bash tools/gpu_run.sh /root/n0a '07 g1-4096 -p preset g1-4096'" &&
 #     bash tools/gpu_queues.sh wait 500 $OUT
@@ -51,6 +52,15 @@ case "$cmd" in
       fi
       command -v taskset > /dev/null || { echo "gpu_queues.sh: QUEUE_CPUS needs taskset (util-linux)" >&2; exit 2; }
     fi
+    # a step's relative output folders (snap/n<i>*, snap/cache) outlive the snapshot: moved next to it first
+    for d in "$root"/snap/n[0-9]* "$root"/snap/cache; do
+      [ -d "$d" ] || continue
+      if [ -e "$root/$(basename "$d")" ]; then
+        echo "gpu_queues.sh: $d not kept: $root/$(basename "$d") exists" >&2
+      else
+        mv "$d" "$root/" || exit 1
+      fi
+    done
     rm -rf "$root/snap" && mkdir -p "$root/snap" || exit 1
     tar -C . ${WHEELS:+--exclude="./${WHEELS#./}"} -cf - . | tar -C "$root/snap" -xf - || exit 1
     cd "$root/snap" || exit 1
@@ -74,7 +84,7 @@ case "$cmd" in
     mkdir -p "$out"
     for q in "$root"/q*; do
       n=$(basename "$q"); i=${n#q}
-      dirs=$(cd "$root" && ls -d "n$i"* 2>/dev/null)
+      dirs=$(cd "$root" && ls -d "n$i"* "snap/n$i"* 2>/dev/null)  # absolute (ROOT/n<i>*) or relative to the snapshot
       # shellcheck disable=SC2086
       tar -C "$root" --exclude='*.json.gz' --exclude='*.pt' --exclude='*/iteration/*' -czf "$out/$n.tgz" "$n" $dirs
     done
