@@ -343,3 +343,34 @@ def test_baseline_wma_end_to_end(pipe, inputs, tmp_path):
     assert mt.loc["DDIM steps per pass", "value"] == 3
     out = cfg.workload.run_callable(pipe, inputs, cfg)()
     assert out.paths["world_model"].parent == tmp_path / "iteration" and out.ddim_steps == 3
+
+
+def test_skip_unused_encode_and_constant_conditioning_change_nothing(pipe, inputs):
+    """skip-unused-encode encodes only the kept observed frame yet leaves the generator where upstream's loop leaves
+    it (the dropped frames' posterior draws are still taken); constant-conditioning encodes the text once per
+    instruction. Two iterations of each equal the plain pipeline's bit for bit."""
+    import copy
+
+    from wmbook.variants.ladder import apply_stack
+
+    wl = workloads.get("wma")
+    images = inputs.observation_images
+    assert images.shape[2] >= 2  # a dropped frame to skip
+    skip, _ = apply_stack(pipe, wl, ["skip-unused-encode"], torch.device("cpu"))
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    torch.testing.assert_close(skip.encode_observation(images, g2), pipe.encode_observation(images, g1), rtol=0, atol=0)
+    assert torch.equal(g1.get_state(), g2.get_state())
+
+    const, _ = apply_stack(pipe, wl, ["constant-conditioning"], torch.device("cpu"))
+    calls = []
+    text = const.text
+    const.text = lambda prompts: calls.append(prompts) or text(prompts)
+    want = copy.deepcopy(pipe).run_iteration(inputs, ddim_steps=2, progress=False)
+    for p in (skip, const):
+        for _ in range(2):
+            got = p.run_iteration(inputs, ddim_steps=2, progress=False)
+            assert torch.equal(got.world.frames, want.world.frames)
+            assert torch.equal(got.decision.actions, want.decision.actions)
+    assert len(calls) == 2  # the instruction and the empty prompt, once
+    zero = torch.zeros(1, 3, *images.shape[-2:])
+    assert const.embed_zero_image(zero) is const.embed_zero_image(zero)

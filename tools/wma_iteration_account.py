@@ -5,8 +5,10 @@ world-model pass's sampling and decode, the rest), the UNet forwards counted apa
     python tools/wma_iteration_account.py --steps 2 --rounds 5 --json account.json
     python tools/wma_iteration_account.py --stack "mine=tf32,bf16,...,vae-cuda-graphs" --stack "other=..."
 
-Default stacks: notebook 06's best stack at wma with upstream's decode (the fp32 SD VAE, a frame per call), with the
-SD VAE in bf16, and with its decoder rows (bf16, each pass's frames as one batch); every decoder compiled and captured.
+Default stacks: notebook 06's best stack at wma with upstream's decode and conditioning (the fp32 SD VAE, a frame per
+call; every observed frame encoded, the text encoded every iteration), with the SD VAE in bf16, with each pass's frames
+decoded as one batch, and 06's best (also: only the kept observed frame encoded, the text tokens computed once); every
+decoder compiled and captured.
 Each stack is built from one fp32 reference pipeline on the same seeded inputs; `--warmup` iterations (compiles,
 autotuning, graph captures) are not timed; then the stacks take turns, `--rounds` iterations each. The first stack is
 the reference of the others: their world-model frames are compared with its frames (PSNR) and with the fp32 eager
@@ -27,12 +29,14 @@ from wmbook.bench import Samples
 from wmbook.check import compare
 from wmbook.variants.ladder import apply_stack
 
-BEST_06 = ("tf32,bf16,norm-input-dtype,channels-last,temporal-channels-last,cudnn-benchmark,triton-fused,"
-           "head-conv-gemm,compile-whole,skip-unused-decode,skip-unused-heads,cuda-graphs")
-DEFAULT_STACKS = (f"fp32 VAE, a frame per call (upstream's decode)={BEST_06},vae-compile,vae-cuda-graphs",
-                  f"bf16 VAE, a frame per call={BEST_06},vae-bf16,vae-compile,vae-cuda-graphs",
-                  f"bf16 VAE, a pass per call (06's decoder rows)={BEST_06},vae-bf16,vae-batch-frames,vae-compile,"
-                  "vae-cuda-graphs")
+BASE = ("tf32,bf16,norm-input-dtype,channels-last,temporal-channels-last,cudnn-benchmark,triton-fused,head-conv-gemm,"
+        "compile-whole,skip-unused-decode")
+GRAPHED = "skip-unused-heads,cuda-graphs"
+DEFAULT_STACKS = (f"upstream's decode and conditioning={BASE},{GRAPHED},vae-compile,vae-cuda-graphs",
+                  f"bf16 VAE, a frame per call={BASE},{GRAPHED},vae-bf16,vae-compile,vae-cuda-graphs",
+                  f"bf16 VAE, a pass per call={BASE},{GRAPHED},vae-bf16,vae-batch-frames,vae-compile,vae-cuda-graphs",
+                  f"06's best (+ skip-unused-encode, constant-conditioning)={BASE},skip-unused-encode,"
+                  f"constant-conditioning,{GRAPHED},vae-bf16,vae-batch-frames,vae-compile,vae-cuda-graphs")
 PHASES = ("conditioning", "decision sampling", "decision decode", "world sampling", "world decode", "rest")
 
 
@@ -65,7 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default="wma")
     ap.add_argument("--steps", type=int, default=2, help="DDIM steps of each pass (default 2: the knee)")
     ap.add_argument("--stack", type=parse_stack, action="append", help="LABEL=variants (repeatable; the first is "
-                    "the reference of the others); default: notebook 06's best with three decoders")
+                    "the reference of the others); default: notebook 06's best and three stacks before it")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)

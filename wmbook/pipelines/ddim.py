@@ -225,23 +225,35 @@ class WMAInteractionPipeline:
         last = inputs.observation_images[:, :, -1]  # [B, 3, H, W] the current frame
         with label("1.1_Image_Embedding"):
             image = m.embed_image(self.clip(last.to(dt)))  # [B, T*Q, C]
-            uncond_image = m.embed_image(self.clip(torch.zeros_like(last).to(dt))) if guidance else None
+            uncond_image = self.embed_zero_image(last.to(dt)) if guidance else None
         with label("1.2_VAE_Encode_Observation"):
-            # upstream encodes every observed frame (per frame) and keeps the last one
-            lat = None
-            for k in range(inputs.observation_images.shape[2]):
-                with label(f"VAE_Encode_Frame_{k}"):
-                    lat = encode_frame(self.vae, inputs.observation_images[:, :, k], p.scale_factor, gen)
+            lat = self.encode_observation(inputs.observation_images, gen)
             cond_latent = lat.to(dt)[:, :, None].expand(-1, -1, p.frames, -1, -1)  # [B, 4, T, h, w]
         with label("1.3_Text_Embedding"):
-            text = self.text([inputs.instruction] * b)
-            empty = self.text([""] * b)
+            text, empty = self.embed_text(inputs.instruction, b)
         with label("1.4_State_Action_Embedding"):
             state = m.embed_state(inputs.observation_states)
             zero_actions = m.embed_action(inputs.actions, zero=True)  # decision pass: action tokens zeroed
             ctx = m.build_context(state, zero_actions, text, image)
         return Conditioning(cond_latent=cond_latent, state=state, image=image, text=text, empty_text=empty,
                             decision_context=ctx, uncond_image=uncond_image)
+
+    def encode_observation(self, images: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """Observed frames [B, 3, T_obs, H, W] -> the last one's scaled latent [B, 4, h, w]: upstream encodes every
+        observed frame (one posterior sample each, drawn from `gen`) and keeps the last one."""
+        lat = None
+        for k in range(images.shape[2]):
+            with label(f"VAE_Encode_Frame_{k}"):
+                lat = encode_frame(self.vae, images[:, :, k], self.preset.scale_factor, gen)
+        return lat
+
+    def embed_zero_image(self, like: torch.Tensor) -> torch.Tensor:
+        """The image tokens of a zero image shaped like `like` (classifier-free guidance's unconditional image)."""
+        return self.model.embed_image(self.clip(torch.zeros_like(like)))
+
+    def embed_text(self, instruction: str, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the instruction's text tokens, the empty prompt's) for a batch, as upstream computes them each iteration."""
+        return self.text([instruction] * batch), self.text([""] * batch)
 
     # --- 2./3. sampling ---------------------------------------------------------------------------
     def denoise(self, x, act, st, t, cond: Conditioning, context, obs_images, obs_states, fs, actions=None):
