@@ -45,7 +45,10 @@ def _bench(stack, device="cpu", backend="aot_eager"):
                                    ["vae-stream-buffers", "vae-channels-last"],
                                    ["vae-stream-buffers", "vae-channels-last", "vae-compile"],
                                    ["vae-compile-regional"],
-                                   ["vae-stream-buffers", "vae-channels-last", "vae-window-kernels"]])
+                                   # the window kernels' own tests are test_kernels_window_conv's; through the
+                                   # decoder (their Triton kernels interpreted on a CPU) it takes a minute
+                                   pytest.param(["vae-stream-buffers", "vae-channels-last", "vae-window-kernels"],
+                                                marks=pytest.mark.slow)])
 def test_decoder_variants_equal_the_reference_decoder(stack):
     """Seeded tiny latents through each stack, over more blocks than the caches reach back, twice (the second stream
     reuses the buffers after reset), split unevenly: the frames equal the reference decoder's."""

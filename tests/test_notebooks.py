@@ -277,9 +277,12 @@ def test_notebook_05_tiny_mg2_and_wma(tmp_path):
     assert "rms_norm_silu" in text or "group_norm_silu" in text
 
 
+@pytest.mark.slow
 def test_notebook_08_tiny_dit_pipeline_on_gloo(tmp_path):
     """Notebook 08 at mg2 on a CPU: three gloo ranks started by torchrun (two DiT stages, one decoder), the DiT
-    pipeline against the single-process run (the stage split's own run: tests/test_distributed.py)."""
+    pipeline against the single-process run (the stage split's own run: tests/test_distributed.py). `make test`'s
+    shorter cases: the notebook's stage split (test_rows_house) and the DiT pipeline's job
+    (test_distributed)."""
     results = tmp_path / "results.csv"
     runs = run_notebooks(["08_multi_gpu"], out=tmp_path / "report", progress=False, workloads=["mg2"],
                          parameters={"layout": "dit-pipeline", "nproc": 3, "blocks": 2, "repeats": 1,

@@ -332,6 +332,30 @@ def test_folder_index_follows_the_device_and_dtype(tmp_path):
     assert "How long each notebook" not in index  # no device: times of every device would mix
 
 
+def test_a_labelled_report_of_another_run_adds_its_headline_to_the_card(tmp_path):
+    """A group's labelled report of a run of its own (another dtype, GPU count or stack) puts its first finding on
+    the group's card, named by its label and file; a labelled report of the card's own run adds nothing."""
+    folder = tmp_path / "h200"
+    folder.mkdir()
+    rows = []
+    for dtype, run, x, t in (("fp32", "00000000000b", 30.0, "2026-01-02"),
+                             ("bf16", "00000000000a", 10.0, "2026-01-03")):
+        (folder / f"01_baseline_profiling-wma-{dtype}.html").write_text(
+            f"<html><body><p>12 rows of run {run} in results.csv</p></body></html>")
+        rows.append(results.make_row(notebook="01_baseline_profiling", workload="wma", preset="wma", variant="eager",
+                                     metric="iteration_s", value=x, unit="s", params={"dtype": dtype})
+                    | {"device_kind": "cuda", "device_name": "GPU A", "run_id": run, "git_commit": "abc",
+                       "timestamp": t})
+    results.append(rows, tmp_path / "r.csv")
+    index = report_index.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
+    assert index.count('class="finding"') == 1 and "Eager bf16" in index
+    assert "<strong>fp32</strong> (01_baseline_profiling-wma-fp32.html): Eager fp32" in index
+    (folder / "01_baseline_profiling-wma-fp32.html").write_text(
+        "<html><body><p>12 rows of run 00000000000a in results.csv</p></body></html>")  # the card's own run
+    index = report_index.write_folder_index(folder, results_path=tmp_path / "r.csv").read_text()
+    assert "Eager fp32" not in index and "<strong>fp32</strong>" not in index
+
+
 # --------------------------------------------------------------------------- headless Chromium
 
 

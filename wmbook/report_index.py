@@ -253,13 +253,20 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
         if shown is not None:
             head |= {"device": str(shown["device_name"].iloc[0]).replace("NVIDIA ", ""),
                      "commit": ", ".join(sorted({str(c)[:7] for c in shown["git_commit"] if str(c)})) or "?"}
+        bullets = list(found.bullets()) if found else []
+        for label, f in files:  # a labelled report of a run of its own (another GPU count, dtype, stack): its headline
+            other = report_run(f, df) if f != main else None
+            if (label and other is not None and shown is not None
+                    and set(other["run_id"]) != set(shown["run_id"])):
+                first = headlines.findings(other).bullets()[:1]
+                bullets += [f"**{label}** ({f.name}): {b}" for b in first]
         links = []
         for label, f in files:
             flaws = render_flaws(f)  # a report that cannot show what today's rendering does: said at its link
             links.append((f"{label or 'report'}: {f.name}" + (f" ({', '.join(flaws)})" if flaws else ""), f.name))
         cards.append(finding_html(f"{wl or '?'} / {preset or '?'}", None, head,
                                   None if found else "No stored rows of this report's run on this device.", links,
-                                  bullets=found.bullets() if found else (), anchor=f"{nb}-{preset}"))
+                                  bullets=bullets, anchor=f"{nb}-{preset}"))
     times = runtimes.read(runtimes.times_path(results_path or results.default_path()))
     others = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix not in (".html",)
                     and not p.name.startswith(".") and p.name != "README.md")
