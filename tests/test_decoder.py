@@ -221,7 +221,9 @@ def test_wma_batched_frames_decode_equals_a_frame_per_call():
         pipe, ctx = apply_stack(ref, wl, stack, dev, compile_backend="eager")
         got = pipe.decode(lat)
         assert got.shape == want.shape and got.is_contiguous()
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        # fp32 through a few dozen layers whose kernels may be other ones at another batch: a frame put in the wrong
+        # place would be off by O(1)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         assert "vae-batch-frames" in ctx.notes
     assert "vae-batch-frames" not in variants.known(workloads.get("mg2"))  # a streaming decoder carries frames over
 
