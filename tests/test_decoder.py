@@ -228,9 +228,28 @@ def test_wma_batched_frames_decode_equals_a_frame_per_call():
     assert "vae-batch-frames" not in variants.known(workloads.get("mg2"))  # a streaming decoder carries frames over
 
 
-def test_wma_decoder_ladder_on_a_gpu_puts_bf16_and_the_batch_before_the_compile():
+def test_wma_decoder_in_bf16_leaves_the_encoder_and_the_unet_input_alone():
+    """vae-decoder-bf16 decodes as the whole VAE in bf16 does (the same bf16 arithmetic), while the encoder stays fp32,
+    so the UNet's forward, conditioned on the encoder's latent, is the reference's bit for bit; it refuses to follow
+    the compiled step it replaces."""
     wl = workloads.get("wma")
-    assert wl.decoder_ladder(torch.device("cuda")) == ["vae-bf16", "vae-batch-frames", "vae-compile",
+    dev = torch.device("cpu")
+    ref = wl.reference_pipeline(wl.presets["tiny-wma"], dev)
+    lat = torch.randn(1, 4, 2, *ref.preset.latent_shape[-2:], generator=torch.Generator().manual_seed(6))
+    half, _ = apply_stack(ref, wl, ["vae-decoder-bf16"], dev)
+    whole, _ = apply_stack(ref, wl, ["vae-bf16"], dev)
+    assert torch.equal(half.decode(lat), whole.decode(lat))
+    assert half.vae.encoder.conv_in.weight.dtype == torch.float32 and half.vae.decoder.conv_in.weight.dtype == (
+        torch.bfloat16)
+    for a, b in zip(wl.forward_probe(half).forward(), wl.forward_probe(ref).forward()):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="must come before vae-compile"):
+        apply_stack(ref, wl, ["vae-compile", "vae-decoder-bf16"], dev, compile_backend="eager")
+
+
+def test_wma_decoder_ladder_on_a_gpu_puts_the_bf16_decoder_and_the_batch_before_the_compile():
+    wl = workloads.get("wma")
+    assert wl.decoder_ladder(torch.device("cuda")) == ["vae-decoder-bf16", "vae-batch-frames", "vae-compile",
                                                         "vae-cuda-graphs"]
     assert wl.decoder_ladder(torch.device("cpu")) == []
 

@@ -165,6 +165,28 @@ def _vae_batch_frames(pipe, ctx: VariantContext):
     ctx.notes["vae-batch-frames"] = "a pass's frames decoded as one batch"
 
 
+class DecoderInBf16:
+    """A pipeline whose per-frame decode step runs the SD VAE's decoding half in bf16 (the latent cast to bf16 before
+    the scaling, as decode_frame does in the VAE's dtype); the encoder keeps its precision."""
+
+    def decode_step(self, latent: torch.Tensor) -> torch.Tensor:
+        return self.vae.decode(latent.to(torch.bfloat16) / self.preset.scale_factor).sample
+
+
+@register("vae-decoder-bf16", family="decoder", requires=("independent_frames",),
+          description="the SD VAE's decoding half (post_quant_conv and the decoder) in bf16, its encoder as it was: "
+                      "the frames are decoded in bf16 while the observation's latent, which conditions the UNet, keeps "
+                      "the encoder's precision (vae-bf16 casts both)")
+def _vae_decoder_bf16(pipe, ctx: VariantContext):
+    if getattr(pipe, "compiled_step", False) or isinstance(getattr(pipe, "decode_step", None), GraphedCallable):
+        raise ValueError("vae-decoder-bf16 must come before vae-compile and vae-cuda-graphs: they took the decode "
+                         "step it replaces")
+    pipe.vae.post_quant_conv.to(torch.bfloat16)
+    pipe.vae.decoder.to(torch.bfloat16)
+    swaps.swap_class(pipe, DecoderInBf16)
+    ctx.notes["vae-decoder-bf16"] = "SD VAE decoder in bf16, encoder unchanged"
+
+
 @register("vae-tiny", family="decoder", requires=("streaming_decoder",), frames_judged=False,
           description="a tiny streaming decoder (TAEHV, ~10 M parameters, no 3-D convolutions) in place of the Wan VAE "
                       "decoder; random weights unless WMBOOK_TAEHV_WEIGHTS names a taew2_1.pth-style file, so its "
