@@ -224,8 +224,9 @@ class WMAInteractionPipeline:
         b = inputs.observation_images.shape[0]
         last = inputs.observation_images[:, :, -1]  # [B, 3, H, W] the current frame
         with label("1.1_Image_Embedding"):
-            image = m.embed_image(self.clip(last.to(dt)))  # [B, T*Q, C]
-            uncond_image = self.embed_zero_image(last.to(dt)) if guidance else None
+            last = last.to(dt)
+            image = m.embed_image(self.clip(last))  # [B, T*Q, C]
+            uncond_image = self.embed_zero_image(last) if guidance else None
         with label("1.2_VAE_Encode_Observation"):
             lat = self.encode_observation(inputs.observation_images, gen)
             cond_latent = lat.to(dt)[:, :, None].expand(-1, -1, p.frames, -1, -1)  # [B, 4, T, h, w]

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from ..models.action import prepare_action_inputs
 from ..models.attention import small_attention
+from ..profiling.labels import label
 
 _COMBINED: dict[tuple[type, type], type] = {}
 
@@ -288,6 +289,56 @@ class SkipUnusedDecode:
     def run_iteration(self, inputs, **kw):
         kw.setdefault("decode_decision", False)
         return super().run_iteration(inputs, **kw)
+
+
+class EncodeKeptFrame:
+    """WMAInteractionPipeline that VAE-encodes only the observed frame it keeps (the last): upstream encodes every
+    observed frame and drops all but the last one's latent. Each dropped frame's posterior draw is still taken from the
+    generator, with the call diffusers' posterior sample makes (same shape, device and dtype), so the kept latent and
+    everything sampled after it are what upstream's loop gives, bit for bit."""
+
+    def encode_observation(self, images, gen):
+        from diffusers.utils.torch_utils import randn_tensor  # noqa: PLC0415  heavy: diffusers
+
+        last = images.shape[2] - 1
+        with label(f"VAE_Encode_Frame_{last}"):
+            posterior = self.vae.encode(images[:, :, last].to(self.vae.dtype)).latent_dist
+            for _ in range(last):
+                randn_tensor(posterior.mean.shape, generator=gen, device=posterior.parameters.device,
+                             dtype=posterior.parameters.dtype)
+            return posterior.sample(generator=gen) * self.preset.scale_factor
+
+
+class ConstantConditioning:
+    """WMAInteractionPipeline that computes the conditioning that does not change between iterations once: the
+    instruction's and the empty prompt's text tokens (per instruction and batch) and a zero image's tokens (per shape
+    and dtype). The encoders are deterministic and their weights fixed, so the tokens are those computed anew."""
+
+    def _once(self, store: str, key, make):
+        cache = self.__dict__.setdefault(store, {})
+        if key not in cache:
+            cache[key] = make()
+        return cache[key]
+
+    def embed_text(self, instruction, batch):
+        return self._once("_text_tokens", (instruction, batch), lambda: super(ConstantConditioning, self).embed_text(
+            instruction, batch))
+
+    def embed_zero_image(self, like):
+        return self._once("_zero_image_tokens", (tuple(like.shape), like.dtype, like.device),
+                          lambda: super(ConstantConditioning, self).embed_zero_image(like))
+
+
+class BatchedFrames:
+    """A pipeline whose decode hands its T latent frames to the per-frame decode step as one batch of B*T images:
+    a decoder that decodes every frame alone (upstream's perframe_ae) computes the same per image, and one call of
+    B*T images keeps the GPU fuller than T calls of B (the first decoder layers see 40 x 64 latents)."""
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        b, c, t, h, w = latents.shape
+        with label("VAE_Decode_Frames"):
+            images = self.decode_step(latents.transpose(1, 2).reshape(b * t, c, h, w).contiguous())
+        return images.reshape(b, t, *images.shape[1:]).transpose(1, 2).contiguous()  # [B, 3, T, H, W], as decode's
 
 
 class SkippableHead:

@@ -50,5 +50,7 @@ def encode_frame(vae: AutoencoderKL, image: torch.Tensor, scale: float, generato
 
 @torch.no_grad()
 def decode_frame(vae: AutoencoderKL, latent: torch.Tensor, scale: float) -> torch.Tensor:
-    """[B, 4, h, w] scaled latent -> [B, 3, 8h, 8w] (upstream decode_core with perframe_ae)."""
-    return vae.decode(latent.to(vae.dtype) / scale).sample
+    """[B, 4, h, w] scaled latent -> [B, 3, 8h, 8w] (upstream decode_core with perframe_ae), in the decoder's dtype
+    (the VAE's, unless its decoding half alone was cast: vae-decoder-bf16)."""
+    dtype = next((w.dtype for w in vae.decoder.parameters()), vae.dtype)  # a world preset's decoder may be Identity
+    return vae.decode(latent.to(dtype) / scale).sample

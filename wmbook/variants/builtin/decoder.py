@@ -142,35 +142,13 @@ def _vae_cuda_graphs(pipe, ctx: VariantContext):
     ctx.notes["vae-cuda-graphs"] = "decoder step graphed"
 
 
-class BatchedFrames:
-    """A pipeline whose decode hands its T latent frames to the per-frame decode step as one batch of B*T images:
-    a decoder that decodes every frame alone (upstream's perframe_ae) computes the same per image, and one call of
-    B*T images keeps the GPU fuller than T calls of B (the first decoder layers see 40 x 64 latents)."""
-
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        from ...profiling.labels import label  # noqa: PLC0415  the pipelines' own labels
-
-        b, c, t, h, w = latents.shape
-        with label("VAE_Decode_Frames"):
-            images = self.decode_step(latents.transpose(1, 2).reshape(b * t, c, h, w).contiguous())
-        return images.reshape(b, t, *images.shape[1:]).transpose(1, 2).contiguous()  # [B, 3, T, H, W], as decode's
-
-
 @register("vae-batch-frames", family="decoder", requires=("independent_frames",),
           description="a pass's latent frames decoded in one call of the per-frame decode step (a batch of B x T "
                       "images) instead of one call per frame: each frame is decoded alone either way, so the frames "
                       "are the same computation; compiled and captured, it is one graph of the batch's shape")
 def _vae_batch_frames(pipe, ctx: VariantContext):
-    swaps.swap_class(pipe, BatchedFrames)
+    swaps.swap_class(pipe, swaps.BatchedFrames)
     ctx.notes["vae-batch-frames"] = "a pass's frames decoded as one batch"
-
-
-class DecoderInBf16:
-    """A pipeline whose per-frame decode step runs the SD VAE's decoding half in bf16 (the latent cast to bf16 before
-    the scaling, as decode_frame does in the VAE's dtype); the encoder keeps its precision."""
-
-    def decode_step(self, latent: torch.Tensor) -> torch.Tensor:
-        return self.vae.decode(latent.to(torch.bfloat16) / self.preset.scale_factor).sample
 
 
 @register("vae-decoder-bf16", family="decoder", requires=("independent_frames",),
@@ -179,11 +157,10 @@ class DecoderInBf16:
                       "the encoder's precision (vae-bf16 casts both)")
 def _vae_decoder_bf16(pipe, ctx: VariantContext):
     if getattr(pipe, "compiled_step", False) or isinstance(getattr(pipe, "decode_step", None), GraphedCallable):
-        raise ValueError("vae-decoder-bf16 must come before vae-compile and vae-cuda-graphs: they took the decode "
-                         "step it replaces")
-    pipe.vae.post_quant_conv.to(torch.bfloat16)
+        raise ValueError("vae-decoder-bf16 must come before vae-compile and vae-cuda-graphs: a compiled or captured "
+                         "step keeps the fp32 weights it was made with")
+    pipe.vae.post_quant_conv.to(torch.bfloat16)  # decode_frame then casts the latent to the decoder's dtype
     pipe.vae.decoder.to(torch.bfloat16)
-    swaps.swap_class(pipe, DecoderInBf16)
     ctx.notes["vae-decoder-bf16"] = "SD VAE decoder in bf16, encoder unchanged"
 
 

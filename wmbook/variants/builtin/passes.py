@@ -63,50 +63,11 @@ def _skip_unused_decode(pipe, ctx: VariantContext):
     ctx.notes["skip-unused-decode"] = "decision pass not decoded"
 
 
-class EncodeKeptFrame:
-    """WMAInteractionPipeline that VAE-encodes only the observed frame it keeps (the last): upstream encodes every
-    observed frame and drops all but the last one's latent. Each dropped frame's posterior draw is still taken from the
-    generator, with the call diffusers' posterior sample makes (same shape, device and dtype), so the kept latent and
-    everything sampled after it are what upstream's loop gives, bit for bit."""
-
-    def encode_observation(self, images, gen):
-        from diffusers.utils.torch_utils import randn_tensor  # noqa: PLC0415  heavy: diffusers
-
-        from ...profiling.labels import label  # noqa: PLC0415  the pipelines' own labels
-
-        last = images.shape[2] - 1
-        with label(f"VAE_Encode_Frame_{last}"):
-            posterior = self.vae.encode(images[:, :, last].to(self.vae.dtype)).latent_dist
-            for _ in range(last):
-                randn_tensor(posterior.mean.shape, generator=gen, device=posterior.parameters.device,
-                             dtype=posterior.parameters.dtype)
-            return posterior.sample(generator=gen) * self.preset.scale_factor
-
-
-class ConstantConditioning:
-    """WMAInteractionPipeline that computes the conditioning that does not change between iterations once: the
-    instruction's and the empty prompt's text tokens (per instruction and batch) and a zero image's tokens (per shape
-    and dtype). The encoders are deterministic and their weights fixed, so the tokens are those computed anew."""
-
-    def embed_text(self, instruction, batch):
-        cache = self.__dict__.setdefault("_text_tokens", {})
-        if (instruction, batch) not in cache:
-            cache[(instruction, batch)] = super().embed_text(instruction, batch)
-        return cache[(instruction, batch)]
-
-    def embed_zero_image(self, like):
-        cache = self.__dict__.setdefault("_zero_image_tokens", {})
-        key = (tuple(like.shape), like.dtype, like.device)
-        if key not in cache:
-            cache[key] = super().embed_zero_image(like)
-        return cache[key]
-
-
 @register("skip-unused-encode", family="graphs", requires=("ddim",),
           description="only the observed frame whose latent is kept (the last) is VAE-encoded; the others' posterior "
                       "noise is still drawn, so every latent, action and frame is upstream's")
 def _skip_unused_encode(pipe, ctx: VariantContext):
-    swaps.swap_class(pipe, EncodeKeptFrame)
+    swaps.swap_class(pipe, swaps.EncodeKeptFrame)
     ctx.notes["skip-unused-encode"] = "only the kept observed frame encoded"
 
 
@@ -114,5 +75,5 @@ def _skip_unused_encode(pipe, ctx: VariantContext):
           description="the conditioning that is the same every iteration computed once: the instruction's and the "
                       "empty prompt's text tokens and the zero image's tokens (the same tokens)")
 def _constant_conditioning(pipe, ctx: VariantContext):
-    swaps.swap_class(pipe, ConstantConditioning)
+    swaps.swap_class(pipe, swaps.ConstantConditioning)
     ctx.notes["constant-conditioning"] = "text tokens and the zero image's tokens computed once"
