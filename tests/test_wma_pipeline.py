@@ -374,3 +374,32 @@ def test_skip_unused_encode_and_constant_conditioning_change_nothing(pipe, input
     assert len(calls) == 2  # the instruction and the empty prompt, once
     zero = torch.zeros(1, 3, *images.shape[-2:])
     assert const.embed_zero_image(zero) is const.embed_zero_image(zero)
+
+
+def test_conditioning_cuda_graphs_wraps_the_encoders_and_changes_nothing(pipe, inputs):
+    """conditioning-cuda-graphs puts the image tokens and the VAE encoder (up to the posterior's moments) behind
+    GraphedCallables; the posterior sample stays eager, so the generator is drawn from as before. On a CPU the graphs
+    run eagerly: two iterations equal the plain pipeline's bit for bit, and both callables are listed as graphed."""
+    import copy
+
+    from wmbook.graphs import GraphedCallable
+    from wmbook.variants import REGISTRY
+    from wmbook.variants.builtin.graphs import graphed_callables
+    from wmbook.variants.registry import VariantContext
+
+    wl = workloads.get("wma")
+    assert REGISTRY["conditioning-cuda-graphs"].gpu_only
+    want = copy.deepcopy(pipe).run_iteration(inputs, ddim_steps=2, progress=False)
+    graphed = copy.deepcopy(pipe)
+    ctx = VariantContext(workload=wl, device=torch.device("cpu"))
+    REGISTRY["conditioning-cuda-graphs"].apply(graphed, ctx)
+    assert isinstance(graphed.image_tokens, GraphedCallable) and isinstance(graphed.vae._encode, GraphedCallable)
+    assert [g.name for g in graphed_callables(graphed)] == ["image tokens", "VAE encoder"]
+    for _ in range(2):
+        got = graphed.run_iteration(inputs, ddim_steps=2, progress=False)
+        assert torch.equal(got.world.frames, want.world.frames)
+        assert torch.equal(got.decision.actions, want.decision.actions)
+    bad = copy.deepcopy(pipe)
+    bad.vae = torch.nn.Identity()
+    with pytest.raises(ValueError, match="conditioning-cuda-graphs needs"):
+        REGISTRY["conditioning-cuda-graphs"].apply(bad, ctx)

@@ -7,8 +7,8 @@ world-model pass's sampling and decode, the rest), the UNet forwards counted apa
 
 Default stacks: notebook 06's best stack at wma with upstream's decode and conditioning (the fp32 SD VAE, a frame per
 call; every observed frame encoded, the text encoded every iteration), with the SD VAE in bf16, with each pass's frames
-decoded as one batch, and 06's best (also: only the kept observed frame encoded, the text tokens computed once, and
-only the decoder in bf16); every decoder compiled and captured.
+decoded as one batch, with only the kept observed frame encoded, the text tokens computed once and only the decoder in
+bf16, and 06's best (also: the image tokens and the VAE encoder captured); every decoder compiled and captured.
 Each stack is built from one fp32 reference pipeline on the same seeded inputs; `--warmup` iterations (compiles,
 autotuning, graph captures) are not timed; then the stacks take turns, `--rounds` iterations each. The first stack is
 the reference of the others: their world-model frames are compared with its frames (PSNR) and with the fp32 eager
@@ -35,9 +35,11 @@ GRAPHED = "skip-unused-heads,cuda-graphs"
 DEFAULT_STACKS = (f"upstream's decode and conditioning={BASE},{GRAPHED},vae-compile,vae-cuda-graphs",
                   f"bf16 VAE, a frame per call={BASE},{GRAPHED},vae-bf16,vae-compile,vae-cuda-graphs",
                   f"bf16 VAE, a pass per call={BASE},{GRAPHED},vae-bf16,vae-batch-frames,vae-compile,vae-cuda-graphs",
-                  f"06's best (+ skip-unused-encode, constant-conditioning; the encoder in fp32)={BASE},"
+                  f"+ skip-unused-encode, constant-conditioning; the encoder in fp32={BASE},"
                   f"skip-unused-encode,constant-conditioning,{GRAPHED},vae-decoder-bf16,vae-batch-frames,vae-compile,"
-                  "vae-cuda-graphs")
+                  "vae-cuda-graphs",
+                  f"06's best (+ the conditioning encoders captured)={BASE},skip-unused-encode,constant-conditioning,"
+                  f"{GRAPHED},conditioning-cuda-graphs,vae-decoder-bf16,vae-batch-frames,vae-compile,vae-cuda-graphs")
 PHASES = ("conditioning", "decision sampling", "decision decode", "world sampling", "world decode", "rest")
 
 

@@ -225,7 +225,7 @@ class WMAInteractionPipeline:
         last = inputs.observation_images[:, :, -1]  # [B, 3, H, W] the current frame
         with label("1.1_Image_Embedding"):
             last = last.to(dt)
-            image = m.embed_image(self.clip(last))  # [B, T*Q, C]
+            image = self.image_tokens(last)  # [B, T*Q, C]
             uncond_image = self.embed_zero_image(last) if guidance else None
         with label("1.2_VAE_Encode_Observation"):
             lat = self.encode_observation(inputs.observation_images, gen)
@@ -248,9 +248,13 @@ class WMAInteractionPipeline:
                 lat = encode_frame(self.vae, images[:, :, k], self.preset.scale_factor, gen)
         return lat
 
+    def image_tokens(self, image: torch.Tensor) -> torch.Tensor:
+        """A frame [B, 3, H, W] -> the UNet's image tokens [B, T*Q, C]: CLIP's last block, then the resampler."""
+        return self.model.embed_image(self.clip(image))
+
     def embed_zero_image(self, like: torch.Tensor) -> torch.Tensor:
         """The image tokens of a zero image shaped like `like` (classifier-free guidance's unconditional image)."""
-        return self.model.embed_image(self.clip(torch.zeros_like(like)))
+        return self.image_tokens(torch.zeros_like(like))
 
     def embed_text(self, instruction: str, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(the instruction's text tokens, the empty prompt's) for a batch, as upstream computes them each iteration."""

@@ -36,8 +36,30 @@ def _cuda_graphs(pipe, ctx: VariantContext):
         g = GraphedCallable(getattr(t.owner, t.attr), name=t.name, key_fn=t.key_fn, pool=pool, device=ctx.device)
         setattr(t.owner, t.attr, g)
         wrapped.append(g)
-    pipe.graphed = wrapped  # what graphed_callables(pipe) reports on
+    pipe.graphed = [*getattr(pipe, "graphed", []), *wrapped]  # what graphed_callables(pipe) reports on
     ctx.notes["cuda-graphs"] = "graphs of " + ", ".join(g.name for g in wrapped)
+
+
+@register("conditioning-cuda-graphs", family="graphs", requires=("ddim",), gpu_only=True,
+          description="the iteration's conditioning encoders captured in CUDA graphs: the current frame's image tokens "
+                      "(CLIP's ViT-H tower, then the resampler) and the SD VAE encoder up to its posterior's moments; "
+                      "the posterior sample stays eager, drawn from the iteration's generator as before. Eagerly these "
+                      "are many small launches an iteration, which the GPU waits for")
+def _conditioning_cuda_graphs(pipe, ctx: VariantContext):
+    vae = getattr(pipe, "vae", None)
+    if not callable(getattr(vae, "_encode", None)) or not callable(getattr(pipe, "image_tokens", None)):
+        raise ValueError("conditioning-cuda-graphs needs a pipeline with image_tokens and a diffusers SD VAE "
+                         f"(AutoencoderKL._encode); {type(pipe).__name__} with {type(vae).__name__} has not")
+    # a pool of their own: the denoiser's graphs replay while these tensors are still read (the conditioning lives
+    # for the whole iteration)
+    pool = torch.cuda.graph_pool_handle() if ctx.device.type == "cuda" else None
+    tokens = GraphedCallable(pipe.image_tokens, name="image tokens", pool=pool, device=ctx.device)
+    # the encoder up to the moments: diffusers' encode builds the posterior from what _encode returns, and its sample
+    # draws from a generator made anew every iteration, which a captured graph cannot take
+    encoder = GraphedCallable(vae._encode, name="VAE encoder", pool=pool, device=ctx.device)
+    pipe.image_tokens, vae._encode = tokens, encoder
+    pipe.graphed = [*getattr(pipe, "graphed", []), tokens, encoder]
+    ctx.notes["conditioning-cuda-graphs"] = "graphs of the image tokens and the VAE encoder"
 
 
 def graphed_callables(pipe) -> list:
