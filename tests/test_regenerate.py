@@ -257,3 +257,86 @@ def test_a_run_starts_once_the_runs_it_builds_on_have_ended_and_the_longest_read
     # in the plan: 06 after 04 and 05 of the same workload (a plan without them: nothing to wait for)
     assert rg.plan(["04", "05", "06"], ["wma"])[2].after == ["04_compile_autocast-wma", "05_triton_kernels-wma"]
     assert rg.plan(["06"], ["wma"])[0].after == []
+
+
+def test_a_run_the_first_host_could_not_make_is_checked_again_where_the_set_resumes(monkeypatch):
+    """Notebook 08 planned on a host of too few GPUs: on resume (a host of the same device) it is checked again, and
+    runs when this host can make it; otherwise it keeps this host's reason."""
+    import wmbook.runconfig as rc
+    from wmbook.params import ParameterError
+
+    real = rc.notebook_parameters
+    gpus = {"n": 1}
+
+    def host(paths, params, workloads=None):
+        if "08" in str(paths[0]) and gpus["n"] < 2:
+            raise ParameterError(f"nproc=2 needs 2 GPUs (one per rank); this host has {gpus['n']}")
+        return real(paths, params, workloads)
+
+    monkeypatch.setattr(rc, "notebook_parameters", host)
+    jobs = rg.plan(["08"], ["mg2"])
+    assert [j.status for j in jobs] == [rg.CANNOT]
+    assert rg.recheck_cannot(jobs) == [] and "this host has 1" in jobs[0].error
+    gpus["n"] = 2
+    assert rg.recheck_cannot(jobs) == jobs
+    assert jobs[0].status == "pending" and not jobs[0].error and jobs[0].params["workload"] == "mg2"
+
+
+def test_a_complete_set_published_elsewhere_keeps_the_queues_its_runs_were_made_on(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "set"
+    jobs = [rg.Job("a", "a", "a.ipynb", {}, queue=0, status="ok", seconds=60),
+            rg.Job("b", "b", "b.ipynb", {}, queue=1, status="ok", seconds=120)]
+    rg.SetState(out, "1111111", "NVIDIA H200", 2, jobs).save()
+    monkeypatch.setattr(rg, "git_commit", lambda: "1111111")  # the real one is cached for the process
+    assert rg.main(["--out", str(out)]) == 0  # on this CPU host: nothing to run
+    assert "wall 2.0 minutes" in capsys.readouterr().out  # the longer of the set's two queues, not one queue's
+
+
+def test_parts_of_a_set_made_on_two_machines_are_merged_and_published_as_one(tmp_path, monkeypatch, capsys):
+    """A set cut to fit two allocations: each machine ran some runs into its own --out; --merge joins them (reports,
+    rows, logs, times) into one folder, which publishes once complete. Its wall clock is each part's, summed."""
+    nb = _notebook(tmp_path)
+
+    def part(name, run):
+        jobs = [rg.Job("one", "99_fast", str(nb), {}), rg.Job("two", "99_fast", str(nb), {})]
+        state = rg.SetState(tmp_path / name, "abc1234", "CPU", 1, jobs)
+        for j in jobs:
+            if j.name == run:
+                rg._run_job(j, state.out, None, None, state.commit, 300)
+                j.queue, j.part = 0, name
+            else:
+                j.status = "failed"  # left for the other machine (cut at this one's time limit)
+        state.save()
+        return state.out
+
+    a, b = part("a", "one"), part("b", "two")
+    monkeypatch.setattr(rg, "git_commit", lambda: "abc1234")  # the real one is cached for the process
+    merged = tmp_path / "merged"
+    assert rg.main(["--out", str(merged), "--merge", str(a)]) == 1  # half a set: "two" still to run
+    assert "1 runs joined" in capsys.readouterr().out
+    assert rg.main(["--out", str(merged), "--merge", str(b), "--merge", str(a)]) == 0  # "one" is not taken twice
+    state = rg.SetState.load(merged)
+    assert not state.missing() and {j.part for j in state.jobs} == {"a", "b"}
+    for name in ("one", "two"):
+        assert (merged / "runs" / name / "executed").is_dir() and (merged / "results" / f"{name}.csv").exists()
+    from wmbook import runtimes
+
+    assert len(runtimes.read(merged / "results" / runtimes.TIMES_FILE)) == 2
+    t = rg.gpu_time(state)
+    assert t["wall_seconds"] == pytest.approx(sum(j.seconds for j in state.jobs), abs=0.2)  # two parts, one queue each
+    written = rg.publish_set(state, tmp_path / "pub", store=tmp_path / "s.csv", notes=None, echo=lambda *a: None)
+    assert (tmp_path / "pub" / rg.GPU_TIME_FILE) in written
+
+    # a part of another commit, or with a run the plan does not have, is refused before anything is copied
+    other = rg.SetState.load(b)
+    other.commit = "fff0000"
+    other.save()
+    before = (merged / rg.SET_FILE).read_text()
+    assert rg.main(["--out", str(merged), "--merge", str(b)]) == 2
+    assert "ran at commit fff0000" in capsys.readouterr().err
+    other.commit = "abc1234"
+    other.jobs.append(rg.Job("three", "99_fast", str(nb), {}, status="ok"))
+    other.save()
+    assert rg.main(["--out", str(merged), "--merge", str(b)]) == 2
+    assert "['three'] are not in this set's plan" in capsys.readouterr().err
+    assert (merged / rg.SET_FILE).read_text() == before

@@ -30,6 +30,7 @@ commands:
          last commit lost; exit 2 naming the lines when one fails
 
   regenerate --out DIR [--publish FOLDER] [--gpus N] [--time-limit MIN] [--notebooks ...] [--workloads ...] [--plan]
+             [--merge PART ...]
          the published set: every notebook for every workload, one queue per GPU, at one
          commit; fits a time limit and resumes a cut set; publishes only a complete one (--help)
 

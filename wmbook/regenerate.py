@@ -5,6 +5,8 @@ published only when it is complete.
     python -m wmbook regenerate --out sets/h200                       # run (or resume) the set
     python -m wmbook regenerate --out sets/h200 --publish data/reports/h200   # ... then publish it when complete
     python -m wmbook regenerate --out sets/h200 --plan                # what would run where, nothing run
+    python -m wmbook regenerate --out sets/h200 --merge part2/sets/h200 --publish data/reports/h200
+                                                                      # parts made on several machines joined
 
 Queues: one per GPU (CUDA_VISIBLE_DEVICES), each on its own share of the host's cores (a queue's compile workers do
 not slow another queue's launch-bound timings); the runs are dealt longest first by the time each took in the set
@@ -13,12 +15,16 @@ the folder held before (else in the published folder's `gpu_time.json`). A noteb
 `<out>/results/<name>.csv` and its log into `<out>/logs/<name>.log`; every row records the commit the set started
 at. `<out>/set.json` holds the plan and each run's status and seconds, rewritten after every run: a set that is cut
 (Ctrl-C, a lost machine) resumes where it stopped, re-running only what did not finish; a set started at another
-commit is refused (start over with --fresh). `--time-limit MINUTES` fits a set into a time-limited allocation (a
-batch job's wall time): no run starts that is expected to end after the limit (by the time it took before on this
-device, wmbook.runtimes, and never less than it ran before a limit cut it), a run still going at the limit is stopped
-as Ctrl-C stops it, and the same command finishes the set later. The runs share one compile cache, `<out>/cache/`
-(inductor's FX-graph, AOTAutograd and autotuning caches, Triton's kernels): a model several notebooks compile is
-compiled once (compile-time tables measure with empty caches of their own).
+commit is refused (start over with --fresh); a run planned as one the host could not make (notebook 08 on too few
+GPUs) is checked again when the set resumes on a host of the same device. `--time-limit MINUTES` fits a set into a
+time-limited allocation (a batch job's wall time): no run starts that is expected to end after the limit (by the
+time it took before on this device, wmbook.runtimes, and never less than it ran before a limit cut it), a run still
+going at the limit is stopped as Ctrl-C stops it, and the same command finishes the set later, on this machine or
+another of the same device: what a resume reads is `set.json` (the runs still to make), so an allocation on a fresh
+machine needs only that file in `<out>`, and `--merge` joins the parts (their run folders, rows, logs and times)
+where the set is published. The runs share one compile cache, `<out>/cache/` (inductor's FX-graph, AOTAutograd and
+autotuning caches, Triton's kernels): a model several notebooks compile is compiled once (compile-time tables
+measure with empty caches of their own).
 
 Publishing refuses a set that is not complete or not from one clean commit, naming what is missing, and writes
 nothing then. Otherwise: the rows go into the results store, each run's report into the folder
@@ -74,6 +80,8 @@ class Job:
     after: list[str] = field(default_factory=list)  # runs whose compiled stacks it reuses: started once they ended
     error: str = ""
     cut_after_s: float = 0.0  # the longest it ran before a limit cut it: it needs at least that long
+    part: str = ""  # the `wmbook regenerate` call (its start) that made it: a set made in parts, on one machine or on
+    # several, has the wall clock of each part's queues
 
 
 def plan(notebooks=None, workloads=None, params=None) -> list[Job]:
@@ -121,6 +129,29 @@ def plan(notebooks=None, workloads=None, params=None) -> list[Job]:
             raise InputError(f"the set names two runs {j.name!r}: each run needs a name of its own")
         seen.add(j.name)
     return jobs
+
+
+def recheck_cannot(jobs: list[Job]) -> list[Job]:
+    """The runs planned as ones the host could not make (notebook 08 on too few GPUs), checked again as plan() checks
+    them, on this host: those it can make become pending (a set started on a host of two GPUs is finished on one of
+    four); the others keep the reason this host gives. Returns the runs that became pending."""
+    from .params import ParameterError  # noqa: PLC0415  heavy: torch
+    from .run import resolve_notebooks  # noqa: PLC0415  heavy: papermill's runner
+    from .runconfig import notebook_parameters  # noqa: PLC0415  heavy: torch, workloads
+
+    now = []
+    for j in (j for j in jobs if j.status == CANNOT):
+        src = Path(j.source)
+        path = resolve_notebooks([src if src.is_absolute() else REPO_ROOT / src])[0]
+        given = {k: v for k, v in j.params.items() if k != "workload"}
+        try:
+            runs = notebook_parameters([path], given, [j.params["workload"]])
+        except ParameterError as e:
+            j.error = str(e)
+            continue
+        j.params, j.status, j.error = runs[0][2], "pending", ""
+        now.append(j)
+    return now
 
 
 def expected_minutes(job: Job, minutes: dict[str, float]) -> float:
@@ -282,6 +313,7 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
     there (failed, to be run again on resume): a set fits a time-limited allocation (a batch job's wall time) and is
     finished by later ones."""
     minutes = minutes or {}
+    part = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     todo = [j for j in state.jobs if j.status not in ("ok", CANNOT)]
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     share = max(1, len(cores) // max(1, state.queues)) if cores else 0
@@ -322,7 +354,7 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
 
     def run(j: Job, q: int | None, cpus, limit: float) -> None:
         tag = "all" if q is None else f"q{q}"
-        j.status, j.queue = "running", q
+        j.status, j.queue, j.part = "running", q, part
         state.save()
         echo(f"[{tag}] {j.name}: started")
         if q is None:  # an all-GPU run holds every GPU of the host for its whole time
@@ -372,19 +404,68 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
 
 def gpu_time(state: SetState) -> dict:
     """GPU seconds per run, per notebook and in all (a run's wall clock times the GPUs it held: an all-GPU run on two
-    GPUs counts twice its time), and the set's wall clock (the longest queue, then the all-GPU runs)."""
+    GPUs counts twice its time), and the set's wall clock: per part (Job.part: a call that ran some of its runs), its
+    longest queue, then its all-GPU runs; summed over the parts."""
     gpu_s = {j.name: j.seconds * max(1, j.gpu_count) for j in state.jobs}
     per_nb: dict[str, float] = {}
     for j in state.jobs:
         per_nb[j.notebook] = per_nb.get(j.notebook, 0.0) + gpu_s[j.name]
-    wall = max((sum(j.seconds for j in state.jobs if j.queue == q) for q in range(state.queues)), default=0.0) + sum(
-        j.seconds for j in state.jobs if j.gpus == "all")
+    wall = 0.0
+    for part in {j.part for j in state.jobs}:
+        jobs = [j for j in state.jobs if j.part == part]
+        queues = {j.queue for j in jobs if j.gpus != "all" and j.queue is not None}
+        wall += max((sum(j.seconds for j in jobs if j.queue == q and j.gpus != "all") for q in queues), default=0.0)
+        wall += sum(j.seconds for j in jobs if j.gpus == "all")
     return {"commit": state.commit, "device": state.device, "queues": state.queues,
             "seconds": {j.name: round(j.seconds, 1) for j in state.jobs},
             "gpus": {j.name: max(1, j.gpu_count) for j in state.jobs},
             "notebook_seconds": {k: round(v, 1) for k, v in per_nb.items()},
             "total_seconds": round(sum(gpu_s.values()), 1), "wall_seconds": round(wall, 1),
             "goal_minutes": GOAL_MINUTES}
+
+
+def merge_set(state: SetState, other: Path, echo=print) -> list[str]:
+    """Join the runs another machine finished of the same set (its folder `other`: same commit, device and runs) into
+    `state`'s folder: each run that is done there and not here brings its report folder, rows and log, its status and
+    seconds; the times file's lines join this one's. Everything is checked before anything is copied (InputError
+    naming what does not fit). Returns the names of the runs joined."""
+    from . import runtimes  # noqa: PLC0415
+
+    if not (other / SET_FILE).is_file():
+        raise InputError(f"--merge {other}: no {SET_FILE} there (the --out folder of a part of this set)")
+    theirs = SetState.load(other)
+    if (theirs.commit, theirs.device) != (state.commit, state.device):
+        raise InputError(f"--merge {other}: its set ran at commit {theirs.commit} on {theirs.device}, this one at "
+                         f"{state.commit} on {state.device}: a set comes from one commit and one device")
+    mine = {j.name: j for j in state.jobs}
+    unknown = sorted(j.name for j in theirs.jobs if j.name not in mine)
+    if unknown:
+        raise InputError(f"--merge {other}: runs {unknown} are not in this set's plan ({sorted(mine)})")
+    take = [j for j in theirs.jobs if j.status == "ok" and mine[j.name].status != "ok"]
+    for j in take:
+        for need in (other / "runs" / j.name, other / "results" / f"{j.name}.csv"):
+            if not need.exists():
+                raise InputError(f"--merge {other}: run {j.name} is done in its {SET_FILE} but {need} is missing")
+    for j in take:
+        dst = state.out / "runs" / j.name
+        tmp = dst.with_name(f".{j.name}.merging")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(other / "runs" / j.name, tmp)
+        shutil.rmtree(dst, ignore_errors=True)
+        tmp.rename(dst)  # a run's folder is whole or absent, never half copied
+        for sub, name in (("results", f"{j.name}.csv"), ("logs", f"{j.name}.log")):
+            if (other / sub / name).exists():
+                (state.out / sub).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(other / sub / name, state.out / sub / name)
+        m = mine[j.name]
+        m.status, m.seconds, m.queue, m.gpu_count, m.part, m.error = "ok", j.seconds, j.queue, j.gpu_count, \
+            j.part or f"merged from {other.name}", ""
+    for line in runtimes.read(other / "results" / runtimes.TIMES_FILE):  # a run id already here is not added twice
+        runtimes.record(state.out / "results" / "set.csv", **line)
+    state.save()
+    echo(f"{len(take)} runs joined from {other}; {len(state.missing())} of {len(state.jobs)} still to run"
+         + (f": {[j.name for j in state.missing()]}" if state.missing() else ""))
+    return [j.name for j in take]
 
 
 def publish_set(state: SetState, folder: Path, store: Path | None = None, notes: Path | None = NOTES,
@@ -448,6 +529,33 @@ def _note(notes: Path, state: SetState, folder: Path, t: dict) -> None:
     atomic_write_text(notes, text[:at + 1] + entry + text[at + 1:] if at >= 0 else text + "\n" + entry)
 
 
+def _merge_main(ap, a, out: Path, commit: str) -> int:
+    """--merge: the parts of a set made on several machines joined into `out` (started from the first part's plan
+    when `out` holds no set yet), then published with --publish once complete; nothing is run."""
+    if a.fresh or a.plan:
+        ap.error("--merge joins parts of a set that ran; it takes neither --fresh nor --plan")
+    if (out / SET_FILE).exists():
+        state = SetState.load(out)
+    else:
+        first = a.merge[0]
+        if not (first / SET_FILE).is_file():
+            ap.error(f"--merge {first}: no {SET_FILE} there (the --out folder of a part of the set)")
+        base = SetState.load(first)
+        jobs = [Job(**(asdict(j) | {"status": CANNOT if j.status == CANNOT else "pending", "seconds": 0.0,
+                                    "queue": None, "part": "", "cut_after_s": 0.0,
+                                    "error": j.error if j.status == CANNOT else ""})) for j in base.jobs]
+        state = SetState(out, base.commit, base.device, base.queues, jobs)
+        state.started = base.started
+    if state.commit != commit:
+        ap.error(f"the set ran at commit {state.commit}; this tree is at {commit}: merge and publish it from a tree at "
+                 "that commit")
+    for folder in a.merge:
+        merge_set(state, folder)
+    if a.publish is not None:
+        publish_set(state, a.publish)
+    return 0 if not state.missing() else 1
+
+
 @command("wmbook regenerate")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="wmbook regenerate", description=__doc__.split("\n\n")[0],
@@ -466,6 +574,9 @@ def main(argv=None) -> int:
     ap.add_argument("--plan", action="store_true", help="print what would run on which queue; run nothing")
     ap.add_argument("--publish", type=Path, default=None, metavar="FOLDER",
                     help="when the set is complete: publish it into FOLDER (e.g. data/reports/h200)")
+    ap.add_argument("--merge", type=Path, action="append", default=[], metavar="FOLDER",
+                    help="join the runs another machine made of this set (its --out folder) into --out, then publish "
+                         "with --publish when the set is complete; nothing is run (repeatable)")
     ap.add_argument("--allow-dirty", action="store_true",
                     help="run from a tree with uncommitted changes (such a set is never published)")
     a = ap.parse_args(argv)
@@ -489,6 +600,8 @@ def main(argv=None) -> int:
         ap.error("the tree has uncommitted changes: a set records the commit its rows come from; commit them first "
                  "(or --allow-dirty for a set that will not be published)")
     out = a.out
+    if a.merge:
+        return _merge_main(ap, a, out, commit)
     if a.fresh and (out / SET_FILE).exists():
         aside = out.with_name(f"{out.name}.superseded-{int(time.time())}")
         shutil.move(str(out), str(aside))
@@ -498,10 +611,14 @@ def main(argv=None) -> int:
         if state.commit != commit:
             ap.error(f"{out} holds a set started at commit {state.commit}; this tree is at {commit}: a set comes from "
                      "one commit (--fresh starts it over)")
+        if state.device == device:  # a run the set's first host could not make (too few GPUs): maybe this one can
+            for j in recheck_cannot(state.jobs):
+                print(f"{j.name}: this host can make it (planned as one the set's first host could not)")
         if [j for j in state.missing() if j.status != CANNOT] and state.device != device:
             ap.error(f"{out} holds a set that ran on {state.device}; this host has {device}: a set comes from one "
                      f"device, so finish it on a host of {state.device} (or start it over here with --fresh)")
-        state.queues = queues  # this host's: a queue takes whichever run is ready (run_set), whatever it had before
+        if state.missing():  # this host's queues: each takes whichever run is ready (run_set); a complete set keeps
+            state.queues = queues  # the count its runs were made on (its wall clock in gpu_time), wherever published
         minutes = _recorded_minutes(state.jobs, state.device) | _earlier_minutes(out, a.publish)
         print(f"resuming the set of {state.started}: {len(state.jobs) - len(state.missing())} of {len(state.jobs)} "
               "runs done")
