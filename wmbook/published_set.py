@@ -44,7 +44,6 @@ class Job:
     # several, has the wall clock of each part's queues
 
 
-
 class SetState:
     """set.json: the commit, the device, the plan and each run's outcome; saved whole after every change."""
 
