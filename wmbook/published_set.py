@@ -40,8 +40,9 @@ class Job:
     after: list[str] = field(default_factory=list)  # runs whose compiled stacks it reuses: started once they ended
     error: str = ""
     cut_after_s: float = 0.0  # the longest it ran before a limit cut it: it needs at least that long
-    part: str = ""  # the `wmbook regenerate` call (its start) that made it: a set made in parts, on one machine or on
-    # several, has the wall clock of each part's queues
+    # the `wmbook regenerate` call (its start) that made it: a set made in parts, on one machine or several, has the
+    # wall clock of each part's queues
+    part: str = ""
 
 
 class SetState:
@@ -129,8 +130,9 @@ def merge_set(state: SetState, other: Path, echo=print) -> list[str]:
         m = mine[j.name]
         m.status, m.seconds, m.queue, m.gpu_count, m.part, m.error = "ok", j.seconds, j.queue, j.gpu_count, \
             j.part or f"merged from {other.name}", ""
-    for line in runtimes.read(other / "results" / runtimes.TIMES_FILE):  # a run id already here is not added twice
-        runtimes.record(state.out / "results" / "set.csv", **line)
+    times = other / "results" / runtimes.TIMES_FILE
+    for line in runtimes.read(times):  # into this set's times file (record writes beside the path it is given); a
+        runtimes.record(state.out / "results" / runtimes.TIMES_FILE, **line)  # run id already there is not added twice
     state.save()
     echo(f"{len(take)} runs joined from {other}; {len(state.missing())} of {len(state.jobs)} still to run"
          + (f": {[j.name for j in state.missing()]}" if state.missing() else ""))
