@@ -324,8 +324,16 @@ def test_parts_of_a_set_made_on_two_machines_are_merged_and_published_as_one(tmp
     assert len(runtimes.read(merged / "results" / runtimes.TIMES_FILE)) == 2
     t = rg.gpu_time(state)
     assert t["wall_seconds"] == pytest.approx(sum(j.seconds for j in state.jobs), abs=0.2)  # two parts, one queue each
+    import shutil
+
+    for gone in (a, b):  # the parts' folders stay on the machines that made them: rows are read from the set's own
+        shutil.copytree(gone, tmp_path / f"kept-{gone.name}")
+        shutil.rmtree(gone)
     written = rg.publish_set(state, tmp_path / "pub", store=tmp_path / "s.csv", notes=None, echo=lambda *a: None)
     assert (tmp_path / "pub" / rg.GPU_TIME_FILE) in written
+    assert (tmp_path / "pub" / "99_fast-tiny.html") in written  # the reports too, named by their rows' preset
+    for gone in (a, b):
+        shutil.move(tmp_path / f"kept-{gone.name}", gone)
 
     # a part of another commit, or with a run the plan does not have, is refused before anything is copied
     other = rg.SetState.load(b)

@@ -222,7 +222,7 @@ def record_time(executed, store=None) -> bool:
     if seconds is None:
         return False
     for rec in notebook_runs(nb):
-        df = run_rows(rec)
+        df = run_rows(rec, store)
         if df is not None and len(df):
             r = df.iloc[0]
             ids = {k: str(r[k]) for k in ("notebook", "workload", "preset", "device_name", "git_commit", "run_id")}
@@ -238,13 +238,17 @@ def publish_report(report, folder=H200, store=None) -> list[Path]:
     and dtype read from its results rows (a run without rows is skipped)."""
     import nbformat  # noqa: PLC0415  heavy: nbformat, for publish_report only
 
+    from .render import run_rows  # noqa: PLC0415
+
     out = []
     for nb_path in sorted(Path(report).glob("executed/*.ipynb")):
         if nb_path.stem.endswith(".FAILED"):
             continue
         presets, dtypes = set(), set()
         for rec in notebook_runs(nbformat.read(nb_path, as_version=4)):
-            rows = results.read(rec["results_path"], run_id=rec["run_id"])
+            rows = run_rows(rec, store)  # where the run wrote them, else the store (a set made on another host)
+            if rows is None:
+                continue
             presets |= set(rows["preset"])
             dtypes |= {results.params_of(r).get("dtype") for _, r in rows.head(1).iterrows()}
         if len(presets) != 1:

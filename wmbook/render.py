@@ -179,13 +179,13 @@ def prepare_for_html(nb, report_dir: Path, artifacts: Path | None = None, own: s
 TEMPLATE = Path(__file__).parent / "templates"  # wmbook_report: nbconvert's lab template without network scripts
 
 
-def run_rows(rec: dict):
+def run_rows(rec: dict, store=None):
     """The results rows of one run a notebook names ({run_id, results_path}: notebook_runs): where the run wrote them,
-    else in the store they were merged into (a GPU host's results file stays behind when its rows are appended to
-    data/results/results.csv and its notebook is published); None when neither holds them."""
+    else in the store they were merged into (`store`, default data/results/results.csv: a GPU host's results file
+    stays behind when its rows are appended there and its notebook is published); None when none holds them."""
     from . import results  # noqa: PLC0415  heavy: pandas (wmbook run starts without)
 
-    for path in dict.fromkeys(p for p in (rec.get("results_path"), results.default_path()) if p):
+    for path in dict.fromkeys(p for p in (rec.get("results_path"), store, results.default_path()) if p):
         try:
             df = results.read(path, run_id=rec["run_id"])
         except Exception:  # noqa: BLE001  (a moved results file: the report stands without findings)
