@@ -292,6 +292,16 @@ def test_a_complete_set_published_elsewhere_keeps_the_queues_its_runs_were_made_
     assert "wall 2.0 minutes" in capsys.readouterr().out  # the longer of the set's two queues, not one queue's
 
 
+def test_an_unfinished_set_is_finished_only_from_its_own_commit(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "set"
+    jobs = [rg.Job("a", "a", "a.ipynb", {}, queue=0, status="ok", seconds=60), rg.Job("b", "b", "b.ipynb", {})]
+    rg.SetState(out, "1111111", "CPU", 1, jobs).save()
+    monkeypatch.setattr(rg, "git_commit", lambda: "2222222")
+    with pytest.raises(SystemExit):
+        rg.main(["--out", str(out)])
+    assert "finish it from a tree at that commit" in capsys.readouterr().err
+
+
 def test_parts_of_a_set_made_on_two_machines_are_merged_and_published_as_one(tmp_path, monkeypatch, capsys):
     """A set cut to fit two allocations: each machine ran some runs into its own --out; --merge joins them (reports,
     rows, logs, times) into one folder, which publishes once complete. Its wall clock is each part's, summed."""
@@ -314,7 +324,10 @@ def test_parts_of_a_set_made_on_two_machines_are_merged_and_published_as_one(tmp
     merged = tmp_path / "merged"
     assert rg.main(["--out", str(merged), "--merge", str(a)]) == 1  # half a set: "two" still to run
     assert "1 runs joined" in capsys.readouterr().out
+    # a later tree may join and publish (it runs nothing): the runs stay the set's commit's, and it says so
+    monkeypatch.setattr(rg, "git_commit", lambda: "def5678")
     assert rg.main(["--out", str(merged), "--merge", str(b), "--merge", str(a)]) == 0  # "one" is not taken twice
+    assert "runs are of commit abc1234; joined and published by this tree, at def5678" in capsys.readouterr().out
     state = rg.SetState.load(merged)
     assert not state.missing() and {j.part for j in state.jobs} == {"a", "b"}
     for name in ("one", "two"):
@@ -332,6 +345,14 @@ def test_parts_of_a_set_made_on_two_machines_are_merged_and_published_as_one(tmp
     written = rg.publish_set(state, tmp_path / "pub", store=tmp_path / "s.csv", notes=None, echo=lambda *a: None)
     assert (tmp_path / "pub" / rg.GPU_TIME_FILE) in written
     assert (tmp_path / "pub" / "99_fast-tiny.html") in written  # the reports too, named by their rows' preset
+    from wmbook import published_set
+    from wmbook.paths import REPO_ROOT
+
+    notes = tmp_path / "NOTES.md"  # the set's entry names the tree that published it where it is not the set's
+    notes.write_text("# Run notes\n\n- **an earlier entry**\n")
+    published_set._note(notes, state, REPO_ROOT / "data" / "reports" / "h200", t, tree="def5678")
+    entry = notes.read_text().split("\n- **")[1]
+    assert entry.split(",")[1] == " commit abc1234" and "joined and published by the tree at commit def5678" in entry
     for gone in (a, b):
         shutil.move(tmp_path / f"kept-{gone.name}", gone)
 

@@ -13,7 +13,7 @@ from wmbook.params import ParameterError
 KEY = {"notebook": "06_cuda_graphs", "workload": "wma", "preset": "wma", "device_name": "NVIDIA H200"}
 
 
-def test_expected_is_the_median_of_the_latest_runs_of_that_notebook_device_and_profile(tmp_path):
+def test_expected_is_the_median_of_the_latest_runs_of_that_notebook_device_profile_and_commit(tmp_path):
     store = tmp_path / "results.csv"
     assert runtimes.expected(**KEY, files=[runtimes.times_path(store)]) is None
     for i, s in enumerate([900, 100, 200, 300, 400, 500]):  # the oldest (900) falls out of the latest five
@@ -25,6 +25,11 @@ def test_expected_is_the_median_of_the_latest_runs_of_that_notebook_device_and_p
     assert runtimes.expected(**KEY, files=files) == (300.0, 5)
     assert runtimes.expected(**KEY, profile="quick", files=files) == (60.0, 1)
     assert "about 5 minutes on NVIDIA H200" in runtimes.describe(**KEY, files=files)
+    # a newer commit's runs are what to expect: the code moved the notebook's time, not the machine
+    runtimes.record(store, **KEY, run_id="new", seconds=960, git_commit="83ba1ac9", timestamp="2026-11-30T00:00:00")
+    assert runtimes.expected(**KEY, files=files) == (960.0, 1)
+    assert runtimes.describe(**KEY, files=files).endswith("about 16 minutes on NVIDIA H200 (the last run at commit "
+                                                          "83ba1ac)")
     assert "not known yet" in runtimes.describe(**(KEY | {"preset": "other"}), files=files)
     with pytest.raises(ValueError, match="profile"):
         runtimes.record(store, **KEY, run_id="x", seconds=1, profile="fast")

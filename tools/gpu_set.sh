@@ -6,7 +6,7 @@
 #   bash tools/gpu_set.sh start SHA SET MINUTES [regenerate args]   # there: start the slice detached, return
 #   bash tools/gpu_set.sh wait SECONDS                              # there: progress until it ends or SECONDS pass
 #   bash tools/gpu_set.sh pack OUT                                  # there: the slice -> OUT/set-part-* (15 MiB parts)
-#   bash tools/gpu_set.sh unpack DIR SET                            # here: merge the parts under DIR into SET
+#   bash tools/gpu_set.sh unpack DIR SET                            # here: join the parts under DIR into SET
 #
 # SET is the set folder here, inside the repository (sets/ is ignored by git, e.g. sets/h200); carry SET/set.json to
 # the machine, where `start` copies it into the slice's folder: the runs it records as done are not run again, and
@@ -15,7 +15,8 @@
 # expected to end after it, one still going then is stopped (and run again by the next slice). The slice runs in a
 # snapshot of the tree (the tree may be replaced while it runs), its set folder outside it; compile caches, traces and
 # weights stay on the machine. Environment: GPU_SET_ROOT (default /root), WHEELS (a folder of wheels installed with
-# --no-deps first; default .whl when present).
+# --no-deps first; default .whl when present), PYTHON (here, for unpack: the interpreter with wmbook's requirements;
+# default python3).
 #   e.g. bash tools/gpu_set.sh start $(git rev-parse HEAD) sets/h200 25 && bash tools/gpu_set.sh wait 540
 #        ... bash tools/gpu_set.sh wait 500; bash tools/gpu_set.sh pack $OUT
 #        here: bash tools/gpu_set.sh unpack FILES_AT sets/h200, and when the set is complete:
@@ -76,8 +77,13 @@ case "$cmd" in
   unpack)
     dir=${1:?usage: gpu_set.sh unpack DIR SET}; set_dir=${2:?usage: gpu_set.sh unpack DIR SET}
     ls "$dir"/set-part-* > /dev/null 2>&1 || { echo "gpu_set.sh: no set-part-* under $dir" >&2; exit 2; }
-    mkdir -p "$set_dir" && cat "$dir"/set-part-* | tar -C "$set_dir" -xzf - || exit 1
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['commit'], d['device'], *(j['name'] + ': ' + j['status'] for j in d['jobs']), sep='\n')" "$set_dir/set.json"
+    # joined, not unpacked over the set: a slice's own times file and logs hold only its runs (regenerate --merge
+    # checks the part's commit, device and plan, then copies its finished runs and adds its times to the set's)
+    part=$(mktemp -d) && cat "$dir"/set-part-* | tar -C "$part" -xzf - || exit 1
+    mkdir -p "$set_dir" && cp "$part"/slice-*.log "$set_dir"/ 2>/dev/null
+    ${PYTHON:-python3} -m wmbook regenerate --out "$set_dir" --merge "$part"; rc=$?
+    [ "$rc" -le 1 ] && rm -rf "$part"  # 1: joined, the set not complete yet
+    [ "$rc" -le 1 ] || { echo "gpu_set.sh: the part stays in $part" >&2; exit "$rc"; }
     ;;
   *) echo "gpu_set.sh: unknown command $cmd; allowed: start, wait, pack, unpack" >&2; exit 2 ;;
 esac

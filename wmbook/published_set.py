@@ -140,9 +140,10 @@ def merge_set(state: SetState, other: Path, echo=print) -> list[str]:
 
 
 def publish_set(state: SetState, folder: Path, store: Path | None = None, notes: Path | None = NOTES,
-                echo=print) -> list[Path]:
+                echo=print, tree: str = "") -> list[Path]:
     """Publish a complete set (module docstring); InputError naming what is missing, before anything is written, for
-    a set that is not complete or not from one clean commit."""
+    a set that is not complete or not from one clean commit. `tree`: the commit of the tree publishing it, named in
+    the NOTES entry where it is not the set's."""
     from . import published, results  # noqa: PLC0415  heavy: pandas, nbconvert
 
     missing = state.missing()
@@ -177,14 +178,14 @@ def publish_set(state: SetState, folder: Path, store: Path | None = None, notes:
     if folder.resolve() in {f.resolve() for f in published.FOLDER_PAGES} and store is None:
         published.update_readme(allow_removal=True)
     if notes is not None and folder.resolve() in {f.resolve() for f in published.FOLDER_PAGES}:
-        _note(notes, state, folder, t)
+        _note(notes, state, folder, t, tree)
         written.append(notes)
     for p in written:
         echo(p)
     return written
 
 
-def _note(notes: Path, state: SetState, folder: Path, t: dict) -> None:
+def _note(notes: Path, state: SetState, folder: Path, t: dict, tree: str = "") -> None:
     """One dated entry at the top of NOTES.md's list: the commit, the device, GPU time per notebook and in all."""
     day = _dt.date.today().isoformat()
     per = ", ".join(f"{nb[:2]} {s / 60:.1f}" for nb, s in sorted(t["notebook_seconds"].items()))
@@ -194,7 +195,9 @@ def _note(notes: Path, state: SetState, folder: Path, t: dict) -> None:
              f"`{folder.resolve().relative_to(REPO_ROOT)}`). GPU "
              f"time {total:.1f} minutes in all (goal {GOAL_MINUTES:.0f}: "
              f"{'met' if total <= GOAL_MINUTES else 'missed'}), {t['wall_seconds'] / 60:.1f} minutes of wall clock; "
-             f"per notebook (minutes): {per}.\n")
+             f"per notebook (minutes): {per}"
+             + (f"; joined and published by the tree at commit {tree[:7]}" if tree and tree != state.commit else "")
+             + ".\n")
     text = notes.read_text()
     at = text.find("\n- **")
     atomic_write_text(notes, text[:at + 1] + entry + text[at + 1:] if at >= 0 else text + "\n" + entry)

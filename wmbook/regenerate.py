@@ -382,14 +382,19 @@ def _merge_main(ap, a, out: Path, commit: str) -> int:
                                     "error": j.error if j.status == CANNOT else ""})) for j in base.jobs]
         state = SetState(out, base.commit, base.device, base.queues, jobs)
         state.started = base.started
-    if state.commit != commit:
-        ap.error(f"the set ran at commit {state.commit}; this tree is at {commit}: merge and publish it from a tree at "
-                 "that commit")
+    _say_publisher(state, commit)
     for folder in a.merge:
         merge_set(state, folder)
     if a.publish is not None:
-        publish_set(state, a.publish)
+        publish_set(state, a.publish, tree=commit)
     return 0 if not state.missing() else 1
+
+
+def _say_publisher(state: SetState, commit: str) -> None:
+    """Joining and publishing make no run, so a later tree may do them (a fix to the publishing reaches a set already
+    made); the rows and reports stay the set's commit's, and the set's NOTES entry names both."""
+    if state.commit != commit:
+        print(f"the set's runs are of commit {state.commit}; joined and published by this tree, at {commit}")
 
 
 @command("wmbook regenerate")
@@ -444,9 +449,10 @@ def main(argv=None) -> int:
         print(f"the earlier set moved to {aside}")
     if (out / SET_FILE).exists():
         state = SetState.load(out)
-        if state.commit != commit:
+        if state.commit != commit and [j for j in state.missing() if j.status != CANNOT]:
             ap.error(f"{out} holds a set started at commit {state.commit}; this tree is at {commit}: a set comes from "
-                     "one commit (--fresh starts it over)")
+                     "one commit, so finish it from a tree at that commit (--fresh starts it over)")
+        _say_publisher(state, commit)
         if state.device == device:  # a run the set's first host could not make (too few GPUs): maybe this one can
             for j in recheck_cannot(state.jobs):
                 print(f"{j.name}: this host can make it (planned as one the set's first host could not)")
@@ -491,7 +497,7 @@ def main(argv=None) -> int:
     if state.missing():
         print(f"run `python -m wmbook regenerate --out {out}` again to finish the set")
     if a.publish is not None:
-        publish_set(state, a.publish)
+        publish_set(state, a.publish, tree=commit)
     return 0 if not state.missing() else 1
 
 

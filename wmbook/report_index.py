@@ -201,7 +201,7 @@ def _notebook_times_html(times: list[dict], device: str | None) -> str:
 
     untimed = [f"{nb[:2]} {wl} / {preset}" for nb, wl, preset in set_keys() if (nb, wl, preset) not in runs]
     return ("<h2>How long each notebook takes on this device</h2><p>The median of the latest full runs of each "
-            f"notebook, workload and preset (at most {runtimes.LAST_RUNS}; "
+            f"notebook, workload and preset at the newest commit that ran it (at most {runtimes.LAST_RUNS}; "
             "<code>data/results/notebook_times.csv</code>, the runs of unpublished sets included): "
             f"<b>{total / 60:.1f} minutes</b> for these {len(rows)} runs, one each, by wall clock (a notebook that "
             "holds every GPU of its host, 08, costs that many GPU-minutes per minute)"

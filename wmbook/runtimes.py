@@ -21,7 +21,7 @@ from typing import Iterator
 TIMES_FILE = "notebook_times.csv"
 FIELDS = ("timestamp", "notebook", "workload", "preset", "profile", "device_name", "git_commit", "run_id", "seconds")
 PROFILES = ("full", "quick")
-LAST_RUNS = 5  # the expectation is the median of the latest this many runs that match
+LAST_RUNS = 5  # the expectation is the median of at most this many runs: the latest ones at the newest commit
 PROFILE_ENV = "WMBOOK_PROFILE"  # set by `wmbook run --profile` for its kernels: the profile a notebook runs under
 
 
@@ -75,8 +75,13 @@ def read(path) -> list[dict]:
 
 def expected(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full",
              files=()) -> tuple[float, int] | None:
-    """(median seconds, runs) over the latest LAST_RUNS recorded runs of this notebook, workload, preset, device and
-    profile in `files` (times files; default: the store's and the tiny store's), or None when none is recorded."""
+    """(median seconds, runs) over the recorded runs of this notebook, workload, preset, device and profile in `files`
+    (times files; default: the store's and the tiny store's) that `latest` keeps, or None when none is recorded."""
+    last = _latest_matching(notebook, workload, preset, device_name, profile, files)
+    return (statistics.median(r["seconds"] for r in last), len(last)) if last else None
+
+
+def _latest_matching(notebook, workload, preset, device_name, profile, files) -> list[dict]:
     from . import paths, results  # noqa: PLC0415  heavy: pandas (wmbook.results)
 
     files = list(files) or [times_path(results.default_path()), times_path(paths.TINY_RESULTS_PATH)]
@@ -90,25 +95,30 @@ def expected(notebook: str, workload: str, preset: str, device_name: str, profil
             if (r.get("notebook"), r.get("workload"), r.get("preset"), r.get("device_name"), r.get("profile")) == \
                     (notebook, workload, preset, device_name, profile):
                 match.append(r)
-    if not match:
-        return None
-    last = latest(match)
-    return statistics.median(r["seconds"] for r in last), len(last)
+    return latest(match)
 
 
 def latest(runs: list[dict]) -> list[dict]:
-    """The latest LAST_RUNS of some recorded runs (by timestamp, oldest first): what an expectation is the median of."""
-    return sorted(runs, key=lambda r: r.get("timestamp", ""))[-LAST_RUNS:]
+    """What an expectation is the median of: of some recorded runs, those at the commit of the newest one (by
+    timestamp), at most the latest LAST_RUNS of them, oldest first. A notebook's code moves its time more than a
+    machine's noise does (notebook 06 at wma went from 24 minutes to 16 in one commit): runs of older code do not
+    count once a newer commit has one."""
+    runs = sorted(runs, key=lambda r: r.get("timestamp", ""))
+    if not runs:
+        return []
+    newest = runs[-1].get("git_commit", "")
+    return [r for r in runs if r.get("git_commit", "") == newest][-LAST_RUNS:]
 
 
 def describe(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full", files=()) -> str:
     """The expectation in words, for the parameters table."""
-    got = expected(notebook, workload, preset, device_name, profile, files)
-    if got is None:
+    last = _latest_matching(notebook, workload, preset, device_name, profile, files)
+    if not last:
         return f"not known yet: no {profile} run of this notebook at {preset} recorded on {device_name}"
-    s, n = got
+    s, n = statistics.median(r["seconds"] for r in last), len(last)
     when = f"{s / 60:.0f} minutes" if s >= 90 else f"{s:.0f} s"
-    return f"about {when} on {device_name} ({'the last run' if n == 1 else f'median of the last {n} runs'})"
+    at = f" at commit {last[-1]['git_commit'][:7]}" if last[-1].get("git_commit") else ""
+    return f"about {when} on {device_name} ({'the last run' if n == 1 else f'median of the last {n} runs'}{at})"
 
 
 def papermill_seconds(nb) -> float | None:
