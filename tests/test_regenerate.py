@@ -300,6 +300,12 @@ def test_an_unfinished_set_is_finished_only_from_its_own_commit(tmp_path, monkey
     with pytest.raises(SystemExit):
         rg.main(["--out", str(out)])
     assert "finish it from a tree at that commit" in capsys.readouterr().err
+    # with only a run its host could not make left, another tree may publish it, but makes no run for it
+    jobs[1].status, jobs[1].source, jobs[1].error = rg.CANNOT, str(tmp_path / "gone.ipynb"), "nproc=2 needs 2 GPUs"
+    rg.SetState(out, "1111111", "CPU", 1, jobs).save()
+    assert rg.main(["--out", str(out)]) == 1
+    assert rg.SetState.load(out).jobs[1].status == rg.CANNOT
+    assert "joined and published by this tree, at 2222222" in capsys.readouterr().out
 
 
 def test_parts_of_a_set_made_on_two_machines_are_merged_and_published_as_one(tmp_path, monkeypatch, capsys):

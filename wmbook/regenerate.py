@@ -12,18 +12,18 @@ Queues: one per GPU (CUDA_VISIBLE_DEVICES), each on its own share of the host's 
 not slow another queue's launch-bound timings); the runs are dealt longest first by the time each took in the set
 the folder held before (else in the published folder's `gpu_time.json`). A notebook whose study asks for every GPU
 (notebook 08) runs alone after the queues. Each run is `wmbook run` into `<out>/runs/<name>/`, its rows into
-`<out>/results/<name>.csv` and its log into `<out>/logs/<name>.log`; every row records the commit the set started
-at. `<out>/set.json` holds the plan and each run's status and seconds, rewritten after every run: a set that is cut
-(Ctrl-C, a lost machine) resumes where it stopped, re-running only what did not finish; a set started at another
-commit is refused (start over with --fresh); a run planned as one the host could not make (notebook 08 on too few
-GPUs) is checked again when the set resumes on a host of the same device. `--time-limit MINUTES` fits a set into a
-time-limited allocation (a batch job's wall time): no run starts that is expected to end after the limit (by the
-time it took before on this device, wmbook.runtimes, and never less than it ran before a limit cut it), a run still
-going at the limit is stopped as Ctrl-C stops it, and the same command finishes the set later, on this machine or
-another of the same device: what a resume reads is `set.json` (the runs still to make), so an allocation on a fresh
-machine needs only that file in `<out>`, and `--merge` joins the parts (their run folders, rows, logs and times)
-where the set is published. The runs share one compile cache, `<out>/cache/` (inductor's FX-graph, AOTAutograd and
-autotuning caches, Triton's kernels): a model several notebooks compile is compiled once (compile-time tables
+`<out>/results/<name>.csv` and its log into `<out>/logs/<name>.log`; every row records the commit the set started at.
+`<out>/set.json` holds the plan and each run's status and seconds, rewritten after every run: a set that is cut (Ctrl-C,
+a lost machine) resumes where it stopped, re-running only what did not finish; a tree at another commit may join and
+publish a set (that runs nothing) but not finish it (start over with --fresh); a run planned as one the host could not
+make (notebook 08 on too few GPUs) is checked again when the set resumes on a host of the same device. `--time-limit
+MINUTES` fits a set into a time-limited allocation (a batch job's wall time): no run starts that is expected to end
+after the limit (by the time it took before on this device, wmbook.runtimes, and never less than it ran before a limit
+cut it), a run still going at the limit is stopped as Ctrl-C stops it, and the same command finishes the set later, on
+this machine or another of the same device: what a resume reads is `set.json` (the runs still to make), so an allocation
+on a fresh machine needs only that file in `<out>`, and `--merge` joins the parts (their run folders, rows, logs and
+times) where the set is published. The runs share one compile cache, `<out>/cache/` (inductor's FX-graph, AOTAutograd
+and autotuning caches, Triton's kernels): a model several notebooks compile is compiled once (compile-time tables
 measure with empty caches of their own).
 
 Publishing refuses a set that is not complete or not from one clean commit, naming what is missing, and writes
@@ -453,7 +453,8 @@ def main(argv=None) -> int:
             ap.error(f"{out} holds a set started at commit {state.commit}; this tree is at {commit}: a set comes from "
                      "one commit, so finish it from a tree at that commit (--fresh starts it over)")
         _say_publisher(state, commit)
-        if state.device == device:  # a run the set's first host could not make (too few GPUs): maybe this one can
+        # a run the set's first host could not make (too few GPUs): maybe this one can, at the set's commit only
+        if state.device == device and state.commit == commit:
             for j in recheck_cannot(state.jobs):
                 print(f"{j.name}: this host can make it (planned as one the set's first host could not)")
         if [j for j in state.missing() if j.status != CANNOT] and state.device != device:

@@ -77,11 +77,12 @@ def expected(notebook: str, workload: str, preset: str, device_name: str, profil
              files=()) -> tuple[float, int] | None:
     """(median seconds, runs) over the recorded runs of this notebook, workload, preset, device and profile in `files`
     (times files; default: the store's and the tiny store's) that `latest` keeps, or None when none is recorded."""
-    last = _latest_matching(notebook, workload, preset, device_name, profile, files)
-    return (statistics.median(r["seconds"] for r in last), len(last)) if last else None
+    got = _expectation(notebook, workload, preset, device_name, profile, files)
+    return got[:2] if got else None
 
 
-def _latest_matching(notebook, workload, preset, device_name, profile, files) -> list[dict]:
+def _expectation(notebook, workload, preset, device_name, profile, files) -> tuple[float, int, str] | None:
+    """(median seconds, runs, their commit) of the matching runs `latest` keeps, or None."""
     from . import paths, results  # noqa: PLC0415  heavy: pandas (wmbook.results)
 
     files = list(files) or [times_path(results.default_path()), times_path(paths.TINY_RESULTS_PATH)]
@@ -95,14 +96,15 @@ def _latest_matching(notebook, workload, preset, device_name, profile, files) ->
             if (r.get("notebook"), r.get("workload"), r.get("preset"), r.get("device_name"), r.get("profile")) == \
                     (notebook, workload, preset, device_name, profile):
                 match.append(r)
-    return latest(match)
+    last = latest(match)
+    return (statistics.median(r["seconds"] for r in last), len(last), last[-1].get("git_commit", "")) if last else None
 
 
 def latest(runs: list[dict]) -> list[dict]:
     """What an expectation is the median of: of some recorded runs, those at the commit of the newest one (by
     timestamp), at most the latest LAST_RUNS of them, oldest first. A notebook's code moves its time more than a
-    machine's noise does (notebook 06 at wma went from 24 minutes to 16 in one commit): runs of older code do not
-    count once a newer commit has one."""
+    machine's noise does (a compile a row no longer repeats takes minutes off): runs of older code do not count once
+    a newer commit has one."""
     runs = sorted(runs, key=lambda r: r.get("timestamp", ""))
     if not runs:
         return []
@@ -112,12 +114,12 @@ def latest(runs: list[dict]) -> list[dict]:
 
 def describe(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full", files=()) -> str:
     """The expectation in words, for the parameters table."""
-    last = _latest_matching(notebook, workload, preset, device_name, profile, files)
-    if not last:
+    got = _expectation(notebook, workload, preset, device_name, profile, files)
+    if got is None:
         return f"not known yet: no {profile} run of this notebook at {preset} recorded on {device_name}"
-    s, n = statistics.median(r["seconds"] for r in last), len(last)
+    s, n, commit = got
     when = f"{s / 60:.0f} minutes" if s >= 90 else f"{s:.0f} s"
-    at = f" at commit {last[-1]['git_commit'][:7]}" if last[-1].get("git_commit") else ""
+    at = f" at commit {commit[:7]}" if commit else ""
     return f"about {when} on {device_name} ({'the last run' if n == 1 else f'median of the last {n} runs'}{at})"
 
 
