@@ -320,8 +320,8 @@ def test_parts_of_a_set_made_on_two_machines_are_merged_and_published_as_one(tmp
             if j.name == run:
                 rg._run_job(j, state.out, None, None, state.commit, 300)
                 j.queue, j.part = 0, name
-            else:
-                j.status = "failed"  # left for the other machine (cut at this one's time limit)
+            else:  # left for the other machine: cut at this one's time limit
+                j.status, j.cut_after_s, j.error = "failed", 90.0, "cut at the set's time limit after 1.5 min"
         state.save()
         return state.out
 
@@ -330,6 +330,8 @@ def test_parts_of_a_set_made_on_two_machines_are_merged_and_published_as_one(tmp
     merged = tmp_path / "merged"
     assert rg.main(["--out", str(merged), "--merge", str(a)]) == 1  # half a set: "two" still to run
     assert "1 runs joined" in capsys.readouterr().out
+    two = rg.SetState.load(merged).jobs[1]  # the next part plans the cut run at least as long as it ran
+    assert (two.status, two.cut_after_s) == ("failed", 90.0) and rg.expected_minutes(two, {"two": 1.0}) == 1.5
     # a later tree may join and publish (it runs nothing): the runs stay the set's commit's, and it says so
     monkeypatch.setattr(rg, "git_commit", lambda: "def5678")
     assert rg.main(["--out", str(merged), "--merge", str(b), "--merge", str(a)]) == 0  # "one" is not taken twice

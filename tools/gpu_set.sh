@@ -14,9 +14,9 @@
 # slice of a set must run that commit's code. MINUTES goes to `regenerate --time-limit`: no run starts that is
 # expected to end after it, one still going then is stopped (and run again by the next slice). The slice runs in a
 # snapshot of the tree (the tree may be replaced while it runs), its set folder outside it; compile caches, traces and
-# weights stay on the machine. Environment: GPU_SET_ROOT (default /root), WHEELS (a folder of wheels installed with
-# --no-deps first; default .whl when present), PYTHON (here, for unpack: the interpreter with wmbook's requirements;
-# default python3).
+# weights stay on the machine (the compile cache passes to the next slice started there). Environment: GPU_SET_ROOT
+# (default /root), WHEELS (a folder of wheels installed with --no-deps first; default .whl when present), PYTHON
+# (here, for unpack: the interpreter with wmbook's requirements; default python3).
 #   e.g. bash tools/gpu_set.sh start $(git rev-parse HEAD) sets/h200 25 && bash tools/gpu_set.sh wait 540
 #        ... bash tools/gpu_set.sh wait 500; bash tools/gpu_set.sh pack $OUT
 #        here: bash tools/gpu_set.sh unpack FILES_AT sets/h200, and when the set is complete:
@@ -38,7 +38,10 @@ case "$cmd" in
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$wheels"/*.whl || exit 1
       python3 -m ipykernel install --name python3 > /dev/null || exit 1
     fi
+    # a slice before on this machine leaves its compile cache to this one (the runs left compile what it compiled)
+    [ -d "$run/set/cache" ] && { rm -rf "$root/set-cache.kept"; mv "$run/set/cache" "$root/set-cache.kept"; }
     rm -rf "$run" && mkdir -p "$run/snap" "$run/set" || exit 1
+    [ -d "$root/set-cache.kept" ] && mv "$root/set-cache.kept" "$run/set/cache"
     # no .git (the commit is SHA) and no virtual environment of this host
     tar -C . --exclude="./${wheels#./}" --exclude=./sets --exclude=./.git --exclude=./.venv -cf - . |
       tar -C "$run/snap" -xf - || exit 1

@@ -97,8 +97,9 @@ def gpu_time(state: SetState) -> dict:
 def merge_set(state: SetState, other: Path, echo=print) -> list[str]:
     """Join the runs another machine finished of the same set (its folder `other`: same commit, device and runs) into
     `state`'s folder: each run that is done there and not here brings its report folder, rows and log, its status and
-    seconds; the times file's lines join this one's. Everything is checked before anything is copied (InputError
-    naming what does not fit). Returns the names of the runs joined."""
+    seconds; the times file's lines join this one's; a run its time limit cut there brings how long it ran. Everything
+    is checked before anything is copied (InputError naming what does not fit). Returns the names of the runs
+    joined."""
     from . import runtimes  # noqa: PLC0415
 
     if not (other / SET_FILE).is_file():
@@ -130,6 +131,11 @@ def merge_set(state: SetState, other: Path, echo=print) -> list[str]:
         m = mine[j.name]
         m.status, m.seconds, m.queue, m.gpu_count, m.part, m.error = "ok", j.seconds, j.queue, j.gpu_count, \
             j.part or f"merged from {other.name}", ""
+    cut = [j for j in theirs.jobs if j.status != "ok" and mine[j.name].status != "ok"
+           and j.cut_after_s > mine[j.name].cut_after_s]
+    for j in cut:  # a run a part's time limit cut: the next part plans it at least that long (expected_minutes)
+        m = mine[j.name]
+        m.status, m.error, m.cut_after_s = "failed", j.error, j.cut_after_s
     times = other / "results" / runtimes.TIMES_FILE
     for line in runtimes.read(times):  # into this set's times file (record writes beside the path it is given); a
         runtimes.record(state.out / "results" / runtimes.TIMES_FILE, **line)  # run id already there is not added twice
