@@ -227,6 +227,10 @@ def test_a_first_set_is_dealt_by_the_times_its_runs_took_on_the_device_before():
         rec = runtimes.expected("06_cuda_graphs", w, "mg2-universal" if w == "mg2" else "wma", "NVIDIA H200")
         assert (got.get(j.name) is None) == (rec is None) and (rec is None or got[j.name] == rec[0] / 60)
     assert rg._recorded_minutes(jobs, "a device never seen") == {}
+    (dp,) = rg.plan(["08"], ["wma"])  # on every GPU: by the runs on as many, at the notebook's defaults
+    for n in (2, 4):
+        rec = runtimes.expected("08_multi_gpu", "wma", "wma", "NVIDIA H200", gpus=n)
+        assert rg._recorded_minutes([dp], "NVIDIA H200", n).get(dp.name) == (rec and rec[0] / 60)
 
 
 def test_a_run_starts_once_the_runs_it_builds_on_have_ended_and_the_longest_ready_run_goes_first(tmp_path,

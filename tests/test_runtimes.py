@@ -37,11 +37,47 @@ def test_expected_is_the_median_of_the_latest_runs_of_that_notebook_device_profi
         runtimes.record(store, **KEY, run_id="x", seconds=0)
 
 
+def test_an_expectation_counts_the_runs_of_the_same_parameters_and_for_all_gpu_notebooks_as_many_gpus(tmp_path,
+                                                                                                 monkeypatch):
+    """Notebook 08 at wma on four GPUs at batch 1 took 6 minutes, its full sweep on two 16: only like counts like."""
+    assert runtimes.params_key({"workload": "wma", "results_path": "r.csv", "output_dir": "o", "preset": "wma"}) == ""
+    assert runtimes.params_key({"repeats": 3, "batches": "1", "e2e": True}) == "batches=1; e2e=true; repeats=3"
+    assert runtimes.params_key({"repeats": 1, "batches": "1"}, {"repeats": 1}) == "batches=1"  # a profile's own
+    store = tmp_path / "results.csv"
+    key = KEY | {"notebook": "08_multi_gpu"}
+    runtimes.record(store, **key, run_id="sweep", seconds=950, gpus=2, timestamp="2026-11-29T00:00:00")
+    runtimes.record(store, **key, run_id="b1", seconds=374, gpus=4, params="batches=1",
+                    timestamp="2026-11-30T00:00:00")
+    files = [runtimes.times_path(store)]
+    assert runtimes.expected(**key, files=files) == (950.0, 1)  # the defaults' run, though older
+    assert runtimes.expected(**key, files=files, params="batches=1") == (374.0, 1)
+    assert runtimes.expected(**key, files=files, gpus=2) == (950.0, 1)
+    assert runtimes.expected(**key, files=files, gpus=4) is None
+    assert "about 16 minutes" in runtimes.describe(**key, files=files)
+    # a file of an older version (no params or gpus column) takes them on at its next line, its lines kept
+    old = tmp_path / "old" / runtimes.TIMES_FILE
+    old.parent.mkdir()
+    old.write_text("timestamp,notebook,workload,preset,profile,device_name,git_commit,run_id,seconds\n"
+                   "2026-11-28T00:00:00+00:00,06_cuda_graphs,wma,wma,full,NVIDIA H200,abc,r0,120.0\n")
+    runtimes.record(old, **KEY, run_id="r1", seconds=60, params="repeats=1")
+    assert old.read_text().splitlines()[0].endswith(",seconds,params,gpus")
+    assert [(r["run_id"], r["seconds"], r["params"]) for r in runtimes.read(old)] == [("r0", 120.0, ""),
+                                                                                      ("r1", 60.0, "repeats=1")]
+    assert runtimes.expected(**KEY, files=[old]) == (120.0, 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,-1,3")  # CUDA stops at an invalid id
+    assert runtimes.visible_gpus() == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert runtimes.visible_gpus() == 0
+
+
 def test_quick_profile_parameters_under_the_given_ones():
     paths = wmrun.resolve_notebooks(["04", "06"])
     jobs = runconfig.notebook_parameters(paths, {"repeats": 7}, ["mg2"], "quick")
     p04, p06 = (p for _, _, p in jobs)
     assert p04["compile_table"] == "reference,hygiene" and p04["repeats"] == 7  # the given value wins
+    # its time is recorded as a quick run given repeats=7: the profile's own parameters are not the run's
+    assert runtimes.given_params(paths[0], p04, "quick") == "repeats=7"
+    assert runtimes.given_params(paths[0], p04, "full").startswith("compile_table=reference,hygiene; ")
     assert p06["reduce_overhead"] is False and p06["e2e_repeats"] == 1
     assert runconfig.notebook_parameters(paths, {}, ["mg2"])[0][2] == {"workload": "mg2"}  # full: nothing added
     with pytest.raises(ParameterError, match="profile='fast'.*allowed values"):
@@ -99,11 +135,13 @@ def test_the_runner_records_a_finished_run_and_the_quick_profile_keeps_the_store
     assert run.ok, run.error
     (line,) = runtimes.read(runtimes.times_path(store))
     assert line["run_id"] == "run1" and line["profile"] == "full" and line["seconds"] > 0
+    assert line["params"] == ""  # where its rows go is no parameter of its work
     # quick, no results_path given: its rows and time go into the report folder
     (run,) = wmrun.run_notebooks([nb], out=tmp_path / "q", kernel_name="python3", progress=False, profile="quick")
     assert run.ok, run.error
     assert (tmp_path / "q" / "results-quick.csv").is_file()
     assert runtimes.read(tmp_path / "q" / runtimes.TIMES_FILE)[0]["profile"] == "quick"
+    assert runtimes.read(tmp_path / "q" / runtimes.TIMES_FILE)[0]["params"] == ""
     # and where the next quick run at a tiny preset looks (the preset's default store), not in the store's rows
     assert runtimes.read(tmp_path / "tiny" / runtimes.TIMES_FILE)[0]["profile"] == "quick"
     assert not (tmp_path / "tiny" / "results-tiny.csv").exists()

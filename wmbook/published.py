@@ -210,8 +210,9 @@ def publish(executed, name: str, folder=H200, store=None) -> Path:
 
 def record_time(executed, store=None) -> bool:
     """The time papermill recorded for an executed notebook, into the times file (wmbook.runtimes) beside `store`
-    (default: the results store) under its run's notebook, workload, preset, device and commit, from its rows; True
-    when recorded. A notebook without that record or without rows records nothing."""
+    (default: the results store) under its run's notebook, workload, preset, device and commit, from its rows, with
+    the parameters papermill was given; True when recorded. A notebook without that record or without rows records
+    nothing."""
     import nbformat  # noqa: PLC0415  heavy: nbformat
 
     from . import runtimes  # noqa: PLC0415
@@ -226,8 +227,9 @@ def record_time(executed, store=None) -> bool:
         if df is not None and len(df):
             r = df.iloc[0]
             ids = {k: str(r[k]) for k in ("notebook", "workload", "preset", "device_name", "git_commit", "run_id")}
+            given = (nb.get("metadata", {}).get("papermill") or {}).get("parameters") or {}
             runtimes.record(store or results.default_path(), seconds=seconds, profile="full",
-                            timestamp=str(r["timestamp"]), **ids)
+                            timestamp=str(r["timestamp"]), params=runtimes.params_key(dict(given)), **ids)
             return True
     return False
 

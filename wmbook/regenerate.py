@@ -173,10 +173,10 @@ def _earlier_minutes(out: Path, publish: Path | None) -> dict[str, float]:
     return {}
 
 
-def _recorded_minutes(jobs: list[Job], device: str) -> dict[str, float]:
-    """Minutes per run from the times recorded for the same notebook, workload, preset and device (wmbook.runtimes:
-    every finished run and published report leaves one): a first set on a device is dealt, and fitted into a time
-    limit, by what its runs took there before."""
+def _recorded_minutes(jobs: list[Job], device: str, gpus: int | None = None) -> dict[str, float]:
+    """Minutes per run from the times recorded for the same notebook, workload, preset, device and parameters
+    (wmbook.runtimes: every finished run and published report leaves one; a run on every GPU, by runs on `gpus`
+    GPUs): a first set on a device is dealt, and fitted into a time limit, by what its runs took there before."""
     from . import runtimes  # noqa: PLC0415
     from . import workloads as wls  # noqa: PLC0415  heavy: torch
 
@@ -187,7 +187,8 @@ def _recorded_minutes(jobs: list[Job], device: str) -> dict[str, float]:
             continue
         if preset == "auto":
             preset = wls.get(w).real_preset
-        got = runtimes.expected(j.notebook, w, preset, device) if preset else None
+        got = runtimes.expected(j.notebook, w, preset, device, params=runtimes.params_key(j.params),
+                                gpus=gpus if j.gpus == "all" else None) if preset else None
         if got is not None:
             out[j.name] = got[0] / 60
     return out
@@ -462,13 +463,13 @@ def main(argv=None) -> int:
                      f"device, so finish it on a host of {state.device} (or start it over here with --fresh)")
         if state.missing():  # this host's queues: each takes whichever run is ready (run_set); a complete set keeps
             state.queues = queues  # the count its runs were made on (its wall clock in gpu_time), wherever published
-        minutes = _recorded_minutes(state.jobs, state.device) | _earlier_minutes(out, a.publish)
+        minutes = _recorded_minutes(state.jobs, state.device, count) | _earlier_minutes(out, a.publish)
         print(f"resuming the set of {state.started}: {len(state.jobs) - len(state.missing())} of {len(state.jobs)} "
               "runs done")
     else:
         jobs = plan(a.notebooks.split(",") if a.notebooks else None,
                     [w.strip() for w in a.workloads.split(",")] if a.workloads else None, params)
-        minutes = _recorded_minutes(jobs, device) | _earlier_minutes(out, a.publish)
+        minutes = _recorded_minutes(jobs, device, count) | _earlier_minutes(out, a.publish)
         load = deal(jobs, queues, minutes)
         out.mkdir(parents=True, exist_ok=True)
         state = SetState(out, commit, device, queues, jobs)

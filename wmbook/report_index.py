@@ -178,14 +178,15 @@ def _recorded_times_html(times: list[dict], groups: dict) -> str:
 
 def _notebook_times_html(times: list[dict], device: str | None) -> str:
     """Without a regenerated set's gpu_time.json: how long each notebook, workload and preset takes on this folder's
-    device (the median of its latest full runs, wmbook.runtimes, published or not), their sum, and the runs of a
+    device (the median of its latest full runs at the notebook's defaults, wmbook.runtimes, published or not), their
+    sum, and the runs of a
     full set (wmbook.studies.set_keys) with no recorded time there; empty without a device or a time."""
     if not device:
         return ""
     e, dev = html.escape, device.lower()
     runs: dict[tuple, list[dict]] = {}
     for r in times:
-        if r.get("profile", "full") == "full" and dev in str(r.get("device_name", "")).lower():
+        if r.get("profile", "full") == "full" and dev in str(r.get("device_name", "")).lower() and runtimes.matches(r):
             runs.setdefault((r.get("notebook", ""), r.get("workload", ""), r.get("preset", "")), []).append(r)
     if not runs:
         return ""
@@ -201,7 +202,8 @@ def _notebook_times_html(times: list[dict], device: str | None) -> str:
 
     untimed = [f"{nb[:2]} {wl} / {preset}" for nb, wl, preset in set_keys() if (nb, wl, preset) not in runs]
     return ("<h2>How long each notebook takes on this device</h2><p>The median of the latest full runs of each "
-            f"notebook, workload and preset at the newest commit that ran it (at most {runtimes.LAST_RUNS}; "
+            f"notebook, workload and preset at its default parameters, at the newest commit that ran it (at most "
+            f"{runtimes.LAST_RUNS}; "
             "<code>data/results/notebook_times.csv</code>, the runs of unpublished sets included): "
             f"<b>{total / 60:.1f} minutes</b> for these {len(rows)} runs, one each, by wall clock (a notebook that "
             "holds every GPU of its host, 08, costs that many GPU-minutes per minute)"

@@ -574,7 +574,8 @@ def run_notebooks(
                 if progress:
                     traceback.print_exc()
             if run.ok:
-                runtimes.record_run((run.facts or {}).get("results", []), run.seconds, profile)
+                runtimes.record_run((run.facts or {}).get("results", []), run.seconds, profile,
+                                    runtimes.given_params(run.source_path, run.parameters or {}, profile))
             if progress:
                 line = (
                     f"{run.name}: ok ({run.seconds:.1f} s)"

@@ -5,6 +5,11 @@ runs recorded there and in the store's file.
 
     from wmbook import runtimes
     runtimes.expected("06_cuda_graphs", "wma", "wma", "NVIDIA H200")   # (seconds, runs) or None
+
+A line also holds the parameters the run was given that change its work (`params`: '' at the notebook's defaults) and
+how many GPUs it could see (`gpus`, empty where not known): an expectation counts only runs of the same parameters
+(by default the defaults', what `wmbook run` and the published set run), and for a notebook that uses every GPU of
+its host only runs on as many: notebook 08's batch-1 run on four GPUs is not what its full sweep takes on two.
 """
 
 from __future__ import annotations
@@ -13,13 +18,16 @@ import contextlib
 import csv
 import datetime as _dt
 import fcntl
+import json
 import os
 import statistics
 from pathlib import Path
 from typing import Iterator
 
 TIMES_FILE = "notebook_times.csv"
-FIELDS = ("timestamp", "notebook", "workload", "preset", "profile", "device_name", "git_commit", "run_id", "seconds")
+FIELDS = ("timestamp", "notebook", "workload", "preset", "profile", "device_name", "git_commit", "run_id", "seconds",
+          "params", "gpus")
+RUN_IDENTITY = ("workload", "preset", "results_path", "output_dir")  # which run it is and where it writes, not its work
 PROFILES = ("full", "quick")
 LAST_RUNS = 5  # the expectation is the median of at most this many runs: the latest ones at the newest commit
 PROFILE_ENV = "WMBOOK_PROFILE"  # set by `wmbook run --profile` for its kernels: the profile a notebook runs under
@@ -30,9 +38,47 @@ def times_path(results_path) -> Path:
     return Path(results_path).with_name(TIMES_FILE)
 
 
+def params_key(parameters: dict, defaults: dict | None = None) -> str:
+    """The parameters a run was given that change its work, as one string ('' for a run at the notebook's defaults):
+    sorted `name=value` pairs, leaving out RUN_IDENTITY and the names of `defaults` (a profile's own parameters)
+    given with their value there."""
+    defaults = defaults or {}
+    given = sorted((k, v) for k, v in parameters.items()
+                   if k not in RUN_IDENTITY and not (k in defaults and defaults[k] == v))
+    return "; ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in given)
+
+
+def given_params(notebook, parameters: dict, profile: str = "full") -> str:
+    """params_key of a notebook's run (its path) under a profile: a quick run's own short parameters left out."""
+    from . import studies  # noqa: PLC0415  heavy: torch
+
+    spec = studies.spec_for(Path(notebook).stem)
+    return params_key(parameters, spec.quick if profile == "quick" and spec is not None else {})
+
+
+def visible_gpus() -> int | None:
+    """How many GPUs a process started now would see (CUDA_VISIBLE_DEVICES, else NVML's count); None where not known
+    (no NVIDIA driver)."""
+    v = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if v is not None:
+        ids = [x.strip() for x in v.split(",") if x.strip()]
+        return len(ids[:ids.index("-1")] if "-1" in ids else ids)  # CUDA stops at the first invalid id
+    try:
+        import pynvml  # noqa: PLC0415  nvidia-ml-py: a GPU host's; the count without starting CUDA in this process
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001  no library or no driver: not known
+        return None
+
+
 def record(results_path, **row) -> Path:
     """Append one finished run's line (FIELDS; `timestamp` filled in when missing) to the times file beside
-    `results_path`, under a lock; a run id already there is not added again. Returns the file."""
+    `results_path`, under a lock; a run id already there is not added again. A file of fewer columns (an older
+    version's) is rewritten with these first, its lines kept. Returns the file."""
     if row.get("profile", "full") not in PROFILES:
         raise ValueError(f"profile={row.get('profile')!r} is not allowed; allowed values: {list(PROFILES)}")
     seconds = float(row["seconds"])
@@ -47,6 +93,8 @@ def record(results_path, **row) -> Path:
         if row.get("run_id") and any(r.get("run_id") == row["run_id"] for r in read(path)):
             return path
         new = not path.exists() or path.stat().st_size == 0
+        if not new and _header(path) != list(FIELDS):
+            _rewrite(path, read(path))
         with open(path, "a", newline="") as f:
             w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
             if new:
@@ -55,6 +103,22 @@ def record(results_path, **row) -> Path:
             f.flush()
             os.fsync(f.fileno())
     return path
+
+
+def _header(path: Path) -> list[str]:
+    with open(path, newline="") as f:
+        return next(csv.reader(f), [])
+
+
+def _rewrite(path: Path, lines: list[dict]) -> None:
+    """The file again with FIELDS' columns (atomically: an interrupt leaves the old file)."""
+    from .atomic import atomic_open  # noqa: PLC0415
+
+    with atomic_open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in lines:
+            w.writerow({k: f"{r[k]:.1f}" if k == "seconds" else (r.get(k) or "") for k in FIELDS})
 
 
 def read(path) -> list[dict]:
@@ -74,14 +138,22 @@ def read(path) -> list[dict]:
 
 
 def expected(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full",
-             files=()) -> tuple[float, int] | None:
+             files=(), params: str = "", gpus: int | None = None) -> tuple[float, int] | None:
     """(median seconds, runs) over the recorded runs of this notebook, workload, preset, device and profile in `files`
-    (times files; default: the store's and the tiny store's) that `latest` keeps, or None when none is recorded."""
-    got = _expectation(notebook, workload, preset, device_name, profile, files)
+    (times files; default: the store's and the tiny store's) that `latest` keeps, or None when none is recorded.
+    `params`: the runs' given parameters (params_key; '' the defaults); `gpus`: only runs that saw as many GPUs (or
+    an unknown count), for a notebook that uses all of them; None: any."""
+    got = _expectation(notebook, workload, preset, device_name, profile, files, params, gpus)
     return got[:2] if got else None
 
 
-def _expectation(notebook, workload, preset, device_name, profile, files) -> tuple[float, int, str] | None:
+def matches(r: dict, params: str = "", gpus: int | None = None) -> bool:
+    """Whether a recorded run counts for an expectation of these parameters and GPU count (expected)."""
+    return (r.get("params") or "") == params and (gpus is None or not r.get("gpus") or str(r["gpus"]) == str(gpus))
+
+
+def _expectation(notebook, workload, preset, device_name, profile, files, params="", gpus=None
+                 ) -> tuple[float, int, str] | None:
     """(median seconds, runs, their commit) of the matching runs `latest` keeps, or None."""
     from . import paths, results  # noqa: PLC0415  heavy: pandas (wmbook.results)
 
@@ -94,7 +166,7 @@ def _expectation(notebook, workload, preset, device_name, profile, files) -> tup
                 continue
             seen.add(key)
             if (r.get("notebook"), r.get("workload"), r.get("preset"), r.get("device_name"), r.get("profile")) == \
-                    (notebook, workload, preset, device_name, profile):
+                    (notebook, workload, preset, device_name, profile) and matches(r, params, gpus):
                 match.append(r)
     last = latest(match)
     return (statistics.median(r["seconds"] for r in last), len(last), last[-1].get("git_commit", "")) if last else None
@@ -112,9 +184,11 @@ def latest(runs: list[dict]) -> list[dict]:
     return [r for r in runs if r.get("git_commit", "") == newest][-LAST_RUNS:]
 
 
-def describe(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full", files=()) -> str:
-    """The expectation in words, for the parameters table."""
-    got = _expectation(notebook, workload, preset, device_name, profile, files)
+def describe(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full", files=(),
+             gpus: int | None = None) -> str:
+    """The expectation in words, for the parameters table: by the runs at the notebook's defaults (a run given other
+    parameters takes about that long or, with fewer repeats or rows, less)."""
+    got = _expectation(notebook, workload, preset, device_name, profile, files, "", gpus)
     if got is None:
         return f"not known yet: no {profile} run of this notebook at {preset} recorded on {device_name}"
     s, n, commit = got
@@ -132,11 +206,12 @@ def papermill_seconds(nb) -> float | None:
         return None
 
 
-def record_run(runs: list[dict], seconds: float, profile: str = "full") -> bool:
+def record_run(runs: list[dict], seconds: float, profile: str = "full", params: str = "") -> bool:
     """A finished notebook run's time (`runs`: the {run_id, results_path} records its results cells left,
     wmbook.render.notebook_runs), in the times file beside the results file its rows went to; a quick run's also
     beside the store its preset's rows go to by default, where the next quick run looks. True when recorded; never
-    raises (the expectation is a convenience: the run's own outcome stands)."""
+    raises (the expectation is a convenience: the run's own outcome stands). `params`: given_params; the GPUs it
+    saw: this process's (visible_gpus: the runner's environment is its kernels')."""
     from .render import run_rows  # noqa: PLC0415  heavy: nbconvert
 
     for rec in runs:
@@ -153,7 +228,8 @@ def record_run(runs: list[dict], seconds: float, profile: str = "full") -> bool:
                 with contextlib.suppress(Exception):  # a preset not in the registry: its own file only
                     dests.append(results.default_results_path(presets.get_preset(row["preset"]).tiny))
             for d in dict.fromkeys(x for x in dests if x):
-                record(d, **row, profile=profile, seconds=seconds)
+                gpus = visible_gpus()
+                record(d, **row, profile=profile, seconds=seconds, params=params, gpus="" if gpus is None else gpus)
             return True
         except Exception:  # noqa: BLE001
             continue
