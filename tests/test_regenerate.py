@@ -354,9 +354,15 @@ def test_parts_of_a_set_made_on_two_machines_are_merged_and_published_as_one(tmp
     for gone in (a, b):  # the parts' folders stay on the machines that made them: rows are read from the set's own
         shutil.copytree(gone, tmp_path / f"kept-{gone.name}")
         shutil.rmtree(gone)
+    from wmbook import headlines
+    from wmbook.rows import Findings
+
+    monkeypatch.setattr(headlines, "findings", lambda df: Findings("the headline", "the goal", "what next")
+                        if df is not None and len(df) else None)
     written = rg.publish_set(state, tmp_path / "pub", store=tmp_path / "s.csv", notes=None, echo=lambda *a: None)
     assert (tmp_path / "pub" / rg.GPU_TIME_FILE) in written
     assert (tmp_path / "pub" / "99_fast-tiny.html") in written  # the reports too, named by their rows' preset
+    assert "the headline" in (tmp_path / "pub" / "99_fast-tiny.html").read_text()  # findings from the set's store
     from wmbook import published_set
     from wmbook.paths import REPO_ROOT
 

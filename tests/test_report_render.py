@@ -332,6 +332,38 @@ def test_folder_index_follows_the_device_and_dtype(tmp_path):
     assert "How long each notebook" not in index  # no device: times of every device would mix
 
 
+def test_a_folder_that_holds_a_set_shows_the_sets_rows_and_names_the_reports_outside_it(tmp_path):
+    """A published set (its gpu_time.json) is what the folder's summary, cards and tables show, though a later run of
+    another commit is stored; a report of a run outside the set stays, its link saying so."""
+    import json
+
+    from wmbook import published, published_set
+
+    folder = tmp_path / "h200"
+    folder.mkdir()
+    rows = []
+    for dev, dtype, run, commit, x, t in (("GPU A", "bf16", "0000000000a1", "set0000", 10.0, "2026-01-02"),
+                                          ("GPU A", "fp32", "0000000000a2", "old0000", 30.0, "2026-01-03"),
+                                          ("GPU B", "fp32", "0000000000a3", "old0000", 50.0, "2026-01-03")):
+        (folder / f"01_baseline_profiling-wma-{dtype}.html").write_text(
+            f"<html><body><p>12 rows of run {run} in results.csv</p></body></html>") if dev == "GPU A" else None
+        rows.append(results.make_row(notebook="01_baseline_profiling", workload="wma", preset="wma", variant="eager",
+                                     metric="iteration_s", value=x, unit="s", params={"dtype": dtype})
+                    | {"device_kind": "cuda", "device_name": dev, "run_id": run, "git_commit": commit, "timestamp": t})
+    results.append(rows, tmp_path / "r.csv")
+    index = report_index.write_folder_index(folder, results_path=tmp_path / "r.csv", device="gpu a").read_text()
+    assert "Eager fp32" in index and "not part of the set" not in index  # no set: the latest run
+    (folder / published_set.GPU_TIME_FILE).write_text(json.dumps({"commit": "set0000", "notebook_seconds": {},
+                                                                  "total_seconds": 60.0}))
+    index = report_index.write_folder_index(folder, results_path=tmp_path / "r.csv", device="gpu a").read_text()
+    assert "Eager bf16" in index and "10 s / iteration" in index
+    assert "01_baseline_profiling-wma-fp32.html (commit old0000, not part of the set)" in index
+    df = results.read(tmp_path / "r.csv")
+    assert set(results.of_set(df, folder, "GPU A")["run_id"]) == {"0000000000a1", "0000000000a3"}
+    assert len(results.of_set(df, tmp_path, "GPU A")) == 3  # a folder without a set: every row
+    assert "| 30" not in published.markdown(tmp_path / "r.csv", "GPU A", folder)
+
+
 def test_a_labelled_report_of_another_run_adds_its_headline_to_the_card(tmp_path):
     """A group's labelled report of a run of its own (another dtype, GPU count or stack) puts its first finding on
     the group's card, named by its label and file; a labelled report of the card's own run adds nothing."""

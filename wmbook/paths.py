@@ -16,6 +16,7 @@ REPORTS_DIR = REPO_ROOT / "reports"  # git-ignored: local runs
 RESULTS_PATH = DATA_DIR / "results" / "results.csv"  # committed: real-shape rows
 TINY_RESULTS_PATH = REPORTS_DIR / "results" / "results-tiny.csv"  # git-ignored: tiny-preset (CI, laptop) rows
 CEILINGS_DIR = DATA_DIR / "ceilings"  # committed: ceilings measured on GPUs
+GPU_TIME_FILE = "gpu_time.json"  # a published folder's set: its commit, device and GPU time (wmbook.regenerate)
 
 
 def artifacts_dir(notebook: str, preset: str, device_type: str) -> Path:

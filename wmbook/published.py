@@ -57,12 +57,12 @@ def commits_note(rows) -> str:
             f"{last['git_commit']} ({str(last['timestamp'])[:10]}).")
 
 
-def markdown(path=None, device: str | None = None) -> str:
+def markdown(path=None, device: str | None = None, folder=None) -> str:
     """Every notebook's published tables as markdown (each study's report module writes its own); with `device`,
     only rows of devices whose name contains it, so that no table takes one configuration's latest row from another
-    machine's run."""
+    machine's run; where `folder` holds a published set, only its commit's rows (results.of_set)."""
     df = results.without_cut(results.read(path or results.default_path()))
-    df = results.of_device(df, device)
+    df = results.of_set(results.of_device(df, device), folder, device)
     return "".join(part for nb in REPORTS for part in report_for(nb).published(df))
 
 
@@ -71,6 +71,8 @@ def glance(path=None, devices=(README_DEVICE, "H100")) -> str:
     best single-GPU stack, speedup, quality and its report (wmbook.summary)."""
     df = results.without_cut(results.read(path or results.default_path()))
     folders = {dev: folder for folder, dev in FOLDER_PAGES.items()}
+    for dev, folder in folders.items():  # a folder that holds a set shows its commit's rows (of_set)
+        df = results.of_set(df, folder, dev)
 
     def link_for(dev, key):
         folder = folders.get(dev)
@@ -135,7 +137,7 @@ def planned_pages(readme=None, path=None) -> list[tuple[Path, str, str, str]]:
     plan = [(Path(readme or REPO_ROOT / "README.md"), GLANCE_BEGIN, GLANCE_END, glance(path))]
     for folder, device in FOLDER_PAGES.items():
         if folder.is_dir():
-            plan.append((folder / "README.md", BEGIN, END, markdown(path, device)))
+            plan.append((folder / "README.md", BEGIN, END, markdown(path, device, folder)))
     return plan
 
 
@@ -203,7 +205,7 @@ def publish(executed, name: str, folder=H200, store=None) -> Path:
                          "'.')")
     if not folder.is_dir():
         raise ValueError(f"folder={str(folder)!r} is not allowed: not a folder; allowed values: an existing folder")
-    out = render_html(executed, folder / f"{name}.html", published=True)
+    out = render_html(executed, folder / f"{name}.html", published=True, store=store)
     record_time(executed, store)
     return out
 

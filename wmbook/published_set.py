@@ -15,10 +15,9 @@ from pathlib import Path
 
 from .atomic import atomic_write_text
 from .errors import InputError
-from .paths import REPO_ROOT
+from .paths import GPU_TIME_FILE, REPO_ROOT
 
 SET_FILE = "set.json"
-GPU_TIME_FILE = "gpu_time.json"
 CANNOT = "cannot run on this host"
 GOAL_MINUTES = 60.0  # the whole set's GPU time on the reference device
 NOTES = REPO_ROOT / "data" / "reports" / "NOTES.md"

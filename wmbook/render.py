@@ -195,13 +195,13 @@ def run_rows(rec: dict, store=None):
     return None
 
 
-def report_findings(executed_nb) -> tuple[list[str], list[tuple[str, str]]] | None:
-    """The findings bullets and links of an executed notebook, from the results rows its results cell names (None
-    when it names none or they are gone)."""
+def report_findings(executed_nb, store=None) -> tuple[list[str], list[tuple[str, str]]] | None:
+    """The findings bullets and links of an executed notebook, from the results rows its results cell names (run_rows:
+    `store` where the run's own file is not here; None when it names none or they are gone)."""
     from . import headlines  # noqa: PLC0415  heavy: torch, pandas (wmbook run starts without)
 
     for rec in notebook_runs(executed_nb):
-        df = run_rows(rec)
+        df = run_rows(rec, store)
         f = headlines.findings(df) if df is not None and len(df) else None
         if f is not None:
             return f.bullets(), f.next_links
@@ -234,10 +234,11 @@ def finish_page(body: str, folder: Path, own: str, bullets: list[str] | None, li
 
 
 def render_html(executed: str | os.PathLike, html_path: str | os.PathLike,
-                artifacts: str | os.PathLike | None = None, published: bool = False) -> Path:
+                artifacts: str | os.PathLike | None = None, published: bool = False, store=None) -> Path:
     """Render an executed notebook to standalone HTML that opens with its findings (see the module docstring),
     atomically. `artifacts`: where files outside the report folder are copied (default
-    ``<report folder>/artifacts/<notebook>``). A link the page still cannot resolve fails the render (ValueError)."""
+    ``<report folder>/artifacts/<notebook>``); `store`: where the findings' rows are when the run's own results file
+    is not on this machine (run_rows). A link the page still cannot resolve fails the render (ValueError)."""
     import nbformat  # noqa: PLC0415  heavy: nbformat
     from nbconvert import HTMLExporter  # noqa: PLC0415  heavy: nbconvert
 
@@ -249,7 +250,7 @@ def render_html(executed: str | os.PathLike, html_path: str | os.PathLike,
     ready, _ = prepare_for_html(nb, html_path.parent, art, own=html_path.stem, published=published)
     exporter = HTMLExporter(embed_images=True, template_name="wmbook_report", extra_template_basedirs=[str(TEMPLATE)])
     body, _ = exporter.from_notebook_node(ready, resources={"metadata": {"name": executed.stem}})
-    found = report_findings(nb)
+    found = report_findings(nb, store)
     body = finish_page(body, html_path.parent, html_path.stem, found[0] if found else None,
                        found[1] if found else (), published)
     broken = html_clean.broken_links(html_clean.soup_of(body), html_path.parent)

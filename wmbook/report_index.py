@@ -228,7 +228,9 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
                          f"reports (*.html)")
     df = results.of_device(results.read(results_path or results.default_path()), device)
     df = df[df["device_kind"] == "cuda"] if "device_kind" in df else df
-    runs = headlines.published_runs(df)
+    commit = results.set_commit(folder)  # a folder that holds a set: its summary and cards by the set's rows (of_set)
+    of_the_set = results.of_set(df, folder, device)
+    runs = headlines.published_runs(of_the_set)
     nb_dir = Path(notebooks) if notebooks is not None else REPO_ROOT / "notebooks"
     questions = {}
     for p in sorted(nb_dir.glob("[0-9][0-9]_*.ipynb")):
@@ -265,6 +267,9 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
         links = []
         for label, f in files:
             flaws = render_flaws(f)  # a report that cannot show what today's rendering does: said at its link
+            own = report_run(f, df) if commit else None
+            if own is not None and not (own["git_commit"].astype(str) == commit).all():
+                flaws.append(f"commit {str(own['git_commit'].iloc[0])[:7]}, not part of the set")
             links.append((f"{label or 'report'}: {f.name}" + (f" ({', '.join(flaws)})" if flaws else ""), f.name))
         cards.append(finding_html(f"{wl or '?'} / {preset or '?'}", None, head,
                                   None if found else "No stored rows of this report's run on this device.", links,
@@ -281,7 +286,7 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
               "give each report's findings."
             + (' Every table of the stored rows: <a href="README.md">README.md</a>.' if (folder / "README.md").exists()
                else "") + "</p>"
-            + _summary_html(df, groups, device)
+            + _summary_html(of_the_set, groups, device)
             + (_gpu_time_html(folder) or _recorded_times_html(times, groups) + _notebook_times_html(times, device))
             + "\n".join(cards)
             + (f"<h2>Other files</h2><ul>{other_html}</ul>" if other_html else ""))

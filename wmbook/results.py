@@ -30,7 +30,7 @@ import torch
 
 from .atomic import atomic_open
 from .errors import InputError
-from .paths import RESULTS_PATH, check_output_file, git_commit
+from .paths import GPU_TIME_FILE, RESULTS_PATH, check_output_file, git_commit
 
 DEFAULT_PATH = RESULTS_PATH
 
@@ -429,6 +429,27 @@ def of_device(df: pd.DataFrame, device: str | None) -> pd.DataFrame:
     if not device:
         return df
     return df[df["device_name"].astype(str).str.contains(device, case=False, regex=False)]
+
+
+def set_commit(folder) -> str | None:
+    """The commit of the set a published folder holds (its GPU_TIME_FILE, written by publish_set), else None."""
+    if folder is None or not (Path(folder) / GPU_TIME_FILE).is_file():
+        return None
+    try:
+        return str(json.loads((Path(folder) / GPU_TIME_FILE).read_text())["commit"]) or None
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+
+
+def of_set(df, folder, device: str | None):
+    """The stored rows a published folder's tables, summary and cards show: where the folder holds a set, of the rows
+    of its device (names containing `device`) only the set's commit's, so that no table takes a row from a run
+    outside the set; the other devices' rows, and everything when the folder holds no set, as they are."""
+    commit = set_commit(folder)
+    if not commit or not len(df) or "git_commit" not in df:
+        return df
+    mine = df["device_name"].astype(str).str.contains(device, case=False, regex=False) if device else True
+    return df[~mine | (df["git_commit"].astype(str) == commit)]
 
 
 def without_cut(df: pd.DataFrame) -> pd.DataFrame:
