@@ -361,7 +361,8 @@ def test_a_folder_that_holds_a_set_shows_the_sets_rows_and_names_the_reports_out
     df = results.read(tmp_path / "r.csv")
     assert set(results.of_set(df, folder, "GPU A")["run_id"]) == {"0000000000a1", "0000000000a3"}
     assert len(results.of_set(df, tmp_path, "GPU A")) == 3  # a folder without a set: every row
-    assert "| 30" not in published.markdown(tmp_path / "r.csv", "GPU A", folder)
+    assert "commit old0000" in published.markdown(tmp_path / "r.csv", "GPU A")  # the tables page: without a set
+    assert "commit old0000" not in published.markdown(tmp_path / "r.csv", "GPU A", folder)  # and with one
 
 
 def test_a_labelled_report_of_another_run_adds_its_headline_to_the_card(tmp_path):

@@ -179,8 +179,8 @@ def _recorded_times_html(times: list[dict], groups: dict) -> str:
 def _notebook_times_html(times: list[dict], device: str | None) -> str:
     """Without a regenerated set's gpu_time.json: how long each notebook, workload and preset takes on this folder's
     device (the median of its latest full runs at the notebook's defaults, wmbook.runtimes, published or not), their
-    sum, and the runs of a
-    full set (wmbook.studies.set_keys) with no recorded time there; empty without a device or a time."""
+    sum, and the runs of a full set (wmbook.studies.set_keys) with no recorded time there; empty without a device or
+    a time."""
     if not device:
         return ""
     e, dev = html.escape, device.lower()
@@ -251,7 +251,8 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
                          + (f'<p class="question">{markdown(q)}</p>' if q else ""))
         run = runs.get(key)
         main = main_report(files, run_dtype(run))
-        shown = report_run(main, df, run)
+        own = {f: report_run(f, df) for _, f in files}  # the run each report's caption names
+        shown = own[main] if own[main] is not None else run
         found = headlines.findings(shown) if shown is not None else None
         head = dict(list((headlines.headline(shown) if shown is not None else {}).items())[:5])
         if shown is not None:
@@ -259,7 +260,7 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
                      "commit": ", ".join(sorted({str(c)[:7] for c in shown["git_commit"] if str(c)})) or "?"}
         bullets = list(found.bullets()) if found else []
         for label, f in files:  # a labelled report of a run of its own (another GPU count, dtype, stack): its headline
-            other = report_run(f, df) if f != main else None
+            other = own[f] if f != main else None
             if (label and other is not None and shown is not None
                     and set(other["run_id"]) != set(shown["run_id"])):
                 first = headlines.findings(other).bullets()[:1]
@@ -267,9 +268,8 @@ def write_folder_index(folder: str | os.PathLike, results_path: str | os.PathLik
         links = []
         for label, f in files:
             flaws = render_flaws(f)  # a report that cannot show what today's rendering does: said at its link
-            own = report_run(f, df) if commit else None
-            if own is not None and not (own["git_commit"].astype(str) == commit).all():
-                flaws.append(f"commit {str(own['git_commit'].iloc[0])[:7]}, not part of the set")
+            if commit and own[f] is not None and not (own[f]["git_commit"].astype(str) == commit).all():
+                flaws.append(f"commit {str(own[f]['git_commit'].iloc[0])[:7]}, not part of the set")
             links.append((f"{label or 'report'}: {f.name}" + (f" ({', '.join(flaws)})" if flaws else ""), f.name))
         cards.append(finding_html(f"{wl or '?'} / {preset or '?'}", None, head,
                                   None if found else "No stored rows of this report's run on this device.", links,

@@ -90,11 +90,12 @@ def record(results_path, **row) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if row.get("run_id") and any(r.get("run_id") == row["run_id"] for r in read(path)):
+        lines = read(path)
+        if row.get("run_id") and any(r.get("run_id") == row["run_id"] for r in lines):
             return path
         new = not path.exists() or path.stat().st_size == 0
         if not new and _header(path) != list(FIELDS):
-            _rewrite(path, read(path))
+            _rewrite(path, lines)
         with open(path, "a", newline="") as f:
             w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
             if new:
@@ -184,11 +185,10 @@ def latest(runs: list[dict]) -> list[dict]:
     return [r for r in runs if r.get("git_commit", "") == newest][-LAST_RUNS:]
 
 
-def describe(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full", files=(),
-             gpus: int | None = None) -> str:
+def describe(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full", files=()) -> str:
     """The expectation in words, for the parameters table: by the runs at the notebook's defaults (a run given other
     parameters takes about that long or, with fewer repeats or rows, less)."""
-    got = _expectation(notebook, workload, preset, device_name, profile, files, "", gpus)
+    got = _expectation(notebook, workload, preset, device_name, profile, files)
     if got is None:
         return f"not known yet: no {profile} run of this notebook at {preset} recorded on {device_name}"
     s, n, commit = got
@@ -214,6 +214,7 @@ def record_run(runs: list[dict], seconds: float, profile: str = "full", params: 
     saw: this process's (visible_gpus: the runner's environment is its kernels')."""
     from .render import run_rows  # noqa: PLC0415  heavy: nbconvert
 
+    gpus = visible_gpus()
     for rec in runs:
         try:
             df = run_rows(rec)
@@ -228,7 +229,6 @@ def record_run(runs: list[dict], seconds: float, profile: str = "full", params: 
                 with contextlib.suppress(Exception):  # a preset not in the registry: its own file only
                     dests.append(results.default_results_path(presets.get_preset(row["preset"]).tiny))
             for d in dict.fromkeys(x for x in dests if x):
-                gpus = visible_gpus()
                 record(d, **row, profile=profile, seconds=seconds, params=params, gpus="" if gpus is None else gpus)
             return True
         except Exception:  # noqa: BLE001
