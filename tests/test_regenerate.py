@@ -180,6 +180,7 @@ def test_a_time_limit_starts_only_runs_that_fit_and_cuts_one_still_going(tmp_pat
 
     nb = _notebook(tmp_path)
     monkeypatch.setattr(rg, "STOP_GRACE_S", 20.0)
+    monkeypatch.setattr(rg, "START_MARGIN", (1.0, 0.0))  # the seconds-long limit: runs start when they just fit
     jobs = [rg.Job("slow", "99_fast", str(nb), {"sleep": 600}), rg.Job("long", "99_fast", str(nb), {}),
             rg.Job("short", "99_fast", str(nb), {})]
     rg.deal(jobs, 1, {})
@@ -214,6 +215,21 @@ def test_a_run_cut_before_is_expected_to_take_at_least_as_long_as_it_ran(tmp_pat
     assert any("cut: not started (expected 25 min; cut after 25 min before, 20 min left" in ln for ln in lines), lines
     assert [j.status for j in state.jobs] == ["failed", "ok"]
     assert rg.SetState.load(tmp_path / "set").jobs[0].cut_after_s == 25 * 60
+
+
+def test_a_run_that_would_just_fit_is_not_started_without_its_margin(tmp_path):
+    """Expected 5 minutes with 5.2 left: its report and a cold cache would take it past the limit, so it waits."""
+    import time
+
+    nb = _notebook(tmp_path)
+    jobs = [rg.Job("tight", "99_fast", str(nb), {}), rg.Job("short", "99_fast", str(nb), {})]
+    state = rg.SetState(tmp_path / "set", "abc1234", "CPU", 1, jobs)
+    lines = []
+    rg.run_set(state, 0, 3600, echo=lines.append, deadline=time.monotonic() + 5.2 * 60,
+               minutes={"tight": 5.0, "short": 0.1})
+    assert any("tight: not started (expected 5 min, 5 min left before the time limit; a run starts with 10% and 30 s"
+               in ln for ln in lines), lines
+    assert [j.status for j in state.jobs] == ["pending", "ok"]
 
 
 def test_a_first_set_is_dealt_by_the_times_its_runs_took_on_the_device_before():

@@ -17,6 +17,8 @@
 # weights stay on the machine (the compile cache passes to the next slice started there). Environment: GPU_SET_ROOT
 # (default /root), WHEELS (a folder of wheels installed with --no-deps first; default .whl when present), PYTHON
 # (here, for unpack: the interpreter with wmbook's requirements; default python3).
+# Keep each slice's last pack (its set-part-* files) until the set is published: the set folder is rebuilt from them,
+# on this machine or another, by unpacking them into an empty SET in the order they were made.
 #   e.g. bash tools/gpu_set.sh start $(git rev-parse HEAD) sets/h200 25 && bash tools/gpu_set.sh wait 540
 #        ... bash tools/gpu_set.sh wait 500; bash tools/gpu_set.sh pack $OUT
 #        here: bash tools/gpu_set.sh unpack FILES_AT sets/h200, and when the set is complete:

@@ -66,11 +66,15 @@ from .published_set import (
 )
 
 # the set's record and publishing live in wmbook.published_set; these names are this command's too
-__all__ = ["CANNOT", "DEFAULT_MINUTES", "GOAL_MINUTES", "GPU_TIME_FILE", "NOTES", "SET_FILE", "STOP_GRACE_S", "Job",
-           "SetState", "deal", "expected_minutes", "gpu_time", "main", "merge_set", "plan", "publish_set",
-           "recheck_cannot", "run_set"]
+__all__ = ["CANNOT", "DEFAULT_MINUTES", "GOAL_MINUTES", "GPU_TIME_FILE", "NOTES", "SET_FILE", "START_MARGIN",
+           "STOP_GRACE_S", "Job", "SetState", "deal", "expected_minutes", "gpu_time", "main", "merge_set", "plan",
+           "publish_set", "recheck_cannot", "run_set"]
 
 DEFAULT_MINUTES = 10.0  # a run with no earlier time: dealt as if it took this long
+# a run starts before a time limit only with this to spare (factor, seconds): its expectation is the notebook's own time
+# from the times file, while the set's clock also holds the kernel's start and the report (about half a minute), and a
+# run's time varies by several percent (a cold compile cache more); a run started without it is often cut near its end
+START_MARGIN = (1.1, 30.0)
 STOP_GRACE_S = 60.0  # a run stopped at its time limit gets this long to end its kernels before it is killed
 
 
@@ -292,10 +296,11 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
         if deadline is None:
             return timeout_s
         left, need = deadline - time.monotonic(), expected_minutes(j, minutes) * 60
-        if need > left:
+        if need * START_MARGIN[0] + START_MARGIN[1] > left:
             was = f"; cut after {j.cut_after_s / 60:.0f} min before" if j.cut_after_s else ""
             echo(f"[{tag}] {j.name}: not started (expected {need / 60:.0f} min{was}, {max(0.0, left) / 60:.0f} min "
-                 "left before the time limit)")
+                 f"left before the time limit; a run starts with {START_MARGIN[0] - 1:.0%} and "
+                 f"{START_MARGIN[1]:.0f} s to spare)")
             return None
         return min(timeout_s, left)
 
