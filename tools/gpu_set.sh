@@ -5,7 +5,7 @@
 #
 #   bash tools/gpu_set.sh start SHA SET MINUTES [regenerate args]   # there: start the slice detached, return
 #   bash tools/gpu_set.sh wait SECONDS                              # there: progress until it ends or SECONDS pass
-#   bash tools/gpu_set.sh pack OUT                                  # there: the slice -> OUT/set-part-* (15 MiB parts)
+#   bash tools/gpu_set.sh pack OUT                                  # there: the slice -> OUT/set-part-* (7 MiB parts)
 #   bash tools/gpu_set.sh unpack DIR SET                            # here: join the parts under DIR into SET
 #
 # SET is the set folder here, inside the repository (sets/ is ignored by git, e.g. sets/h200); carry SET/set.json to
@@ -17,8 +17,9 @@
 # weights stay on the machine (the compile cache passes to the next slice started there). Environment: GPU_SET_ROOT
 # (default /root), WHEELS (a folder of wheels installed with --no-deps first; default .whl when present), PYTHON
 # (here, for unpack: the interpreter with wmbook's requirements; default python3).
-# Keep each slice's last pack (its set-part-* files) until the set is published: the set folder is rebuilt from them,
-# on this machine or another, by unpacking them into an empty SET in the order they were made.
+# Keep each slice's last pack (its set-part-* files, small enough to commit to git) until the set is published: the set
+# folder is rebuilt from them, on this machine or another, by unpacking them into an empty SET in the order they were
+# made.
 #   e.g. bash tools/gpu_set.sh start $(git rev-parse HEAD) sets/h200 25 && bash tools/gpu_set.sh wait 540
 #        ... bash tools/gpu_set.sh wait 500; bash tools/gpu_set.sh pack $OUT
 #        here: bash tools/gpu_set.sh unpack FILES_AT sets/h200, and when the set is complete:
@@ -76,7 +77,7 @@ case "$cmd" in
     [ -d "$run/set" ] || { echo "gpu_set.sh: no slice under $root" >&2; exit 2; }
     cp "$run/log" "$run/set/slice-$(date -u +%Y%m%dT%H%M%S).log" 2>/dev/null
     mkdir -p "$out"
-    tar -C "$run/set" --exclude=./cache --exclude='*.json.gz' --exclude='*.pt' -czf - . | split -b 15m - "$out/set-part-"
+    tar -C "$run/set" --exclude=./cache --exclude='*.json.gz' --exclude='*.pt' -czf - . | split -b 7m - "$out/set-part-"
     ls -la "$out"
     ;;
   unpack)
