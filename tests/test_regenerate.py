@@ -403,3 +403,45 @@ def test_parts_of_a_set_made_on_two_machines_are_merged_and_published_as_one(tmp
     assert rg.main(["--out", str(merged), "--merge", str(b)]) == 2
     assert "['three'] are not in this set's plan" in capsys.readouterr().err
     assert (merged / rg.SET_FILE).read_text() == before
+
+
+LINGER = """
+import datetime as dt, json, pathlib, sys, time
+folder = pathlib.Path(sys.argv[1]); folder.mkdir(parents=True, exist_ok=True)
+now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+meta = {"started": now} | ({"finished": now} if sys.argv[2] == "done" else {})
+status = "ok" if sys.argv[2] == "done" else sys.argv[2]
+(folder / "summary.json").write_text(json.dumps({"meta": meta, "notebooks": [{"name": "n", "status": status}]}))
+time.sleep(600)  # its exit held up past the limit (a slow teardown)
+"""
+
+
+@pytest.mark.parametrize("summary, status", [("done", "ok"), ("pending", "failed"), ("stale", "failed")])
+def test_a_run_stopped_at_the_limit_after_its_report_was_complete_counts(tmp_path, monkeypatch, summary, status):
+    """A run that rendered its last report before the limit and was stopped in its exit made everything the set
+    needs: it counts (a run of notebook 01 was cut two seconds after its summary said finished). A run whose
+    summary is unfinished, or complete but older than the run (an earlier attempt's), was cut."""
+    import sys
+    import time
+
+    monkeypatch.setattr(rg, "STOP_GRACE_S", 10.0)
+    folder = tmp_path / "set" / "runs" / "r"
+    if summary == "stale":
+        folder.mkdir(parents=True)
+        old = "2020-01-01T00:00:00+00:00"
+        (folder / "summary.json").write_text(json.dumps(
+            {"meta": {"started": old, "finished": old}, "notebooks": [{"name": "n", "status": "ok"}]}))
+    arg = "pending" if summary == "stale" else summary
+
+    def command(job, f, store):
+        return [sys.executable, "-c", LINGER, str(f), arg] if summary != "stale" else [
+            sys.executable, "-c", "import time; time.sleep(600)"]
+
+    monkeypatch.setattr(rg, "_command", command)
+    job = rg.Job("r", "01_baseline_profiling", "x.ipynb", {})
+    t0 = time.monotonic()
+    rg._run_job(job, tmp_path / "set", None, None, "abc1234", 3.0, stopped_by="cut at the set's time limit")
+    assert time.monotonic() - t0 < 3 + 10 + 5
+    assert job.status == status, job.error
+    assert (job.error == "") == (status == "ok")
+    assert (job.cut_after_s > 0) == (status == "failed")

@@ -216,10 +216,7 @@ def _run_job(job: Job, out: Path, gpu: int | None, cpus: set[int] | None, commit
         f.parent.mkdir(parents=True, exist_ok=True)
     if store.exists():  # a cut run's rows never join the set: kept beside it, not published
         store.rename(store.with_name(f"{job.name}.cut-{int(time.time())}.csv"))
-    cmd = [sys.executable, "-m", "wmbook", "run", job.source, "--out", str(out / "runs" / job.name), "-q",
-           "-p", "results_path", str(store)]
-    for k, v in job.params.items():
-        cmd += ["-p", k, json.dumps(v) if not isinstance(v, str) else v]
+    cmd = _command(job, out / "runs" / job.name, store)
     env = os.environ | NO_MULTICAST_ENV | {"WMBOOK_GIT_COMMIT": commit, "PYTHONUNBUFFERED": "1"}
     # one compile cache for the whole set: a model that several runs compile (notebook 04's stack in 05 and 06, say)
     # is compiled once; compile-time tables measure with empty caches of their own. Always the set's own (inductor
@@ -234,7 +231,7 @@ def _run_job(job: Job, out: Path, gpu: int | None, cpus: set[int] | None, commit
         if cpus:
             os.sched_setaffinity(0, cpus)
 
-    t0 = time.monotonic()
+    t0, since = time.monotonic(), _dt.datetime.now(_dt.timezone.utc)
     with log.open("w") as f:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
                                 preexec_fn=pin if cpus and hasattr(os, "sched_setaffinity") else None)
@@ -258,7 +255,8 @@ def _run_job(job: Job, out: Path, gpu: int | None, cpus: set[int] | None, commit
                 proc.wait()
             raise
     job.seconds = time.monotonic() - t0
-    if rc == 0:
+    # a run whose report was complete before the stop ended its work in time; only its interpreter's exit was cut
+    if rc == 0 or (rc is None and _report_complete(out / "runs" / job.name, since)):
         job.status, job.error = "ok", ""
         return
     job.status = "failed"
@@ -268,6 +266,29 @@ def _run_job(job: Job, out: Path, gpu: int | None, cpus: set[int] | None, commit
     stopped = f"{stopped_by} after {job.seconds / 60:.1f} min" if stopped_by else f"timed out after {timeout_s:.0f} s"
     job.error = (stopped if rc is None else f"exit {rc}") + (
         f": {tail[-1][:300]}" if tail else "")
+
+
+def _command(job: Job, folder: Path, store: Path) -> list[str]:
+    """The `wmbook run` command of a job: its report folder, its rows file, its parameters."""
+    cmd = [sys.executable, "-m", "wmbook", "run", job.source, "--out", str(folder), "-q",
+           "-p", "results_path", str(store)]
+    for k, v in job.params.items():
+        cmd += ["-p", k, json.dumps(v) if not isinstance(v, str) else v]
+    return cmd
+
+
+def _report_complete(folder: Path, since: _dt.datetime) -> bool:
+    """Whether a run started at `since` or later finished with every notebook ok, by its report folder's summary
+    (`wmbook run` writes `finished` there once every report is rendered, the last thing it does before it exits; a
+    summary older than `since` is an earlier attempt's)."""
+    try:
+        d = json.loads((folder / "summary.json").read_text())
+        meta, nbs = d["meta"], d["notebooks"]
+        started = _dt.datetime.fromisoformat(meta["started"])
+        return (started >= since.replace(microsecond=0) and bool(meta.get("finished")) and bool(nbs)
+                and all(n.get("status") == "ok" for n in nbs))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: float | None = None,
