@@ -445,3 +445,23 @@ def test_a_run_stopped_at_the_limit_after_its_report_was_complete_counts(tmp_pat
     assert job.status == status, job.error
     assert (job.error == "") == (status == "ok")
     assert (job.cut_after_s > 0) == (status == "failed")
+
+
+def test_a_set_started_on_two_gpus_makes_its_all_gpu_runs_on_no_fewer(tmp_path):
+    """A set started on a host of two GPUs and resumed on one runs its single-GPU runs there, but not notebook 08's
+    (every GPU of the host: on one it would study one GPU); they stay pending for a host of two or more, and the
+    number is kept in set.json."""
+    nb = _notebook(tmp_path)
+    jobs = [rg.Job("one", "99_fast", str(nb), {}), rg.Job("every", "99_fast", str(nb), {}, gpus="all")]
+    state = rg.SetState(tmp_path / "set", "abc1234", "CPU", 1, jobs, host_gpus=2)
+    state.save()
+    assert rg.SetState.load(tmp_path / "set").host_gpus == 2
+    lines = []
+    rg.run_set(state, 1, 600, echo=lines.append)
+    assert [j.status for j in state.jobs] == ["ok", "pending"]
+    assert any("every: not started (it holds every GPU of its host; the set started on a host of 2 GPUs and this "
+               "one has 1" in ln for ln in lines), lines
+    old = json.loads((tmp_path / "set" / rg.SET_FILE).read_text())
+    del old["host_gpus"]  # a set of a version that did not record it: no check
+    (tmp_path / "set" / rg.SET_FILE).write_text(json.dumps(old))
+    assert rg.SetState.load(tmp_path / "set").host_gpus is None

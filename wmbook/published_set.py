@@ -47,15 +47,19 @@ class Job:
 class SetState:
     """set.json: the commit, the device, the plan and each run's outcome; saved whole after every change."""
 
-    def __init__(self, out: Path, commit: str, device: str, queues: int, jobs: list[Job]):
+    def __init__(self, out: Path, commit: str, device: str, queues: int, jobs: list[Job], host_gpus: int | None = None):
         self.out, self.commit, self.device, self.queues, self.jobs = out, commit, device, queues, jobs
+        # the GPUs of the host that started the set: its all-GPU runs are made on no fewer (None: a set of a version
+        # that did not record it)
+        self.host_gpus = host_gpus
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self._lock = threading.Lock()
 
     def save(self) -> None:
         with self._lock:
             self.out.mkdir(parents=True, exist_ok=True)
-            d = {"commit": self.commit, "device": self.device, "queues": self.queues, "started": self.started,
+            d = {"commit": self.commit, "device": self.device, "queues": self.queues, "host_gpus": self.host_gpus,
+                 "started": self.started,
                  "jobs": [asdict(j) for j in self.jobs],
                  "seconds": {j.name: j.seconds for j in self.jobs if j.status == "ok"}}
             atomic_write_text(self.out / SET_FILE, json.dumps(d, indent=1))
@@ -63,7 +67,7 @@ class SetState:
     @classmethod
     def load(cls, out: Path) -> "SetState":
         d = json.loads((out / SET_FILE).read_text())
-        st = cls(out, d["commit"], d["device"], d["queues"], [Job(**j) for j in d["jobs"]])
+        st = cls(out, d["commit"], d["device"], d["queues"], [Job(**j) for j in d["jobs"]], d.get("host_gpus"))
         st.started = d["started"]
         return st
 

@@ -16,10 +16,12 @@ the folder held before (else in the published folder's `gpu_time.json`). A noteb
 `<out>/set.json` holds the plan and each run's status and seconds, rewritten after every run: a set that is cut (Ctrl-C,
 a lost machine) resumes where it stopped, re-running only what did not finish; a tree at another commit may join and
 publish a set (that runs nothing) but not finish it (start over with --fresh); a run planned as one the host could not
-make (notebook 08 on too few GPUs) is checked again when the set resumes on a host of the same device. `--time-limit
-MINUTES` fits a set into a time-limited allocation (a batch job's wall time): no run starts that is expected to end
-after the limit (by the time it took before on this device, wmbook.runtimes, and never less than it ran before a limit
-cut it), a run still going at the limit is stopped as Ctrl-C stops it, and the same command finishes the set later, on
+make (notebook 08 on too few GPUs) is checked again when the set resumes on a host of the same device, and an all-GPU
+run is made on no fewer GPUs than the host that started the set had (a set started on two and resumed on one leaves
+notebook 08 for a host of two or more). `--time-limit MINUTES` fits a set into a time-limited allocation (a batch job's
+wall time): no run starts that is expected to end after the limit (by the time it took before on this device,
+wmbook.runtimes, and never less than it ran before a limit cut it), a run still going at the limit is stopped as Ctrl-C
+stops it (it counts if its report was complete by then), and the same command finishes the set later, on
 this machine or another of the same device: what a resume reads is `set.json` (the runs still to make), so an allocation
 on a fresh machine needs only that file in `<out>`, and `--merge` joins the parts (their run folders, rows, logs and
 times) where the set is published. The runs share one compile cache, `<out>/cache/` (inductor's FX-graph, AOTAutograd
@@ -379,6 +381,10 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
         for j in (j for j in todo if j.gpus == "all"):
             if stop.is_set():
                 break
+            if state.host_gpus is not None and gpus < state.host_gpus:  # its study would be of fewer GPUs
+                echo(f"[all] {j.name}: not started (it holds every GPU of its host; the set started on a host of "
+                     f"{state.host_gpus} GPUs and this one has {gpus}: it runs on a host of {state.host_gpus} or more)")
+                continue
             limit = limit_for(j, "all")
             if limit is not None:
                 run(j, None, None, limit)
@@ -407,7 +413,7 @@ def _merge_main(ap, a, out: Path, commit: str) -> int:
         jobs = [Job(**(asdict(j) | {"status": CANNOT if j.status == CANNOT else "pending", "seconds": 0.0,
                                     "queue": None, "part": "", "cut_after_s": 0.0,
                                     "error": j.error if j.status == CANNOT else ""})) for j in base.jobs]
-        state = SetState(out, base.commit, base.device, base.queues, jobs)
+        state = SetState(out, base.commit, base.device, base.queues, jobs, base.host_gpus)
         state.started = base.started
     _say_publisher(state, commit)
     for folder in a.merge:
@@ -498,7 +504,7 @@ def main(argv=None) -> int:
         minutes = _recorded_minutes(jobs, device, count) | _earlier_minutes(out, a.publish)
         load = deal(jobs, queues, minutes)
         out.mkdir(parents=True, exist_ok=True)
-        state = SetState(out, commit, device, queues, jobs)
+        state = SetState(out, commit, device, queues, jobs, count)
         print(f"{len(jobs)} runs on {queues} queue(s) ({device}); expected minutes per queue: "
               + ", ".join(f"{m:.0f}" if math.isfinite(m) else "?" for m in load))
         if a.plan:
