@@ -209,8 +209,16 @@ def _terminal_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_an_interrupted_run_leaves_no_success_report_and_whole_rows(tmp_path):
-    """Ctrl-C during `wmbook run`: exit 130, rows appended before it whole, no report that looks like a success."""
+def _background_sigint() -> None:
+    """SIGINT as an asynchronous command of a non-interactive shell gets it (`cmd &` in a script, as
+    tools/gpu_set.sh starts a set): ignored. The command must still stop on it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("started", ["terminal", "background"])
+def test_an_interrupted_run_leaves_no_success_report_and_whole_rows(tmp_path, started):
+    """Ctrl-C during `wmbook run`: exit 130, rows appended before it whole, no report that looks like a success;
+    the same for a run started in the background of a script (SIGINT ignored when it starts)."""
     import nbformat
 
     nb = nbformat.v4.new_notebook()
@@ -223,7 +231,7 @@ def test_an_interrupted_run_leaves_no_success_report_and_whole_rows(tmp_path):
     q = subprocess.Popen([sys.executable, "-m", "wmbook", "run", str(tmp_path / "nb_slow.ipynb"), "--out", str(out),
                           "-p", "results_path", str(store), "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, cwd=ROOT, start_new_session=True,
-                         preexec_fn=_terminal_sigint)
+                         preexec_fn=_terminal_sigint if started == "terminal" else _background_sigint)
     deadline = time.time() + 240
     while (not (store.exists() and results.problems(store) == [] and len(results.read(store)))
            and time.time() < deadline):

@@ -54,8 +54,12 @@ case "$cmd" in
       cd "$run/snap" || exit 1
       export WMBOOK_GIT_COMMIT=$sha PYTHONPATH=$run/snap PYTHONUNBUFFERED=1
       export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-      setsid bash -c 'python3 -m wmbook regenerate --out "$0" --time-limit "$1" "${@:2}" > "$0/../log" 2>&1;
-                      echo $? > "$0/../rc"' "$run/set" "$minutes" "$@" < /dev/null > /dev/null 2>&1 &
+      # python -m wmbook with SIGINT restored: this background command starts with it ignored (POSIX), and the
+      # slice and its runs are stopped as Ctrl-C stops them (wmbook.cli restores it too; a set of an earlier
+      # commit may not)
+      setsid bash -c 'python3 -c "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler)
+runpy.run_module(\"wmbook\", run_name=\"__main__\")" regenerate --out "$0" --time-limit "$1" "${@:2}" \
+                        > "$0/../log" 2>&1; echo $? > "$0/../rc"' "$run/set" "$minutes" "$@" < /dev/null > /dev/null 2>&1 &
       echo $! > "$run/pid"
     )
     sleep 5; cat "$run/log" 2>/dev/null

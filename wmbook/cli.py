@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -39,7 +40,20 @@ example:
 """
 
 
+def _interruptible() -> None:
+    """Ctrl-C (SIGINT) stops a command started in the background of a script too. A non-interactive shell starts an
+    asynchronous command with SIGINT ignored (POSIX) and Python keeps it ignored, so `regenerate` started that way
+    (tools/gpu_set.sh) could not be stopped as Ctrl-C stops it, and the runs it stopped at its time limit ignored the
+    signal until they were killed, without ending their notebooks' kernels."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # a process of its own (the console script, python -m wmbook), not a call from Python
+        _interruptible()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE, end="")
