@@ -465,3 +465,34 @@ def test_a_set_started_on_two_gpus_makes_its_all_gpu_runs_on_no_fewer(tmp_path):
     del old["host_gpus"]  # a set of a version that did not record it: no check
     (tmp_path / "set" / rg.SET_FILE).write_text(json.dumps(old))
     assert rg.SetState.load(tmp_path / "set").host_gpus is None
+
+
+def test_the_plan_of_a_set_follows_the_runs_it_waits_for_and_the_time_limit(tmp_path, capsys):
+    """--plan on a folder that holds a set runs nothing and writes nothing: the runs still to make in the order a
+    resume would start them (the longest ready first; one waits for the runs it builds on), and with --time-limit
+    which of them would start within it by START_MARGIN's rule; another commit and device are named, not refused."""
+    jobs = [rg.Job("done", "n", "n.ipynb", {}, status="ok", seconds=60),
+            rg.Job("big", "06", "n.ipynb", {}, after=["mid"]), rg.Job("mid", "05", "n.ipynb", {}),
+            rg.Job("small", "01", "n.ipynb", {}), rg.Job("every", "08", "n.ipynb", {}, gpus="all")]
+    minutes = {"big": 8.0, "mid": 4.0, "small": 1.0, "every": 2.0}
+    sim = rg.simulate(jobs, 1, minutes)
+    assert sim == {"mid": (0, 0.0), "big": (0, 4.0), "small": (0, 12.0), "every": (None, 13.0)}
+    assert rg.simulate(jobs, 2, minutes) == {"mid": (0, 0.0), "small": (1, 0.0), "big": (0, 4.0),
+                                             "every": (None, 12.0)}
+    # 12 minutes: `big` would need 8 x 1.1 + 0.5 = 9.3 with 8 left, so it is passed over and `small` goes
+    assert rg.simulate(jobs, 1, minutes, 12) == {"mid": (0, 0.0), "big": None, "small": (0, 4.0), "every": (None, 5.0)}
+    assert rg.simulate(jobs, 1, minutes, all_gpu=False)["every"] is None
+
+    out = tmp_path / "set"
+    rg.SetState(out, "1111111", "NVIDIA H200", 2, jobs, host_gpus=2).save()
+    before = (out / rg.SET_FILE).read_text()
+    assert rg.main(["--out", str(out), "--plan", "--time-limit", "12", "--allow-dirty"]) == 0
+    said = capsys.readouterr().out
+    assert (out / rg.SET_FILE).read_text() == before and not (out / "runs").exists()
+    assert "1 of 5 runs done" in said and "the set is finished from a tree at 1111111" in said
+    assert "the set is finished on a host of NVIDIA H200" in said
+    assert "the all-GPU runs wait for a host of 2 or more" in said
+    # no times recorded for these runs: each is expected to take DEFAULT_MINUTES, so only the first fits in 12
+    lines = [ln.split()[:2] for ln in said.splitlines() if ln.startswith("  ") and "expected" in ln]
+    assert lines == [["q0", "mid"], ["--", "big"], ["--", "small"], ["all", "every"]], said
+    assert said.count("not started within the limit") == 3

@@ -4,7 +4,7 @@ published only when it is complete.
 
     python -m wmbook regenerate --out sets/h200                       # run (or resume) the set
     python -m wmbook regenerate --out sets/h200 --publish data/reports/h200   # ... then publish it when complete
-    python -m wmbook regenerate --out sets/h200 --plan                # what would run where, nothing run
+    python -m wmbook regenerate --out sets/h200 --plan                # what would run where and when, nothing run
     python -m wmbook regenerate --out sets/h200 --merge part2/sets/h200 --publish data/reports/h200
                                                                       # parts made on several machines joined
 
@@ -66,17 +66,14 @@ from .published_set import (
     merge_set,
     publish_set,
 )
+from .set_schedule import DEFAULT_MINUTES, START_MARGIN, deal, expected_minutes, print_plan, simulate
 
-# the set's record and publishing live in wmbook.published_set; these names are this command's too
+# the set's record and publishing live in wmbook.published_set, its dealing and time limits in wmbook.set_schedule;
+# these names are this command's too
 __all__ = ["CANNOT", "DEFAULT_MINUTES", "GOAL_MINUTES", "GPU_TIME_FILE", "NOTES", "SET_FILE", "START_MARGIN",
            "STOP_GRACE_S", "Job", "SetState", "deal", "expected_minutes", "gpu_time", "main", "merge_set", "plan",
-           "publish_set", "recheck_cannot", "run_set"]
+           "publish_set", "recheck_cannot", "run_set", "simulate"]
 
-DEFAULT_MINUTES = 10.0  # a run with no earlier time: dealt as if it took this long
-# a run starts before a time limit only with this to spare (factor, seconds): its expectation is the notebook's own time
-# from the times file, while the set's clock also holds the kernel's start and the report (about half a minute), and a
-# run's time varies by several percent (a cold compile cache more); a run started without it is often cut near its end
-START_MARGIN = (1.1, 30.0)
 STOP_GRACE_S = 60.0  # a run stopped at its time limit gets this long to end its kernels before it is killed
 
 
@@ -148,23 +145,6 @@ def recheck_cannot(jobs: list[Job]) -> list[Job]:
         j.params, j.status, j.error = runs[0][2], "pending", ""
         now.append(j)
     return now
-
-
-def expected_minutes(job: Job, minutes: dict[str, float]) -> float:
-    """How long a run is expected to take: its earlier time (`minutes`, else DEFAULT_MINUTES), and never less than
-    it already ran before a limit cut it (a run cut after 25 minutes is not started again with 10 minutes left)."""
-    return max(minutes.get(job.name, DEFAULT_MINUTES), job.cut_after_s / 60)
-
-
-def deal(jobs: list[Job], queues: int, minutes: dict[str, float]) -> list[float]:
-    """Each single-GPU run to a queue, longest first to the least loaded one; returns each queue's expected minutes
-    (what --plan shows: when the set runs, each queue takes the longest run that is ready, run_set)."""
-    load = [0.0] * queues
-    single = (j for j in jobs if j.gpus != "all" and j.status != CANNOT)
-    for j in sorted(single, key=lambda j: -expected_minutes(j, minutes)):
-        j.queue = min(range(queues), key=load.__getitem__)
-        load[j.queue] += expected_minutes(j, minutes)
-    return load
 
 
 def _earlier_minutes(out: Path, publish: Path | None) -> dict[str, float]:
@@ -398,6 +378,29 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
     return state
 
 
+def _plan_resumed(state: SetState, commit: str, device: str, count: int, queues: int, time_limit: float | None,
+                  earlier: dict[str, float]) -> int:
+    """--plan on a folder that holds a set: the runs still to make on this host, dealt to its queues as a resume
+    would deal them, with their expected minutes; nothing is run and set.json is not written. What would keep this
+    tree or host from finishing it (another commit, another device, too few GPUs for its all-GPU runs) is said."""
+    todo = state.missing()
+    print(f"the set of {state.started} at commit {state.commit[:7]} on {state.device}: "
+          f"{len(state.jobs) - len(todo)} of {len(state.jobs)} runs done")
+    if state.commit != commit:
+        print(f"  this tree is at {commit[:7]}: the set is finished from a tree at {state.commit[:7]}")
+    if state.device != device:
+        print(f"  this host has {device}: the set is finished on a host of {state.device}")
+    all_gpu = state.host_gpus is None or count >= state.host_gpus
+    if not all_gpu and any(j.gpus == "all" for j in todo):
+        print(f"  this host has {count} GPUs: the all-GPU runs wait for a host of {state.host_gpus} or more")
+    minutes = _recorded_minutes(state.jobs, state.device, count) | earlier
+    load = deal(todo, queues, minutes)
+    print(f"{len(todo)} runs to make on {queues} queue(s); expected minutes per queue: "
+          + (", ".join(f"{m:.0f}" for m in load) or "none"))
+    print_plan(todo, queues, minutes, time_limit, all_gpu)
+    return 0
+
+
 def _merge_main(ap, a, out: Path, commit: str) -> int:
     """--merge: the parts of a set made on several machines joined into `out` (started from the first part's plan
     when `out` holds no set yet), then published with --publish once complete; nothing is run."""
@@ -445,7 +448,10 @@ def main(argv=None) -> int:
                     help="stop within this many minutes (a batch job's wall time): no run starts that is expected to "
                          "end after it, a run still going then is cut; the same command resumes the set later")
     ap.add_argument("--fresh", action="store_true", help="start over: the folder's earlier set is moved aside")
-    ap.add_argument("--plan", action="store_true", help="print what would run on which queue; run nothing")
+    ap.add_argument("--plan", action="store_true",
+                    help="print what would run on which queue and when, by the runs' expected times (a folder that "
+                         "holds a set: the runs still to make; with --time-limit: which would start within it); "
+                         "run and write nothing")
     ap.add_argument("--publish", type=Path, default=None, metavar="FOLDER",
                     help="when the set is complete: publish it into FOLDER (e.g. data/reports/h200)")
     ap.add_argument("--merge", type=Path, action="append", default=[], metavar="FOLDER",
@@ -480,6 +486,9 @@ def main(argv=None) -> int:
         aside = out.with_name(f"{out.name}.superseded-{int(time.time())}")
         shutil.move(str(out), str(aside))
         print(f"the earlier set moved to {aside}")
+    if (out / SET_FILE).exists() and a.plan:
+        return _plan_resumed(SetState.load(out), commit, device, count, queues, a.time_limit,
+                             _earlier_minutes(out, a.publish))
     if (out / SET_FILE).exists():
         state = SetState.load(out)
         if state.commit != commit and [j for j in state.missing() if j.status != CANNOT]:
@@ -508,10 +517,7 @@ def main(argv=None) -> int:
         print(f"{len(jobs)} runs on {queues} queue(s) ({device}); expected minutes per queue: "
               + ", ".join(f"{m:.0f}" if math.isfinite(m) else "?" for m in load))
         if a.plan:
-            for j in jobs:
-                print(f"  {'all' if j.queue is None else f'q{j.queue}'}  {j.name}  {j.params}"
-                      + (f"  after {', '.join(j.after)}" if j.after else "")
-                      + (f"  [{j.status}: {j.error}]" if j.status == CANNOT else ""))
+            print_plan(jobs, queues, minutes, a.time_limit)
             return 0
         state.save()
     try:
