@@ -180,7 +180,7 @@ def test_a_time_limit_starts_only_runs_that_fit_and_cuts_one_still_going(tmp_pat
 
     nb = _notebook(tmp_path)
     monkeypatch.setattr(rg, "STOP_GRACE_S", 20.0)
-    monkeypatch.setattr(rg, "START_MARGIN", (1.0, 0.0))  # the seconds-long limit: runs start when they just fit
+    monkeypatch.setattr(rg.set_schedule, "START_MARGIN", (1.0, 0.0))  # a seconds-long limit: no margin
     jobs = [rg.Job("slow", "99_fast", str(nb), {"sleep": 600}), rg.Job("long", "99_fast", str(nb), {}),
             rg.Job("short", "99_fast", str(nb), {})]
     rg.deal(jobs, 1, {})

@@ -59,8 +59,7 @@ class SetState:
         with self._lock:
             self.out.mkdir(parents=True, exist_ok=True)
             d = {"commit": self.commit, "device": self.device, "queues": self.queues, "host_gpus": self.host_gpus,
-                 "started": self.started,
-                 "jobs": [asdict(j) for j in self.jobs],
+                 "started": self.started, "jobs": [asdict(j) for j in self.jobs],
                  "seconds": {j.name: j.seconds for j in self.jobs if j.status == "ok"}}
             atomic_write_text(self.out / SET_FILE, json.dumps(d, indent=1))
 
@@ -70,6 +69,11 @@ class SetState:
         st = cls(out, d["commit"], d["device"], d["queues"], [Job(**j) for j in d["jobs"]], d.get("host_gpus"))
         st.started = d["started"]
         return st
+
+    def makes_all_gpu_runs(self, gpus: int) -> bool:
+        """Whether a host of `gpus` GPUs makes the set's all-GPU runs: one with no fewer than the host that started
+        the set (on fewer, notebook 08 would study fewer GPUs than the set's other runs were planned around)."""
+        return self.host_gpus is None or gpus >= self.host_gpus
 
     def missing(self) -> list[Job]:
         return [j for j in self.jobs if j.status != "ok"]

@@ -51,6 +51,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from . import set_schedule
 from .distributed.job import NO_MULTICAST_ENV
 from .errors import InputError, command
 from .paths import REPO_ROOT, git_commit
@@ -66,7 +67,7 @@ from .published_set import (
     merge_set,
     publish_set,
 )
-from .set_schedule import DEFAULT_MINUTES, START_MARGIN, deal, expected_minutes, print_plan, simulate
+from .set_schedule import DEFAULT_MINUTES, START_MARGIN, deal, expected_minutes, print_plan, simulate, starts_in_time
 
 # the set's record and publishing live in wmbook.published_set, its dealing and time limits in wmbook.set_schedule;
 # these names are this command's too
@@ -299,11 +300,11 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
         if deadline is None:
             return timeout_s
         left, need = deadline - time.monotonic(), expected_minutes(j, minutes) * 60
-        if need * START_MARGIN[0] + START_MARGIN[1] > left:
+        if not starts_in_time(need, left):
             was = f"; cut after {j.cut_after_s / 60:.0f} min before" if j.cut_after_s else ""
             echo(f"[{tag}] {j.name}: not started (expected {need / 60:.0f} min{was}, {max(0.0, left) / 60:.0f} min "
-                 f"left before the time limit; a run starts with {START_MARGIN[0] - 1:.0%} and "
-                 f"{START_MARGIN[1]:.0f} s to spare)")
+                 f"left before the time limit; a run starts with {set_schedule.START_MARGIN[0] - 1:.0%} and "
+                 f"{set_schedule.START_MARGIN[1]:.0f} s to spare)")
             return None
         return min(timeout_s, left)
 
@@ -361,7 +362,7 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
         for j in (j for j in todo if j.gpus == "all"):
             if stop.is_set():
                 break
-            if state.host_gpus is not None and gpus < state.host_gpus:  # its study would be of fewer GPUs
+            if not state.makes_all_gpu_runs(gpus):  # its study would be of fewer GPUs
                 echo(f"[all] {j.name}: not started (it holds every GPU of its host; the set started on a host of "
                      f"{state.host_gpus} GPUs and this one has {gpus}: it runs on a host of {state.host_gpus} or more)")
                 continue
@@ -390,7 +391,7 @@ def _plan_resumed(state: SetState, commit: str, device: str, count: int, queues:
         print(f"  this tree is at {commit[:7]}: the set is finished from a tree at {state.commit[:7]}")
     if state.device != device:
         print(f"  this host has {device}: the set is finished on a host of {state.device}")
-    all_gpu = state.host_gpus is None or count >= state.host_gpus
+    all_gpu = state.makes_all_gpu_runs(count)
     if not all_gpu and any(j.gpus == "all" for j in todo):
         print(f"  this host has {count} GPUs: the all-GPU runs wait for a host of {state.host_gpus} or more")
     minutes = _recorded_minutes(state.jobs, state.device, count) | earlier

@@ -4,17 +4,21 @@ expected time (what `regenerate --plan` prints)."""
 
 from __future__ import annotations
 
-import math
-
 from .published_set import CANNOT, Job
 
-__all__ = ["DEFAULT_MINUTES", "START_MARGIN", "deal", "expected_minutes", "print_plan", "simulate"]
+__all__ = ["DEFAULT_MINUTES", "START_MARGIN", "deal", "expected_minutes", "print_plan", "simulate", "starts_in_time"]
 
 DEFAULT_MINUTES = 10.0  # a run with no earlier time: dealt as if it took this long
 # a run starts before a time limit only with this to spare (factor, seconds): its expectation is the notebook's own time
 # from the times file, while the set's clock also holds the kernel's start and the report (about half a minute), and a
 # run's time varies by several percent (a cold compile cache more); a run started without it is often cut near its end
 START_MARGIN = (1.1, 30.0)
+
+
+def starts_in_time(need_s: float, left_s: float) -> bool:
+    """Whether a run expected to take `need_s` seconds starts with `left_s` seconds left before a limit
+    (START_MARGIN's rule: run_set decides by it, simulate predicts by it)."""
+    return need_s * START_MARGIN[0] + START_MARGIN[1] <= left_s
 
 
 def expected_minutes(job: Job, minutes: dict[str, float]) -> float:
@@ -46,8 +50,7 @@ def simulate(jobs: list[Job], queues: int, minutes: dict[str, float], time_limit
     got: dict[str, tuple[int | None, float] | None] = {}
 
     def fits(j: Job, at: float) -> bool:
-        e = expected_minutes(j, minutes)
-        return time_limit is None or e * START_MARGIN[0] + START_MARGIN[1] / 60 <= time_limit - at
+        return time_limit is None or starts_in_time(expected_minutes(j, minutes) * 60, (time_limit - at) * 60)
 
     while pending:
         q = min(range(len(free)), key=free.__getitem__)
@@ -56,9 +59,9 @@ def simulate(jobs: list[Job], queues: int, minutes: dict[str, float], time_limit
         held = set(running) | {x.name for x in pending}
         ready = [j for j in pending if not set(j.after) & held]
         if not ready:  # what it waits for is running: the queue is free again when the first of those ends
-            free[q] = min(running.values()) if running else math.inf
             if not running:
                 break
+            free[q] = min(running.values())
             continue
         j = ready[0]
         pending.remove(j)
@@ -69,7 +72,7 @@ def simulate(jobs: list[Job], queues: int, minutes: dict[str, float], time_limit
         running[j.name] = free[q] = t + expected_minutes(j, minutes)
     for j in pending:  # waits for a run that never ends within the plan
         got[j.name] = None
-    t = max([f for f in free if math.isfinite(f)] + list(running.values()) + [0.0])
+    t = max(free + list(running.values()))
     for j in (j for j in todo if j.gpus == "all"):
         got[j.name] = (None, t) if all_gpu and fits(j, t) else None
         if got[j.name] is not None:
@@ -85,7 +88,7 @@ def print_plan(jobs: list[Job], queues: int, minutes: dict[str, float], time_lim
     order = sorted(jobs, key=lambda j: (sim.get(j.name) is None, (sim.get(j.name) or (0, 0.0))[1]))
     for j in order:
         at = sim.get(j.name)
-        where = ("all" if j.gpus == "all" else f"q{at[0]}") if at else ("all" if j.gpus == "all" else "--")
+        where = "all" if j.gpus == "all" else f"q{at[0]}" if at else "--"
         when = (f"at {at[1]:.1f} min" if at else "not started within the limit" if j.name in sim
                 else j.status)
         print(f"  {where}  {j.name}  {j.params}  expected {expected_minutes(j, minutes):.1f} min, {when}"
