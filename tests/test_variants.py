@@ -522,7 +522,7 @@ def test_ladder_stores_each_row_and_goes_on_past_a_failed_row(mg2_ref, monkeypat
     from wmbook import results
     from wmbook.studies import graphs as study06
 
-    real, stacks = ladder_mod.measure, []
+    real, stacks = ladder_mod._measure, []
 
     def measure(ref, wl, stack, *args, **kwargs):
         stacks.append([v.name for v in stack])
@@ -530,7 +530,7 @@ def test_ladder_stores_each_row_and_goes_on_past_a_failed_row(mg2_ref, monkeypat
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)\nsecond line")
         return real(ref, wl, stack, *args, **kwargs)
 
-    monkeypatch.setattr(ladder_mod, "measure", measure)
+    monkeypatch.setattr(ladder_mod, "_measure", measure)
     path = tmp_path / "results.csv"
     cfg = study06.validate(workload="mg2", preset="tiny", device="cpu", results_path=str(path))
     store, seen = study06.store_each_row(cfg), []
@@ -549,7 +549,7 @@ def test_ladder_stores_each_row_and_goes_on_past_a_failed_row(mg2_ref, monkeypat
     assert err["note"].str.contains("OutOfMemoryError").all()
     assert set(df.loc[df["gate"] == "pass", "variant"]) == {"bf16", "bf16 + kv-slot-write"}
     # the reference and the first measured row still raise: nothing to measure the others against
-    monkeypatch.setattr(ladder_mod, "measure", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(ladder_mod, "_measure", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError, match="boom"):
         run_ladder("mg2", "tiny", ["bf16"], device=CPU, reference=mg2_ref, settings=settings)
 

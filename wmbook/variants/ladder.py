@@ -2,7 +2,9 @@
 
 For one workload and preset the runner builds the fp32 eager reference once and records, on fixed seeded
 inputs: one steady-state denoiser forward (the gate's reference output) and a short end-to-end run (frames
-for PSNR). Each row then deep-copies the reference pipeline, applies its variants in order, and measures:
+for PSNR). Each row then deep-copies the reference pipeline, applies its variants in order, and measures (a row whose
+variant leaves the denoiser as it was, Variant.denoiser False, is built on the row before's pipeline instead: its
+compiled and captured denoiser kept, which a fresh copy compiles again, most of a minute for a whole UNet on a GPU):
 
 - the gate (wmbook.check.ladder_gate): the same forward against the fp32 reference, within the relative-L2
   budget of the loosest precision in effect and, for rows that do not change precision, no less accurate than
@@ -223,7 +225,8 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
                before_comparisons=None) -> Ladder:
     """Row 0 is the fp32 eager reference; row i applies steps[:i] (all names checked before any work).
 
-    `reference`: the fp32 reference pipeline, if already built (each row works on a deep copy of it).
+    `reference`: the fp32 reference pipeline, if already built (each row works on a deep copy of it, or on the row
+    before's pipeline when its variant leaves the denoiser as it was: its note says "built on the row before").
     `from_row`: measure row 0 and rows from_row.. only (a ladder on top of a known stack: notebook 06 starts at
     notebook 04's best row); the first measured row is gated against the fp32 budget of its precision alone, the
     later ones also against it (no less accurate).
@@ -252,24 +255,35 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
         if from_row > len(vs):
             raise ValueError(f"from_row={from_row} is past the last row ({len(vs)})")
         applied: list = []  # the variants of the last row that ran (a failed row's variant is left out of later rows)
+        built = None  # that row's pipeline (_Built)
         for i in tqdm([0, *range(from_row, len(vs) + 1)], desc=f"ladder {wl.name}", leave=False):
-            flags.restore()
             stack = vs[:i] if i <= from_row else [*applied, vs[i - 1]]
+            # a variant that leaves the denoiser as it was goes on the row before's pipeline, switches and compiled
+            # code (a fresh copy would compile and capture the same denoiser again); the first measured row's
+            # pipeline stays as measured when it is kept
+            if not (built is not None and i > from_row and not stack[-1].denoiser and stack[-1].family != "compile"
+                    and not (settings.keep and built.row == from_row)):
+                if built is not None and device.type == "cuda":
+                    built = None
+                    gc.collect()  # its graphs hold it in reference cycles: freed before this row builds its own
+                    torch.cuda.empty_cache()
+                built = None
+                flags.restore()
             changes_precision = i > 0 and (_changes_precision(stack[-1])
                                            or (i == from_row and any(_changes_precision(v) for v in stack)))
             saved = (gate_ref.same_precision, gate_ref.same_precision_rel_l2) if gate_ref is not None else None
             if gate_ref is not None and changes_precision:  # this row is gated against fp32 alone
                 gate_ref.same_precision, gate_ref.same_precision_rel_l2 = None, None
             try:  # the reference of a ladder shown from a later row: its frames, not its end-to-end time
-                row, out, frames = measure(ref, wl, stack, device, settings, gate_ref,
-                                           e2e="frames" if i == 0 and from_row > 1 else True)
+                row, out, frames, built = _measure(ref, wl, stack, device, settings, gate_ref,
+                                                   e2e="frames" if i == 0 and from_row > 1 else True, base=built)
             except Exception as e:  # noqa: BLE001 - any failure of one later row: recorded, the ladder goes on
                 if i <= from_row:
                     raise
-                row, out = _failed_row(stack, e, device), None
+                row, out, built = _failed_row(stack, e, device), None, None
                 gate_ref.same_precision, gate_ref.same_precision_rel_l2 = saved
             else:
-                applied = stack
+                applied, built.row = stack, i
             if i == 0:
                 outs = _outputs(out)
                 outs = outs if isinstance(outs, list) else [outs]
@@ -301,6 +315,7 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             if device.type == "cuda":
                 gc.collect()  # graphed callables hold their pipelines in reference cycles
                 torch.cuda.empty_cache()
+        built = None
         if before_comparisons is not None:  # with the global switches of the last row (tf32, cuDNN benchmark) on
             before_comparisons(lad)
         for label, stack in extra.items():
@@ -391,23 +406,44 @@ def _keep_frames(lad: Ladder, label: str, frames: torch.Tensor, reference: bool)
     lad.frames[label] = to_uint8_frames(frames)
 
 
+@dataclass
+class _Built:
+    """A measured row's pipeline, for a next row whose variant leaves the denoiser as it was (Variant.denoiser)."""
+
+    pipe: object
+    ctx: VariantContext
+    m0: int  # device memory allocated before the pipeline was built: the peak of the rows built on it counts from here
+    row: int = 0
+
+
 def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: GateReference | None,
             e2e: bool | str = True) -> tuple[LadderRow, object, torch.Tensor | None]:
     """Apply `stack` to a copy of `ref`, gate its forward, time it (and an end-to-end run when `e2e`):
     (row, forward output, decoded frames). e2e="frames": one end-to-end run for its frames only (no warm-up run, no
     end-to-end time on the row): the fp32 reference of a ladder whose tables start at a later row needs its frames
     to gate against, not its time (at wma three fp32 iterations fewer, each about half a minute on an H100)."""
+    return _measure(ref, workload, stack, device, settings, gate_ref, e2e)[:3]
+
+
+def _measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: GateReference | None,
+             e2e: bool | str = True, base: _Built | None = None):
+    """measure(), and the row's pipeline (_Built) last. `base`: the row before's, to which this row adds its last
+    variant (one that leaves the denoiser as it was), in place: its compiled code and graphs are kept."""
     if e2e not in (True, False, "frames"):
         raise ValueError(f"e2e={e2e!r} is not allowed; allowed values: True, False, 'frames'")
     wl = get(workload)
     m0 = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0  # the kept reference is not this row's
     compiled = any(v.family == "compile" for v in stack)
-    if compiled:  # compiled code is cached per code object, across copies: start every compiled row afresh
-        reset_compile_state()
+    if compiled and base is None:  # compiled code is cached per code object, across copies: start every compiled row
+        reset_compile_state()  # afresh
     t_row = time.perf_counter()
     phases = {}  # seconds per phase of the row: where a slow row's minutes went
     with _phase(phases, "apply"):
-        pipe, ctx = apply_stack(ref, wl, stack, device, settings.compile_backend)
+        if base is None:
+            pipe, ctx = apply_stack(ref, wl, stack, device, settings.compile_backend)
+        else:
+            pipe, ctx, m0, calls = base.pipe, base.ctx, base.m0, _graph_calls(base.pipe)
+            stack[-1].apply(pipe, ctx)
     mon = _monitor() if compiled else None  # from the first compiled call on
     steady = frames = None
     try:
@@ -425,7 +461,8 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
         row = LadderRow(stack=list(stack), tolerance=tolerance_for(stack), forward=tm, flops=probe.flops,
                         first_call_s=first_call_s,
                         decoder=decoder_setting(pipe, stack),
-                        note="; ".join(str(n) for k, n in ctx.notes.items() if not k.startswith("compile:")))
+                        note="; ".join([*(str(n) for k, n in ctx.notes.items() if not k.startswith("compile:")),
+                                        *(["built on the row before, its compiled denoiser kept"] if base else [])]))
         if device.type == "cuda":  # this row's weights, caches and activations
             row.peak_memory_gib = (torch.cuda.max_memory_allocated(device) - m0) / 2**30
         with _phase(phases, "profile"), torch.no_grad():  # kernels alone: the rest is host and launch overhead
@@ -454,8 +491,8 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
         for m in (steady, mon):
             if m is not None:
                 m.__exit__(None, None, None)
-    if settings.keep:  # after the end-to-end runs: what every graph captured and replayed
-        row.captures = [g.table() for g in graphed_callables(pipe)]
+    if settings.keep:  # after the end-to-end runs: what every graph captured and replayed in this row
+        row.captures = _captures(pipe, calls if base is not None else None)
     if runs:
         row.e2e_samples = Samples([float(r.value) for r in runs], runs[0].metric.unit)
         row.e2e_run_samples = Samples([float(r.run_s) for r in runs], "s")
@@ -484,7 +521,24 @@ def measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: Ga
         row.psnr_db = math.inf
     row.row_s = time.perf_counter() - t_row
     row.phases_s = phases
-    return row, _detach(out), frames
+    return row, _detach(out), frames, _Built(pipe, ctx, m0)
+
+
+def _graph_calls(pipe) -> dict:
+    """{(callable, signature): (eager calls, replays)} of a pipeline's CUDA graphs so far."""
+    return {(r["callable"], r["signature"]): (r["eager calls"], r["replays"])
+            for g in graphed_callables(pipe) for r in g.table().to_dict("records") if "replays" in r}
+
+
+def _captures(pipe, before: dict | None = None) -> list:
+    """GraphedCallable.table() of each of a pipeline's graphs; with `before` (_graph_calls of the row it was built
+    on), the eager calls and replays counted since."""
+    tables = [g.table() for g in graphed_callables(pipe)]
+    for t in tables if before else []:
+        for k, col in enumerate(("eager calls", "replays")):
+            if col in t:
+                t[col] = [v - before.get((c, s), (0, 0))[k] for c, s, v in zip(t["callable"], t["signature"], t[col])]
+    return tables
 
 
 @contextlib.contextmanager

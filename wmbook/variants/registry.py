@@ -41,6 +41,9 @@ class Variant:
     tolerance: str | None = None  # dtype key of wmbook.check.TOLERANCES once this variant is in; None: unchanged
     gpu_only: bool = False
     frames_judged: bool = True  # False: its frames cannot be compared with the reference's (random-weight stand-in)
+    # False: it leaves the denoiser's forward as it was (the decoder, the conditioning encoders, the order of the
+    # passes), so a ladder row adding it is built on the row before's pipeline, its compiled and captured denoiser kept
+    denoiser: bool = True
 
     def __str__(self) -> str:  # a stack prints as the names it was given by (a results row's params)
         return self.name
@@ -61,8 +64,9 @@ GROUPS: dict[str, tuple[str, ...]] = {}  # a name that stands for several varian
 
 
 def register(name: str, *, family: str, description: str, requires=(), tolerance: str | None = None,
-             gpu_only: bool = False, frames_judged: bool = True):
-    """Decorator registering `fn(pipe, ctx)` as the variant `name`."""
+             gpu_only: bool = False, frames_judged: bool = True, denoiser: bool | None = None):
+    """Decorator registering `fn(pipe, ctx)` as the variant `name`. `denoiser`: whether it changes the denoiser's
+    forward (Variant.denoiser); default: every family but the decoder's."""
     if family not in FAMILIES:
         raise ValueError(f"family={family!r} is not allowed; allowed values: {list(FAMILIES)}")
     if tolerance is not None and tolerance not in _TOL_ORDER:
@@ -73,7 +77,8 @@ def register(name: str, *, family: str, description: str, requires=(), tolerance
             raise ValueError(f"variant {name!r} is already registered")
         REGISTRY[name] = Variant(name=name, family=family, description=description, apply=fn,
                                  requires=frozenset(requires) | WORLD_MODEL, tolerance=tolerance, gpu_only=gpu_only,
-                                 frames_judged=frames_judged)
+                                 frames_judged=frames_judged,
+                                 denoiser=family != "decoder" if denoiser is None else denoiser)
         return fn
 
     return deco

@@ -40,7 +40,7 @@ def _cuda_graphs(pipe, ctx: VariantContext):
     ctx.notes["cuda-graphs"] = "graphs of " + ", ".join(g.name for g in wrapped)
 
 
-@register("conditioning-cuda-graphs", family="graphs", requires=("ddim",), gpu_only=True,
+@register("conditioning-cuda-graphs", family="graphs", requires=("ddim",), gpu_only=True, denoiser=False,
           description="the iteration's conditioning encoders captured in CUDA graphs: the current frame's image tokens "
                       "(CLIP's ViT-H tower, then the resampler) and the SD VAE encoder up to its posterior's moments; "
                       "the posterior sample stays eager, drawn from the iteration's generator as before. Eagerly these "

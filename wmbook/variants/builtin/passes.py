@@ -20,7 +20,7 @@ def _decode_overlap(pipe, ctx: VariantContext):
     ctx.notes["decode-overlap"] = "decode on a second stream"
 
 
-@register("decode-first", family="graphs", requires=("streaming_decoder", "kv_cache"),
+@register("decode-first", family="graphs", requires=("streaming_decoder", "kv_cache"), denoiser=False,
           description="each block decoded before its cache-refresh forward (which only the next block needs): the "
                       "same frames, one forward sooner; the first frame of a stream most of all")
 def _decode_first(pipe, ctx: VariantContext):
@@ -28,7 +28,7 @@ def _decode_first(pipe, ctx: VariantContext):
     ctx.notes["decode-first"] = "each block's frames decoded before its cache refresh"
 
 
-@register("stream-frames", family="graphs", requires=("streaming_decoder", "kv_cache"),
+@register("stream-frames", family="graphs", requires=("streaming_decoder", "kv_cache"), denoiser=False,
           description="each latent frame's pixel frames handed out as soon as they are decoded, not when the block's "
                       "last one is: the stream's first frame after one latent frame's decode (with decode-first, "
                       "before the block's cache refresh too); the same frames")
@@ -55,7 +55,7 @@ def _skip_unused_heads(pipe, ctx: VariantContext):
     ctx.notes["skip-unused-heads"] = "decision pass: action head only; world-model pass: state head only"
 
 
-@register("skip-unused-decode", family="graphs", requires=("ddim",),
+@register("skip-unused-decode", family="graphs", requires=("ddim",), denoiser=False,
           description="the decision pass's video is not decoded (only its action chunk is used; the world-model pass "
                       "decodes the iteration's frames)")
 def _skip_unused_decode(pipe, ctx: VariantContext):
@@ -63,7 +63,7 @@ def _skip_unused_decode(pipe, ctx: VariantContext):
     ctx.notes["skip-unused-decode"] = "decision pass not decoded"
 
 
-@register("skip-unused-encode", family="graphs", requires=("ddim",),
+@register("skip-unused-encode", family="graphs", requires=("ddim",), denoiser=False,
           description="only the observed frame whose latent is kept (the last) is VAE-encoded; the others' posterior "
                       "noise is still drawn, so every latent, action and frame is upstream's")
 def _skip_unused_encode(pipe, ctx: VariantContext):
@@ -71,7 +71,7 @@ def _skip_unused_encode(pipe, ctx: VariantContext):
     ctx.notes["skip-unused-encode"] = "only the kept observed frame encoded"
 
 
-@register("constant-conditioning", family="graphs", requires=("ddim",),
+@register("constant-conditioning", family="graphs", requires=("ddim",), denoiser=False,
           description="the conditioning that is the same every iteration computed once: the instruction's and the "
                       "empty prompt's text tokens and the zero image's tokens (the same tokens)")
 def _constant_conditioning(pipe, ctx: VariantContext):

@@ -58,5 +58,5 @@ def _vae_to(dtype):
 
 
 for _name, _dt in (("vae-fp32", torch.float32), ("vae-bf16", torch.bfloat16), ("vae-fp16", torch.float16)):
-    register(_name, family="precision", gpu_only=_dt == torch.float16,
+    register(_name, family="precision", gpu_only=_dt == torch.float16, denoiser=False,
              description=f"VAE decoder in {_name[4:]} (quality measured as PSNR of the decoded frames)")(_vae_to(_dt))

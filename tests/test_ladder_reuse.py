@@ -1,0 +1,112 @@
+"""Ladder rows whose variant leaves the denoiser as it was are built on the row before's pipeline: the compiled and
+captured denoiser is kept (no second compile), and the row measures what a fresh build of its stack measures."""
+
+import pytest
+import torch
+
+from wmbook import workloads
+from wmbook.variants import registry
+from wmbook.variants.ladder import LadderSettings, run_ladder
+from wmbook.workloads import E2ESize
+
+CPU = torch.device("cpu")
+MG2 = workloads.get("mg2")
+BUILT_ON = "built on the row before"
+# the denoiser compiled, then rows that touch only the decoder and the order of the passes
+STEPS = ["bf16", "compile-regional", "vae-stream-buffers", "vae-channels-last", "decode-first", "stream-frames"]
+SETTINGS = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread(one_thread):
+    """Every test of this module on one thread (tests/conftest.py)."""
+
+
+@pytest.fixture(scope="module")
+def mg2_ref():
+    return MG2.reference_pipeline(MG2.presets["tiny"], CPU)
+
+
+def _resets(monkeypatch):
+    """Count the compile-state resets (each compiled row built afresh starts with one)."""
+    import wmbook.variants.ladder as ladder_mod
+
+    calls = []
+    real = ladder_mod.reset_compile_state
+    monkeypatch.setattr(ladder_mod, "reset_compile_state", lambda: (calls.append(1), real())[1])
+    return calls
+
+
+def test_which_variants_leave_the_denoiser_as_it_was():
+    keep = {n for n, v in registry.REGISTRY.items() if not v.denoiser}
+    assert {"vae-stream-buffers", "vae-channels-last", "vae-compile", "vae-cuda-graphs", "vae-bf16",
+            "conditioning-cuda-graphs", "decode-first", "stream-frames", "skip-unused-decode", "skip-unused-encode",
+            "constant-conditioning"} <= keep
+    assert not keep & {"bf16", "compile-regional", "cuda-graphs", "static-caches", "decode-overlap", "tf32",
+                       "skip-unused-heads", "ring-kv-cache", "triton-fused"}
+    assert all(registry.REGISTRY[n].family in ("decoder", "precision", "graphs") for n in keep)
+
+
+def test_decoder_rows_build_on_the_compiled_row_and_measure_what_a_fresh_build_does(mg2_ref, monkeypatch):
+    resets = _resets(monkeypatch)
+    lad = run_ladder("mg2", "tiny", STEPS, device=CPU, reference=mg2_ref, settings=SETTINGS)
+    notes = [r.note for r in lad.rows]
+    assert [BUILT_ON in n for n in notes] == [False, False, False, True, True, True, True]
+    assert len(resets) == 1  # the compiled row; the four rows after it keep its compiled denoiser
+    assert all(r.gate == "pass" for r in lad.rows[1:]) and all(r.recompiles == 0 for r in lad.rows[2:])
+    # the same stack built afresh as one row: the same forward error and the same frames
+    fresh = run_ladder("mg2", "tiny", STEPS, device=CPU, reference=mg2_ref, settings=SETTINGS, from_row=len(STEPS))
+    last, whole = lad.rows[-1], fresh.rows[-1]
+    assert BUILT_ON not in whole.note and len(resets) == 2
+    assert last.rel_l2_vs_fp32 == pytest.approx(whole.rel_l2_vs_fp32, rel=1e-6, abs=1e-9)
+    assert last.psnr_db == pytest.approx(whole.psnr_db, rel=1e-6)
+    assert last.decoder == whole.decoder and last.stack == whole.stack
+
+
+def test_rows_built_on_the_row_before_keep_its_global_switches(mg2_ref, monkeypatch):
+    import wmbook.variants.ladder as ladder_mod
+
+    real, seen = ladder_mod._measure, []
+
+    def measure(ref, wl, stack, *args, base=None, **kwargs):
+        seen.append((stack[-1].name if stack else "-", base is not None, torch.get_float32_matmul_precision()))
+        return real(ref, wl, stack, *args, base=base, **kwargs)
+
+    monkeypatch.setattr(ladder_mod, "_measure", measure)
+    before = torch.get_float32_matmul_precision()
+    run_ladder("mg2", "tiny", ["tf32", "vae-stream-buffers", "bf16"], device=CPU, reference=mg2_ref, settings=SETTINGS)
+    # tf32's switch is on when its row's pipeline takes the decoder row; bf16 builds afresh from switches restored
+    assert seen == [("-", False, before), ("tf32", False, before), ("vae-stream-buffers", True, "high"),
+                    ("bf16", False, before)]
+    assert torch.get_float32_matmul_precision() == before
+
+
+def test_kept_first_row_is_not_built_on_and_a_failed_row_ends_the_chain(mg2_ref, monkeypatch):
+    # notebook 06 keeps the first measured row's pipeline (keep=True, from_row > 1): the row after it builds afresh
+    settings = LadderSettings(warmup=1, repeats=1, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager",
+                              keep=True)
+    boom = registry.Variant(name="test-decoder-boom", family="decoder", description="raises", requires=frozenset(
+        {"denoiser"}), apply=lambda pipe, ctx: (_ for _ in ()).throw(RuntimeError("boom")), denoiser=False)
+    monkeypatch.setitem(registry.REGISTRY, boom.name, boom)
+    lad = run_ladder("mg2", "tiny", ["bf16", "vae-stream-buffers", "test-decoder-boom", "vae-channels-last",
+                                     "decode-first"], device=CPU, reference=mg2_ref, settings=settings, from_row=2)
+    assert [r.variant for r in lad.rows] == ["fp32 eager (reference)", "bf16 + vae-stream-buffers",
+                                             "+ test-decoder-boom", "+ vae-channels-last", "+ decode-first"]
+    assert lad.rows[1].pipeline is not None and BUILT_ON not in lad.rows[1].note
+    assert lad.rows[2].gate == "error" and "boom" in lad.rows[2].note
+    assert BUILT_ON not in lad.rows[3].note and BUILT_ON in lad.rows[4].note  # after the failure: afresh, then on it
+    assert lad.rows[4].gate == "pass" and lad.rows[4].pipeline is not None and lad.rows[3].pipeline is None
+
+
+def test_wma_pass_rows_build_on_the_compiled_unet(monkeypatch):
+    wma = workloads.get("wma")
+    ref = wma.reference_pipeline(wma.presets["tiny-wma"], CPU)
+    steps = ["bf16", "compile-whole", "skip-unused-decode", "skip-unused-encode", "constant-conditioning"]
+    settings = LadderSettings(warmup=1, repeats=1, e2e=E2ESize(ddim_steps=2), e2e_repeats=1, compile_backend="eager")
+    resets = _resets(monkeypatch)
+    lad = run_ladder("wma", "tiny-wma", steps, device=CPU, reference=ref, settings=settings)
+    assert [BUILT_ON in r.note for r in lad.rows] == [False, False, False, True, True, True]
+    assert len(resets) == 1 and all(r.gate == "pass" for r in lad.rows[1:])
+    fresh = run_ladder("wma", "tiny-wma", steps, device=CPU, reference=ref, settings=settings, from_row=len(steps))
+    assert lad.rows[-1].rel_l2_vs_fp32 == pytest.approx(fresh.rows[-1].rel_l2_vs_fp32, rel=1e-6, abs=1e-9)
+    assert lad.rows[-1].psnr_db == pytest.approx(fresh.rows[-1].psnr_db, rel=1e-6)
