@@ -263,11 +263,10 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             # pipeline stays as measured when it is kept
             if not (built is not None and i > from_row and not stack[-1].denoiser and stack[-1].family != "compile"
                     and not (settings.keep and built.row == from_row)):
-                if built is not None and device.type == "cuda":
-                    built = None
+                dropped, built = built is not None, None
+                if dropped and device.type == "cuda":
                     gc.collect()  # its graphs hold it in reference cycles: freed before this row builds its own
                     torch.cuda.empty_cache()
-                built = None
                 flags.restore()
             changes_precision = i > 0 and (_changes_precision(stack[-1])
                                            or (i == from_row and any(_changes_precision(v) for v in stack)))
@@ -438,11 +437,12 @@ def _measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: G
         reset_compile_state()  # afresh
     t_row = time.perf_counter()
     phases = {}  # seconds per phase of the row: where a slow row's minutes went
-    with _phase(phases, "apply"):
+    with _phase(phases, "apply"):  # calls: the graphs' calls before a row built on the row before (when kept)
         if base is None:
-            pipe, ctx = apply_stack(ref, wl, stack, device, settings.compile_backend)
+            (pipe, ctx), calls = apply_stack(ref, wl, stack, device, settings.compile_backend), None
         else:
-            pipe, ctx, m0, calls = base.pipe, base.ctx, base.m0, _graph_calls(base.pipe)
+            pipe, ctx, m0 = base.pipe, base.ctx, base.m0
+            calls = _graph_calls(pipe) if settings.keep else None
             stack[-1].apply(pipe, ctx)
     mon = _monitor() if compiled else None  # from the first compiled call on
     steady = frames = None
@@ -492,7 +492,7 @@ def _measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: G
             if m is not None:
                 m.__exit__(None, None, None)
     if settings.keep:  # after the end-to-end runs: what every graph captured and replayed in this row
-        row.captures = _captures(pipe, calls if base is not None else None)
+        row.captures = _captures(pipe, calls)
     if runs:
         row.e2e_samples = Samples([float(r.value) for r in runs], runs[0].metric.unit)
         row.e2e_run_samples = Samples([float(r.run_s) for r in runs], "s")
