@@ -193,7 +193,8 @@ else:
 # latents, decoded block by block by each decoder stack, the time per steady block (mg2: 12 pixel frames at the real
 # shape; wma: one frame, since its SD VAE decodes frame by frame and keeps no state across frames)
 # against the decoder's own FLOP floor (counted with `torch.utils.flop_counter` on meta tensors) and the PSNR of its
-# frames against the fp32 decoder (gate: 40 dB). The first pass includes compilation and capture. On a GPU the
+# frames against the fp32 decoder (gate: 40 dB); on a GPU also the share of the convolutions' own FLOP floor that
+# its convolution kernels reach (one profiled block). The first pass includes compilation and capture. On a GPU the
 # `vae-window-kernels` row replaces the compiled step with kernels of our own on the same causal windows (each norm +
 # SiLU written straight into the next convolution's window, the head's 3-channel convolution in Triton): compare its
 # kernel categories with the compiled step's to see what inductor's fusions are worth. The tiny decoder (TAEHV) has
@@ -206,7 +207,7 @@ dtab, drows = study.decoder_study(cfg, ref, ceilings)
 if drows:  # stored now (the ladder rows were stored as each finished)
     results.append(dstudy.result_rows(cfg, drows), cfg.results_path)
 if len(dtab):
-    display(wd.table(dtab, caption="The decoder by stack"))
+    display(wd.table(dtab, columns=dstudy.DECODER_KEY, strict=False, caption="The decoder by stack"))
     wd.appendix(dtab, "the decoder table, every column")
     dstudy.plot_decoder(dtab)
     plt.show()
@@ -215,7 +216,7 @@ if len(dtab):
     if len(dcats):
         display(wd.table(dcats, caption="The decoder's GPU kernel ms of one steady block by category",
                          units={c: "ms" for c in dcats.columns}))
-        display(Markdown(dstudy.category_account(drows)))
+        display(Markdown(dstudy.category_account(drows, dtab.attrs.get("conv_floor_ms", float("nan")))))
 else:
     print("this workload has no decoder table (or decoder_table=False)")
 

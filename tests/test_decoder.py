@@ -280,6 +280,28 @@ def test_decoder_table_on_the_tiny_preset():
     assert "tiny decoder" in study.interpret(t)
     f = wan_decoder_flops(wl.presets["mg2-universal"])
     assert 20e12 < f["steady_block"] < 26e12 and 15e12 < f["first_block"] < 20e12  # ANCHORS.md: ~23 and ~17.7 TFLOP
+    assert 0.95 * f["steady_block"] < f["steady_block_conv"] < f["steady_block"]  # all but the middle attention
+    assert t["conv % of floor"].isna().all()  # no profiled block on a CPU
+
+
+def test_decoder_convolutions_against_their_floor():
+    """A profiled row's convolution kernels are set against the convolutions' own FLOP floor: the table's column, the
+    key view the notebook shows, and the account's sentence."""
+    from wmbook.bench import Samples
+    from wmbook.studies import decoder as study
+
+    row = study.DecoderRow(label="bf16", stack=["vae-bf16"], gate="pass", block_ms=Samples([40.0, 41.0]),
+                           psnr_db=50.0, first_pass_s=1.0, first_block_ms=30.0, peak_memory_gib=1.0,
+                           pixel_frames_per_block=12, gpu_busy_ms=38.0,
+                           categories={"convolution": 30.0, "reduction": 5.0, "copy/cast": 3.0})
+    t = study.decoder_table([row], {"first_block": 8e12, "steady_block": 10e12, "steady_block_conv": 9e12},
+                            {"gemm_tflops": 600.0})
+    assert t.attrs["conv_floor_ms"] == pytest.approx(15.0)  # 9e12 FLOPs at 600 TFLOP/s
+    assert t.loc["bf16", "conv ms"] == 30.0 and t.loc["bf16", "conv % of floor"] == pytest.approx(50.0)
+    assert set(study.DECODER_KEY) <= set(t.columns)
+    text = study.category_account([row], t.attrs["conv_floor_ms"])
+    assert "convolution takes 30 ms (79%)" in text and "reach 50% of it" in text
+    assert "FLOP floor" not in study.category_account([row])
 
 
 def test_wma_decoder_table_on_the_tiny_preset():
@@ -312,6 +334,8 @@ def test_wma_decoder_table_on_the_tiny_preset():
     assert ref.decode_step.__func__ is type(ref).decode_step  # the bench's compiled step left the reference alone
     f = sd_decoder_flops(wl.presets["wma"])  # one 320x512 frame of the SD VAE decoder
     assert 1.0e12 < f < 2.5e12
+    parts = wl.decoder_flops(wl.presets["wma"])
+    assert parts["steady_block"] == f and 0.9 * f < parts["steady_block_conv"] < f
 
 
 def test_ring_cache_keys_one_graph_for_every_full_block():

@@ -58,6 +58,7 @@ def main(argv=None) -> int:
         print(f"{ceilings.get('device_name', dev)} | {preset.name} | floor {t.attrs['floor_ms']:.3g} ms per block")
         print(t.drop(columns=["stack"]).to_string())
     print(study.interpret(t))
+    print(study.category_account(rows, t.attrs["conv_floor_ms"]))
     cats = study.categories(rows)
     if len(cats):
         with pd.option_context("display.width", 250, "display.max_columns", 30, "display.precision", 2):

@@ -66,9 +66,17 @@ def dit_forward_flops(p: CausalWanPreset, block_idx: int = 1, cross_kv_cached: b
 def counted_flops(fn, *args) -> float:
     """FLOPs of fn(*args) as torch.utils.flop_counter counts them (convolutions, matmuls, attention): run it on meta
     tensors, so a real-shape decoder is counted in a fraction of a second without running anything."""
+    return counted_flop_parts(fn, *args)["total"]
+
+
+def counted_flop_parts(fn, *args) -> dict[str, float]:
+    """{"total", "convolution"}: fn(*args)'s FLOPs as counted_flops counts them, and the convolutions' share alone (a
+    decoder's convolution floor, set against its convolution kernels' time)."""
     with FlopCounterMode(display=False) as fc:
         fn(*args)
-    return float(fc.get_total_flops())
+    ops = fc.get_flop_counts().get("Global", {})
+    conv = sum(n for op, n in ops.items() if "convolution" in str(op))
+    return {"total": float(fc.get_total_flops()), "convolution": float(conv)}
 
 
 def wan_decoder_flops(p: CausalWanPreset) -> dict[str, float]:
@@ -79,13 +87,19 @@ def wan_decoder_flops(p: CausalWanPreset) -> dict[str, float]:
         z = torch.empty(1, 16, p.num_frame_per_block, *p.latent_hw)
     dec = StreamingWanDecoder(vae, stage_labels=False)
     first = counted_flops(dec.decode_block, z)
-    return {"first_block": first, "steady_block": counted_flops(dec.decode_block, z)}
+    steady = counted_flop_parts(dec.decode_block, z)
+    return {"first_block": first, "steady_block": steady["total"], "steady_block_conv": steady["convolution"]}
 
 
 def sd_decoder_flops(p) -> float:
     """FLOPs of one frame's SD VAE decode (the WMA workload decodes frame by frame) at a preset's shape, counted on
     meta tensors."""
+    return sd_decoder_flop_parts(p)["total"]
+
+
+def sd_decoder_flop_parts(p) -> dict[str, float]:
+    """{"total", "convolution"}: sd_decoder_flops and the convolutions' share of it."""
     with torch.device("meta"):
         vae = AutoencoderKL(**sd_vae_config(p))
         z = torch.empty(1, p.latent_channels, p.height // 8, p.width // 8)
-    return counted_flops(decode_frame, vae, z, p.scale_factor)
+    return counted_flop_parts(decode_frame, vae, z, p.scale_factor)

@@ -226,16 +226,26 @@ def categories(rows: list[DecoderRow]) -> pd.DataFrame:
     return d[d.sum().sort_values(ascending=False).index] if len(d.columns) else pd.DataFrame()
 
 
+# the columns a reader compares (decoder_table has more: the appendix shows them all)
+DECODER_KEY = ["gate", "ms / block", "x floor", "conv % of floor", "speedup", "decoder-only FPS",
+               "PSNR dB vs fp32", "first pass s"]
+
+
 def decoder_table(rows: list[DecoderRow], flops: dict | None = None, ceilings: dict | None = None) -> pd.DataFrame:
     """One line per decoder row: ms per steady block (median, p20-p80), x its FLOP floor, pixel-frame rate of the
-    decoder alone, PSNR against fp32 and the gate, first pass, memory."""
-    fl = floor_ms(flops["steady_block"], ceilings) if flops and ceilings and ceilings.get("gemm_tflops") else math.nan
+    decoder alone, PSNR against fp32 and the gate, first pass, memory; on a GPU also the convolution kernels' ms of
+    one profiled block and the share of the convolutions' own FLOP floor they reach."""
+    counted = bool(flops and ceilings and ceilings.get("gemm_tflops"))
+    fl = floor_ms(flops["steady_block"], ceilings) if counted else math.nan
+    conv_fl = floor_ms(flops["steady_block_conv"], ceilings) if counted and flops.get("steady_block_conv") else math.nan
     base = rows[0].block_ms.median if rows else math.nan
     out = []
     for r in rows:
         ms = r.block_ms.median
+        conv_ms = float((r.categories or {}).get("convolution", math.nan))
         out.append({"decoder": r.label, "gate": r.gate, "ms / block": ms, "p20": r.block_ms.p20, "p80": r.block_ms.p80,
                     "x floor": ms / fl if fl == fl else math.nan, "GPU busy ms": r.gpu_busy_ms,
+                    "conv ms": conv_ms, "conv % of floor": 100 * conv_fl / conv_ms if conv_ms > 0 else math.nan,
                     "speedup": base / ms if r.gate in ("pass", "reference", "needs real weights") else math.nan,
                     "decoder-only FPS": r.pixel_frames_per_block / ms * 1e3, "PSNR dB vs fp32": r.psnr_db,
                     "PSNR dB vs plain stand-in": r.stand_in_psnr_db,
@@ -243,6 +253,7 @@ def decoder_table(rows: list[DecoderRow], flops: dict | None = None, ceilings: d
                     "peak GiB": r.peak_memory_gib, "stack": " + ".join(r.stack) or "-"})
     t = pd.DataFrame(out).set_index("decoder")
     t.attrs["floor_ms"] = fl
+    t.attrs["conv_floor_ms"] = conv_fl
     return t
 
 
@@ -291,9 +302,10 @@ def result_rows(cfg, rows: list[DecoderRow]) -> list[dict]:
     return out
 
 
-def category_account(rows: list[DecoderRow]) -> str:
+def category_account(rows: list[DecoderRow], conv_floor_ms: float = math.nan) -> str:
     """Where the fastest gated full decoder's GPU time goes (one profiled steady block: convolution against the
-    rest, the top categories); empty without a profiled row (a CPU run)."""
+    rest, the top categories; with `conv_floor_ms`, decoder_table's attrs, the share of the convolutions' FLOP floor
+    their kernels reach); empty without a profiled row (a CPU run)."""
     ok = [r for r in rows if r.gate in ("pass", "reference") and r.categories and np.isfinite(r.block_ms.median)]
     if not ok:
         return ""
@@ -304,8 +316,11 @@ def category_account(rows: list[DecoderRow]) -> str:
         return ""
     conv = float(cats.get("convolution", 0.0))
     top = ", ".join(f"{c} {ms:.3g} ms ({ms / total:.0%})" for c, ms in cats.head(4).items())
+    floor = (f" The convolutions' own FLOP floor at the measured GEMM ceiling is {conv_floor_ms:.3g} ms: their "
+             f"kernels reach {conv_floor_ms / conv:.0%} of it." if conv > 0 and conv_floor_ms == conv_floor_ms else "")
     return (f"Of the fastest gated decoder's ({best.label}) {total:.3g} ms of kernel time in a steady block, "
-            f"convolution takes {conv:.3g} ms ({conv / total:.0%}) and everything else {total - conv:.3g} ms: {top}.")
+            f"convolution takes {conv:.3g} ms ({conv / total:.0%}) and everything else {total - conv:.3g} ms: {top}."
+            + floor)
 
 
 def interpret(table: pd.DataFrame, block_ms_e2e: float | None = None) -> str:

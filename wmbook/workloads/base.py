@@ -246,7 +246,8 @@ class Workload:
         raise NotImplementedError(f"workload {self.name!r} has no decoder table")
 
     def decoder_flops(self, preset) -> dict | None:
-        """{"first_block", "steady_block"}: FLOPs of one timed decode (its floor); None when not counted."""
+        """{"first_block", "steady_block", "steady_block_conv"}: FLOPs of one timed decode (its floor) and of its
+        convolutions alone; None when not counted."""
         return None
 
     def decoder_size(self, pipe) -> str:

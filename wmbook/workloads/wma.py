@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from ..bench import Samples
 from ..check import require_finite
 from ..device import floor_ms
-from ..models.flops import sd_decoder_flops
+from ..models.flops import sd_decoder_flop_parts
 from ..models.wma import WMA_FINE_LABELS, WMA_FORWARD_LABEL
 from ..models.wma.flops import unet_forward_flops
 from ..params import Param, integer, number
@@ -216,8 +216,8 @@ class WMAWorkload(Workload):
                                   decode_decision=False).world.latents
 
     def decoder_flops(self, preset) -> dict:
-        f = sd_decoder_flops(preset)
-        return {"first_block": f, "steady_block": f}
+        f = sd_decoder_flop_parts(preset)
+        return {"first_block": f["total"], "steady_block": f["total"], "steady_block_conv": f["convolution"]}
 
     def conv_layouts(self, pipe) -> list[Layout]:
         unet = pipe.model.diffusion_model
