@@ -462,3 +462,17 @@ def test_frame_decoder_rows_on_a_gpu_end_with_bf16_captured():
     assert rows["bf16 + vae-compile + vae-cuda-graphs"] == ["vae-bf16", "cudnn-benchmark", "vae-compile",
                                                             "vae-cuda-graphs"]
     assert list(rows)[-1] == "bf16 + vae-compile + vae-cuda-graphs" and "+ vae-cuda-graphs (compiled step)" in rows
+
+
+def test_decoder_rows_on_a_gpu_search_cudnn_from_their_first_reduced_precision_row():
+    """cuDNN keeps the algorithm it first picked for a convolution shape for the rest of the process (however it
+    picked it), so every GPU decoder row but the fp32 reference has the search on (a row's variants are all applied
+    before it decodes), and no row of its own claims it (names only, so it runs on a CPU)."""
+    from wmbook.studies import decoder as study
+
+    for name in ("mg2", "wma"):
+        rows = study.decoder_stacks(workloads.get(name), torch.device("cuda"))
+        assert rows["fp32 (reference)"] == [] and "+ cudnn-benchmark" not in rows
+        assert all("cudnn-benchmark" in stack for label, stack in rows.items() if label != "fp32 (reference)")
+    mg2 = study.decoder_stacks(workloads.get("mg2"), torch.device("cuda"))
+    assert list(mg2)[1] == "bf16 + cudnn-benchmark" and mg2["bf16 + cudnn-benchmark"] == ["vae-bf16", "cudnn-benchmark"]

@@ -41,10 +41,10 @@ def test_which_variants_leave_the_denoiser_as_it_was():
     keep = {n for n, v in registry.REGISTRY.items() if not v.denoiser}
     assert {"vae-stream-buffers", "vae-channels-last", "vae-compile", "vae-cuda-graphs", "vae-bf16",
             "conditioning-cuda-graphs", "decode-first", "stream-frames", "skip-unused-decode", "skip-unused-encode",
-            "constant-conditioning"} <= keep
+            "constant-conditioning", "cudnn-benchmark"} <= keep
     assert not keep & {"bf16", "compile-regional", "cuda-graphs", "static-caches", "decode-overlap", "tf32",
                        "skip-unused-heads", "ring-kv-cache", "triton-fused"}
-    assert all(registry.REGISTRY[n].family in ("decoder", "precision", "graphs") for n in keep)
+    assert all(registry.REGISTRY[n].family in ("decoder", "precision", "graphs", "layout") for n in keep)
 
 
 def test_decoder_rows_build_on_the_compiled_row_and_measure_what_a_fresh_build_does(mg2_ref, monkeypatch):

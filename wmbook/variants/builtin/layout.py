@@ -9,10 +9,17 @@ from .. import swaps
 from ..registry import VariantContext, register
 
 
-@register("cudnn-benchmark", family="layout",
-          description="torch.backends.cudnn.benchmark: cuDNN times its algorithms once per shape and keeps the fastest")
+# PyTorch keeps the cuDNN plan it first chose for a convolution (keyed by shapes, dtype, layout, alignment and the
+# tf32/determinism switches, not by this one) for the rest of the process, however it chose it: the switch speeds up
+# only the convolutions first run after it, so a stack turns it on before its reduced-precision convolutions first
+# run. It changes no traced code, so a ladder row adding it is built on the row before (denoiser=False).
+@register("cudnn-benchmark", family="layout", denoiser=False,
+          description="torch.backends.cudnn.benchmark: cuDNN times its algorithms once per shape and keeps the fastest "
+                      "(for the shapes first run after it is on)")
 def _cudnn_benchmark(pipe, ctx: VariantContext):
     torch.backends.cudnn.benchmark = True
+    ctx.notes["cudnn-benchmark"] = ("cuDNN benchmark on: convolution shapes first run from here on are timed; "
+                                    "those run before keep the algorithm cuDNN picked then")
 
 
 @register("channels-last", family="layout",
