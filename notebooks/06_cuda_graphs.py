@@ -194,7 +194,10 @@ else:
 # shape; wma: one frame, since its SD VAE decodes frame by frame and keeps no state across frames)
 # against the decoder's own FLOP floor (counted with `torch.utils.flop_counter` on meta tensors) and the PSNR of its
 # frames against the fp32 decoder (gate: 40 dB); on a GPU also the share of the convolutions' own FLOP floor that
-# its convolution kernels reach (one profiled block). The first pass includes compilation and capture. On a GPU the
+# its convolution kernels reach (one profiled block). The first pass includes compilation and capture. PyTorch keeps
+# the cuDNN algorithm it first picked for a convolution shape for the rest of the process, so every reduced-precision
+# row has cuDNN's algorithm search (`cudnn-benchmark`) on, as the ladder above turned it on before its bf16 decoder
+# first ran; the rows here reuse the ladder's picks for the shapes it ran. On a GPU the
 # `vae-window-kernels` row replaces the compiled step with kernels of our own on the same causal windows (each norm +
 # SiLU written straight into the next convolution's window, the head's 3-channel convolution in Triton): compare its
 # kernel categories with the compiled step's to see what inductor's fusions are worth. The tiny decoder (TAEHV) has
