@@ -69,16 +69,21 @@ def test_rows_built_on_the_row_before_keep_its_global_switches(mg2_ref, monkeypa
     real, seen = ladder_mod._measure, []
 
     def measure(ref, wl, stack, *args, base=None, **kwargs):
-        seen.append((stack[-1].name if stack else "-", base is not None, torch.get_float32_matmul_precision()))
+        seen.append((stack[-1].name if stack else "-", base is not None, torch.get_float32_matmul_precision(),
+                     torch.backends.cudnn.benchmark))
         return real(ref, wl, stack, *args, base=base, **kwargs)
 
     monkeypatch.setattr(ladder_mod, "_measure", measure)
-    before = torch.get_float32_matmul_precision()
-    run_ladder("mg2", "tiny", ["tf32", "vae-stream-buffers", "bf16"], device=CPU, reference=mg2_ref, settings=SETTINGS)
-    # tf32's switch is on when its row's pipeline takes the decoder row; bf16 builds afresh from switches restored
-    assert seen == [("-", False, before), ("tf32", False, before), ("vae-stream-buffers", True, "high"),
-                    ("bf16", False, before)]
-    assert torch.get_float32_matmul_precision() == before
+    before, search = torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark
+    assert not search
+    run_ladder("mg2", "tiny", ["tf32", "cudnn-benchmark", "vae-stream-buffers", "bf16"], device=CPU,
+               reference=mg2_ref, settings=SETTINGS)
+    # tf32's switch is on when its row's pipeline takes cuDNN's search and then the decoder row, the search's switch
+    # for the decoder row too; bf16 builds afresh from switches restored
+    assert seen == [("-", False, before, False), ("tf32", False, before, False),
+                    ("cudnn-benchmark", True, "high", False), ("vae-stream-buffers", True, "high", True),
+                    ("bf16", False, before, False)]
+    assert torch.get_float32_matmul_precision() == before and not torch.backends.cudnn.benchmark
 
 
 def test_kept_first_row_is_not_built_on_and_a_failed_row_ends_the_chain(mg2_ref, monkeypatch):
