@@ -1,5 +1,6 @@
 """tools/conv3d_bench.py's fp8 quality check: e4m3 rounding of a tensor (per tensor or per output channel) and the
-streaming decoder's PSNR with its convolutions in fp8, on the tiny preset on a CPU."""
+streaming decoder's PSNR with its convolutions in fp8, on the tiny preset on a CPU; tools/cross_gpu_frames.py's
+refusal of stacks that differ in cuDNN's algorithm search."""
 
 from __future__ import annotations
 
@@ -38,3 +39,13 @@ def test_decoder_fp8_psnr_rows(bench):
     bf16, fp8 = rows[0], rows[1]
     assert bf16["passes 40 dB"] and bf16["PSNR dB vs fp32"] > fp8["PSNR dB vs fp32"]
     assert 0 < fp8["rel L2"] < 1
+
+
+def test_cross_gpu_frames_refuses_stacks_that_differ_in_cudnn_search(capsys):
+    """cuDNN keeps its first algorithm per convolution shape for the whole process: stacks with and without its search
+    in one run would time nothing, so the tool says so before it builds anything (on any host)."""
+    tool = load_tool("cross_gpu_frames")
+    with pytest.raises(SystemExit) as e:
+        tool.main(["--stacks", "tf32,bf16;tf32,bf16,cudnn-benchmark"])
+    assert e.value.code == 2
+    assert "cudnn-benchmark is in some stacks and not in others" in capsys.readouterr().err

@@ -1,11 +1,13 @@
 """Notebook 01 end to end with papermill on the tiny preset (what `make report` does on a CPU)."""
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
 import papermill as pm
 import pytest
+import torch
 
 from wmbook import studies
 from wmbook.params import ParameterError
@@ -173,6 +175,9 @@ def test_notebook_04_default_ladders():
     assert mg2 == ["tf32", "bf16", *hyg, "action-attn-fused", "compile-regional"]
     assert wma == ["tf32", "bf16", "norm-input-dtype", "channels-last", "temporal-channels-last",
                    "compile-whole"]  # the UNet compiles whole
+    # on a GPU cuDNN's algorithm search comes first: cuDNN keeps its first pick for a convolution shape
+    gpu = dataclasses.replace(ca.validate(workload="wma", device="cpu"), device=torch.device("cuda"))
+    assert names(gpu)[:2] == ["cudnn-benchmark", "tf32"]
     assert names(ca.validate(workload="mg2", device="cpu"), "math")[-3] == "attn-math"
     assert "attn-flash" not in names(ca.validate(workload="mg2", device="cpu"), "flash")  # CUDA only
     with pytest.raises(ValueError, match="e2e_blocks=5 is not allowed for preset 'tiny-sf'"):

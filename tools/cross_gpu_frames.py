@@ -4,10 +4,12 @@ generation (mg2) and then one more on the same inputs; its output is compared wi
 second run with its first (run-to-run on one GPU).
 
 Why: notebook 08's data-parallel ranks found their frames not bit-equal to rank 0's with notebook 06's wma stack,
-which picks convolution algorithms by timing them on each GPU (cudnn-benchmark). Run stacks with and without it:
+which picks convolution algorithms by timing them on each GPU (cudnn-benchmark). Run stacks with and without it,
+one invocation each: PyTorch keeps the cuDNN algorithm it first picked for a convolution shape on a GPU for the rest
+of the process, so a stack with the search after one without it on the same shapes would time nothing (refused):
 
-    python3 tools/cross_gpu_frames.py --workload wma \
-        --stacks "tf32,bf16,norm-input-dtype,channels-last;tf32,bf16,norm-input-dtype,channels-last,cudnn-benchmark"
+    python3 tools/cross_gpu_frames.py --workload wma --stacks "tf32,bf16,norm-input-dtype,channels-last"
+    python3 tools/cross_gpu_frames.py --workload wma --stacks "tf32,bf16,norm-input-dtype,channels-last,cudnn-benchmark"
 """
 
 from __future__ import annotations
@@ -50,13 +52,17 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=2, help="wma: DDIM steps per pass (notebook 08's default)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
+    stacks = [[n for n in s.split(",") if n] for s in a.stacks.split(";")]
+    searched = ["cudnn-benchmark" in s for s in stacks]
+    if any(searched) and not all(searched):
+        ap.error("--stacks: cudnn-benchmark is in some stacks and not in others; cuDNN keeps the algorithm it first "
+                 "picked for a convolution shape for the whole process, so compare them in separate runs")
     if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
         ap.error(f"needs at least 2 GPUs; this host has {torch.cuda.device_count()}")
     wl = workloads.get(a.workload)
     preset_name = a.preset or ("wma" if a.workload == "wma" else "mg2-universal")
     if preset_name not in wl.presets:
         ap.error(f"--preset={preset_name!r} is not allowed; allowed values: {sorted(wl.presets)}")
-    stacks = [[n for n in s.split(",") if n] for s in a.stacks.split(";")]
     flags = GlobalFlags()
     for stack in stacks:
         first = None

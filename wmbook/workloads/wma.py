@@ -278,11 +278,13 @@ class WMAWorkload(Workload):
         return f"iteration of {size.ddim_steps} DDIM steps per pass"
 
     def default_ladder(self, device, attention: str | None) -> list[str]:
-        """tf32 -> bf16 -> the hygiene variants -> channels-last -> temporal-channels-last [-> cuDNN benchmark]
-        [-> attention backend]."""
+        """[cuDNN benchmark ->] tf32 -> bf16 -> the hygiene variants -> channels-last -> temporal-channels-last
+        [-> attention backend]. cuDNN's algorithm search comes first: cuDNN keeps the algorithm it first chose for a
+        convolution shape for the rest of the process, so it counts only for the shapes that first run after it (here
+        every row's but the fp32 reference's, whose shapes its own row keeps)."""
         steps = ["tf32", "bf16", "hygiene", "channels-last", "temporal-channels-last"]
         if device.type == "cuda":
-            steps.append("cudnn-benchmark")
+            steps.insert(0, "cudnn-benchmark")
         return steps + ([attention] if attention else [])
 
     # --- notebook 01 -------------------------------------------------------------------------------------
