@@ -1,6 +1,6 @@
 """tools/conv3d_bench.py's fp8 quality check: e4m3 rounding of a tensor (per tensor or per output channel) and the
 streaming decoder's PSNR with its convolutions in fp8, on the tiny preset on a CPU; tools/cross_gpu_frames.py's
-refusal of stacks that differ in cuDNN's algorithm search."""
+and compare_compile.py's refusal of stacks that differ in cuDNN's algorithm search."""
 
 from __future__ import annotations
 
@@ -41,11 +41,19 @@ def test_decoder_fp8_psnr_rows(bench):
     assert 0 < fp8["rel L2"] < 1
 
 
-def test_cross_gpu_frames_refuses_stacks_that_differ_in_cudnn_search(capsys):
+@pytest.mark.parametrize("tool, argv", [("cross_gpu_frames", ["--stacks", "tf32,bf16;tf32,bf16,cudnn-benchmark"]),
+                                        ("compare_compile", ["wma", "tf32,bf16", "tf32,bf16,cudnn-benchmark"])])
+def test_tools_refuse_stacks_that_differ_in_cudnn_search(tool, argv, capsys):
     """cuDNN keeps its first algorithm per convolution shape for the whole process: stacks with and without its search
-    in one run would time nothing, so the tool says so before it builds anything (on any host)."""
-    tool = load_tool("cross_gpu_frames")
+    in one run would time nothing, so the tools that measure several stacks in one process say so before they build
+    anything (on any host)."""
+    from wmbook import variants, workloads
+
     with pytest.raises(SystemExit) as e:
-        tool.main(["--stacks", "tf32,bf16;tf32,bf16,cudnn-benchmark"])
+        load_tool(tool).main(argv)
     assert e.value.code == 2
     assert "cudnn-benchmark is in some stacks and not in others" in capsys.readouterr().err
+    wma = workloads.get("wma")
+    assert variants.mixed_cudnn_search([["bf16"], ["bf16", "cudnn-benchmark"]])
+    assert not variants.mixed_cudnn_search([variants.resolve(["bf16", "cudnn-benchmark"], wma), ["cudnn-benchmark"]])
+    assert not variants.mixed_cudnn_search([["bf16"], ["tf32"]]) and not variants.mixed_cudnn_search([])

@@ -21,7 +21,7 @@ from wmbook import workloads
 from wmbook.bench import Samples, host_launch_ms, time_fn, time_once
 from wmbook.errors import command
 from wmbook.profiling.breakdown import kernel_summary, profile_calls
-from wmbook.variants import GlobalFlags, resolve
+from wmbook.variants import GlobalFlags, mixed_cudnn_search, resolve
 from wmbook.variants.ladder import apply_stack
 
 
@@ -37,12 +37,14 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", type=int, default=0, metavar="N",
                     help="also profile one forward per stack and print its N longest kernels, categories, labels")
     a = ap.parse_args(argv)
+    stacks = [[n.strip() for n in s.split(",") if n.strip()] for s in a.stacks]
+    if why := mixed_cudnn_search(stacks):
+        ap.error(f"stacks: {why}")
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device")
     dev = torch.device("cuda")
     wl = workloads.get(a.workload)
     preset = a.preset or wl.real_preset
-    stacks = [[n.strip() for n in s.split(",") if n.strip()] for s in a.stacks]
     for s in stacks:
         resolve(s, wl, dev)  # unknown names fail here, before any model is built
     ref = wl.reference_pipeline(wl.presets[preset], dev)

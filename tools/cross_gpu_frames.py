@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from wmbook import check, workloads  # noqa: E402
-from wmbook.variants import GlobalFlags  # noqa: E402
+from wmbook.variants import GlobalFlags, mixed_cudnn_search  # noqa: E402
 from wmbook.variants.ladder import apply_stack  # noqa: E402
 
 
@@ -53,10 +53,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     stacks = [[n for n in s.split(",") if n] for s in a.stacks.split(";")]
-    searched = ["cudnn-benchmark" in s for s in stacks]
-    if any(searched) and not all(searched):
-        ap.error("--stacks: cudnn-benchmark is in some stacks and not in others; cuDNN keeps the algorithm it first "
-                 "picked for a convolution shape for the whole process, so compare them in separate runs")
+    if why := mixed_cudnn_search(stacks):
+        ap.error(f"--stacks: {why}")
     if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
         ap.error(f"needs at least 2 GPUs; this host has {torch.cuda.device_count()}")
     wl = workloads.get(a.workload)

@@ -32,6 +32,7 @@ from .registry import (
                        get,
                        hygiene_parts,
                        known,
+                       mixed_cudnn_search,
                        register,
                        register_group,
                        resolve,
@@ -39,4 +40,5 @@ from .registry import (
 )
 
 __all__ = ["FAMILIES", "GROUPS", "GlobalFlags", "INDUCTOR_KEYS", "REGISTRY", "UnknownVariantError", "Variant",
-           "VariantContext", "get", "hygiene_parts", "known", "register", "register_group", "resolve", "tolerance_for"]
+           "VariantContext", "get", "hygiene_parts", "known", "mixed_cudnn_search", "register", "register_group",
+           "resolve", "tolerance_for"]

@@ -188,6 +188,18 @@ class GlobalFlags:
             _set_dotted(inductor_config, k, v)
 
 
+def mixed_cudnn_search(stacks) -> str:
+    """Why stacks measured in one process cannot differ in `cudnn-benchmark` ("" when they do not): PyTorch keeps
+    the cuDNN algorithm it first picked for a convolution shape for the rest of the process, however it picked it, so
+    the stacks after the first would run the first one's algorithms and the comparison would time nothing.
+    `stacks`: lists of variant names or Variants."""
+    searched = {any(getattr(v, "name", v) == "cudnn-benchmark" for v in s) for s in stacks}
+    if len(searched) < 2:
+        return ""
+    return ("cudnn-benchmark is in some stacks and not in others; cuDNN keeps the algorithm it first picked for a "
+            "convolution shape for the whole process, so compare them in separate runs")
+
+
 # inductor settings a library may switch on process-wide when a variant calls it (torchao's
 # recommended_inductor_config_setter, run by its quantization configs unless set_inductor_config=False)
 INDUCTOR_KEYS = ("coordinate_descent_tuning", "coordinate_descent_check_all_directions", "force_fuse_int_mm_with_mul",
