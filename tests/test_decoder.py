@@ -476,3 +476,26 @@ def test_decoder_rows_on_a_gpu_search_cudnn_from_their_first_reduced_precision_r
         assert all("cudnn-benchmark" in stack for label, stack in rows.items() if label != "fp32 (reference)")
     mg2 = study.decoder_stacks(workloads.get("mg2"), torch.device("cuda"))
     assert list(mg2)[1] == "bf16 + cudnn-benchmark" and mg2["bf16 + cudnn-benchmark"] == ["vae-bf16", "cudnn-benchmark"]
+
+
+def test_decoder_bench_without_the_search_relabels_its_rows(monkeypatch):
+    """tools/decoder_bench.py --no-search: every row without cudnn-benchmark, labelled so (the GPU rows' stacks, taken
+    on a CPU up to the table's run)."""
+    from conftest import load_tool
+
+    from wmbook.studies import decoder as study
+
+    tool, seen = load_tool("decoder_bench"), {}
+    gpu_stacks = study.decoder_stacks(workloads.get("mg2"), torch.device("cuda"))
+    monkeypatch.setattr(study, "decoder_stacks", lambda *a, **k: dict(gpu_stacks))
+
+    def stop(ref, wl, lat, stacks, **kw):
+        seen.update(stacks)
+        raise KeyboardInterrupt  # the tool ends as on Ctrl-C, before anything is decoded
+
+    monkeypatch.setattr(study, "run_decoder_table", stop)
+    assert tool.main(["--preset", "tiny", "--blocks", "2", "--stacks", "(compiled step)", "--no-search"]) != 0
+    assert seen == {"fp32 (reference)": [],
+                    "+ vae-cuda-graphs (compiled step) (cuDNN heuristics)": ["vae-bf16", "vae-stream-buffers",
+                                                                             "vae-channels-last", "vae-compile",
+                                                                             "vae-cuda-graphs"]}

@@ -4,6 +4,9 @@ preset's shape, ms per steady block against the decoder's FLOP floor, PSNR again
     PYTHONPATH=$PWD python3 tools/decoder_bench.py --preset mg2-universal --blocks 5 --repeats 5 --csv out.csv
 
 Prints the table last. --stacks picks rows by label substring (comma-separated); --modes adds compile modes.
+--no-search takes cuDNN's algorithm search out of every row (cuDNN's heuristics pick the algorithms): PyTorch keeps
+the algorithm it first picked for a convolution shape for the whole process, so the rows with and without the search
+compare only across two runs, e.g. `--stacks "(compiled step)"` once with and once without --no-search.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="default", help="vae-compile modes: default,max-autotune-no-cudagraphs")
     ap.add_argument("--stacks", default="", help="only rows whose label contains one of these (comma-separated)")
     ap.add_argument("--kernels", default="", help="print the top kernels of rows whose label contains these")
+    ap.add_argument("--no-search", action="store_true", help="every row without cudnn-benchmark (see above)")
     ap.add_argument("--csv", default=None)
     a = ap.parse_args(argv)
     if a.blocks < 2 or a.repeats < 1 or a.warmup < 0:
@@ -48,6 +52,9 @@ def main(argv=None) -> int:
     if a.stacks:
         keep = [s.strip() for s in a.stacks.split(",")]
         stacks = {lbl: s for i, (lbl, s) in enumerate(stacks.items()) if i == 0 or any(x in lbl for x in keep)}
+    if a.no_search:
+        stacks = {lbl.replace(" + cudnn-benchmark", "") + (" (cuDNN heuristics)" if "cudnn-benchmark" in s else ""):
+                  [n for n in s if n != "cudnn-benchmark"] for lbl, s in stacks.items()}
     rows = study.run_decoder_table(ref, wl, lat, stacks, warmup=a.warmup, repeats=a.repeats)
     t = study.decoder_table(rows, wan_decoder_flops(preset), ceilings)
     if a.csv:
