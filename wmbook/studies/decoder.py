@@ -37,9 +37,8 @@ def decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -
     """The decoder rows, each a stack of variant names: for a streaming decoder cumulative (bf16 with cuDNN's
     algorithm search, caches in place, channels-last, compile, graphs), then the tiny decoder; for a per-frame decoder
     the fp32 one compiled and captured, and bf16 (`frame_decoder_stacks`). On a GPU every row but the fp32 reference
-    has the search on from its first row: cuDNN keeps the algorithm it first chose for a convolution shape for the
-    rest of the process, so a row without it would leave its shapes' slower choices to the rows after it (and the
-    rows run after notebook 06's ladder take the ladder's choices)."""
+    searches, and none claims the search alone: cuDNN's first pick per shape holds for the process (the
+    `cudnn-benchmark` variant), so rows after notebook 06's ladder also take its picks."""
     known = variants.known(workload)
     if "streaming_decoder" not in workload.features:
         return frame_decoder_stacks(workload, device, compile_modes) if "frame_decoder" in workload.features else {}
@@ -88,7 +87,7 @@ def frame_decoder_stacks(workload, device: torch.device, compile_modes=("default
     if device.type != "cuda":  # the compiled SD VAE step needs a GPU here (aot_eager fails on the CPU's group_norm)
         rows["bf16"] = ["vae-bf16"]
         return {k: v for k, v in rows.items() if all(n in known for n in v)}
-    low = ["cudnn-benchmark"]  # no row of its own: the fp32 reference ran these shapes first (decoder_stacks says why)
+    low = ["cudnn-benchmark"]  # no row of its own (decoder_stacks)
     for mode in compile_modes:
         name = "vae-compile" + ("" if mode == "default" else "-max-autotune")
         rows[f"+ {name}"] = low + [name]

@@ -189,10 +189,9 @@ class GlobalFlags:
 
 
 def mixed_cudnn_search(stacks) -> str:
-    """Why stacks measured in one process cannot differ in `cudnn-benchmark` ("" when they do not): PyTorch keeps
-    the cuDNN algorithm it first picked for a convolution shape for the rest of the process, however it picked it, so
-    the stacks after the first would run the first one's algorithms and the comparison would time nothing.
-    `stacks`: lists of variant names or Variants."""
+    """Why stacks measured in one process cannot differ in `cudnn-benchmark` ("" when they do not): cuDNN's first
+    pick per convolution shape holds for the process (the variant says why), so the later stacks would run the first
+    one's algorithms. `stacks`: lists of variant names or Variants."""
     searched = {any(getattr(v, "name", v) == "cudnn-benchmark" for v in s) for s in stacks}
     if len(searched) < 2:
         return ""

@@ -181,8 +181,8 @@ class Mg2Workload(Workload):
 
     def decoder_ladder(self, device) -> list[str]:
         """cuDNN's algorithm search, then bf16, the caches in place, channels-last windows, the compiled and captured
-        step (GPU). The search comes first: cuDNN keeps the algorithm it first chose for a convolution shape, so it
-        must be on before the bf16 decoder's convolutions first run (the fp32 decoder's ran in the rows before)."""
+        step (GPU). The search is on before the bf16 decoder's convolutions first run (the `cudnn-benchmark` variant
+        says why)."""
         gpu = device.type == "cuda"
         return (["cudnn-benchmark", "vae-bf16"] if gpu else []) + ["vae-stream-buffers", "vae-channels-last"] + (
             ["vae-compile", "vae-cuda-graphs"] if gpu else [])

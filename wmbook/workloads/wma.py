@@ -279,9 +279,8 @@ class WMAWorkload(Workload):
 
     def default_ladder(self, device, attention: str | None) -> list[str]:
         """[cuDNN benchmark ->] tf32 -> bf16 -> the hygiene variants -> channels-last -> temporal-channels-last
-        [-> attention backend]. cuDNN's algorithm search comes first: cuDNN keeps the algorithm it first chose for a
-        convolution shape for the rest of the process, so it counts only for the shapes that first run after it (here
-        every row's but the fp32 reference's, whose shapes its own row keeps)."""
+        [-> attention backend]. The search comes first, so every row's convolutions after the fp32 reference's are
+        searched (the `cudnn-benchmark` variant says why)."""
         steps = ["tf32", "bf16", "hygiene", "channels-last", "temporal-channels-last"]
         if device.type == "cuda":
             steps.insert(0, "cudnn-benchmark")
