@@ -33,7 +33,7 @@
 workload = "mg2"       # mg2 (causal DiT + KV cache) | wma (video UNet + DDIM)
 preset = "auto"        # auto: tiny/tiny-wma on CPU, mg2-universal/wma on GPU | tiny | tiny-sf | mg2-universal | self-forcing | tiny-wma | wma
 device = "auto"        # auto | cpu | cuda
-dtype = "auto"         # auto: bf16 on GPU, fp32 on CPU | fp32 | bf16 | fp16
+dtype = "auto"         # auto: on GPU upstream's eager precision (mg2 bf16, wma fp32), fp32 on CPU | fp32 | bf16 | fp16
 vae_dtype = "auto"     # auto: mg2 follows dtype, wma decodes in fp32 as upstream | fp32 | bf16 | fp16
 num_blocks = 0         # mg2 only: blocks to generate; 0 means the preset default
 ddim_steps = 0         # wma only: DDIM steps per pass; 0 means the preset default (50)

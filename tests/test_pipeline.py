@@ -94,6 +94,21 @@ def test_bad_parameters_rejected_before_work(kw, match):
         baseline.validate(**kw)
 
 
+def test_baseline_dtype_auto_is_the_workloads_eager_precision():
+    """Notebook 01's run is the eager baseline: on a GPU its `auto` dtype is the one upstream runs (wma fp32, not the
+    bf16 the later notebooks' `auto` means); on a CPU fp32; an explicit dtype is kept."""
+    import torch
+
+    from wmbook import params, workloads
+
+    for name, want in (("mg2", torch.bfloat16), ("wma", torch.float32)):
+        ctx = {"_name": "dtype", "device": torch.device("cuda"), "workload": workloads.get(name)}
+        assert params.EAGER_DTYPE.check("auto", ctx) is want
+        assert params.EAGER_DTYPE.check("bf16", ctx) is torch.bfloat16
+        assert params.EAGER_DTYPE.check("auto", ctx | {"device": torch.device("cpu")}) is torch.float32
+    assert baseline.validate(workload="wma", device="cpu").dtype is torch.float32
+
+
 def test_baseline_result_tables(pipe):
     cfg = baseline.validate(preset="tiny", device="cpu", num_blocks=3, warmup=0, repeats=2)
     assert cfg.options.num_blocks == 3 and cfg.preset.name == "tiny" and cfg.dtype == torch.float32

@@ -202,6 +202,13 @@ def _dtype(v, ctx):
     return dt if dt is not None else (torch.bfloat16 if ctx["device"].type == "cuda" else torch.float32)
 
 
+def _eager_dtype(v, ctx):
+    dt = _dtype_name(v, ctx)
+    if dt is not None:
+        return dt
+    return DTYPES[ctx["workload"].eager_dtype] if ctx["device"].type == "cuda" else torch.float32
+
+
 def _vae_dtype(v, ctx):
     dt = _dtype_name(v, ctx)
     return dt if dt is not None else ctx["workload"].default_vae_dtype(ctx.get("dtype", torch.float32))
@@ -248,6 +255,11 @@ def _weights(v, ctx):
 WEIGHTS = Param("weights", "auto", _weights, "trained world presets: auto: the shipped data/weights/<preset>.pt | the "
                 "path of another world-weights .pt of the preset (e.g. a run just trained), recorded with its sha256")
 DTYPE = Param("dtype", "auto", _dtype, "auto: bf16 on a GPU, fp32 on a CPU | fp32 | bf16 | fp16")
+# notebook 01's: its run is the eager baseline every later notebook's speedup divides, so on a GPU it takes the
+# precision upstream runs the workload in (Workload.eager_dtype)
+EAGER_DTYPE = Param("dtype", "auto", _eager_dtype,
+                    "auto: on a GPU the precision upstream runs the workload eagerly (mg2 bf16, wma fp32), fp32 on a "
+                    "CPU | fp32 | bf16 | fp16")
 VAE_DTYPE = Param("vae_dtype", "auto", _vae_dtype, "auto: the workload's rule | fp32 | bf16 | fp16")
 WARMUP = Param("warmup", 1, integer(0), "untimed runs before timing")
 REPEATS = Param("repeats", 3, integer(1), "timed runs")

@@ -117,7 +117,7 @@ def _summary_html(df, groups: dict, device: str | None) -> str:
         lead = (f"<p><b>{e(wl.name)}</b> ({e(wl.title)}, preset <code>{e(wl.real_preset)}</code>): "
                 + (f"best single-GPU stack <b>{e(fmt(b.stage.value))} {e(b.stage.metric_label)}</b>"
                    + (f", <b>{summary.speedup_text(b.speedup)}</b> eager" if b.speedup == b.speedup else
-                      " (no eager run on this device to compare with)")
+                      f" (no {e(wl.eager_dtype)} eager run published to compare with)")
                    + f"; quality: {e(b.stage.quality)}." if b is not None else "no optimized stage yet.") + "</p>")
         chart = summary.chart_svg(rows, f"{wl.name}: speedup over eager, stage by stage")
         tab = table(summary.table_rows(rows, link), numeric=("value", "speedup over eager"), raw=("report",))

@@ -152,7 +152,8 @@ def glance_rows(df: pd.DataFrame, devices: list[str], link_for=None) -> list[dic
             b, first = best(rows), rows[0]
             if b is None:
                 continue
-            eager = _value_text(first.stage) if first.speedup == 1.0 else "not measured on this device"
+            # a folder that holds a set shows only its commit's rows: the eager run may exist outside it
+            eager = _value_text(first.stage) if first.speedup == 1.0 else f"no {wl.eager_dtype} eager run published"
             out.append({"workload": f"`{wl.name}` ({wl.real_preset})", "eager": eager,
                         "best single-GPU stack": f"{_value_text(b.stage)}: {b.stage.label}",
                         "speedup": speedup_text(b.speedup), "quality": b.stage.quality, "device": dev,

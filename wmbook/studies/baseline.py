@@ -11,12 +11,24 @@ import pandas as pd
 from .. import results as results_store
 from ..bench import Samples
 from ..device import floor_ms
-from ..params import DEVICE, DTYPE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, VAE_DTYPE, WARMUP, Param, boolean
+from ..params import (
+    DEVICE,
+    EAGER_DTYPE,
+    OUTPUT_DIR,
+    PRESET,
+    REPEATS,
+    RESULTS_PATH,
+    SEED,
+    VAE_DTYPE,
+    WARMUP,
+    Param,
+    boolean,
+)
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
 
 NOTEBOOK = "01_baseline_profiling"
-SPEC = NotebookSpec(NOTEBOOK, (WORKLOAD, PRESET, DEVICE, DTYPE, VAE_DTYPE, WARMUP, REPEATS,
+SPEC = NotebookSpec(NOTEBOOK, (WORKLOAD, PRESET, DEVICE, EAGER_DTYPE, VAE_DTYPE, WARMUP, REPEATS,
                                Param("profile", True, boolean, "stage table from a profiled run and its trace"),
                                OUTPUT_DIR, RESULTS_PATH, SEED),
                     quick={"repeats": 2})
