@@ -516,3 +516,18 @@ def test_findings_come_from_the_store_when_the_runs_results_file_stayed_on_anoth
     assert results.default_path() == store
     monkeypatch.setenv("WMBOOK_RESULTS", str(tmp_path / "none.csv"))
     assert render.report_findings(nb) is None  # neither holds them: the report stands without findings
+
+
+def test_set_gpu_minutes_per_notebook_and_workload():
+    """The set's index says where its GPU time goes: GPU-minutes per notebook and workload, a run on two GPUs counted
+    twice and marked; nothing without per-run times."""
+    from wmbook import report_index
+
+    t = {"seconds": {"01_baseline_profiling-mg2": 120.0, "01_baseline_profiling-wma": 60.0,
+                     "03_step_reduction-world-wma": 30.0, "08_multi_gpu-wma": 90.0},
+         "gpus": {"08_multi_gpu-wma": 2}}
+    got = report_index._run_minutes_html(t)
+    assert "<th>mg2</th><th>wma</th><th>world-wma</th>" in got
+    assert "<tr><td>01_baseline_profiling</td><td class=num>2.0</td><td class=num>1.0</td><td></td></tr>" in got
+    assert "<td class=num>3.0 (2 GPUs)</td>" in got
+    assert report_index._run_minutes_html({}) == ""

@@ -143,7 +143,35 @@ def _gpu_time_html(folder: Path) -> str:
     return (f"<h2>GPU time of this set</h2><p>Minutes per notebook on {e(str(t.get('device', '?')))}, every workload "
             f"of it, commit {e(str(t.get('commit', '?')))}{verdict}; {t.get('queues', 1)} queue(s), "
             f"{t.get('wall_seconds', 0) / 60:.1f} minutes of wall clock.</p>"
-            f"<table><tr><th>notebook</th>{cells}</tr><tr><th>minutes</th>{vals}</tr></table>")
+            f"<table><tr><th>notebook</th>{cells}</tr><tr><th>minutes</th>{vals}</tr></table>" + _run_minutes_html(t))
+
+
+def _run_minutes_html(t: dict) -> str:
+    """The set's GPU-minutes per notebook and workload (a run on several GPUs counts each), '' without per-run
+    times: where the set's time goes, for the runs a shorter set would have to cut."""
+    e = html.escape
+    try:
+        runs = {name: float(s) * int(t.get("gpus", {}).get(name, 1)) / 60 for name, s in t["seconds"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return ""
+    split = {name: name.split("-", 1) if "-" in name else (name, "") for name in runs}
+    notebooks = sorted({nb for nb, _ in split.values()})
+    workloads = sorted({wl for _, wl in split.values()}, key=lambda w: (w.startswith("world-"), w))
+    if not runs or len(workloads) < 2:
+        return ""
+    gpus = t.get("gpus", {})
+    head = "".join(f"<th>{e(w)}</th>" for w in workloads)
+    body = ""
+    for nb in notebooks:
+        cells = ""
+        for w in workloads:
+            name = next((n for n, (b, x) in split.items() if b == nb and x == w), None)
+            many = name is not None and int(gpus.get(name, 1)) > 1
+            cells += ("<td></td>" if name is None else
+                      f"<td class=num>{runs[name]:.1f}{f' ({int(gpus[name])} GPUs)' if many else ''}</td>")
+        body += f"<tr><td>{e(nb)}</td>{cells}</tr>"
+    return (f"<p>GPU-minutes per notebook and workload (a run on several GPUs counts each of them):</p>"
+            f"<table><tr><th>notebook</th>{head}</tr>{body}</table>")
 
 
 # the whole published set's GPU time the workbook aims at (wmbook.regenerate's goal)
