@@ -308,7 +308,7 @@ def test_wma_decoder_table_on_the_tiny_preset():
     """The UNet workload's SD VAE in the same table: frame by frame (one timed decode = one frame), its fp32 decode
     through the bench equal to the pipeline's own decode of the same latents, the compiled step gated against it, the
     floor counted per frame."""
-    from wmbook.models.flops import sd_decoder_flops
+    from wmbook.models.flops import sd_decoder_flop_parts
     from wmbook.studies import decoder as study
 
     wl = workloads.get("wma")
@@ -332,7 +332,7 @@ def test_wma_decoder_table_on_the_tiny_preset():
     assert t.loc["bf16", "gate"] == ("pass" if t.loc["bf16", "PSNR dB vs fp32"] >= study.DECODER_PSNR_DB else "FAIL")
     assert (t["decoder-only FPS"] > 0).all() and t.attrs["floor_ms"] > 0
     assert ref.decode_step.__func__ is type(ref).decode_step  # the bench's compiled step left the reference alone
-    f = sd_decoder_flops(wl.presets["wma"])  # one 320x512 frame of the SD VAE decoder
+    f = sd_decoder_flop_parts(wl.presets["wma"])["total"]  # one 320x512 frame of the SD VAE decoder
     assert 1.0e12 < f < 2.5e12
     parts = wl.decoder_flops(wl.presets["wma"])
     assert parts["steady_block"] == f and 0.9 * f < parts["steady_block_conv"] < f

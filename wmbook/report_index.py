@@ -151,25 +151,21 @@ def _run_minutes_html(t: dict) -> str:
     times: where the set's time goes, for the runs a shorter set would have to cut."""
     e = html.escape
     try:
-        runs = {name: float(s) * int(t.get("gpus", {}).get(name, 1)) / 60 for name, s in t["seconds"].items()}
+        gpus = {name: int(t.get("gpus", {}).get(name, 1)) for name in t["seconds"]}
+        cell = {tuple(name.split("-", 1)) if "-" in name else (name, ""): (float(s) * gpus[name] / 60, gpus[name])
+                for name, s in t["seconds"].items()}
     except (KeyError, TypeError, ValueError, AttributeError):
         return ""
-    split = {name: name.split("-", 1) if "-" in name else (name, "") for name in runs}
-    notebooks = sorted({nb for nb, _ in split.values()})
-    workloads = sorted({wl for _, wl in split.values()}, key=lambda w: (w.startswith("world-"), w))
-    if not runs or len(workloads) < 2:
+    workloads = sorted({w for _, w in cell}, key=lambda w: (w.startswith("world-"), w))
+    if len(workloads) < 2:
         return ""
-    gpus = t.get("gpus", {})
-    head = "".join(f"<th>{e(w)}</th>" for w in workloads)
     body = ""
-    for nb in notebooks:
-        cells = ""
-        for w in workloads:
-            name = next((n for n, (b, x) in split.items() if b == nb and x == w), None)
-            many = name is not None and int(gpus.get(name, 1)) > 1
-            cells += ("<td></td>" if name is None else
-                      f"<td class=num>{runs[name]:.1f}{f' ({int(gpus[name])} GPUs)' if many else ''}</td>")
-        body += f"<tr><td>{e(nb)}</td>{cells}</tr>"
+    for nb in sorted({nb for nb, _ in cell}):
+        tds = "".join("<td></td>" if (nb, w) not in cell else
+                      f"<td class=num>{cell[nb, w][0]:.1f}{f' ({cell[nb, w][1]} GPUs)' if cell[nb, w][1] > 1 else ''}"
+                      "</td>" for w in workloads)
+        body += f"<tr><td>{e(nb)}</td>{tds}</tr>"
+    head = "".join(f"<th>{e(w)}</th>" for w in workloads)
     return (f"<p>GPU-minutes per notebook and workload (a run on several GPUs counts each of them):</p>"
             f"<table><tr><th>notebook</th>{head}</tr>{body}</table>")
 

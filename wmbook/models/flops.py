@@ -91,14 +91,9 @@ def wan_decoder_flops(p: CausalWanPreset) -> dict[str, float]:
     return {"first_block": first, "steady_block": steady["total"], "steady_block_conv": steady["convolution"]}
 
 
-def sd_decoder_flops(p) -> float:
-    """FLOPs of one frame's SD VAE decode (the WMA workload decodes frame by frame) at a preset's shape, counted on
-    meta tensors."""
-    return sd_decoder_flop_parts(p)["total"]
-
-
 def sd_decoder_flop_parts(p) -> dict[str, float]:
-    """{"total", "convolution"}: sd_decoder_flops and the convolutions' share of it."""
+    """{"total", "convolution"}: FLOPs of one frame's SD VAE decode (the WMA workload decodes frame by frame) at a
+    preset's shape, counted on meta tensors, and the convolutions' share of them."""
     with torch.device("meta"):
         vae = AutoencoderKL(**sd_vae_config(p))
         z = torch.empty(1, p.latent_channels, p.height // 8, p.width // 8)
