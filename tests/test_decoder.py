@@ -45,6 +45,8 @@ def _bench(stack, device="cpu", backend="aot_eager"):
                                    ["vae-stream-buffers", "vae-channels-last"],
                                    ["vae-stream-buffers", "vae-channels-last", "vae-compile"],
                                    ["vae-compile-regional"],
+                                   ["vae-block-step"], ["vae-stream-buffers", "vae-block-step"],
+                                   ["vae-stream-buffers", "vae-channels-last", "vae-compile", "vae-block-step"],
                                    # the window kernels' own tests are test_kernels_window_conv's; through the
                                    # decoder (their Triton kernels interpreted on a CPU) it takes a minute
                                    pytest.param(["vae-stream-buffers", "vae-channels-last", "vae-window-kernels"],
@@ -78,9 +80,50 @@ def test_stream_buffers_keep_their_addresses_once_steady():
     assert {k: w.data_ptr() for k, w in dec.windows.items()} == before and dec.window_bytes() > 0
 
 
+def test_block_step_calls_the_step_once_a_steady_block_and_sets_its_windows_up_before():
+    """With vae-block-step the stream's first latent frame goes alone, the rest of its first block in one call (phase
+    1), every later block in one steady call; the steady calls' windows are set up eagerly before the first of them and
+    keep their addresses in the next stream; with the step compiled, the steady calls compile once and the next
+    stream compiles nothing."""
+    from wmbook.variants.compile_monitor import CompileMonitor
+
+    z = torch.randn(1, 16, 9, 8, 8, generator=torch.Generator().manual_seed(3))
+    for stack in (["vae-stream-buffers", "vae-block-step"], ["vae-stream-buffers", "vae-compile", "vae-block-step"]):
+        torch._dynamo.reset()  # the compiles counted below are this stack's only
+        dec = _bench(stack)
+        calls, step = [], dec.decode_frame
+
+        def record(x, phase, staged=False, step=step):
+            calls.append((x.shape[2], phase))
+            return step(x, phase, staged)
+
+        dec.decode_frame = record
+        with CompileMonitor() as first:
+            _stream(dec, z, [3, 3, 3])
+        assert calls == [(1, 0), (2, 1), (3, 2), (3, 2)], calls
+        before = {k: w.data_ptr() for k, w in dec.windows.items()}
+        with CompileMonitor() as steady:
+            _stream(dec, z, [3, 3, 3])
+        assert {k: w.data_ptr() for k, w in dec.windows.items()} == before
+        if "vae-compile" in stack:
+            assert first.summary()["graph_breaks"] == 0 and first.summary()["recompiles"] == 0, first.summary()
+            assert steady.summary()["frame_attempts"] == 0, steady.summary()
+
+
+def test_block_step_follows_a_block_size_that_changes():
+    """Steady blocks of 2, then 3, then 2 latent frames: the windows of each count set up when it first comes, the
+    past frames carried each time; the frames equal the reference decoder's."""
+    z = torch.randn(1, 16, 9, 8, 8, generator=torch.Generator().manual_seed(4))
+    ref = _stream(_bench([]), z, [1, 1, 2, 3, 2])
+    dec = _bench(["vae-stream-buffers", "vae-channels-last", "vae-block-step"])
+    torch.testing.assert_close(_stream(dec, z, [1, 1, 2, 3, 2]), ref, rtol=1e-5, atol=1e-5)
+    assert sorted({t for _, t in dec.windows}) == [1, 2, 3, 4, 6, 8, 12]  # frames a call: 1 2 3 at each stage x1 x2 x4
+
+
 def test_compiled_step_has_no_graph_break_and_recompiles_per_phase_only():
     from wmbook.variants.compile_monitor import CompileMonitor
 
+    torch._dynamo.reset()  # a compile of the same step by an earlier test would count as a recompile here
     dec = _bench(["vae-stream-buffers", "vae-compile"])
     z = torch.randn(1, 16, 9, 8, 8)
     with CompileMonitor() as first:
@@ -368,6 +411,22 @@ def test_decoder_graphs_replay_equals_eager():
         torch.testing.assert_close(_stream(graphed, z, [3, 3, 3, 3]), ref, rtol=0, atol=0)
     g = graphed.decode_frame
     assert g.captured == 3 and not g.failures, g.table()
+
+
+@GPU
+def test_decoder_block_step_graphs_replay_equals_eager():
+    """vae-block-step under vae-cuda-graphs: the steady block's call captured after its windows were set up eagerly;
+    replays give the eager block step's frames bit for bit, and those equal the per-frame step's within TF32's
+    rounding (cuDNN's fp32 convolutions run in TF32 by default and may pick other algorithms for 3x the frames)."""
+    z = torch.randn(1, 16, 12, 8, 8, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    per_frame = _stream(_bench(["vae-stream-buffers"], "cuda"), z, [3, 3, 3, 3])
+    ref = _stream(_bench(["vae-stream-buffers", "vae-block-step"], "cuda"), z, [3, 3, 3, 3])
+    torch.testing.assert_close(ref, per_frame, rtol=5e-3, atol=5e-3)
+    graphed = _bench(["vae-stream-buffers", "vae-cuda-graphs", "vae-block-step"], "cuda")
+    for _ in range(3):
+        torch.testing.assert_close(_stream(graphed, z, [3, 3, 3, 3]), ref, rtol=0, atol=0)
+    g = graphed.decode_frame
+    assert g.captured == 3 and not g.failures, g.table()  # the first frame, the call after it, the steady blocks
 
 
 @GPU

@@ -207,6 +207,7 @@ class StreamingWanDecoder:
         self.feat_cache: list = [None] * self.num_convs
         self.latent_frames_done = 0
         self.pixel_frames_done = 0
+        self.step_frames = 0  # latent frames of the step's last call (0: none yet)
 
     pixel_frames_for = staticmethod(pixel_frames_for)
 
@@ -238,20 +239,43 @@ class StreamingWanDecoder:
             x = _cached_causal_conv(dec.conv_out, x, feat_cache, feat_idx)
         return x
 
+    # the step's calls: one per latent frame; the vae-block-step variant (BlockStep) sets it to False: every later call
+    # then takes all the latent frames of a decode_block call at once
+    step_per_frame = True
+
     def decode_frame(self, x: torch.Tensor, phase: int, staged: bool = False) -> torch.Tensor:
-        """One latent frame after post_quant_conv [B, z, 1, h, w] through the decoder with the stream's feature
-        caches -> [B, 3, T, H, W] (T = 1 for the stream's first frame, else 4): the step variants replace. phase: 0
-        for the stream's first latent frame, 1 for its second, 2 for every later one (the frames whose shapes and
-        caches are steady): a compiled or captured step specializes on it, never on the frame count."""
+        """Latent frames after post_quant_conv [B, z, F, h, w] through the decoder with the stream's feature caches
+        -> [B, 3, T, H, W] (T = 1 for the stream's first frame, else 4 per latent frame): the step the variants
+        replace. F is 1, or with vae-block-step a block's latent frames. phase: 0 for the stream's first latent frame
+        (alone), 1 for the call after it, 2 for every later one (the calls whose shapes and caches are steady): a
+        compiled or captured step specializes on it and on F."""
         first = phase == 0
         return self._decoder_staged(x, first) if staged else self._decoder_plain(x, first)
+
+    def step_calls(self, n: int) -> list[tuple[int, int, int]]:
+        """(start, stop, phase) of each call of the step that decodes the stream's next `n` latent frames: the stream's
+        first latent frame alone (phase 0); then one call per frame, or with vae-block-step the rest of the `n` at
+        once; phase 1 for the call right after the first frame, 2 after that. A causal decoder gives the same frames
+        either way: each causal convolution sees the same past frames."""
+        done, calls, i = self.latent_frames_done, [], 0
+        while i < n:
+            stop = i + 1 if self.step_per_frame or done + i == 0 else n
+            calls.append((i, stop, min(done + i, 2)))
+            i = stop
+        return calls
+
+    def prepare_step(self, frames: int, before: int) -> None:
+        """Called before a steady call (phase 2) whose latent frame count differs from the last call's (`before`):
+        the diffusers caches take any frame count; a decoder with fixed buffers (vae-stream-buffers) sets up the
+        buffers of the new count here, outside any compiled or captured step."""
 
     @torch.no_grad()
     def decode_block(self, latents: torch.Tensor, on_frames=None) -> torch.Tensor:
         """Decode the next `F` latent frames of the stream -> [B, 3, T, H, W] in [-1, 1]. `on_frames(frames)`: called
-        with each latent frame's pixel frames (final: unpatchified, clamped) as soon as they are queued, before the
-        block's later latent frames decode: a stream can show its first frame after one latent frame's decode. The
-        pieces are the block's frames (their concatenation is the return value, bit for bit)."""
+        with each step call's pixel frames (final: unpatchified, clamped; a latent frame's, or with vae-block-step the
+        rest of the block's) as soon as they are queued, before the block's later calls decode: a stream can show its
+        first frame after one latent frame's decode. The pieces are the block's frames (their concatenation is the
+        return value, bit for bit)."""
         if latents.dim() != 5:
             raise ValueError(f"expected latents [B, C, F, h, w], got {tuple(latents.shape)}")
         vae = self.vae
@@ -261,11 +285,14 @@ class StreamingWanDecoder:
             z = unnormalize_latents(vae, z)
             x = vae.post_quant_conv(z)  # 1x1x1 conv: no temporal state, safe per block
         outs = []
-        for i in range(x.shape[2]):
-            k = self.latent_frames_done
-            with label(f"VAE_Decode_Frame_{k}"):
-                outs.append(self.decode_frame(x[:, :, i : i + 1, :, :], min(k, 2), staged))
-            self.latent_frames_done += 1
+        for start, stop, phase in self.step_calls(x.shape[2]):
+            k, frames = self.latent_frames_done, stop - start
+            if phase == 2 and frames != self.step_frames:
+                self.prepare_step(frames, self.step_frames)
+            with label(f"VAE_Decode_Frame_{k}"):  # k: the call's first latent frame
+                outs.append(self.decode_frame(x[:, :, start:stop, :, :], phase, staged))
+            self.latent_frames_done += frames
+            self.step_frames = frames
             if on_frames is not None:  # the piece finished now (the ops after the step are per frame)
                 with label("VAE_Decode_Postprocessing"):
                     outs[-1] = self._finish(outs[-1])

@@ -35,7 +35,8 @@ DECODER_PSNR_DB = 40.0  # dB against the fp32 decoder on the same latents: the g
 
 def decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -> dict[str, list[str]]:
     """The decoder rows, each a stack of variant names: for a streaming decoder cumulative (bf16 with cuDNN's
-    algorithm search, caches in place, channels-last, compile, graphs), then the tiny decoder; for a per-frame decoder
+    algorithm search, caches in place, channels-last, compile, graphs, a steady block a step call), then the tiny
+    decoder; for a per-frame decoder
     the fp32 one compiled and captured, and bf16 (`frame_decoder_stacks`). On a GPU every row but the fp32 reference
     searches, and none claims the search alone: cuDNN's first pick per shape holds for the process (the
     `cudnn-benchmark` variant), so rows after notebook 06's ladder also take its picks."""
@@ -50,6 +51,8 @@ def decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -
     buffers = low + ["vae-stream-buffers"]
     rows["+ vae-stream-buffers"] = buffers
     rows["+ vae-channels-last"] = buffers + ["vae-channels-last"]
+    if not gpu:  # on a GPU after the compiled, captured step (below)
+        rows["+ vae-channels-last + vae-block-step"] = buffers + ["vae-channels-last", "vae-block-step"]
     for mode in compile_modes:
         name = "vae-compile" + ("" if mode == "default" else "-max-autotune")
         # inductor chooses convolution layouts itself: compiled with and without channels-last input windows (the
@@ -62,6 +65,9 @@ def decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -
     if gpu:
         rows["+ vae-cuda-graphs (channels-last, eager step)"] = buffers + ["vae-channels-last", "vae-cuda-graphs"]
         rows["+ vae-cuda-graphs (compiled step)"] = buffers + ["vae-channels-last", "vae-compile", "vae-cuda-graphs"]
+        # a steady block's latent frames in one call of the compiled, captured step
+        rows["+ vae-block-step (compiled step, captured)"] = rows["+ vae-cuda-graphs (compiled step)"] + [
+            "vae-block-step"]
     if gpu:  # the window kernels captured in place of the compiled step (a comparison row: Triton kernels on a GPU)
         rows["+ vae-window-kernels + vae-cuda-graphs"] = buffers + ["vae-channels-last", "vae-window-kernels",
                                                                     "vae-cuda-graphs"]

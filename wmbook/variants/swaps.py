@@ -282,6 +282,15 @@ class FramesInMemoryFormat:
         return super().decode_frame(x.contiguous(memory_format=self.memory_format), phase, staged)
 
 
+class BlockStep:
+    """StreamingWanDecoder whose step, after the stream's first latent frame and the call after it, takes all the
+    latent frames of a decode_block call at once (a steady block's 3 at mg2-universal) instead of one per call: the
+    same causal convolutions on the same past frames, over 3x the frames a call (bigger GEMMs for the convolutions of
+    the small early stages, the past frames moved once a block instead of once a latent frame)."""
+
+    step_per_frame = False
+
+
 class SkipUnusedDecode:
     """WMAInteractionPipeline that does not decode the decision pass's video: upstream uses only its action chunk
     (the world-model pass's frames are the iteration's video), so its per-frame VAE decode is work nobody reads."""

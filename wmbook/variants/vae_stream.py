@@ -102,6 +102,10 @@ class BufferedStreamingDecoder:
         super().reset()
         for w in getattr(self, "windows", {}).values():
             w.zero_()  # the stream's first frames see zero past frames (causal padding); addresses kept
+        # id(conv) -> (conv, the window its last call used, that call's frames): which window holds a convolution's
+        # past frames when the step's frame count changes (prepare_step). Set by the calls before the steady ones
+        # (phases 0 and 1, eager) and by prepare_step; a steady call (compiled, captured) keeps its windows.
+        self.active: dict[int, tuple] = {}
 
     # -- one causal convolution ---------------------------------------------------------------------------------
     def _window(self, conv, x: torch.Tensor, phase: int, shape=None) -> torch.Tensor:
@@ -113,16 +117,35 @@ class BufferedStreamingDecoder:
         past = conv._padding[4]  # WanCausalConv3d: (w, w, h, h, 2 * temporal padding, 0), its own padding zeroed
         ph, pw = conv._padding[2], conv._padding[0]
         b, c, t, h, w = shape if shape is not None else x.shape
-        key = (id(conv), t)
-        win = self.windows.get(key)
-        shape = (b, c, past + t, h + 2 * ph, w + 2 * pw)
-        if win is None or tuple(win.shape) != shape or win.dtype != x.dtype or win.device != x.device:
-            win = torch.zeros(shape, dtype=x.dtype, device=x.device).contiguous(memory_format=self.memory_format)
-            self.windows[key] = win
+        win = self._allocated(conv, t, (b, c, past + t, h + 2 * ph, w + 2 * pw), x)
         first = self.windows.get((id(conv), 1))  # absent for a temporal upsampler: it skips the first frame
         if phase == 1 and t != 1 and past and first is not None:
             win[:, :, :past].copy_(first[:, :, :past])
+        if phase != 2:  # Python state: only in the eager calls (a steady call does not change windows)
+            self.active[id(conv)] = (conv, win, t)
         return win
+
+    def _allocated(self, conv, t: int, shape: tuple, like: torch.Tensor) -> torch.Tensor:
+        """conv's window for calls of `t` frames: the one allocated before, or a new zeroed one of `shape`."""
+        key = (id(conv), t)
+        win = self.windows.get(key)
+        if win is None or tuple(win.shape) != shape or win.dtype != like.dtype or win.device != like.device:
+            win = torch.zeros(shape, dtype=like.dtype, device=like.device).contiguous(memory_format=self.memory_format)
+            self.windows[key] = win
+        return win
+
+    def prepare_step(self, frames: int, before: int) -> None:
+        """Before the first steady call of `frames` latent frames (the last call had `before`): every causal
+        convolution's window for that many frames (each convolution's frame count scales with the call's: temporal
+        upsampling doubles it), allocated once, with the past frames carried over from the window its last call
+        used. Eager, so a compiled or captured steady step finds its windows in place."""
+        for key, (conv, cur, t) in list(self.active.items()):
+            t_new = t // before * frames  # t is the convolution's frames per latent frame times `before`
+            past = cur.shape[2] - t
+            win = self._allocated(conv, t_new, (*cur.shape[:2], past + t_new, *cur.shape[3:]), cur)
+            if win is not cur and past:
+                win[:, :, :past].copy_(cur[:, :, :past])
+            self.active[key] = (conv, win, t_new)
 
     def _causal_conv(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
         """x [B, C, T, H, W] through the causal convolution `conv` with its past frames, which it then updates."""

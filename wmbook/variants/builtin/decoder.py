@@ -51,6 +51,21 @@ def _vae_channels_last(pipe, ctx: VariantContext):
     ctx.notes["vae-channels-last"] = f"{n} decoder convolution weights in channels-last"
 
 
+@register("vae-block-step", family="decoder", requires=("streaming_decoder",),
+          description="the streaming Wan decoder's step given a steady block's latent frames in one call (the stream's "
+                      "first latent frame and the call after it as before): the same causal convolutions over the same "
+                      "past frames, a third of the calls, each convolution over 3x the frames; with vae-stream-buffers "
+                      "the block's windows are set up before the first steady call (outside a compiled or captured "
+                      "step)")
+def _vae_block_step(pipe, ctx: VariantContext):
+    dec = ctx.workload.streaming_decoder(pipe)
+    if not hasattr(dec, "step_calls"):
+        raise ValueError(f"vae-block-step needs the Wan decoder's streaming step; {type(dec).__name__} decodes a "
+                         "block in one call already")
+    swaps.swap_class(dec, swaps.BlockStep)
+    ctx.notes["vae-block-step"] = "a steady block's latent frames decoded in one step call"
+
+
 @register("vae-window-kernels", family="decoder", requires=("streaming_decoder",),
           description="the streaming Wan decoder's steps on its input windows with kernels of our own: each RMS "
                       "norm + SiLU written by one Triton kernel straight into the next causal convolution's window, "
