@@ -96,16 +96,17 @@ class BufferedStreamingDecoder:
         if memory_format is not None or not hasattr(self, "memory_format"):
             self.memory_format = memory_format or torch.contiguous_format
         self.windows: dict[tuple[int, int], torch.Tensor] = {}  # (id(conv), frames per call) -> input window
+        # id(conv) -> (conv, its frames per latent frame of the call): where each convolution's past frames are when
+        # the step's frame count changes (prepare_step). Read off the first call after a stream's first frame (phase
+        # 1), which runs eagerly before it is ever captured, and kept across streams: a replayed call runs no Python,
+        # so nothing a call records may be needed later.
+        self.frames_per_latent: dict[int, tuple] = {}
         self.reset()
 
     def reset(self) -> None:
         super().reset()
         for w in getattr(self, "windows", {}).values():
             w.zero_()  # the stream's first frames see zero past frames (causal padding); addresses kept
-        # id(conv) -> (conv, the window its last call used, that call's frames): which window holds a convolution's
-        # past frames when the step's frame count changes (prepare_step). Set by the calls before the steady ones
-        # (phases 0 and 1, eager) and by prepare_step; a steady call (compiled, captured) keeps its windows.
-        self.active: dict[int, tuple] = {}
 
     # -- one causal convolution ---------------------------------------------------------------------------------
     def _window(self, conv, x: torch.Tensor, phase: int, shape=None) -> torch.Tensor:
@@ -121,8 +122,8 @@ class BufferedStreamingDecoder:
         first = self.windows.get((id(conv), 1))  # absent for a temporal upsampler: it skips the first frame
         if phase == 1 and t != 1 and past and first is not None:
             win[:, :, :past].copy_(first[:, :, :past])
-        if phase != 2:  # Python state: only in the eager calls (a steady call does not change windows)
-            self.active[id(conv)] = (conv, win, t)
+        if phase == 1 and self.step_frames_now and id(conv) not in self.frames_per_latent:
+            self.frames_per_latent[id(conv)] = (conv, t // self.step_frames_now)
         return win
 
     def _allocated(self, conv, t: int, shape: tuple, like: torch.Tensor) -> torch.Tensor:
@@ -135,17 +136,18 @@ class BufferedStreamingDecoder:
         return win
 
     def prepare_step(self, frames: int, before: int) -> None:
-        """Before the first steady call of `frames` latent frames (the last call had `before`): every causal
-        convolution's window for that many frames (each convolution's frame count scales with the call's: temporal
-        upsampling doubles it), allocated once, with the past frames carried over from the window its last call
-        used. Eager, so a compiled or captured steady step finds its windows in place."""
-        for key, (conv, cur, t) in list(self.active.items()):
-            t_new = t // before * frames  # t is the convolution's frames per latent frame times `before`
+        """Before a steady call of `frames` latent frames where the last call had `before`: every causal convolution's
+        window for that many frames (its frames a call are the call's latent frames times what the temporal
+        upsampling before it multiplies them by), allocated once, with the past frames carried over from the window of
+        the last call's count. Eager in every stream (the calls around it may be replays), so a compiled or captured
+        steady step finds its windows in place."""
+        for key, (conv, per_latent) in self.frames_per_latent.items():
+            cur = self.windows[(key, per_latent * before)]
+            t, t_new = per_latent * before, per_latent * frames
             past = cur.shape[2] - t
             win = self._allocated(conv, t_new, (*cur.shape[:2], past + t_new, *cur.shape[3:]), cur)
-            if win is not cur and past:
+            if past:
                 win[:, :, :past].copy_(cur[:, :, :past])
-            self.active[key] = (conv, win, t_new)
 
     def _causal_conv(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
         """x [B, C, T, H, W] through the causal convolution `conv` with its past frames, which it then updates."""
