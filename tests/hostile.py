@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # what a refused input, a fault or an interrupt must leave exactly as it was: the published README, the committed
 # results store and the shipped weights
-GUARDED = [ROOT / "README.md", ROOT / "data" / "results" / "results.csv",
+GUARDED = [ROOT / "README.md", *sorted((ROOT / "data" / "results").glob("results*.csv")),
            *sorted((ROOT / "data" / "weights").glob("world-*"))]
 
 

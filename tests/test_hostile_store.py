@@ -154,6 +154,42 @@ def test_rows_lost_since_the_last_commit_are_named(tmp_path, monkeypatch, capsys
     assert p.read_bytes() == cut
 
 
+def test_sealed_rows_move_to_a_part_read_and_checked_with_the_store(tmp_path, capsys):
+    """`wmbook results seal H100` moves the H100 rows into results.h100.csv: every read sees the same rows, appends
+    go to the store alone, check() follows moved rows (none lost), names a deleted part's rows as lost and rows left in
+    both files; a device with no rows is refused naming the parameter, and nothing changes."""
+    from wmbook import cli
+
+    _git(tmp_path, "init", "-q")
+    p = tmp_path / "results.csv"
+    old = [_row(i, run_id="old", device_name="NVIDIA H100 80GB HBM3") for i in range(3)]
+    results.append(old + [_row(i, run_id="new", device_name="NVIDIA H200") for i in range(3)], p)
+    _git(tmp_path, "add", "results.csv")
+    _git(tmp_path, "commit", "-q", "-m", "rows")
+    before = results.read(p)
+    assert cli.main(["results", "seal", "H100", str(p)]) == 0
+    part = tmp_path / "results.h100.csv"
+    assert "3 rows moved to" in capsys.readouterr().out and results.sealed_parts(p) == [part]
+    assert len(results.read(part)) == 3 and set(results.read(p)["device_name"]) == set(before["device_name"])
+    assert results.read(p).sort_values(["run_id", "variant"]).reset_index(drop=True).equals(
+        before.sort_values(["run_id", "variant"]).reset_index(drop=True))
+    assert results.check(p) == []  # the moved rows are in the part, not lost
+    sealed = part.read_bytes()
+    results.append([_row(9, run_id="later", device_name="NVIDIA H200")], p)
+    assert part.read_bytes() == sealed and len(results.read(p)) == 7
+    store = p.read_bytes()
+    with pytest.raises(InputError, match=r"device='B200' is not allowed.*allowed values: part of one of"):
+        results.seal("B200", p)
+    assert p.read_bytes() == store and part.read_bytes() == sealed
+    p.write_bytes(store + b"".join(sealed.splitlines(keepends=True)[1:2]))  # a seal cut short: a row in both files
+    assert results.problems(p) == ["results.h100.csv: 1 row(s) are in results.csv too (a seal cut short: remove "
+                                   "them from results.csv)"]
+    p.write_bytes(store)
+    part.unlink()
+    (lost,) = results.check(p)
+    assert "3 row(s) of run old" in lost
+
+
 APPENDER = """
 import sys
 from wmbook import results

@@ -29,6 +29,9 @@ commands:
          check results stores (default: the committed data/results/results.csv, or $WMBOOK_RESULTS):
          every row whole, of the header's width, numbers where numbers belong, no row of the
          last commit lost; exit 2 naming the lines when one fails
+  results seal DEVICE [PATH]
+         move a closed device's rows (e.g. H100) into the store's sealed part beside it
+         (results.h100.csv), which every read and check takes with the store
 
   regenerate --out DIR [--publish FOLDER] [--gpus N] [--time-limit MIN] [--notebooks ...] [--workloads ...] [--plan]
              [--merge PART ...]
@@ -116,15 +119,26 @@ def aggregate_main(argv: Sequence[str]) -> int:
 @command("wmbook results")
 def results_main(argv: Sequence[str]) -> int:
     """``wmbook results check [PATH ...]``: each store's rows and runs when it is sound; its problems, line by line,
-    and exit 2 when it is not (wmbook.results.check)."""
-    ap = argparse.ArgumentParser(prog="wmbook results", description="Check results stores (wmbook.results.check).")
-    sub = ap.add_subparsers(dest="action", required=True, metavar="check")
-    chk = sub.add_parser("check", help="check stores: every row whole and well formed, nothing committed lost")
+    and exit 2 when it is not (wmbook.results.check). ``wmbook results seal DEVICE [PATH]``: a device's rows moved
+    into the store's sealed part (wmbook.results.seal)."""
+    ap = argparse.ArgumentParser(prog="wmbook results", description="Check results stores (wmbook.results.check); "
+                                 "seal a closed device's rows into a part of the store (wmbook.results.seal).")
+    sub = ap.add_subparsers(dest="action", required=True, metavar="{check,seal}")
+    chk = sub.add_parser("check", help="check stores and their sealed parts: every row whole and well formed, "
+                         "nothing committed lost")
     chk.add_argument("paths", nargs="*", metavar="PATH",
                      help="results CSV files (default: $WMBOOK_RESULTS, else data/results/results.csv)")
+    seal = sub.add_parser("seal", help="move the rows of a device whose record is closed (e.g. H100) into the "
+                          "store's part <stem>.<device>.csv, read and checked with it, never appended to")
+    seal.add_argument("device", help="part of the device name, e.g. H100")
+    seal.add_argument("path", nargs="?", default=None, help="the store (default: as for check)")
     a = ap.parse_args(list(argv))
     from . import results  # noqa: PLC0415  heavy: torch, pandas
 
+    if a.action == "seal":
+        part, n = results.seal(a.device, a.path)
+        print(f"{n} rows moved to {part} (read and checked with the store)")
+        return 0
     failed = False
     for path in [Path(p) for p in a.paths] or [results.default_path()]:
         if not path.is_file():

@@ -6,6 +6,9 @@ and renamed over it. A store that was cut or edited into a broken shape (a half 
 row of the wrong width, a value that is not a number) is refused on every read and append with the line named, never
 padded or skipped: `problems` lists what is wrong, `check` adds the rows a committed store lost since its last commit,
 and `wmbook results check` prints both.
+
+Rows that form a closed record (an older device's) can be sealed: `seal` moves them into a part beside the store
+(`results.h100.csv` beside `results.csv`), which every read and check takes with the store and no append touches.
 """
 
 from __future__ import annotations
@@ -237,6 +240,42 @@ def append(rows, path=None) -> Path:
     return dest
 
 
+def seal(device: str, path=None) -> tuple[Path, int]:
+    """Move the rows of the devices whose name contains `device` (case-insensitive) out of the store into its sealed
+    part `<stem>.<device><suffix>` (rows a part already holds stay; the new ones follow them), for a record that is
+    closed (an older device's); returns (the part, rows moved). Under the store's lock, the part is written whole
+    (temporary file, renamed) before the store is rewritten without those rows: an interruption leaves every row in
+    one file at least (problems() names rows left in both)."""
+    tag = "".join(ch if ch.isalnum() else "-" for ch in str(device).lower()).strip("-")
+    if not tag:
+        raise InputError(f"device={device!r} is not allowed; allowed values: part of a device name, e.g. H100")
+    src = _resolve(path)
+    if not src.is_file():
+        raise InputError(f"path={str(src)!r} is not allowed: no such file; allowed values: a results CSV file")
+    part = src.with_name(f"{src.stem}.{tag}{src.suffix}")
+    with open(src.with_name(src.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            for f in (part, src):
+                _checked_rows(f)
+            df = pd.read_csv(src, dtype=str, keep_default_na=False)
+            mine = df["device_name"].str.contains(str(device), case=False, regex=False)
+            if not mine.any():
+                names = sorted(set(df["device_name"]))
+                raise InputError(f"device={device!r} is not allowed: no row of {src.name} is of such a device; "
+                                 f"allowed values: part of one of {names}")
+            old = pd.read_csv(part, dtype=str, keep_default_na=False) if part.is_file() else df.iloc[:0]
+            for dest, rows in ((part, pd.concat([old, df[mine]], ignore_index=True, sort=False)), (src, df[~mine])):
+                buf = io.StringIO()
+                _write_csv(_ordered(rows), buf)
+                with atomic_open(dest, "w", newline="") as f:
+                    f.write(buf.getvalue())
+            _fsync_dir(src.parent)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return part, int(mine.sum())
+
+
 def _scan(f) -> tuple[list[str], int, list[str]]:
     """(header, rows, problems) of a results CSV opened as text: each problem 'line N: what is wrong'. Strict: a row
     of another width than the header, a quote left open, a last line without its line end (a row cut while it was
@@ -302,9 +341,27 @@ def _inspect(src: Path) -> tuple[int, list[str]]:
     return n, found
 
 
+def sealed_parts(path=None) -> list[Path]:
+    """The sealed parts of a store (`seal`): `<stem>.<part><suffix>` files beside it, read and checked with it."""
+    src = _resolve(path)
+    return sorted(p for p in src.parent.glob(f"{src.stem}.*{src.suffix}") if p.is_file()) if src.suffix else []
+
+
+def _rows_of(src: Path) -> list[tuple]:
+    with open(src, newline="", encoding="utf-8") as f:
+        return [tuple(r) for r in csv.reader(f)][1:]
+
+
 def problems(path=None) -> list[str]:
-    """What is wrong with a results store, line by line; [] when it is sound, absent or empty."""
-    return _inspect(_resolve(path))[1]
+    """What is wrong with a results store and its sealed parts, line by line (a part's lines named with its file, rows
+    found in a part and in the store too); [] when it is sound, absent or empty."""
+    src = _resolve(path)
+    found = [f"{part.name}, {p}" for part in sealed_parts(src) for p in _inspect(part)[1]] + _inspect(src)[1]
+    if found or not sealed_parts(src) or not src.is_file():
+        return found
+    live = set(_rows_of(src))
+    return [f"{part.name}: {n} row(s) are in {src.name} too (a seal cut short: remove them from {src.name})"
+            for part in sealed_parts(src) if (n := sum(r in live for r in _rows_of(part)))]
 
 
 def _store_error(src: Path, found: list[str]) -> StoreError:
@@ -328,9 +385,10 @@ def _row_key(row: dict) -> tuple:
 
 
 def lost_since_commit(path=None) -> list[str]:
-    """Rows of a store tracked by git that its last commit holds and the file no longer does (the store only grows,
-    so a row gone means a cut or replaced file): one problem line per run that lost rows; [] when the file is not
-    tracked, git is not there, or nothing was lost."""
+    """Rows that the last commit of a store tracked by git holds, in the store or its sealed parts, and that none of
+    those files holds now (the store only grows, and sealed rows only move to a part, so a row gone means a cut or
+    replaced file): one problem line per run that lost rows; [] when the file is not tracked, git is not there, or
+    nothing was lost."""
     src = _resolve(path).resolve()
     if not src.is_file():
         return []
@@ -338,22 +396,26 @@ def lost_since_commit(path=None) -> list[str]:
     def git(*args):
         return subprocess.run(["git", "-C", str(src.parent), *args], capture_output=True, timeout=30)
 
-    try:
-        if git("ls-files", "--error-unmatch", src.name).returncode:
-            return []
-        shown = git("show", f"HEAD:./{src.name}")
-    except (OSError, subprocess.SubprocessError):
-        return []
-    if shown.returncode:
-        return []  # not committed yet
-
     def keys(text: str) -> Counter:
         return Counter(_row_key(r) for r in csv.DictReader(io.StringIO(text, newline="")))
 
     try:
-        gone = keys(shown.stdout.decode("utf-8")) - keys(src.read_text(encoding="utf-8"))
+        if git("ls-files", "--error-unmatch", src.name).returncode:
+            return []
+        # the files of the store at the last commit and now: a part committed and since deleted counts as well
+        tracked = git("ls-files", "--", src.name, f"{src.stem}.*{src.suffix}").stdout.decode().split()
+        committed, now = Counter(), Counter()
+        for name in dict.fromkeys([*tracked, *(p.name for p in sealed_parts(src))]):
+            shown = git("show", f"HEAD:./{name}")
+            if not shown.returncode:
+                committed += keys(shown.stdout.decode("utf-8"))
+            if (src.parent / name).is_file():
+                now += keys((src.parent / name).read_text(encoding="utf-8"))
+    except (OSError, subprocess.SubprocessError):
+        return []
     except (UnicodeDecodeError, csv.Error):
-        return []  # problems() names what is wrong with the file itself
+        return []  # problems() names what is wrong with the files themselves
+    gone = committed - now
     runs = Counter(k[1] for k in gone.elements())
     return [f"{n} row(s) of run {r} are in the last commit and no longer in the file (the store was cut or replaced; "
             f"`git diff {src.name}` shows them)" for r, n in sorted(runs.items())]
@@ -472,16 +534,20 @@ def _fsync_dir(d: Path) -> None:
 
 
 def read(path=None, **filters) -> pd.DataFrame:
-    """The results table (standard columns even when empty); filters keep rows where col == value.
+    """The results table, its sealed parts' rows first (standard columns even when empty); filters keep rows where
+    col == value.
 
     A list/tuple/set filter value keeps rows whose column is any of its values.
     """
     src = _resolve(path)
-    if not src.exists() or src.stat().st_size == 0:
+    files = [f for f in (*sealed_parts(src), src) if f.exists() and f.stat().st_size > 0]
+    if not files:
         df = pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
     else:
-        _checked_rows(src)  # a torn or malformed store is refused with its lines named, never padded
-        df = pd.read_csv(src, dtype={c: str for c in STRING_COLUMNS})
+        for f in files:
+            _checked_rows(f)  # a torn or malformed store is refused with its lines named, never padded
+        df = pd.concat([pd.read_csv(f, dtype={c: str for c in STRING_COLUMNS}) for f in files], ignore_index=True,
+                       sort=False)
         for c in STRING_COLUMNS:
             if c in df.columns:
                 df[c] = df[c].fillna("")
@@ -504,5 +570,5 @@ def params_of(row) -> dict:
 __all__ = [
     "COLUMNS", "DEFAULT_PATH", "RUN_ID", "StoreError", "append", "check", "default_path", "default_results_path",
     "environment_metadata",
-    "git_commit", "library_versions", "make_row", "params_of", "problems", "read",
+    "git_commit", "library_versions", "make_row", "params_of", "problems", "read", "seal", "sealed_parts",
 ]  # fmt: skip
