@@ -8,6 +8,7 @@ equals eager, decode on a second stream equals decode inline.
 
 from __future__ import annotations
 
+import shutil
 from types import MappingProxyType
 
 import pytest
@@ -124,6 +125,31 @@ def test_block_step_follows_a_block_size_that_changes():
     dec = _bench(["vae-stream-buffers", "vae-channels-last", "vae-block-step"])
     torch.testing.assert_close(_stream(dec, z, [1, 1, 2, 3, 2]), ref, rtol=1e-5, atol=1e-5)
     assert sorted({t for _, t in dec.windows}) == [1, 2, 3, 4, 6, 8, 12]  # frames a call: 1 2 3 at each stage x1 x2 x4
+
+
+@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")), reason="inductor on a CPU needs a C++ compiler")
+def test_inductor_moves_a_windows_past_frames_in_place():
+    """Compiled by inductor, a causal convolution's window update calls the shift op on the window itself (written
+    inline, the copies became a pass over the whole window), and the window and output equal eager ones, for a call
+    of fewer frames than the past (overlapping moves) and of more."""
+    from torch._inductor.utils import run_and_get_code
+
+    from wmbook.variants.vae_stream import conv_in_window
+
+    conv = torch.nn.Conv3d(4, 4, 3)  # the window carries the causal and spatial padding: the convolution pads nothing
+    conv._padding = (1, 1, 1, 1, 2, 0)
+    for t in (1, 4):
+        win, ref = torch.randn(1, 4, 2 + t, 6, 6), None
+        ref = win.clone()
+        x = torch.randn(1, 4, t, 4, 4)
+        torch._dynamo.reset()
+        with torch.no_grad():
+            want = conv_in_window(conv, x, ref)
+            got, (code, *_) = run_and_get_code(torch.compile(conv_in_window, backend="inductor", fullgraph=True),
+                                               conv, x, win)
+        assert "torch.ops.wmbook.shift_window_.default(" in code
+        torch.testing.assert_close(got, want)
+        assert torch.equal(win, ref)
 
 
 def test_compiled_step_has_no_graph_break_and_recompiles_per_phase_only():

@@ -43,15 +43,22 @@ def write_interior(conv, x: torch.Tensor, win: torch.Tensor) -> int:
     return past
 
 
+@torch.library.custom_op("wmbook::shift_window_", mutates_args=("win",))
+def shift_window_(win: torch.Tensor, t: int) -> None:
+    """A window's last frames moved to its front (kernels.window_conv.shift_window) as an op torch.compile keeps
+    whole: inductor calls it on the window in place. The same copies written inline in a compiled step become a
+    scatter into a mutated input, which inductor runs as a pass over the whole window (all past + t frames read and
+    written to move `past` of them: 14 frames for 2 at the last stage of a steady block with vae-block-step)."""
+    wk.shift_window(win, t)
+
+
 def conv_in_window(conv, x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
     """x [B, C, T, H, W] through the causal convolution `conv` whose input window `win` holds its past frames: x
     written into the window's interior, the whole window convolved without padding, the last frames moved to the
     front for the next call (the window is updated in place)."""
-    past = write_interior(conv, x, win)
+    write_interior(conv, x, win)
     y = F.conv3d(win, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
-    t = x.shape[2]
-    for i in range(past):  # the last `past` frames to the front, in order: no frame is read after it is written
-        win[:, :, i].copy_(win[:, :, t + i])
+    shift_window_(win, x.shape[2])
     return y
 
 
@@ -247,11 +254,12 @@ class WindowKernelDecoder:
     wmbook.kernels.window_conv): every norm + SiLU writes its result straight into the next causal convolution's input
     window, the carried frames move in one copy per window, and the head's convolution (3 output channels, which
     cuDNN runs at a small fraction of its speed) is an implicit GEMM of our own; the other convolutions stay cuDNN's, on
-    the same windows. Meant to run eagerly under vae-cuda-graphs (no compile: inductor is what made the windows'
-    writes into whole-window copies). Needs channels-last windows (vae-channels-last).
+    the same windows. Meant to run eagerly under vae-cuda-graphs (no compile: it replaces what inductor fuses). Needs
+    channels-last windows (vae-channels-last).
 
     Not the default: on the H200 at mg2-universal a steady block took 77.8 ms against the compiled step's 64.3.
-    Inductor's whole-window copies (7.4 ms) go, but what inductor fuses around them comes back as separate kernels
+    Inductor's whole-window copies (7.4 ms; since then the compiled step moves its past frames in place too,
+    shift_window_) go, but what inductor fuses around them comes back as separate kernels
     (nearest upsampling 3.3 ms, aten's generic elementwise kernel 8.7, device-to-device copies 2.8, residual adds 1.8),
     and the norm kernel writing into a padded window ran slower than inductor's fused norms (9.9 ms against 7.1); the
     head's convolution in Triton (0.61 ms) did not beat cuDNN's (0.59): at 3 output channels both re-read the window
