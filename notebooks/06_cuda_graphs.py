@@ -147,17 +147,17 @@ print(wd.ladder_frames(lad))
 
 # %% [markdown]
 # ### Whole generations before and after: GPU idle time and streams
-# One warm end-to-end run of the first and last rows, profiled once the rows are measured and before the comparison
-# row (a profiler started after torch.compile's reduce-overhead graphs have run can take the kernel down): the GPU
-# busy time (the union of every stream's kernels) against the run's span from first to last kernel. With the decode on a second stream, its kernels (second lane) run
-# beside the DiT's. For a streaming workload the table also gives the idle share inside the steady blocks (the first
+# One warm end-to-end run of the first and last rows, profiled as the first is measured and once the rows are, before
+# the comparison row (a profiler started after torch.compile's reduce-overhead graphs have run can take the kernel
+# down): the GPU busy time (the union of every stream's kernels) against the run's span from first to last kernel.
+# With the decode on a second stream, its kernels (second lane) run beside the DiT's. For a streaming workload the table also gives the idle share inside the steady blocks (the first
 # block, with its other shapes, left out; each block's window runs from its first kernel to the next block's), which
 # is what the goal of under 5% is about. A UNet workload's profiled run has at most 10 DDIM steps per pass
 # (`study.TRACE_DDIM_STEPS`): every step repeats the same kernels, and a full 50-step trace is too large to keep.
 
 # %%
 if cfg.device.type == "cuda":
-    gen = lad.generation_traces  # taken by run_ladder before its comparison rows
+    gen = lad.generation_traces  # taken by run_ladder: the first row's as it was measured, the last one's after
     idle = study.generation_idle(gen, cfg.workload.labels)
     display(wd.table(idle, caption="GPU idle share of a whole generation, and inside its steady blocks"))
     study.plot_generation_timelines(gen)

@@ -103,6 +103,31 @@ def test_kept_first_row_is_not_built_on_and_a_failed_row_ends_the_chain(mg2_ref,
     assert lad.rows[4].gate == "pass" and lad.rows[4].pipeline is not None and lad.rows[3].pipeline is None
 
 
+def test_on_first_row_sees_the_kept_first_row_then_the_next_row_builds_on_it(mg2_ref, monkeypatch):
+    """With on_first_row (notebook 06 profiles the base row's generation there), a kept first measured row's pipeline
+    is handed over as measured, then the next row is built on it (one compile), and only the latest row's pipeline is
+    kept; the rows measure what they measure without the callback."""
+    settings = LadderSettings(warmup=1, repeats=1, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager",
+                              keep=True)
+    steps = ["bf16", "compile-regional", "vae-stream-buffers", "vae-channels-last"]
+    seen = []
+
+    def first(lad):
+        r = lad.rows[-1]
+        seen.append((r.variant, r.pipeline is not None, type(r.pipeline.decoder).__name__))
+
+    resets = _resets(monkeypatch)
+    lad = run_ladder("mg2", "tiny", steps, device=CPU, reference=mg2_ref, settings=settings, from_row=2,
+                     on_first_row=first)
+    assert seen == [("bf16 + compile-regional", True, "StreamingWanDecoder")]  # as measured: no buffers yet
+    assert [BUILT_ON in r.note for r in lad.rows] == [False, False, True, True] and len(resets) == 1
+    assert [r.pipeline is not None for r in lad.rows] == [False, False, False, True]
+    kept = run_ladder("mg2", "tiny", steps, device=CPU, reference=mg2_ref, settings=settings, from_row=2)
+    assert [BUILT_ON in r.note for r in kept.rows] == [False, False, False, True]  # the row after it builds afresh
+    for a, b in zip(lad.rows, kept.rows):
+        assert a.variant == b.variant and a.gate == b.gate and a.psnr_db == pytest.approx(b.psnr_db, rel=1e-6)
+
+
 def test_wma_pass_rows_build_on_the_compiled_unet(monkeypatch):
     wma = workloads.get("wma")
     ref = wma.reference_pipeline(wma.presets["tiny-wma"], CPU)

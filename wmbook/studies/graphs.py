@@ -236,21 +236,27 @@ def comparison_rows(cfg: RunConfig, base: list[Variant]) -> dict[str, list[Varia
 def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
     """The base stack (one row), then each graph step (static caches, CUDA graphs), gated against fp32; with
     reduce_overhead (GPU), the base compiled with mode reduce-overhead as a comparison row (comparison_rows). Rows
-    keep their pipelines and profiled forwards (for the capture table and the timeline figure). Each row's results
-    rows are stored as soon as it is measured (store_each_row). The profiled whole generations (generation_traces, in
-    `ladder.generation_traces`) are taken before the comparison rows: profiling a generation after the
-    reduce-overhead row (inductor's own CUDA graphs in the process) ended the notebook's kernel on an H100, profiling
-    it before never did."""
+    keep their profiled forwards (for the capture table and the timeline figure). Each row's results rows are stored
+    as soon as it is measured (store_each_row). The profiled whole generations (generation_traces, in
+    `ladder.generation_traces`): the base row's as soon as it is measured, so the next row can be built on its
+    pipeline instead of compiling the denoiser again; the last row's before the comparison rows (profiling a
+    generation after the reduce-overhead row, inductor's own CUDA graphs in the process, ended the notebook's kernel
+    on an H100; profiling it before never did)."""
     base = base_stack(cfg)
     comparisons = comparison_rows(cfg, base)
     o = cfg.options
     st = LadderSettings(seed=cfg.seed, warmup=cfg.warmup, repeats=cfg.repeats, e2e=e2e_size(cfg),
                         e2e_repeats=o.e2e_repeats, compile_backend=o.compile_backend, ceilings=ceilings, keep=True)
-    def traces(lad):
-        lad.generation_traces = generation_traces(lad, cfg)
+
+    def first(lad):  # the base row's generation, before the next row is built on its pipeline (no second compile)
+        lad.generation_traces = generation_traces(lad, cfg, which=(0,))
+
+    def last(lad):
+        lad.generation_traces.update(generation_traces(lad, cfg, which=(-1,), skip=lad.generation_traces))
 
     return _run(cfg.workload, cfg.preset, base + graph_steps(cfg), device=cfg.device, settings=st, reference=ref,
-                from_row=len(base), comparisons=comparisons, on_row=store_each_row(cfg), before_comparisons=traces)
+                from_row=len(base), comparisons=comparisons, on_row=store_each_row(cfg), on_first_row=first,
+                before_comparisons=last)
 
 
 def forward_table(lad) -> pd.DataFrame:
@@ -496,14 +502,16 @@ def trace_size(cfg: RunConfig) -> E2ESize:
     return E2ESize(blocks=size.blocks, ddim_steps=min(size.ddim_steps, TRACE_DDIM_STEPS))
 
 
-def generation_traces(lad, cfg: RunConfig, which=(0, -1)) -> dict:
-    """One profiled end-to-end run (warm) of the first and last measured rows (their kept pipelines), at
-    trace_size: {row: trace}."""
+def generation_traces(lad, cfg: RunConfig, which=(0, -1), skip=()) -> dict:
+    """One profiled end-to-end run (warm) of the measured rows whose pipelines are kept, picked by `which` (their
+    indices among them), at trace_size: {row: trace}; rows named in `skip` are left out."""
     rows = [r for r in lad.rows[1:] if r.pipeline is not None]
     picked = {id(rows[i]): rows[i] for i in which if rows and -len(rows) <= i < len(rows)}
     out = {}
     size = trace_size(cfg)
     for r in picked.values():
+        if r.variant in skip:
+            continue
         run = lambda: cfg.workload.end_to_end(r.pipeline, cfg.seed, size)  # noqa: E731
         run()
         tr = profile_calls(run, cfg.device)

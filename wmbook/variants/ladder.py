@@ -222,7 +222,7 @@ class Ladder:
 
 def run_ladder(workload, preset, steps: list[str], *, device: torch.device, settings: LadderSettings = LadderSettings(),
                reference=None, from_row: int = 1, comparisons: dict | None = None, on_row=None,
-               before_comparisons=None) -> Ladder:
+               on_first_row=None, before_comparisons=None) -> Ladder:
     """Row 0 is the fp32 eager reference; row i applies steps[:i] (all names checked before any work).
 
     `reference`: the fp32 reference pipeline, if already built (each row works on a deep copy of it, or on the row
@@ -234,6 +234,9 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
     cumulative: e.g. the same stack with torch.compile's own CUDA graphs instead of ours).
     `on_row(row)`: called with each measured row as soon as it is finished (the notebooks store its results rows
     then, so a run cut by a time limit or an error keeps the rows it measured).
+    `on_first_row(ladder)`: called once the first measured row is in, its pipeline as measured (kept with
+    LadderSettings.keep); with it, that pipeline is not kept past the call, so the next row may be built on it (without
+    it, a kept first row's pipeline stays as measured and the row after it builds afresh: a second compile).
     `before_comparisons(ladder)`: called once the ladder's rows are measured, before the comparison rows, with the
     last row's global switches still on (notebook 06 profiles whole generations of its rows there, before
     torch.compile's own CUDA graphs run in the process; the first measured row's switches are the same).
@@ -262,7 +265,7 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             # code (a fresh copy would compile and capture the same denoiser again); the first measured row's
             # pipeline stays as measured when it is kept
             if not (built is not None and i > from_row and not stack[-1].denoiser and stack[-1].family != "compile"
-                    and not (settings.keep and built.row == from_row)):
+                    and not (settings.keep and built.row == from_row and on_first_row is None)):
                 dropped, built = built is not None, None
                 if dropped and device.type == "cuda":
                     gc.collect()  # its graphs hold it in reference cycles: freed before this row builds its own
@@ -304,12 +307,14 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             row.finish(floor, base_ms, base_e2e, wl.metric)
             if frames is not None and (i == 0 or (row.counts and row.psnr_db == row.psnr_db)):
                 _keep_frames(lad, row.variant, frames, i == 0)
-            for r in lad.rows if row.gate != "error" else []:  # keep the first measured row's and the latest
-                if r.row != from_row:  # measured row's pipelines only
+            for r in lad.rows if row.gate != "error" else []:  # keep the first measured row's (until on_first_row
+                if r.row != from_row or on_first_row is not None:  # has seen it) and the latest measured row's only
                     r.pipeline = None
             lad.rows.append(row)
             if on_row is not None and i > 0:
                 on_row(row)
+            if on_first_row is not None and i == from_row:
+                on_first_row(lad)
             del out
             if device.type == "cuda":
                 gc.collect()  # graphed callables hold their pipelines in reference cycles
