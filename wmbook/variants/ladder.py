@@ -58,7 +58,7 @@ class LadderSettings:
     compile_backend: str = "inductor"
     ceilings: dict | None = None  # measured device ceilings: the FLOP floor the x_floor columns divide by
     # keep each row's forward trace and what its CUDA graphs captured (LadderRow.trace, .captures), and the pipelines
-    # of the first measured row and the last ladder row (LadderRow.pipeline; the others are freed: device memory)
+    # of the first measured row (until on_first_row) and the last row (LadderRow.pipeline; others freed: memory)
     keep: bool = False
 
     def __post_init__(self):
@@ -232,14 +232,12 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
     later ones also against it (no less accurate).
     `comparisons`: {label: stack} measured after the ladder with the last row's gate, shown below it (not
     cumulative: e.g. the same stack with torch.compile's own CUDA graphs instead of ours).
-    `on_row(row)`: called with each measured row as soon as it is finished (the notebooks store its results rows
-    then, so a run cut by a time limit or an error keeps the rows it measured).
-    `on_first_row(ladder)`: called once the first measured row is in, its pipeline as measured (kept with
-    LadderSettings.keep); with it, that pipeline is not kept past the call, so the next row may be built on it (without
-    it, a kept first row's pipeline stays as measured and the row after it builds afresh: a second compile).
-    `before_comparisons(ladder)`: called once the ladder's rows are measured, before the comparison rows, with the
-    last row's global switches still on (notebook 06 profiles whole generations of its rows there, before
-    torch.compile's own CUDA graphs run in the process; the first measured row's switches are the same).
+    `on_row(row)`: called with each measured row when it is finished (the notebooks store its rows then: a run cut
+    by a time limit or an error keeps them). `on_first_row(ladder)`: once the first measured row is in, its kept
+    pipeline as measured; with it that pipeline is not kept after, so the next row may be built on it (else it
+    builds afresh: a second compile). `before_comparisons(ladder)`: once the rows are measured, before the comparison
+    rows, with the last row's global switches on (notebook 06 profiles a generation there, before torch.compile's own
+    CUDA graphs run in the process).
     A row after the first measured one whose variant fails to apply, compile or run (an inductor error, an
     out-of-memory) is kept as a row with gate "error" and the error in its note, and the later rows go on without that
     variant; the reference and the first measured row still raise (nothing to measure against)."""
@@ -262,8 +260,8 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
         for i in tqdm([0, *range(from_row, len(vs) + 1)], desc=f"ladder {wl.name}", leave=False):
             stack = vs[:i] if i <= from_row else [*applied, vs[i - 1]]
             # a variant that leaves the denoiser as it was goes on the row before's pipeline, switches and compiled
-            # code (a fresh copy would compile and capture the same denoiser again); the first measured row's
-            # pipeline stays as measured when it is kept
+            # code (a fresh copy would compile and capture the same denoiser again); a kept first measured row's
+            # pipeline stays as measured unless on_first_row has seen it
             if not (built is not None and i > from_row and not stack[-1].denoiser and stack[-1].family != "compile"
                     and not (settings.keep and built.row == from_row and on_first_row is None)):
                 dropped, built = built is not None, None
@@ -506,8 +504,8 @@ def _measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: G
         row.e2e_first_frame_ms = row.e2e_first_frame_samples.median
         row.e2e_run_s = row.e2e_run_samples.median
     if mon is not None:
-        row.graph_breaks = _count(mon, "graph_breaks")
-        row.recompiles = _count(steady, "recompiles") if steady is not None else _count(mon, "recompiles")
+        row.graph_breaks = int(mon.summary()["graph_breaks"])
+        row.recompiles = int((steady if steady is not None else mon).summary()["recompiles"])
         row.note = "; ".join(n for n in (row.note, compile_note(mon.summary())) if n)
     if gate_ref is not None:
         res = check.ladder_gate(_outputs(out), _outputs(gate_ref.forward), dtype=row.tolerance,
@@ -586,10 +584,6 @@ def compile_note(summary: dict) -> str:
         return ""
     return (f"compile: {int(summary.get('frames_compiled', 0))} graphs, {rec} recompiles, {hits} recompile-limit hits, "
             f"{float(summary.get('compile_s', 0.0)):.0f} s")
-
-
-def _count(mon, key: str) -> int:
-    return int(mon.summary()[key])
 
 
 def _outputs(out):
