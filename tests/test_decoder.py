@@ -139,7 +139,7 @@ def test_inductor_moves_a_windows_past_frames_in_place():
     conv = torch.nn.Conv3d(4, 4, 3)  # the window carries the causal and spatial padding: the convolution pads nothing
     conv._padding = (1, 1, 1, 1, 2, 0)
     for t in (1, 4):
-        win, ref = torch.randn(1, 4, 2 + t, 6, 6), None
+        win = torch.randn(1, 4, 2 + t, 6, 6)
         ref = win.clone()
         x = torch.randn(1, 4, t, 4, 4)
         torch._dynamo.reset()

@@ -356,12 +356,13 @@ def problems(path=None) -> list[str]:
     """What is wrong with a results store and its sealed parts, line by line (a part's lines named with its file, rows
     found in a part and in the store too); [] when it is sound, absent or empty."""
     src = _resolve(path)
-    found = [f"{part.name}, {p}" for part in sealed_parts(src) for p in _inspect(part)[1]] + _inspect(src)[1]
-    if found or not sealed_parts(src) or not src.is_file():
+    parts = sealed_parts(src)
+    found = [f"{part.name}, {p}" for part in parts for p in _inspect(part)[1]] + _inspect(src)[1]
+    if found or not parts or not src.is_file():
         return found
     live = set(_rows_of(src))
     return [f"{part.name}: {n} row(s) are in {src.name} too (a seal cut short: remove them from {src.name})"
-            for part in sealed_parts(src) if (n := sum(r in live for r in _rows_of(part)))]
+            for part in parts if (n := sum(r in live for r in _rows_of(part)))]
 
 
 def _store_error(src: Path, found: list[str]) -> StoreError:

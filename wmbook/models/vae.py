@@ -208,7 +208,6 @@ class StreamingWanDecoder:
         self.latent_frames_done = 0
         self.pixel_frames_done = 0
         self.step_frames = 0  # latent frames of the step's last call (0: none yet)
-        self.step_frames_now = 0  # latent frames of the call running now
 
     pixel_frames_for = staticmethod(pixel_frames_for)
 
@@ -290,7 +289,6 @@ class StreamingWanDecoder:
             k, frames = self.latent_frames_done, stop - start
             if phase == 2 and frames != self.step_frames:
                 self.prepare_step(frames, self.step_frames)
-            self.step_frames_now = frames  # what the buffered decoder's first eager calls read (prepare_step)
             with label(f"VAE_Decode_Frame_{k}"):  # k: the call's first latent frame
                 outs.append(self.decode_frame(x[:, :, start:stop, :, :], phase, staged))
             self.latent_frames_done += frames

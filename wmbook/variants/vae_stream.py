@@ -129,8 +129,8 @@ class BufferedStreamingDecoder:
         first = self.windows.get((id(conv), 1))  # absent for a temporal upsampler: it skips the first frame
         if phase == 1 and t != 1 and past and first is not None:
             win[:, :, :past].copy_(first[:, :, :past])
-        if phase == 1 and self.step_frames_now and id(conv) not in self.frames_per_latent:
-            self.frames_per_latent[id(conv)] = (conv, t // self.step_frames_now)
+        if phase == 1 and id(conv) not in self.frames_per_latent:
+            self.frames_per_latent[id(conv)] = (conv, t // self.call_latents)
         return win
 
     def _allocated(self, conv, t: int, shape: tuple, like: torch.Tensor) -> torch.Tensor:
@@ -183,6 +183,8 @@ class BufferedStreamingDecoder:
     def decode_frame(self, x: torch.Tensor, phase: int, staged: bool = False) -> torch.Tensor:
         dec = self.vae.decoder
         stage = label if staged else _no_label  # stage labels only where the caller wants them (not when compiled)
+        if phase == 1:  # eager: the latent frames of the call frames_per_latent is read from
+            self.call_latents = x.shape[2]
         if x.dim() == 5:
             x = x.contiguous(memory_format=self.memory_format)
         with stage("VAE_Dec_Conv1"):
