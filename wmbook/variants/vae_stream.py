@@ -43,23 +43,32 @@ def write_interior(conv, x: torch.Tensor, win: torch.Tensor) -> int:
     return past
 
 
-@torch.library.custom_op("wmbook::shift_window_", mutates_args=("win",))
-def shift_window_(win: torch.Tensor, t: int) -> None:
-    """A window's last frames moved to its front (kernels.window_conv.shift_window) as an op torch.compile keeps
-    whole: inductor calls it on the window in place. The same copies written inline in a compiled step become a
-    scatter into a mutated input, which inductor runs as a pass over the whole window (all past + t frames read and
-    written to move `past` of them: 14 frames for 2 at the last stage of a steady block with vae-block-step)."""
-    wk.shift_window(win, t)
+@torch.library.custom_op("wmbook::conv_in_window_", mutates_args=("win",))
+def _conv_in_window_op(x: torch.Tensor, win: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                       stride: list[int], dilation: list[int], groups: int, ph: int, pw: int) -> torch.Tensor:
+    """x written into the window's interior, the window convolved, its last frames moved to its front: one op that
+    torch.compile keeps whole, so inductor hands it the window itself. Written inline in a compiled step, the writes
+    into the window (an input the graph mutates) are functionalized: inductor then builds the convolution's input as
+    a new tensor, a clone of the whole window, and copies it back afterwards (on an H200, three passes over the
+    largest windows: 5.2 ms of a 61 ms block)."""
+    past = win.shape[2] - x.shape[2]
+    win[:, :, past:, ph:ph + x.shape[3], pw:pw + x.shape[4]].copy_(x)
+    y = F.conv3d(win, weight, bias, stride, 0, dilation, groups)
+    wk.shift_window(win, x.shape[2])
+    return y
+
+
+@_conv_in_window_op.register_fake
+def _(x, win, weight, bias, stride, dilation, groups, ph, pw):
+    return F.conv3d(win, weight, bias, stride, 0, dilation, groups)  # on fake tensors: the real output's layout
 
 
 def conv_in_window(conv, x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
     """x [B, C, T, H, W] through the causal convolution `conv` whose input window `win` holds its past frames: x
     written into the window's interior, the whole window convolved without padding, the last frames moved to the
     front for the next call (the window is updated in place)."""
-    write_interior(conv, x, win)
-    y = F.conv3d(win, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
-    shift_window_(win, x.shape[2])
-    return y
+    return _conv_in_window_op(x, win, conv.weight, conv.bias, list(conv.stride), list(conv.dilation), conv.groups,
+                              conv._padding[2], conv._padding[0])
 
 
 def residual_in_windows(block, x: torch.Tensor, win1: torch.Tensor, win2: torch.Tensor) -> torch.Tensor:
@@ -260,8 +269,8 @@ class WindowKernelDecoder:
     channels-last windows (vae-channels-last).
 
     Not the default: on the H200 at mg2-universal a steady block took 77.8 ms against the compiled step's 64.3.
-    Inductor's whole-window copies (7.4 ms; since then the compiled step moves its past frames in place too,
-    shift_window_) go, but what inductor fuses around them comes back as separate kernels
+    Inductor's whole-window copies (7.4 ms; since then the compiled step's window updates are one op inductor does
+    not open, conv_in_window) go, but what inductor fuses around them comes back as separate kernels
     (nearest upsampling 3.3 ms, aten's generic elementwise kernel 8.7, device-to-device copies 2.8, residual adds 1.8),
     and the norm kernel writing into a padded window ran slower than inductor's fused norms (9.9 ms against 7.1); the
     head's convolution in Triton (0.61 ms) did not beat cuDNN's (0.59): at 3 output channels both re-read the window
