@@ -269,6 +269,10 @@ class StreamingWanDecoder:
         the diffusers caches take any frame count; a decoder with fixed buffers (vae-stream-buffers) sets up the
         buffers of the new count here, outside any compiled or captured step."""
 
+    def after_step(self, frames: int, phase: int) -> None:
+        """Called after each call of the step, outside it (not compiled, not captured): what a decoder with fixed
+        buffers does to them between calls (vae-stream-buffers: the steady windows' past frames moved)."""
+
     @torch.no_grad()
     def decode_block(self, latents: torch.Tensor, on_frames=None) -> torch.Tensor:
         """Decode the next `F` latent frames of the stream -> [B, 3, T, H, W] in [-1, 1]. `on_frames(frames)`: called
@@ -291,6 +295,7 @@ class StreamingWanDecoder:
                 self.prepare_step(frames, self.step_frames)
             with label(f"VAE_Decode_Frame_{k}"):  # k: the call's first latent frame
                 outs.append(self.decode_frame(x[:, :, start:stop, :, :], phase, staged))
+                self.after_step(frames, phase)
             self.latent_frames_done += frames
             self.step_frames = frames
             if on_frames is not None:  # the piece finished now (the ops after the step are per frame)

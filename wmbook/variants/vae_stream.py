@@ -43,48 +43,37 @@ def write_interior(conv, x: torch.Tensor, win: torch.Tensor) -> int:
     return past
 
 
-@torch.library.custom_op("wmbook::conv_in_window_", mutates_args=("win",))
-def _conv_in_window_op(x: torch.Tensor, win: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                       stride: list[int], dilation: list[int], groups: int, ph: int, pw: int) -> torch.Tensor:
-    """x written into the window's interior, the window convolved, its last frames moved to its front: one op that
-    torch.compile keeps whole, so inductor hands it the window itself. Written inline in a compiled step, the writes
-    into the window (an input the graph mutates) are functionalized: inductor then builds the convolution's input as
-    a new tensor, a clone of the whole window, and copies it back afterwards (on an H200, three passes over the
-    largest windows: 5.2 ms of a 61 ms block)."""
-    past = win.shape[2] - x.shape[2]
-    win[:, :, past:, ph:ph + x.shape[3], pw:pw + x.shape[4]].copy_(x)
-    y = F.conv3d(win, weight, bias, stride, 0, dilation, groups)
-    wk.shift_window(win, x.shape[2])
+def conv_in_window(conv, x: torch.Tensor, win: torch.Tensor, shift: bool = True) -> torch.Tensor:
+    """x [B, C, T, H, W] through the causal convolution `conv` whose input window `win` holds its past frames: x
+    written into the window's interior, the whole window convolved without padding, the last frames moved to the
+    front for the next call (the window is updated in place). shift=False leaves that move to the caller: a steady
+    step (phase 2) moves its windows' frames after it returns (BufferedStreamingDecoder.after_step), outside what is
+    compiled or captured. A move written inside a compiled step is a write into the window after the convolution
+    has read it: inductor then convolves a clone of the whole window and copies it back (two passes over the
+    largest windows; as a custom op the move is in place, but the clone and the copy stay: 5.2 ms of a 60 ms block
+    on an H200). Without it inductor writes x into the window in place, fused with the op that produces x."""
+    write_interior(conv, x, win)
+    y = F.conv3d(win, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
+    if shift:
+        wk.shift_window(win, x.shape[2])
     return y
 
 
-@_conv_in_window_op.register_fake
-def _(x, win, weight, bias, stride, dilation, groups, ph, pw):
-    return F.conv3d(win, weight, bias, stride, 0, dilation, groups)  # on fake tensors: the real output's layout
-
-
-def conv_in_window(conv, x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
-    """x [B, C, T, H, W] through the causal convolution `conv` whose input window `win` holds its past frames: x
-    written into the window's interior, the whole window convolved without padding, the last frames moved to the
-    front for the next call (the window is updated in place)."""
-    return _conv_in_window_op(x, win, conv.weight, conv.bias, list(conv.stride), list(conv.dilation), conv.groups,
-                              conv._padding[2], conv._padding[0])
-
-
-def residual_in_windows(block, x: torch.Tensor, win1: torch.Tensor, win2: torch.Tensor) -> torch.Tensor:
+def residual_in_windows(block, x: torch.Tensor, win1: torch.Tensor, win2: torch.Tensor,
+                        shift: bool = True) -> torch.Tensor:
     """A WanResidualBlock on x with its two causal convolutions' input windows: norm, SiLU, conv1, norm, SiLU,
     conv2, plus the shortcut (a 1x1x1 convolution has no past). What vae-compile-regional compiles: a function of
     the block's weights and of tensors only, so blocks of the same shape share one compiled graph."""
     sc = block.conv_shortcut
     h = x if isinstance(sc, torch.nn.Identity) else F.conv3d(x, sc.weight, sc.bias)
-    x = conv_in_window(block.conv1, block.nonlinearity(block.norm1(x)), win1)
-    x = conv_in_window(block.conv2, block.dropout(block.nonlinearity(block.norm2(x))), win2)
+    x = conv_in_window(block.conv1, block.nonlinearity(block.norm1(x)), win1, shift)
+    x = conv_in_window(block.conv2, block.dropout(block.nonlinearity(block.norm2(x))), win2, shift)
     return x + h
 
 
-def head_in_window(dec, x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
+def head_in_window(dec, x: torch.Tensor, win: torch.Tensor, shift: bool = True) -> torch.Tensor:
     """The decoder's head: its output norm, SiLU and the causal conv_out (with conv_out's window)."""
-    return conv_in_window(dec.conv_out, dec.nonlinearity(dec.norm_out(x)), win)
+    return conv_in_window(dec.conv_out, dec.nonlinearity(dec.norm_out(x)), win, shift)
 
 
 def supports(vae) -> tuple[bool, str]:
@@ -167,10 +156,10 @@ class BufferedStreamingDecoder:
 
     def _causal_conv(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
         """x [B, C, T, H, W] through the causal convolution `conv` with its past frames, which it then updates."""
-        return conv_in_window(conv, x, self._window(conv, x, phase))
+        return conv_in_window(conv, x, self._window(conv, x, phase), phase < 2)
 
     def _residual(self, block, x: torch.Tensor, phase: int) -> torch.Tensor:
-        return residual_in_windows(block, x, *self._residual_windows(block, x, phase))
+        return residual_in_windows(block, x, *self._residual_windows(block, x, phase), phase < 2)
 
     def _residual_windows(self, block, x: torch.Tensor, phase: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The input windows of a residual block's two causal convolutions for input x (conv2 sees conv1's
@@ -213,7 +202,16 @@ class BufferedStreamingDecoder:
             return self._head(dec, x, phase)
 
     def _head(self, dec, x: torch.Tensor, phase: int) -> torch.Tensor:
-        return head_in_window(dec, x, self._window(dec.conv_out, x, phase))
+        return head_in_window(dec, x, self._window(dec.conv_out, x, phase), phase < 2)
+
+    def after_step(self, frames: int, phase: int) -> None:
+        """After a steady call (phase 2) of `frames` latent frames, run eagerly outside the compiled or captured step:
+        every causal convolution's window moves its last frames to its front (the step's convolutions leave them,
+        conv_in_window). In channels-last windows each move is one dense copy of the past frames."""
+        if phase != 2:
+            return
+        for key, (_, per_latent) in self.frames_per_latent.items():
+            wk.shift_window(self.windows[(key, per_latent * frames)], per_latent * frames)
 
     def window_bytes(self) -> int:
         return sum(w.numel() * w.element_size() for w in self.windows.values())
@@ -237,17 +235,17 @@ class RegionalCompiledDecoder:
     def _causal_conv(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
         if phase != 2:
             return super()._causal_conv(conv, x, phase)
-        return self.regions["conv"](conv, x, self._window(conv, x, phase))
+        return self.regions["conv"](conv, x, self._window(conv, x, phase), False)
 
     def _residual(self, block, x: torch.Tensor, phase: int) -> torch.Tensor:
         if phase != 2:
             return super()._residual(block, x, phase)
-        return self.regions["residual"](block, x, *self._residual_windows(block, x, phase))
+        return self.regions["residual"](block, x, *self._residual_windows(block, x, phase), False)
 
     def _head(self, dec, x: torch.Tensor, phase: int) -> torch.Tensor:
         if phase != 2:
             return super()._head(dec, x, phase)
-        return self.regions["head"](dec, x, self._window(dec.conv_out, x, phase))
+        return self.regions["head"](dec, x, self._window(dec.conv_out, x, phase), False)
 
 
 __all__ = ["BufferedStreamingDecoder", "RegionalCompiledDecoder", "conv_in_window", "head_in_window",
@@ -269,12 +267,11 @@ class WindowKernelDecoder:
     channels-last windows (vae-channels-last).
 
     Not the default: on the H200 at mg2-universal a steady block took 77.8 ms against the compiled step's 64.3.
-    Inductor's whole-window copies (7.4 ms; since then the compiled step's window updates are one op inductor does
-    not open, conv_in_window) go, but what inductor fuses around them comes back as separate kernels
-    (nearest upsampling 3.3 ms, aten's generic elementwise kernel 8.7, device-to-device copies 2.8, residual adds 1.8),
-    and the norm kernel writing into a padded window ran slower than inductor's fused norms (9.9 ms against 7.1); the
-    head's convolution in Triton (0.61 ms) did not beat cuDNN's (0.59): at 3 output channels both re-read the window
-    27 times."""
+    Inductor's whole-window copies (7.4 ms; since then a compiled step leaves the windows' moves to after_step) go, but
+    what inductor fuses around them comes back as separate kernels (nearest upsampling 3.3 ms, aten's generic
+    elementwise kernel 8.7, device-to-device copies 2.8, residual adds 1.8), and the norm kernel writing into a padded
+    window ran slower than inductor's fused norms (9.9 ms against 7.1); the head's convolution in Triton (0.61 ms) did
+    not beat cuDNN's (0.59): at 3 output channels both re-read the window 27 times."""
 
     head_triton_below = 16  # output channels under which a causal convolution runs our kernel instead of cuDNN's
 
@@ -284,8 +281,9 @@ class WindowKernelDecoder:
                              "before it")
         self.weights_kc: dict[int, torch.Tensor] = {}
 
-    def _conv_window(self, conv, win: torch.Tensor, t: int) -> torch.Tensor:
-        """conv over its filled window, then the window's last frames to its front."""
+    def _conv_window(self, conv, win: torch.Tensor, t: int, shift: bool) -> torch.Tensor:
+        """conv over its filled window, then (shift: before a steady step's after_step) the window's last frames to
+        its front."""
         if (conv.out_channels < self.head_triton_below and conv.in_channels % 16 == 0  # the kernel's K steps
                 and wk.runs_triton(win.device)):
             w = self.weights_kc.get(id(conv))
@@ -294,27 +292,28 @@ class WindowKernelDecoder:
             y = wk.window_conv(win, w, conv.bias, tuple(conv.kernel_size))
         else:
             y = F.conv3d(win, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
-        wk.shift_window(win, t)
+        if shift:
+            wk.shift_window(win, t)
         return y
 
-    def _norm_conv(self, norm, conv, x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
+    def _norm_conv(self, norm, conv, x: torch.Tensor, win: torch.Tensor, shift: bool) -> torch.Tensor:
         x = x.contiguous(memory_format=torch.channels_last_3d)
         gamma, bias = _norm_params(norm)
         wk.norm_silu_into(x, gamma, bias, win)
-        return self._conv_window(conv, win, x.shape[2])
+        return self._conv_window(conv, win, x.shape[2], shift)
 
     def _causal_conv(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
         win = self._window(conv, x, phase)
         write_interior(conv, x, win)
-        return self._conv_window(conv, win, x.shape[2])
+        return self._conv_window(conv, win, x.shape[2], phase < 2)
 
     def _residual(self, block, x: torch.Tensor, phase: int) -> torch.Tensor:
         win1, win2 = self._residual_windows(block, x, phase)
         sc = block.conv_shortcut
         h = x if isinstance(sc, torch.nn.Identity) else F.conv3d(x, sc.weight, sc.bias)
-        y = self._norm_conv(block.norm1, block.conv1, x, win1)
-        y = self._norm_conv(block.norm2, block.conv2, y, win2)
+        y = self._norm_conv(block.norm1, block.conv1, x, win1, phase < 2)
+        y = self._norm_conv(block.norm2, block.conv2, y, win2, phase < 2)
         return y + h
 
     def _head(self, dec, x: torch.Tensor, phase: int) -> torch.Tensor:
-        return self._norm_conv(dec.norm_out, dec.conv_out, x, self._window(dec.conv_out, x, phase))
+        return self._norm_conv(dec.norm_out, dec.conv_out, x, self._window(dec.conv_out, x, phase), phase < 2)
