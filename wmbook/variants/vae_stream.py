@@ -9,7 +9,8 @@ per convolution, with new tensors every frame. Here each causal convolution owns
     [B, C, past + T, H + 2*ph, W + 2*pw]     past = temporal kernel - 1 (2), T = frames in this call, zero border
 
 the step writes its input into the interior once, convolves the whole window without padding, and moves the last `past`
-frames to the front for the next call. Same arithmetic on the same values (equal to the reference up to the
+frames to the front for the next call (a steady call leaves the moves to after_step, outside what is compiled or
+captured). Same arithmetic on the same values (equal to the reference up to the
 convolution algorithm), a fraction of the copies, and once the stream is steady (from its third latent frame) every
 buffer keeps its shape and address: the per-frame step can be captured in a CUDA graph (vae-cuda-graphs) and compiled
 without recompiling. The buffers take the layout `memory_format` says (channels_last_3d: NDHWC convolutions).
