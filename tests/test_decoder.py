@@ -127,31 +127,41 @@ def test_block_step_follows_a_block_size_that_changes():
     assert sorted({t for _, t in dec.windows}) == [1, 2, 3, 4, 6, 8, 12]  # frames a call: 1 2 3 at each stage x1 x2 x4
 
 
-@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")), reason="inductor on a CPU needs a C++ compiler")
-def test_inductor_writes_a_steady_window_in_place():
-    """Compiled by inductor, a steady step's causal convolution (its window's past frames moved after the step,
-    shift=False) writes its input into the window in place and convolves the window itself: no buffer of the
-    window's size (on an H200, with the move inside, inductor cloned the window for the convolution and copied it
-    back). Window and output equal eager ones; the move after gives the window eager conv_in_window leaves, for a
-    call of fewer frames than the past (overlapping moves) and of more. Contiguous windows: on a CPU inductor gives a
-    convolution over a channels-last window a contiguous copy of it (its CPU layout choice, not the GPU's)."""
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_inductor_writes_a_steady_window_in_place(device):
+    """Compiled by inductor, a steady step's causal convolution (moves_in_step False: the window's past frames move
+    after the step) is one generated kernel, the input written into the window in place, and the convolution of the
+    window itself: no buffer of the window's size (on an H200, with the move inside, inductor cloned the window for
+    the convolution and copied it back; on a CPU the move inside is a second kernel, which this counts). Window and
+    output equal eager ones; the move after gives the window eager conv_in_window leaves, for a call of fewer frames
+    than the past (overlapping moves) and of more. On a CPU the windows are contiguous (inductor gives a CPU
+    convolution over a channels-last window a contiguous copy of it); on a GPU channels-last, as the decoder has
+    them."""
+    from torch._inductor import metrics
     from torch._inductor.utils import run_and_get_code
 
     from wmbook.kernels.window_conv import shift_window
     from wmbook.variants.vae_stream import conv_in_window
 
-    conv = torch.nn.Conv3d(4, 4, 3)  # the window carries the causal and spatial padding: the convolution pads nothing
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    if device == "cpu" and not (shutil.which("c++") or shutil.which("g++")):
+        pytest.skip("inductor on a CPU needs a C++ compiler")
+    fmt = torch.channels_last_3d if device == "cuda" else torch.contiguous_format
+    conv = torch.nn.Conv3d(4, 4, 3, device=device)  # the window carries the causal and spatial padding
     conv._padding = (1, 1, 1, 1, 2, 0)
     for t in (1, 4):
-        win = torch.randn(1, 4, 2 + t, 6, 6)
+        win = torch.randn(1, 4, 2 + t, 6, 6, device=device).contiguous(memory_format=fmt)
         ref = win.clone()
-        x = torch.randn(1, 4, t, 4, 4)
+        x = torch.randn(1, 4, t, 4, 4, device=device)
         torch._dynamo.reset()
+        metrics.reset()
         with torch.no_grad():
             want = conv_in_window(conv, x, ref)
             got, (code, *_) = run_and_get_code(torch.compile(conv_in_window, backend="inductor", fullgraph=True),
                                                conv, x, win, False)
-        assert f"empty_strided_cpu((1, 4, {2 + t}, 6, 6)" not in code, code
+        assert metrics.generated_kernel_count == 1, code
+        assert f"empty_strided_{device}((1, 4, {2 + t}, 6, 6)" not in code, code
         torch.testing.assert_close(got, want)
         shift_window(win, t)
         assert torch.equal(win, ref)

@@ -34,11 +34,10 @@ DECODER_PSNR_DB = 40.0  # dB against the fp32 decoder on the same latents: the g
 
 
 def decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -> dict[str, list[str]]:
-    """The decoder rows, each a stack of variant names: for a streaming decoder cumulative (bf16 with cuDNN's
-    algorithm search, caches in place, channels-last, compile, graphs, a steady block a step call), then the tiny
-    decoder; for a per-frame decoder
-    the fp32 one compiled and captured, and bf16 (`frame_decoder_stacks`). On a GPU every row but the fp32 reference
-    searches, and none claims the search alone: cuDNN's first pick per shape holds for the process (the
+    """The decoder rows, each a stack of variant names: for a streaming decoder cumulative (bf16 with cuDNN's algorithm
+    search, caches in place, channels-last, compile, graphs, a steady block a step call), then the tiny decoder; for a
+    per-frame decoder the fp32 one compiled and captured, and bf16 (`frame_decoder_stacks`). On a GPU every row but the
+    fp32 reference searches, and none claims the search alone: cuDNN's first pick per shape holds for the process (the
     `cudnn-benchmark` variant), so rows after notebook 06's ladder also take its picks."""
     known = variants.known(workload)
     if "streaming_decoder" not in workload.features:

@@ -35,13 +35,19 @@ def _no_label(name: str):
     return contextlib.nullcontext()
 
 
-def write_interior(conv, x: torch.Tensor, win: torch.Tensor) -> int:
+def write_interior(conv, x: torch.Tensor, win: torch.Tensor) -> None:
     """x [B, C, T, H, W] written into the interior of `conv`'s input window (after its past frames, inside its zero
-    border); returns the number of past frames."""
+    border)."""
     past = win.shape[2] - x.shape[2]
     ph, pw = conv._padding[2], conv._padding[0]
     win[:, :, past:, ph:ph + x.shape[3], pw:pw + x.shape[4]].copy_(x)
-    return past
+
+
+def moves_in_step(phase: int) -> bool:
+    """Whether a call of the step moves its windows' past frames itself: the stream's first two calls (phases 0 and
+    1, eager) do; a steady call (phase 2) leaves them to BufferedStreamingDecoder.after_step (conv_in_window says
+    why)."""
+    return phase < 2
 
 
 def conv_in_window(conv, x: torch.Tensor, win: torch.Tensor, shift: bool = True) -> torch.Tensor:
@@ -157,10 +163,10 @@ class BufferedStreamingDecoder:
 
     def _causal_conv(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
         """x [B, C, T, H, W] through the causal convolution `conv` with its past frames, which it then updates."""
-        return conv_in_window(conv, x, self._window(conv, x, phase), phase < 2)
+        return conv_in_window(conv, x, self._window(conv, x, phase), moves_in_step(phase))
 
     def _residual(self, block, x: torch.Tensor, phase: int) -> torch.Tensor:
-        return residual_in_windows(block, x, *self._residual_windows(block, x, phase), phase < 2)
+        return residual_in_windows(block, x, *self._residual_windows(block, x, phase), moves_in_step(phase))
 
     def _residual_windows(self, block, x: torch.Tensor, phase: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The input windows of a residual block's two causal convolutions for input x (conv2 sees conv1's
@@ -203,13 +209,13 @@ class BufferedStreamingDecoder:
             return self._head(dec, x, phase)
 
     def _head(self, dec, x: torch.Tensor, phase: int) -> torch.Tensor:
-        return head_in_window(dec, x, self._window(dec.conv_out, x, phase), phase < 2)
+        return head_in_window(dec, x, self._window(dec.conv_out, x, phase), moves_in_step(phase))
 
     def after_step(self, frames: int, phase: int) -> None:
         """After a steady call (phase 2) of `frames` latent frames, run eagerly outside the compiled or captured step:
         every causal convolution's window moves its last frames to its front (the step's convolutions leave them,
         conv_in_window). In channels-last windows each move is one dense copy of the past frames."""
-        if phase != 2:
+        if moves_in_step(phase):
             return
         for key, (_, per_latent) in self.frames_per_latent.items():
             wk.shift_window(self.windows[(key, per_latent * frames)], per_latent * frames)
@@ -236,17 +242,17 @@ class RegionalCompiledDecoder:
     def _causal_conv(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
         if phase != 2:
             return super()._causal_conv(conv, x, phase)
-        return self.regions["conv"](conv, x, self._window(conv, x, phase), False)
+        return self.regions["conv"](conv, x, self._window(conv, x, phase), moves_in_step(phase))
 
     def _residual(self, block, x: torch.Tensor, phase: int) -> torch.Tensor:
         if phase != 2:
             return super()._residual(block, x, phase)
-        return self.regions["residual"](block, x, *self._residual_windows(block, x, phase), False)
+        return self.regions["residual"](block, x, *self._residual_windows(block, x, phase), moves_in_step(phase))
 
     def _head(self, dec, x: torch.Tensor, phase: int) -> torch.Tensor:
         if phase != 2:
             return super()._head(dec, x, phase)
-        return self.regions["head"](dec, x, self._window(dec.conv_out, x, phase), False)
+        return self.regions["head"](dec, x, self._window(dec.conv_out, x, phase), moves_in_step(phase))
 
 
 __all__ = ["BufferedStreamingDecoder", "RegionalCompiledDecoder", "conv_in_window", "head_in_window",
@@ -306,15 +312,16 @@ class WindowKernelDecoder:
     def _causal_conv(self, conv, x: torch.Tensor, phase: int) -> torch.Tensor:
         win = self._window(conv, x, phase)
         write_interior(conv, x, win)
-        return self._conv_window(conv, win, x.shape[2], phase < 2)
+        return self._conv_window(conv, win, x.shape[2], moves_in_step(phase))
 
     def _residual(self, block, x: torch.Tensor, phase: int) -> torch.Tensor:
         win1, win2 = self._residual_windows(block, x, phase)
         sc = block.conv_shortcut
         h = x if isinstance(sc, torch.nn.Identity) else F.conv3d(x, sc.weight, sc.bias)
-        y = self._norm_conv(block.norm1, block.conv1, x, win1, phase < 2)
-        y = self._norm_conv(block.norm2, block.conv2, y, win2, phase < 2)
+        y = self._norm_conv(block.norm1, block.conv1, x, win1, moves_in_step(phase))
+        y = self._norm_conv(block.norm2, block.conv2, y, win2, moves_in_step(phase))
         return y + h
 
     def _head(self, dec, x: torch.Tensor, phase: int) -> torch.Tensor:
-        return self._norm_conv(dec.norm_out, dec.conv_out, x, self._window(dec.conv_out, x, phase), phase < 2)
+        win = self._window(dec.conv_out, x, phase)
+        return self._norm_conv(dec.norm_out, dec.conv_out, x, win, moves_in_step(phase))
