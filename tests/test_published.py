@@ -343,6 +343,30 @@ def test_random_weight_step_sweep_says_it_shows_solver_error(tmp_path):
     assert headlines.headline(run)["what it measures"].startswith("solver error")
 
 
+
+def test_step_sweep_findings_give_the_fastest_point_beside_the_knee(tmp_path):
+    """A sweep whose knee is the full-step run (random weights) still says what its fastest point measured: the time a
+    reader reaches at fewer steps on that pipeline, with its speedup, forwards and deviation."""
+    from wmbook import results
+
+    nb, r, t = "03_step_reduction", "r03", "2026-01-01T00:00"
+    full = {"sampling": {"denoising_steps": [1000, 500]}, "curve": "renoise", "reference": True, "forwards": 3}
+    fast = {"sampling": {"denoising_steps": [1000]}, "curve": "renoise", "forwards": 2}
+    knee = {"sampling": {"denoising_steps": [1000, 500]}, "curve": "renoise", "criterion": "frames within 30 dB"}
+    a, b = "steps:renoise [1000,500]", "steps:renoise [1000]"
+    rows = [(nb, r, t, a, "fps", 17.5, "", full), (nb, r, t, a, "forwards", 3.0, "", full),
+            (nb, r, t, b, "fps", 26.0, "", fast), (nb, r, t, b, "speedup_vs_full", 26.0 / 17.5, "", fast),
+            (nb, r, t, b, "forwards", 2.0, "", fast), (nb, r, t, b, "psnr_vs_full", 21.5, "", fast),
+            (nb, r, t, "knee:renoise", "knee_speedup", 1.0, "", knee),
+            (nb, r, t, "knee:renoise", "knee_forwards", 3.0, "", knee)]
+    _rows06(tmp_path / "r.csv", rows)
+    f = headlines.findings(results.read(tmp_path / "r.csv"))
+    assert "Fastest point measured: `renoise [1000]`, **26 FPS**, 1.49x the full-step run (2 forwards;" in f.headline
+    assert "21.5 dB from the full-step run's" in f.headline
+    # as many forwards as the knee: a faster time there is timing noise, not a point of its own
+    _rows06(tmp_path / "s.csv", [x if x[3:5] != (b, "forwards") else (*x[:5], 3.0, *x[6:]) for x in rows])
+    assert "Fastest point" not in headlines.findings(results.read(tmp_path / "s.csv")).headline
+
 def test_summary_stacks_the_stages_in_one_metric_from_the_rows(tmp_path):
     """eager (01, at the precision upstream runs) -> 04 -> 06: each stage's FPS at its best gated row over eager's;
     a step sweep on the eager pipeline is a row of its own, not a bar; the chart is inline SVG."""

@@ -53,6 +53,23 @@ def _full_point(run: pd.DataFrame):
     return full[0] if full else (pts.iloc[0] if len(pts) else None)
 
 
+def _fastest_point(run: pd.DataFrame):
+    """The point of the sweep with the best time (highest FPS, fewest s / iteration), whatever its quality: the time a
+    reader reaches at fewer steps on that pipeline; findings give it where it runs fewer forwards than the knee."""
+    pts = _points(run)
+    if not len(pts):
+        return None
+    t = pd.to_numeric(pts["value"], errors="coerce")
+    if t.isna().all():
+        return None
+    return pts.loc[t.idxmax() if pts["metric"].iloc[0] == "fps" else t.idxmin()]
+
+
+def _forwards(run: pd.DataFrame, variant) -> float:
+    r = row_of(run, "forwards", variant) if variant is not None else None
+    return number(r["value"]) if r is not None else float("nan")
+
+
 def headline(run: pd.DataFrame) -> dict:
     """The reference curve's knee (the first knee row: the workload's reference solver) and the fastest knee."""
     knees = _knees(run)
@@ -154,6 +171,12 @@ def findings(run: pd.DataFrame) -> Findings:
                 + ("" if truth else "; on random weights that is solver error, not image quality") + ".")
         if truth and full_v is not None:
             goal += f" Full steps: {_quality(run, full_v)}."
+    fastest = _fastest_point(run)
+    if fastest is not None and _forwards(run, fastest["variant"]) < _forwards(run, point or full_v):
+        v = fastest["variant"]
+        head += (f" Fastest point measured: `{v.removeprefix('steps:')}`, **{fmt_spread(fastest, '{:.3g}')} "
+                 f"{POINT_METRICS[fastest['metric']]}**, {fmt_value(run, 'speedup_vs_full', '{:.2f}x', v)} the "
+                 f"full-step run ({fmt_value(run, 'forwards', '{:.0f}', v)} forwards; {_quality(run, v)}).")
     eq = equal_work_spread_rows(run)
     if eq is not None and eq["ratio"] > EQUAL_WORK_TOLERANCE:
         head += f" Equal-work points ran {eq['ratio']:.2f}x apart: closer speedups are not resolved."
