@@ -148,9 +148,11 @@ def test_inductor_writes_a_steady_window_in_place(device):
     if device == "cpu" and not (shutil.which("c++") or shutil.which("g++")):
         pytest.skip("inductor on a CPU needs a C++ compiler")
     fmt = torch.channels_last_3d if device == "cuda" else torch.contiguous_format
-    # the window carries the causal and spatial padding; no bias: on a GPU inductor adds a bias after the library
-    # convolution in a kernel of its own, which this count would take for a move
+    # the window carries the causal and spatial padding. As in the decoder (vae-channels-last) the weight has the
+    # window's layout, and no bias: on a GPU inductor adds a bias after the library convolution, and copies a weight
+    # of another layout, each in a kernel of its own, which this count would take for a move
     conv = torch.nn.Conv3d(4, 4, 3, bias=False, device=device)
+    conv.weight.data = conv.weight.data.contiguous(memory_format=fmt)
     conv._padding = (1, 1, 1, 1, 2, 0)
     for t in (1, 4):
         win = torch.randn(1, 4, 2 + t, 6, 6, device=device).contiguous(memory_format=fmt)
