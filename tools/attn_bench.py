@@ -16,7 +16,6 @@ L2; a kernel over its budget, bf16's or fp8's, is marked and its time does not c
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.util
 import json
@@ -25,11 +24,10 @@ import math
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from wmbook.bench import time_fn, time_in_graph
+from wmbook.bench import dit_bench_args, time_fn, time_in_graph
 from wmbook.check import TOLERANCES, compare
 from wmbook.errors import command
 from wmbook.kernels import block_attention as ba
-from wmbook.presets import PRESETS
 
 # a bf16 attention's output against fp32: the inputs' rounding (2^-8 relative) carried through a softmax-weighted
 # average, a few parts in a thousand; 2e-2 leaves room for long rows and fails a wrong kernel by orders of magnitude
@@ -182,18 +180,7 @@ def _bench_call(label: str, lq: int, lk: int, heads: int, d: int, g, repeats: in
 
 @command("attn_bench.py")
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="mg2-universal", choices=[k for k, p in PRESETS.items()
-                                                                  if hasattr(p, "num_frame_per_block")])
-    ap.add_argument("--repeats", type=int, default=50)
-    ap.add_argument("--json", default=None)
-    a = ap.parse_args(argv)
-    if a.repeats < 1:
-        ap.error(f"--repeats={a.repeats} is not allowed; allowed values: an integer >= 1")
-    if not torch.cuda.is_available():
-        ap.error("needs a CUDA device")
-    dev = torch.device("cuda")
-    p = PRESETS[a.preset]
+    a, p, dev = dit_bench_args(__doc__, argv)
     heads, d = p.num_heads, p.dim // p.num_heads
     g = torch.Generator(device=dev).manual_seed(0)
     rows = []

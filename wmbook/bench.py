@@ -357,3 +357,24 @@ def stream_metrics(
         "steady_ms": total_ms,
         "n_blocks": len(block_ms),
     }
+
+
+def dit_bench_args(description: str, argv=None):
+    """The command line of the kernel tables at a causal-Wan preset's real shapes (tools/attn_bench.py,
+    tools/gemm_bench.py): --preset, --repeats, --json. A bad --repeats, or no CUDA device, is refused (exit 2) before
+    any work. Returns (the arguments, the preset, the CUDA device)."""
+    import argparse  # noqa: PLC0415  only the tools parse command lines
+
+    from .presets import PRESETS  # noqa: PLC0415
+
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="mg2-universal", choices=[k for k, p in PRESETS.items()
+                                                                  if hasattr(p, "num_frame_per_block")])
+    ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    if a.repeats < 1:
+        ap.error(f"--repeats={a.repeats} is not allowed; allowed values: an integer >= 1")
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA device")
+    return a, PRESETS[a.preset], torch.device("cuda")
