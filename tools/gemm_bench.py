@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from wmbook.bench import dit_bench_args, time_fn, time_in_graph
+from wmbook.check import compare
 from wmbook.errors import command
 from wmbook.kernels import wave_linear as wl
 
@@ -38,8 +39,7 @@ def gemms(preset) -> list[tuple[str, int, int, int]]:
 
 
 def _row(label, kernel, fn, want, flops, repeats, dev, tiles=None, m=0, n=0):
-    out = fn()
-    rel = ((out.float() - want).norm() / want.norm()).item()
+    rel = compare(fn(), want).rel_l2
     t = time_fn(fn, warmup=5, repeats=repeats, device=dev)
     row = {"gemm": label, "kernel": kernel, "median_ms": t.median, "p20": t.p20, "p80": t.p80,
            "tflops": flops / t.median / 1e9, "rel_l2_vs_fp32": rel, "gate": "pass" if rel < BF16_BUDGET else "fail"}

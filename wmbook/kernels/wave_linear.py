@@ -8,9 +8,8 @@ the wave count is not what holds that GEMM back. In a CUDA graph cuBLAS's kernel
 the measured GEMM ceiling) and this kernel 20.4 us at its best tiles; of the DiT's four GEMM shapes it is faster only
 for the feed-forward's down-projection (96.2 against 98.3 us). It stays a comparison row of that tool, not a variant.
 
-The contract of wmbook.kernels: `_wave_linear_kernel`, `wave_linear` (the launcher), `wave_linear_ref` (plain torch),
-`wave_linear_flops`, and the op `wmbook::wave_linear` (opaque: torch.compile calls it as it is, as it does
-wmbook::block_attention).
+The contract of wmbook.kernels: `_wave_linear_kernel`, `wave_linear` (the launcher), `wave_linear_ref` (plain torch).
+No torch.library op: no variant puts it in a model.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import check_dtype, interpreting, runs_triton
+from . import check_dtype, interpreting
 
 try:
     import triton
@@ -154,22 +153,4 @@ def wave_linear_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return F.linear(x.float(), weight.float(), None if bias is None else bias.float()).to(x.dtype)
 
 
-def wave_linear_flops(x: torch.Tensor, weight: torch.Tensor) -> float:
-    return 2.0 * x.numel() // x.shape[-1] * weight.shape[0] * weight.shape[1]
-
-
-@torch.library.custom_op("wmbook::wave_linear", mutates_args=())
-def wave_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """The op torch.compile sees: the Triton kernel where it runs, else F.linear."""
-    if runs_triton(x.device) and triton is not None:
-        return wave_linear(x, weight, bias)
-    return F.linear(x, weight, bias).contiguous()
-
-
-@wave_linear_op.register_fake
-def _(x, weight, bias):
-    return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-
-__all__ = ["TILES", "choose_tiles", "sm_count", "wave_efficiency", "wave_linear", "wave_linear_flops",
-           "wave_linear_op", "wave_linear_ref"]
+__all__ = ["TILES", "choose_tiles", "sm_count", "wave_efficiency", "wave_linear", "wave_linear_ref"]
