@@ -36,6 +36,7 @@ from wmbook import workloads
 from wmbook.bench import Samples
 from wmbook.studies import graphs as study06
 from wmbook.variants import GlobalFlags
+from wmbook.variants.compile import reset_compile_state
 from wmbook.variants.ladder import apply_stack
 
 
@@ -133,6 +134,10 @@ def main(argv=None) -> int:
     dev = torch.cuda.get_device_name(cfg.device) if cfg.device.type == "cuda" else "cpu"
     for k, st in stacks.items():
         flags.restore()
+        # compiled code is cached per code object, across copies: every stack compiles afresh, as a ladder row
+        # does (a variant that changes inductor's code generation, inductor-pdl, would otherwise reuse the code of
+        # the stack before it)
+        reset_compile_state()
         pipe = apply_stack(ref, wl, st, cfg.device, cfg.options.compile_backend)[0]
         for i in range(a.warmup):
             stream(pipe, 1)
