@@ -64,17 +64,17 @@ def test_short_attention_op_falls_back_and_bad_input():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("nq,nk,lq,lk,problems", [
-    (10, 10, 3, 6, 4),  # the mouse branch: 3 query frames against a full window of 6 at each location
-    (10, 10, 3, 3, 8),  # the window's first block: as many keys as queries
-    (12, 3, 3, 5, 5),  # the keyboard branch: one key sequence per batch item, shared by its 4 locations
+@pytest.mark.parametrize("nq,nk,lq,lk,heads,block_h", [
+    (10, 10, 3, 6, 2, 4),  # the mouse branch: 3 query frames against a full window of 6 at each location
+    (10, 10, 3, 3, 3, 2),  # the window's first block: as many keys as queries; heads not a multiple of block_h
+    (12, 3, 3, 5, 2, 1),  # the keyboard branch: one key sequence per batch item, shared by its 4 locations
 ])
-def test_short_cross_attention_matches_sdpa(poisoned, dtype, nq, nk, lq, lk, problems):
+def test_short_cross_attention_matches_sdpa(poisoned, dtype, nq, nk, lq, lk, heads, block_h):
     g = torch.Generator().manual_seed(lk)
-    proj = (torch.randn(nq, lq, 3, 2, 64, generator=g) * 2).to(DEV, dtype)  # q a strided view of a q/k/v projection
+    proj = (torch.randn(nq, lq, 3, heads, 64, generator=g) * 2).to(DEV, dtype)  # q a strided view of a projection
     q = proj[:, :, 0]
-    k, v = ((torch.randn(nk, lk, 2, 64, generator=g) * 2).to(DEV, dtype) for _ in range(2))
-    out = sa.short_cross_attention(q, k, v, problems=problems)
+    k, v = ((torch.randn(nk, lk, heads, 64, generator=g) * 2).to(DEV, dtype) for _ in range(2))
+    out = sa.short_cross_attention(q, k, v, block_h=block_h)
     assert out.shape == q.shape and out.dtype == dtype and out.is_contiguous()
     want = sa.short_cross_attention_ref(q.float(), k.float(), v.float())
     torch.testing.assert_close(out.float(), want, **TOL[dtype])
@@ -92,6 +92,6 @@ def test_short_cross_attention_op_and_bad_input():
         sa.short_cross_attention(q[:3], k, v)
     with pytest.raises(ValueError, match="k and v one shape"):
         sa.short_cross_attention(q, k, v[:, :5])
-    with pytest.raises(ValueError, match="problems=0 is not allowed"):
-        sa.short_cross_attention(q, k, v, problems=0)
+    with pytest.raises(ValueError, match="block_h=3 is not allowed"):
+        sa.short_cross_attention(q, k, v, block_h=3)
     assert sa.short_cross_attention_bytes(q, k, v) == (2 * q.numel() + 2 * k.numel()) * 4

@@ -78,6 +78,41 @@ if triton is not None:
                      mask=mq & (b < NB))
 
 
+if triton is not None:
+
+    @triton.jit
+    def _short_cross_attention_kernel(
+        q_ptr, k_ptr, v_ptr, o_ptr,  # q, o [B, LQ, H, D]; k, v [B // KDIV, LK, H, D]; D contiguous
+        LQ, LK, KDIV, H, D, scale,
+        sqb, sql, sqh, skb, skl, skh, svb, svl, svh, sob, sol, soh,  # element strides of B, L, H
+        BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    ):
+        # one query sequence, BLOCK_H heads: a few frames each, so no tensor-core tile (16 rows at least) would be
+        # more than a fifth full; the products broadcast in fp32 registers instead ([Q, K, H, D] per program)
+        b = tl.program_id(0).to(tl.int64)
+        kb = b // KDIV  # the key sequence this query sequence attends to
+        iq = tl.arange(0, BLOCK_Q)
+        ik = tl.arange(0, BLOCK_K)
+        ih = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+        d = tl.arange(0, BLOCK_D)
+        hd = (ih < H)[None, :, None] & (d < D)[None, None, :]
+        mq = (iq < LQ)[:, None, None] & hd
+        mk = (ik < LK)[:, None, None] & hd
+        q = tl.load(q_ptr + b * sqb + iq[:, None, None] * sql + ih[None, :, None] * sqh + d[None, None, :], mask=mq,
+                    other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + kb * skb + ik[:, None, None] * skl + ih[None, :, None] * skh + d[None, None, :], mask=mk,
+                    other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + kb * svb + ik[:, None, None] * svl + ih[None, :, None] * svh + d[None, None, :], mask=mk,
+                    other=0.0).to(tl.float32)
+        s = tl.sum(q[:, None, :, :] * k[None, :, :, :], axis=3) * scale  # [Q, K, H]
+        s = tl.where((ik < LK)[None, :, None], s, float("-inf"))
+        p = tl.exp(s - tl.max(s, axis=1)[:, None, :])
+        p = p / tl.sum(p, axis=1)[:, None, :]
+        o = tl.sum(p[:, :, :, None] * v[None, :, :, :], axis=1)  # [Q, H, D]
+        tl.store(o_ptr + b * sob + iq[:, None, None] * sol + ih[None, :, None] * soh + d[None, None, :],
+                 o.to(o_ptr.dtype.element_ty), mask=mq)
+
+
 def _check(q, k, v):
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_dtype(name, t)
@@ -192,15 +227,27 @@ def short_cross_attention_bytes(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     return (2 * q.numel() + k.numel() + v.numel()) * q.element_size()
 
 
-def short_cross_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, problems: int = 8) -> torch.Tensor:
+def short_cross_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_h: int = 4) -> torch.Tensor:
     """The Triton launcher: q [B, Lq, H, D], k, v [Bk, Lk, H, D] -> o [B, Lq, H, D] (contiguous); query sequence b
-    attends to key sequence b // (B // Bk); `problems` query sequences per program."""
+    attends to key sequence b // (B // Bk); a program takes one query sequence and `block_h` heads, in fp32."""
     _check_cross(q, k, v)
     if not supported_cross(q, k, v):
         raise ValueError(f"short_cross_attention takes Lq, Lk <= {MAX_LEN}, D <= {MAX_HEAD_DIM} with D contiguous; "
                          f"got q {tuple(q.shape)}, k {tuple(k.shape)} with strides {q.stride()}, {k.stride()}")
-    _check_problems(problems)
-    return _launch(q, k, v, problems)
+    if block_h not in (1, 2, 4, 8, 16):
+        raise ValueError(f"block_h={block_h!r} is not allowed; allowed values: 1, 2, 4, 8, 16")
+    nb, lq, heads, d = q.shape
+    lk = k.shape[1]
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if o.numel() == 0:
+        return o
+    block_q, block_k, block_d = next_pow2(lq), next_pow2(lk), next_pow2(d)
+    block_h = min(block_h, next_pow2(heads))
+    launch(_short_cross_attention_kernel)[(nb, triton.cdiv(heads, block_h))](
+        q, k, v, o, lq, lk, nb // k.shape[0], heads, d, 1.0 / math.sqrt(d), *q.stride()[:3], *k.stride()[:3],
+        *v.stride()[:3], *o.stride()[:3], BLOCK_Q=block_q, BLOCK_K=block_k, BLOCK_H=block_h, BLOCK_D=block_d,
+        num_warps=4 if block_q * block_k * block_h * block_d <= 8192 else 8)
+    return o
 
 
 @define_op("wmbook::short_cross_attention")
