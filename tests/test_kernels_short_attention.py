@@ -61,37 +61,3 @@ def test_short_attention_op_falls_back_and_bad_input():
     with pytest.raises(ValueError, match="problems=0 is not allowed"):
         sa.short_attention(q, k, v, problems=0)
     assert sa.short_attention_bytes(q, k, v) == 4 * q.numel() * 4
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("nq,nk,lq,lk,heads,block_h", [
-    (10, 10, 3, 6, 2, 4),  # the mouse branch: 3 query frames against a full window of 6 at each location
-    (10, 10, 3, 3, 3, 2),  # the window's first block: as many keys as queries; heads not a multiple of block_h
-    (12, 3, 3, 5, 2, 1),  # the keyboard branch: one key sequence per batch item, shared by its 4 locations
-])
-def test_short_cross_attention_matches_sdpa(poisoned, dtype, nq, nk, lq, lk, heads, block_h):
-    g = torch.Generator().manual_seed(lk)
-    proj = (torch.randn(nq, lq, 3, heads, 64, generator=g) * 2).to(DEV, dtype)  # q a strided view of a projection
-    q = proj[:, :, 0]
-    k, v = ((torch.randn(nk, lk, heads, 64, generator=g) * 2).to(DEV, dtype) for _ in range(2))
-    out = sa.short_cross_attention(q, k, v, block_h=block_h)
-    assert out.shape == q.shape and out.dtype == dtype and out.is_contiguous()
-    want = sa.short_cross_attention_ref(q.float(), k.float(), v.float())
-    torch.testing.assert_close(out.float(), want, **TOL[dtype])
-
-
-def test_short_cross_attention_op_and_bad_input():
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(s, generator=g).to(DEV) for s in ((4, 3, 2, 16), (2, 6, 2, 16), (2, 6, 2, 16)))
-    torch.library.opcheck(sa.short_cross_attention_op, (q, k, v))
-    torch.testing.assert_close(sa.short_cross_attention_op(q, k, v), sa.short_cross_attention_ref(q, k, v),
-                               **TOL[torch.float32])
-    assert not sa.supported_cross(q, k, v, mask=torch.ones(3, 6, dtype=torch.bool, device=DEV))
-    assert not sa.supported_cross(q, k[:, :, :1], v[:, :, :1])
-    with pytest.raises(ValueError, match="Bk dividing B"):
-        sa.short_cross_attention(q[:3], k, v)
-    with pytest.raises(ValueError, match="k and v one shape"):
-        sa.short_cross_attention(q, k, v[:, :5])
-    with pytest.raises(ValueError, match="block_h=3 is not allowed"):
-        sa.short_cross_attention(q, k, v, block_h=3)
-    assert sa.short_cross_attention_bytes(q, k, v) == (2 * q.numel() + 2 * k.numel()) * 4

@@ -406,25 +406,3 @@ def test_ffn_gelu_epilogue_keeps_the_feed_forward_and_shares_its_weights():
         assert ((out - ref).norm() / ref.norm()).item() < 1e-4
     with pytest.raises(ValueError, match="no Linear -> GELU"):
         apply_stack(fused, wl, ["ffn-gelu-epilogue"], DEV)  # nothing left to swap
-
-
-def test_action_attn_triton_equals_the_fused_multiply_reduce(monkeypatch):
-    """action-attn-triton: the action modules' cached attentions on short_cross_attention give the latents of
-    action-attn-fused's multiply-reduce over a stream whose window fills and rolls (fp32: one function), and the kernel
-    really runs (poisoned, the stream fails)."""
-    wl = workloads.get("mg2")
-    ref = wl.reference_pipeline(wl.presets[wl.tiny_preset], DEV)
-    size = E2ESize(blocks=3, ddim_steps=3)
-    fused, _ = apply_stack(ref, wl, ["action-attn-fused"], DEV)
-    tri, ctx = apply_stack(ref, wl, ["action-attn-fused", "action-attn-triton"], DEV)
-    assert "1 action modules" in ctx.notes["action-attn-triton"]
-    a, b = wl.end_to_end(fused, 0, size).latents, wl.end_to_end(tri, 0, size).latents
-    assert ((a - b).norm() / a.norm()).item() < 1e-5
-    from wmbook.kernels import short_attention
-
-    monkeypatch.setattr(short_attention, "short_cross_attention",
-                        lambda *a, **k: (_ for _ in ()).throw(RuntimeError("short_cross_attention called")))
-    with pytest.raises(RuntimeError, match="short_cross_attention called"):
-        wl.end_to_end(tri, 0, size)
-    with pytest.raises(Exception, match="action-attn-triton"):
-        apply_stack(ref, workloads.get("wma"), ["action-attn-triton"], DEV)

@@ -181,35 +181,6 @@ class ShortSelfAttention:
         return self.to_out(ops.short_attention(q, k, v).flatten(2))
 
 
-class TritonActionAttention:
-    """ActionModule whose cached tiny attentions (3 query frames against at most 6 key frames per location and head)
-    run as one `short_cross_attention` kernel per branch: each (location, head) problem loaded once, the keyboard's
-    keys read from their one sequence per batch item. Masked calls (the cache-free reference path) keep the
-    multiply-reduce of the module's class (SmallActionAttention where action-attn-fused is in)."""
-
-    def mouse_attention(self, q, k, v, mask):
-        if mask is not None:
-            return super().mouse_attention(q, k, v, mask)
-        return ops.short_cross_attention(q, k, v).flatten(2)
-
-    def keyboard_attention(self, q, kk, kv, mask, b: int, s: int):
-        if mask is not None:
-            return super().keyboard_attention(q, kk, kv, mask, b, s)
-        return ops.short_cross_attention(q, kk, kv).flatten(2)  # query b * s + i attends to key sequence b
-
-
-def fuse_action_attention(model: nn.Module) -> int:
-    """Every action module's attentions on short_cross_attention (TritonActionAttention); returns how many."""
-    from ..models.action import ActionModule  # noqa: PLC0415
-
-    n = 0
-    for m in model.modules():
-        if isinstance(m, ActionModule):
-            swap_class(m, TritonActionAttention)
-            n += 1
-    return n
-
-
 def fuse_unet(model: nn.Module) -> dict[str, int]:
     from ..models.wma.unet import (  # noqa: PLC0415  heavy: models.wma (diffusers)
         CrossAttention,

@@ -172,9 +172,7 @@ class GlobalFlags:
         from .compile import get_recompile_limit  # noqa: PLC0415  heavy: pandas (variants.compile)
 
         self.recompile_limit = get_recompile_limit()
-        # a key this torch does not have (triton.enable_pdl is newer than some) is neither read nor restored
-        self.inductor = {k: operator.attrgetter(k)(inductor_config) for k in INDUCTOR_KEYS
-                         if _has_dotted(inductor_config, k)}
+        self.inductor = {k: operator.attrgetter(k)(inductor_config) for k in INDUCTOR_KEYS}
 
     def restore(self) -> None:
         torch.backends.cuda.matmul.allow_tf32 = self.matmul_tf32
@@ -204,15 +202,7 @@ def mixed_cudnn_search(stacks) -> str:
 # inductor settings a library may switch on process-wide when a variant calls it (torchao's
 # recommended_inductor_config_setter, run by its quantization configs unless set_inductor_config=False)
 INDUCTOR_KEYS = ("coordinate_descent_tuning", "coordinate_descent_check_all_directions", "force_fuse_int_mm_with_mul",
-                 "fx_graph_cache", "triton.unique_kernel_names", "triton.enable_pdl")
-
-
-def _has_dotted(obj, key: str) -> bool:
-    try:
-        operator.attrgetter(key)(obj)
-    except AttributeError:
-        return False
-    return True
+                 "fx_graph_cache", "triton.unique_kernel_names")
 
 
 def _set_dotted(obj, key: str, value) -> None:

@@ -33,7 +33,7 @@ CATEGORIES = (
 _OP_CATEGORY = [
     ("attention", re.compile(r"^aten::(_scaled_dot_product|scaled_dot_product|_flash_attention|_efficient_attention"
                              r"|_cudnn_attention|flash_attn|_fused_sdp)|flex_attention|flash_attn|"
-                             r"^wmbook::(short_attention|short_cross_attention|block_attention)$")),
+                             r"^wmbook::(short_attention|block_attention)$")),
     ("convolution", re.compile(r"^aten::(convolution|_convolution|cudnn_convolution|conv\d|conv_|"
                                r"miopen_convolution|mkldnn_convolution|_?slow_conv|thnn_conv|_nnpack)")),
     ("GEMM/linear", re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|addbmm|_addmm_activation|"

@@ -78,29 +78,21 @@ for _scope, _mode, _dyn in (("regional", "default", False), ("regional", "defaul
                             if _mode == "reduce-overhead" else ""))(_compile(_scope, _mode, _dyn))
 
 
-# PDL (programmatic dependent launch, compute capability 9.0 and newer): each generated Triton kernel is launched
-# while the one before it still runs and waits on the device (griddepcontrol) only before it reads what that kernel
-# wrote, so a forward of ~1,300 short kernels loses less of its time to the gap between two kernels. inductor reads
-# the switch when it generates code, i.e. at a compiled model's first call, not when torch.compile wraps it; code
-# compiled without it (another row's, cached per code object) is not regenerated, so the ladder and the tools start
-# a stack with this variant from a fresh compile state. Templates (inductor's own GEMMs), cuBLAS and cuDNN kernels
-# launch as before.
-@register("inductor-pdl", family="compile", gpu_only=True,
-          description="inductor's generated Triton kernels launched with programmatic dependent launch (Hopper and "
-                      "newer): each starts while the kernel before it finishes and waits only before reading its "
-                      "output")
-def _inductor_pdl(pipe, ctx: VariantContext):
+# inductor's coordinate-descent tuning: each generated pointwise and reduction kernel's block sizes and warps are
+# benchmarked at compile time (where they are otherwise chosen by a rule). The rows whose time is in such kernels
+# (the decoder's norms at full resolution: 7.2 ms of a 54 ms block on the H200) are the ones it can speed up; it costs
+# compile time. inductor reads the switch when it generates code, i.e. at a compiled model's first call; code compiled
+# without it (another row's, cached per code object) is not regenerated, so the ladder and the tools start such a
+# stack from a fresh compile state. GlobalFlags restores the switch.
+@register("inductor-tuned", family="compile", gpu_only=True,
+          description="inductor's coordinate-descent tuning: the block sizes and warps of every generated pointwise "
+                      "and reduction kernel benchmarked when it compiles (torch._inductor.config."
+                      "coordinate_descent_tuning)")
+def _inductor_tuned(pipe, ctx: VariantContext):
     import torch._inductor.config as inductor_config  # noqa: PLC0415
 
-    if not hasattr(inductor_config.triton, "enable_pdl"):
-        raise ValueError(f"variant 'inductor-pdl' needs inductor's triton.enable_pdl switch, which torch "
-                         f"{torch.__version__} does not have; leave it out")
-    if ctx.device.type == "cuda" and torch.cuda.get_device_capability(ctx.device)[0] < 9:
-        raise ValueError(f"variant 'inductor-pdl' needs compute capability 9.0 or newer; "
-                         f"{torch.cuda.get_device_name(ctx.device)} has "
-                         f"{'.'.join(map(str, torch.cuda.get_device_capability(ctx.device)))}: leave it out")
-    inductor_config.triton.enable_pdl = True
-    ctx.notes["inductor-pdl"] = "inductor's Triton kernels launched with PDL (from the next compile on)"
+    inductor_config.coordinate_descent_tuning = True
+    ctx.notes["inductor-tuned"] = "inductor's coordinate-descent tuning on (from the next compile on)"
 
 
 def _new_cudagraph_step_per_forward(model: torch.nn.Module) -> None:

@@ -22,20 +22,6 @@ def _triton_fused(pipe, ctx: VariantContext):
     ctx.notes["triton-fused"] = ", ".join(f"{v} {k}" for k, v in counts.items())
 
 
-@register("action-attn-triton", family="kernels", requires=("action_modules",),
-          description="the action modules' cached tiny attentions (3 query x <=6 key frames per location and head) "
-                      "as one Triton kernel per branch (wmbook.kernels.short_attention.short_cross_attention: each "
-                      "problem loaded once, the keyboard's keys shared by a batch item's locations), in place of the "
-                      "multiply-reduce inductor fuses for action-attn-fused")
-def _action_attn_triton(pipe, ctx: VariantContext):
-    from .. import fused  # noqa: PLC0415  heavy: Triton kernel modules (they register torch.ops.wmbook)
-
-    n = fused.fuse_action_attention(ctx.workload.denoiser(pipe))
-    if not n:
-        raise ValueError(f"action-attn-triton found no action module in the {ctx.workload.name} denoiser")
-    ctx.notes["action-attn-triton"] = f"{n} action modules on short_cross_attention"
-
-
 @register("fused-qkv", family="kernels", requires=("kv_cache",),
           description="the causal DiT self-attention's q, k and v projections as one GEMM over their concatenated "
                       "weights (one launch, one read of the input, a 3x wider GEMM); the projections stay as views "
