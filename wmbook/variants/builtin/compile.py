@@ -78,23 +78,6 @@ for _scope, _mode, _dyn in (("regional", "default", False), ("regional", "defaul
                             if _mode == "reduce-overhead" else ""))(_compile(_scope, _mode, _dyn))
 
 
-# inductor's coordinate-descent tuning: each generated pointwise and reduction kernel's block sizes and warps are
-# benchmarked at compile time (where they are otherwise chosen by a rule). The rows whose time is in such kernels
-# (the decoder's norms at full resolution: 7.2 ms of a 54 ms block on the H200) are the ones it can speed up; it costs
-# compile time. inductor reads the switch when it generates code, i.e. at a compiled model's first call; code compiled
-# without it (another row's, cached per code object) is not regenerated, so the ladder and the tools start such a
-# stack from a fresh compile state. GlobalFlags restores the switch.
-@register("inductor-tuned", family="compile", gpu_only=True,
-          description="inductor's coordinate-descent tuning: the block sizes and warps of every generated pointwise "
-                      "and reduction kernel benchmarked when it compiles (torch._inductor.config."
-                      "coordinate_descent_tuning)")
-def _inductor_tuned(pipe, ctx: VariantContext):
-    import torch._inductor.config as inductor_config  # noqa: PLC0415
-
-    inductor_config.coordinate_descent_tuning = True
-    ctx.notes["inductor-tuned"] = "inductor's coordinate-descent tuning on (from the next compile on)"
-
-
 def _new_cudagraph_step_per_forward(model: torch.nn.Module) -> None:
     """reduce-overhead's pitfall: a graph's outputs are overwritten by its next replay. Every denoiser forward
     starts a new cudagraph-trees step (torch.compiler.cudagraph_mark_step_begin) and hands out copies of its
