@@ -145,8 +145,8 @@ class ActionModule(nn.Module):
         mouse = inputs.mouse[:, None].expand(b, s, f, inputs.mouse.shape[-1]).reshape(b * s, f, -1)
         g = self.mouse_mlp(torch.cat([hs, mouse], dim=-1))  # [B*S, F, c]
         q, k, v = self.t_qkv(g).view(b * s, f, 3, nh, -1).unbind(2)  # [B*S, F, H, D]
-        q = apply_time_rope(self.img_attn_q_norm(q).to(v.dtype), inputs.cos, inputs.sin)
-        k = apply_time_rope(self.img_attn_k_norm(k).to(v.dtype), inputs.cos, inputs.sin)
+        q = self.norm_rope(q, self.img_attn_q_norm, inputs, v.dtype)
+        k = self.norm_rope(k, self.img_attn_k_norm, inputs, v.dtype)
         if cache is not None:
             k, v = cache.mouse.update(k, v, start_frame)
         att = self.mouse_attention(q, k, v, mask)  # [B*S, F, c]
@@ -157,17 +157,19 @@ class ActionModule(nn.Module):
         # windowed raw actions equals windowing the embedded sequence)
         kb = self.keyboard_embed(inputs.keyboard).flatten(2)  # [B, F, 12*hidden]
         kk, kv = self.keyboard_attn_kv(kb).view(b, f, 2, nh, -1).unbind(2)  # [B, F, H, D]
-        q = self.mouse_attn_q(x).view(b, f * s, nh, -1)
-        q = self.key_attn_q_norm(q).to(kv.dtype)
-        kk = self.key_attn_k_norm(kk).to(kv.dtype)
-        q = q.view(b, f, s, nh, -1).transpose(1, 2).reshape(b * s, f, nh, -1)
-        q = apply_time_rope(q, inputs.cos, inputs.sin)
-        kk = apply_time_rope(kk, inputs.cos, inputs.sin)
+        # the norm is per head and token, so it may follow the move to [B*S, F, H, D]
+        q = self.mouse_attn_q(x).view(b, f, s, nh, -1).transpose(1, 2).reshape(b * s, f, nh, -1)
+        q = self.norm_rope(q, self.key_attn_q_norm, inputs, kv.dtype)
+        kk = self.norm_rope(kk, self.key_attn_k_norm, inputs, kv.dtype)
         if cache is not None:
             kk, kv = cache.keyboard.update(kk, kv, start_frame)
         att = self.keyboard_attention(q, kk, kv, mask, b, s)  # [B*S, F, ck]
         att = att.view(b, s, f, -1).transpose(1, 2).reshape(b, f * s, -1)
         return x + self.proj_keyboard(att)
+
+    def norm_rope(self, x, norm: HeadRMSNorm, inputs: ActionInputs, dtype):
+        """An attention's queries or keys x [N, F, H, D]: RMSNorm over the head dim, then the frame-index RoPE."""
+        return apply_time_rope(norm(x).to(dtype), inputs.cos, inputs.sin)
 
     def mouse_attention(self, q, k, v, mask):
         """Temporal attention per spatial location: q [B*S, F, H, D], k/v [B*S, nk, H, D] -> [B*S, F, H*D]."""

@@ -21,7 +21,15 @@ import torch.nn as nn
 
 # importing the kernel modules registers their ops (torch.ops.wmbook.*); this module is imported only when a
 # fused variant is applied
-from ..kernels import adaln, gated_residual_adaln, group_norm_silu, qk_norm_rope, rms_norm_silu, short_attention  # noqa: E402,F401
+from ..kernels import (  # noqa: E402,F401
+    adaln,
+    gated_residual_adaln,
+    group_norm_silu,
+    head_norm_rope,
+    qk_norm_rope,
+    rms_norm_silu,
+    short_attention,
+)
 from ..models.causal_wan import CausalWanAttentionBlock, WanLayerNorm, WanRMSNorm
 from ..profiling.labels import detail_label as dl
 from .swaps import swap_class
@@ -179,6 +187,26 @@ class ShortSelfAttention:
             return super().forward(x, ctx)
         q, k, v = (self._heads(f(x)) for f in (self.to_q, self.to_k, self.to_v))
         return self.to_out(ops.short_attention(q, k, v).flatten(2))
+
+
+class FusedActionNormRope:
+    """ActionModule whose queries and keys are normalized and rotated by `head_norm_rope` (one pass, written out),
+    so that the attention reads them instead of inductor recomputing them inside its score reduction."""
+
+    def norm_rope(self, x, norm, inputs, dtype):
+        f = x.shape[1]
+        cos, sin = inputs.cos.reshape(f, -1), inputs.sin.reshape(f, -1)
+        return ops.head_norm_rope(x, cos, sin, norm.eps).to(dtype)
+
+
+def fuse_action_norm_rope(model: nn.Module) -> int:
+    """Every action module on head_norm_rope (FusedActionNormRope); returns how many."""
+    from ..models.action import ActionModule  # noqa: PLC0415
+
+    mods = [m for m in model.modules() if isinstance(m, ActionModule)]
+    for m in mods:
+        swap_class(m, FusedActionNormRope)
+    return len(mods)
 
 
 def fuse_unet(model: nn.Module) -> dict[str, int]:

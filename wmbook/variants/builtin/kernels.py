@@ -22,6 +22,19 @@ def _triton_fused(pipe, ctx: VariantContext):
     ctx.notes["triton-fused"] = ", ".join(f"{v} {k}" for k, v in counts.items())
 
 
+@register("action-norm-rope", family="kernels", requires=("action_modules",),
+          description="the action modules' queries and keys normalized per head and rotated by frame in one Triton "
+                      "pass (wmbook.kernels.head_norm_rope), written once: inductor otherwise recomputes the query's "
+                      "norm and rotation inside the reduction that scores it against each key")
+def _action_norm_rope(pipe, ctx: VariantContext):
+    from .. import fused  # noqa: PLC0415  heavy: Triton kernel modules (they register torch.ops.wmbook)
+
+    n = fused.fuse_action_norm_rope(ctx.workload.denoiser(pipe))
+    if not n:
+        raise ValueError(f"action-norm-rope found no action module in the {ctx.workload.name} denoiser")
+    ctx.notes["action-norm-rope"] = f"{n} action modules on head_norm_rope"
+
+
 @register("fused-qkv", family="kernels", requires=("kv_cache",),
           description="the causal DiT self-attention's q, k and v projections as one GEMM over their concatenated "
                       "weights (one launch, one read of the input, a 3x wider GEMM); the projections stay as views "
