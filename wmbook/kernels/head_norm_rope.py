@@ -32,29 +32,27 @@ if triton is not None:
         x_ptr,  # [N, F, H, D], D contiguous
         cos_ptr, sin_ptr,  # [F, R] fp32, contiguous
         out_ptr,  # [N, F, H, D] contiguous
-        ROWS_TOTAL, F, H, R, HALF_D, eps,
+        ROWS_TOTAL, F, H, R, D, eps,
         sxn, sxf, sxh,  # element strides of N, F, H
         ROWS: tl.constexpr,  # rows (one head of one frame of one sequence) per program
-        BLOCK_P: tl.constexpr,  # channel pairs, >= D/2
+        BLOCK_D: tl.constexpr,  # >= D
     ):
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
         h = rows % H
         f = (rows // H) % F
         n = rows // (H * F)
-        p = tl.arange(0, BLOCK_P)
-        m = (rows < ROWS_TOTAL)[:, None] & (p < HALF_D)[None, :]
-        base = x_ptr + n[:, None] * sxn + f[:, None] * sxf + h[:, None] * sxh + 2 * p[None, :]
-        xe = tl.load(base, mask=m, other=0.0).to(tl.float32)  # channel 2p
-        xo = tl.load(base + 1, mask=m, other=0.0).to(tl.float32)  # channel 2p + 1
-        rstd = 1.0 / tl.sqrt((tl.sum(xe * xe, axis=1) + tl.sum(xo * xo, axis=1)) / (2 * HALF_D) + eps)
-        xe = xe * rstd[:, None]
-        xo = xo * rstd[:, None]
-        mr = m & (p < R)[None, :]  # pairs past R are not rotated: cos 1, sin 0
+        c = tl.arange(0, BLOCK_D)
+        m = (rows < ROWS_TOTAL)[:, None] & (c < D)[None, :]
+        # each row's D channels read and written as one contiguous run; the pairs split and joined in registers
+        x = tl.load(x_ptr + (n * sxn + f * sxf + h * sxh)[:, None] + c[None, :], mask=m, other=0.0).to(tl.float32)
+        x = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps))[:, None]
+        xe, xo = tl.split(tl.reshape(x, (ROWS, BLOCK_D // 2, 2)))  # channels 2p and 2p + 1
+        p = tl.arange(0, BLOCK_D // 2)
+        mr = (rows < ROWS_TOTAL)[:, None] & (p < R)[None, :]  # pairs past R are not rotated: cos 1, sin 0
         cs = tl.load(cos_ptr + f[:, None] * R + p[None, :], mask=mr, other=1.0)
         sn = tl.load(sin_ptr + f[:, None] * R + p[None, :], mask=mr, other=0.0)
-        out = out_ptr + rows[:, None] * (2 * HALF_D) + 2 * p[None, :]
-        tl.store(out, (xe * cs - xo * sn).to(out_ptr.dtype.element_ty), mask=m)
-        tl.store(out + 1, (xe * sn + xo * cs).to(out_ptr.dtype.element_ty), mask=m)
+        out = tl.reshape(tl.join(xe * cs - xo * sn, xe * sn + xo * cs), (ROWS, BLOCK_D))
+        tl.store(out_ptr + rows[:, None] * D + c[None, :], out.to(out_ptr.dtype.element_ty), mask=m)
 
 
 def _check(x, cos, sin):
@@ -105,8 +103,8 @@ def head_norm_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: f
         return out
     cs, sn = cos.contiguous(), sin.contiguous()
     launch(_head_norm_rope_kernel)[(triton.cdiv(total, rows),)](
-        x, cs, sn, out, total, f, h, cos.shape[1], d // 2, eps, *x.stride()[:3], ROWS=rows,
-        BLOCK_P=next_pow2(d // 2), num_warps=4)
+        x, cs, sn, out, total, f, h, cos.shape[1], d, eps, *x.stride()[:3], ROWS=rows,
+        BLOCK_D=next_pow2(max(d, 2)), num_warps=4)
     return out
 
 

@@ -41,7 +41,7 @@ _OP_CATEGORY = [
     ("normalization", re.compile(r"^aten::(native_layer_norm|layer_norm|group_norm|native_group_norm|rms_norm|"
                                  r"_fused_rms_norm|batch_norm|native_batch_norm|_batch_norm|instance_norm|"
                                  r"cudnn_batch_norm)|^wmbook::(group_norm_silu|rms_norm_silu|adaln_modulate|"
-                                 r"gated_residual_adaln|qk_norm_rope)$")),
+                                 r"gated_residual_adaln|qk_norm_rope|head_norm_rope)$")),
     ("copy/cast", re.compile(r"^aten::(copy_|to|_to_copy|clone|contiguous|cat|stack|_unsafe_view|index_copy_?|"
                              r"slice_scatter|roll|repeat|repeat_interleave|index|index_select|gather|"
                              r"index_put_?|_index_put_impl_|narrow_copy|pad|constant_pad_nd|flip|"
@@ -68,7 +68,7 @@ _KERNEL_CATEGORY = [
                                r"splitKreduce|triton_tem_|_mm_|matmul", re.I)),
     ("normalization", re.compile(r"layer_norm|group_norm|rms_norm|batch_norm|RowwiseMoments|"
                                  r"ComputeFusedParams|GroupNorm|LayerNorm|"
-                                 r"_gn_cl_|adaln|qk_norm", re.I)),  # the last three: wmbook's kernels
+                                 r"_gn_cl_|adaln|qk_norm|head_norm", re.I)),  # the last four: wmbook's kernels
     ("copy/cast", re.compile(r"copy|CatArray|gather|scatter|index|_to_copy|convert|transpose|permute|"
                              r"flip|roll", re.I)),
     ("reduction", re.compile(r"reduce|softmax|triton_red_|triton_per_|Reduce|cumsum|scan|sort", re.I)),
