@@ -135,8 +135,7 @@ def main(argv=None) -> int:
     for k, st in stacks.items():
         flags.restore()
         # compiled code is cached per code object, across copies: every stack compiles afresh, as a ladder row
-        # does (a variant that changes inductor's code generation, inductor-pdl, would otherwise reuse the code of
-        # the stack before it)
+        # does (a variant that changes only inductor's settings would otherwise run the code of the stack before it)
         reset_compile_state()
         pipe = apply_stack(ref, wl, st, cfg.device, cfg.options.compile_backend)[0]
         for i in range(a.warmup):

@@ -1,8 +1,8 @@
-"""Notebook 05's fused Triton kernels swapped into the reference models from outside (the `triton-fused` and
-`vae-triton-fused` variants). Each swap calls the kernel's torch.library op (`torch.ops.wmbook.*`; a triton_op on a
-GPU, wmbook.kernels.define_op), so torch.compile traces it without a graph break and a CUDA graph captures its
-launch; where Triton does not run (a CPU without the interpreter) the op computes its fp32 reference. Inference
-only.
+"""Notebook 05's fused Triton kernels swapped into the reference models from outside (the `triton-fused`,
+`vae-triton-fused` and `action-norm-rope` variants). Each swap calls the kernel's torch.library op
+(`torch.ops.wmbook.*`; a triton_op on a GPU, wmbook.kernels.define_op), so torch.compile traces it without a graph
+break and a CUDA graph captures its launch; where Triton does not run (a CPU without the interpreter) the op
+computes its fp32 reference. Inference only.
 
 - causal DiT block (FusedDiTBlock): norm1 / norm2 + per-frame modulate -> `adaln_modulate`; the self-attention's
   gated residual + norm3 (an affine LayerNorm is an adaLN with scale = weight - 1, shift = bias) ->
@@ -10,6 +10,8 @@ only.
 - video UNet: every GroupNorm followed by SiLU -> `group_norm_silu` (FusedGroupNormSiLU, the SiLU becomes an
   Identity); the ResBlock's time-embedding add folded into the out_layers' norm (FusedResBlock); the temporal
   transformers' self-attentions over the T frames -> `short_attention` (ShortSelfAttention).
+- Matrix-Game-2 action module (`action-norm-rope`, FusedActionNormRope): each attention's per-head RMSNorm + frame
+  RoPE of its queries and keys -> `head_norm_rope`.
 - decoders: each residual block's norm + SiLU pair (Wan: RMS norm -> `rms_norm_silu`; SD: GroupNorm ->
   `group_norm_silu`) and the decoder head's.
 """
