@@ -143,6 +143,7 @@ def test_decoder_split_takes_strips_of_unequal_rows(tmp_path):
     assert res.ranks[-1]["psnr_db"] >= 45 and res.ranks[0]["latents_bit_equal"]
 
 
+@pytest.mark.slow  # four ranks on a 2-core box; its two halves are make test's dit-pipeline and decoder-split cases
 def test_pipeline_split_on_gloo_four_ranks_two_stages_two_halves(tmp_path):
     """The 4-GPU layout: the DiT's two layers on ranks 0 and 1, the frame's halves decoded on ranks 2 and 3 with halo
     exchange; latents bit-equal, frames within the gate; the bound shares the decode between the halves."""
