@@ -132,7 +132,7 @@ def test_on_first_row_sees_the_kept_first_row_then_the_next_row_builds_on_it(mg2
 @pytest.mark.parametrize("compiled", [
     False,  # make test's case: the chain of pass rows; keeping a compiled denoiser is the mg2 decoder rows' case
     pytest.param(True, marks=pytest.mark.slow)])  # two whole-UNet compiles: minutes on a slow 2-core box
-def test_wma_pass_rows_build_on_the_compiled_unet(monkeypatch, compiled):
+def test_wma_pass_rows_build_on_the_row_before(monkeypatch, compiled):
     wma = workloads.get("wma")
     ref = wma.reference_pipeline(wma.presets["tiny-wma"], CPU)
     steps = ["bf16", "compile-whole", "skip-unused-decode", "skip-unused-encode", "constant-conditioning"]
