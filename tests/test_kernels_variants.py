@@ -121,7 +121,8 @@ def test_low_precision_rows_say_why_not_on_cpu():
     steps, note = [v.name for v in study.kernel_steps(cfg)], study.fp8_note(cfg)
     assert "fp8" not in steps and "attn-sage" not in steps
     assert "fp8-static row left out" in note and "attn-sage row left out" in note
-    assert steps == ["triton-fused", "ffn-gelu-epilogue", "fused-qkv", "vae-triton-fused", "attn-triton"]  # heads': wma
+    assert steps == ["triton-fused", "ffn-gelu-epilogue", "action-norm-rope", "fused-qkv", "vae-triton-fused",
+                     "attn-triton"]  # heads': wma
     assert [v.name for v in study.kernel_steps(study.validate(workload="wma", preset="tiny-wma", device="cpu"))] == \
         ["triton-fused", "head-conv-gemm", "vae-triton-fused"]
     assert cfg.options.ladder is False  # auto: GPU only

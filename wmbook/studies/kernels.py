@@ -328,7 +328,8 @@ def base_stack(cfg: RunConfig) -> list[Variant]:
 
 def kernel_steps(cfg: RunConfig) -> list[Variant]:
     """The rows added to the base: `steps`, or triton-fused, head-conv-gemm (wma: the heads' 1-D convolutions as
-    GEMMs), ffn-gelu-epilogue (mg2: the feed-forward's GELU in its GEMM's epilogue), fused-qkv (mg2: the
+    GEMMs), ffn-gelu-epilogue (mg2: the feed-forward's GELU in its GEMM's epilogue), action-norm-rope (mg2: the
+    action modules' queries and keys normalized and rotated in one pass), fused-qkv (mg2: the
     self-attention's q/k/v projections as one GEMM), vae-triton-fused, attn-sage (the quantized attention comparison
     row) and fp8-static (each low-precision row where it can run; the ladder is cumulative, so where both run the fp8
     row keeps attn-sage's attention), then attn-triton (mg2: our Triton attention kernel for the block over its
