@@ -373,3 +373,11 @@ def test_each_rank_starts_over_seeing_its_own_gpu_as_cuda0(visible, local, gpu):
     if torch.cuda.device_count() != 1:
         with pytest.raises(RuntimeError, match="exactly its own GPU, it sees"):
             own_gpu(new)
+
+
+def test_every_layout_has_its_runner():
+    """A rank imports its layout's module when it runs it (worker.RUNNERS): every layout names one that exists."""
+    from wmbook.distributed import worker
+
+    assert set(worker.RUNNERS) == set(LAYOUTS)
+    assert all(callable(worker.runner(name)) for name in LAYOUTS)

@@ -25,17 +25,8 @@ def test_parameters_cell_is_the_validators_spec(notebook):
     assert cell == studies.spec_for(notebook).defaults()
 
 
-def test_notebook_01_tiny_end_to_end(tmp_path):
-    results = tmp_path / "results.csv"
-    runs = run_notebooks(["01_baseline_profiling"], out=tmp_path / "report", progress=False,
-                         parameters={"preset": "tiny", "num_blocks": 3, "warmup": 0, "repeats": 2,
-                                     "results_path": str(results), "output_dir": str(tmp_path / "art")})
-    assert runs[0].status == "ok", runs[0].error
-    assert (tmp_path / "report" / "index.html").exists()
-    assert (tmp_path / "art" / "01_baseline_trace.json.gz").stat().st_size > 0
-    df = pd.read_csv(results)
-    assert {"fps", "dit_forward_ms", "vae_share", "stage_share:2_Pipeline_Inference"} <= set(df["metric"])
-    assert (df["preset"] == "tiny").all() and df.loc[df.metric == "fps", "value"].iloc[0] > 0
+# notebook 01 end to end on the tiny preset, its report in Chromium where installed: tests/test_report_render.py
+# (test_notebook_01_tiny_end_to_end_and_its_report)
 
 
 def test_notebook_01_rejects_bad_parameter(tmp_path):

@@ -424,7 +424,7 @@ def test_a_run_stopped_at_the_limit_after_its_report_was_complete_counts(tmp_pat
     import sys
     import time
 
-    monkeypatch.setattr(rg, "STOP_GRACE_S", 10.0)
+    monkeypatch.setattr(rg, "STOP_GRACE_S", 3.0)  # the stopped process may ignore SIGINT (as under xdist): killed after
     folder = tmp_path / "set" / "runs" / "r"
     if summary == "stale":
         folder.mkdir(parents=True)
@@ -441,7 +441,7 @@ def test_a_run_stopped_at_the_limit_after_its_report_was_complete_counts(tmp_pat
     job = rg.Job("r", "01_baseline_profiling", "x.ipynb", {})
     t0 = time.monotonic()
     rg._run_job(job, tmp_path / "set", None, None, "abc1234", 3.0, stopped_by="cut at the set's time limit")
-    assert time.monotonic() - t0 < 3 + 10 + 5
+    assert time.monotonic() - t0 < 3 + 3 + 5
     assert job.status == status, job.error
     assert (job.error == "") == (status == "ok")
     assert (job.cut_after_s > 0) == (status == "failed")

@@ -8,6 +8,7 @@ While it runs, JOB_DIR/progress-rank<r>.json says where it is (the launcher's pr
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -21,15 +22,20 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from ..atomic import atomic_write_text
 from ..profiling.jsonable import jsonable
-from .decoder_split import run_decoder_split
 from .job import NO_MULTICAST_ENV, JobSpec
-from .pipeline import run_dit_pipeline
 from .rank import Rank
-from .rollouts import run_data_parallel
-from .stream import run_stage_split
 
-RUNNERS = {"stage-split": run_stage_split, "data-parallel": run_data_parallel, "dit-pipeline": run_dit_pipeline,
-           "decoder-split": run_decoder_split, "pipeline-split": run_dit_pipeline}
+# layout -> (module, function): a rank imports only its layout's module, after it has joined the group (the decoder
+# split's alone pulls in diffusers' autoencoders, seconds per rank), so a rank that fails early fails fast
+RUNNERS = {"stage-split": ("stream", "run_stage_split"), "data-parallel": ("rollouts", "run_data_parallel"),
+           "dit-pipeline": ("pipeline", "run_dit_pipeline"), "decoder-split": ("decoder_split", "run_decoder_split"),
+           "pipeline-split": ("pipeline", "run_dit_pipeline")}
+
+
+def runner(layout: str):
+    """The function that runs `layout` on a rank (RUNNERS)."""
+    module, name = RUNNERS[layout]
+    return getattr(importlib.import_module(f".{module}", __package__), name)
 
 
 RANK_GPU_ENV = "WMBOOK_RANK_GPU"  # the host's name of the GPU a rank holds, set when the rank starts over with it
@@ -87,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         rk = Rank(rank, world, device, job_dir, spec)
         rk.progress("starting", 0, 1, force=True)
         rk.fault("start")
-        result = RUNNERS[spec.layout](rk)
+        result = runner(spec.layout)(rk)
         result.update(rank=rank, world=world, device=str(device) if gpu is None else f"cuda (GPU {gpu} of the host)")
         atomic_write_text(job_dir / f"rank{rank}.json", json.dumps(jsonable(result), indent=1))
         rk.progress("done", 1, 1, force=True)
