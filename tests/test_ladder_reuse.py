@@ -47,15 +47,19 @@ def test_which_variants_leave_the_denoiser_as_it_was():
     assert all(registry.REGISTRY[n].family in ("decoder", "precision", "graphs", "layout") for n in keep)
 
 
-def test_decoder_rows_build_on_the_compiled_row_and_measure_what_a_fresh_build_does(mg2_ref, monkeypatch):
+@pytest.mark.parametrize("steps", [
+    # make test's case: one decoder row and one frame-order row on the compiled row
+    ["bf16", "compile-regional", "vae-stream-buffers", "stream-frames"],
+    pytest.param(STEPS, marks=pytest.mark.slow)])
+def test_decoder_rows_build_on_the_compiled_row_and_measure_what_a_fresh_build_does(mg2_ref, monkeypatch, steps):
     resets = _resets(monkeypatch)
-    lad = run_ladder("mg2", "tiny", STEPS, device=CPU, reference=mg2_ref, settings=SETTINGS)
+    lad = run_ladder("mg2", "tiny", steps, device=CPU, reference=mg2_ref, settings=SETTINGS)
     notes = [r.note for r in lad.rows]
-    assert [BUILT_ON in n for n in notes] == [False, False, False, True, True, True, True]
-    assert len(resets) == 1  # the compiled row; the four rows after it keep its compiled denoiser
+    assert [BUILT_ON in n for n in notes] == [False, False, False] + [True] * (len(steps) - 2)
+    assert len(resets) == 1  # the compiled row; the rows after it keep its compiled denoiser
     assert all(r.gate == "pass" for r in lad.rows[1:]) and all(r.recompiles == 0 for r in lad.rows[2:])
     # the same stack built afresh as one row: the same forward error and the same frames
-    fresh = run_ladder("mg2", "tiny", STEPS, device=CPU, reference=mg2_ref, settings=SETTINGS, from_row=len(STEPS))
+    fresh = run_ladder("mg2", "tiny", steps, device=CPU, reference=mg2_ref, settings=SETTINGS, from_row=len(steps))
     last, whole = lad.rows[-1], fresh.rows[-1]
     assert BUILT_ON not in whole.note and len(resets) == 2
     assert last.rel_l2_vs_fp32 == pytest.approx(whole.rel_l2_vs_fp32, rel=1e-6, abs=1e-9)

@@ -390,3 +390,23 @@ def test_summary_stacks_the_stages_in_one_metric_from_the_rows(tmp_path):
     svg = summary.chart_svg(rows, "mg2")
     assert svg.startswith("<svg") and "3.00x" in svg and "<script" not in svg and 'href="http' not in svg
     assert summary.chart_svg(rows, "mg2") == svg  # no date, fixed ids: the same rows, the same page
+
+
+def test_notebook_05_findings_name_the_base_the_ladder_built_on():
+    """A notebook-05 run given its own `base` does not call it notebook 04's best stack (the stored H200 runs: one
+    with base given, one of the set)."""
+    import pandas as pd
+
+    from wmbook import results
+    from wmbook.studies import kernels_report
+
+    df = pd.read_csv(results.default_path(), low_memory=False)
+    runs = df[(df["notebook"] == "05_triton_kernels") & (df["workload"] == "mg2")
+              & df["device_name"].astype(str).str.contains("H200")]
+    given = runs[runs["params"].astype(str).str.contains('"base": "tf32')]
+    assert len(given) and len(given) < len(runs)
+    own = kernels_report.findings(runs[runs["run_id"] == given["run_id"].iloc[0]])
+    assert "On the run's own base stack (its `base` parameter), `action-norm-rope`" in own.headline
+    auto = runs[~runs["run_id"].isin(given["run_id"])]
+    first = kernels_report.findings(auto[auto["run_id"] == auto["run_id"].iloc[-1]])
+    assert "On notebook 04's best stack" in first.headline

@@ -3,6 +3,7 @@ kernels stage (wmbook.studies.kernels measures; this reads the rows back)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -88,6 +89,15 @@ def published(df: pd.DataFrame) -> list[str]:
     return parts
 
 
+def _base_given(run: pd.DataFrame) -> bool:
+    """Whether the run's ladder built on a `base` given as a parameter (stored in its rows' params), not on notebook
+    04's best stack."""
+    if "params" not in run:
+        return False
+    return any(json.loads(p).get("base") not in (None, "auto") for p in run["params"].dropna().unique()
+               if isinstance(p, str) and p.startswith("{"))
+
+
 def findings(run: pd.DataFrame) -> Findings:
     wl = workload_of(run)
     ratios = _ratios(run)
@@ -104,7 +114,9 @@ def findings(run: pd.DataFrame) -> Findings:
     if best is not None and m is not None:
         v = best["variant"]
         e2e = metric_row(run, m, v)
-        head += (f" On notebook 04's best stack, `{v.split(' + ')[-1]}` gives {m.label} "
+        where = "On the run's own base stack (its `base` parameter)" if _base_given(run) else \
+            "On notebook 04's best stack"
+        head += (f" {where}, `{v.split(' + ')[-1]}` gives {m.label} "
                  f"{fmt(e2e['value'] if e2e is not None else None)} (forward {fmt_spread(best)} ms).")
     return Findings(head, goal, "Read the kernel table (GB/s against the copy ceiling per call site); then CUDA "
                     "graphs on top of these kernels.", [("the kernel table", "#Each-kernel"), ("the ladder", "#Ladder"),
