@@ -424,7 +424,7 @@ def test_a_run_stopped_at_the_limit_after_its_report_was_complete_counts(tmp_pat
     import sys
     import time
 
-    monkeypatch.setattr(rg, "STOP_GRACE_S", 3.0)  # the stopped process may ignore SIGINT (as under xdist): killed after
+    monkeypatch.setattr(rg, "STOP_GRACE_S", 3.0)  # under xdist it did not end on SIGINT: killed after the grace
     folder = tmp_path / "set" / "runs" / "r"
     if summary == "stale":
         folder.mkdir(parents=True)

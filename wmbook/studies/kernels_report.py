@@ -3,11 +3,11 @@ kernels stage (wmbook.studies.kernels measures; this reads the rows back)."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pandas as pd
 
+from .. import results
 from ..rows import (
     Findings,
     Stage,
@@ -90,12 +90,9 @@ def published(df: pd.DataFrame) -> list[str]:
 
 
 def _base_given(run: pd.DataFrame) -> bool:
-    """Whether the run's ladder built on a `base` given as a parameter (stored in its rows' params), not on notebook
-    04's best stack."""
-    if "params" not in run:
-        return False
-    return any(json.loads(p).get("base") not in (None, "auto") for p in run["params"].dropna().unique()
-               if isinstance(p, str) and p.startswith("{"))
+    """Whether the run's ladder built on a `base` given as a parameter (its rows' params), not on notebook 04's best
+    stack."""
+    return "params" in run and len(run) > 0 and results.params_of(run.iloc[0]).get("base") not in (None, "auto")
 
 
 def findings(run: pd.DataFrame) -> Findings:
