@@ -52,6 +52,7 @@ def _bench(stack, device="cpu", backend="aot_eager"):
                                                 marks=pytest.mark.slow),
                                    ["vae-compile-regional"],
                                    ["vae-block-step"], ["vae-stream-buffers", "vae-block-step"],
+                                   ["vae-stream-buffers", "vae-channels-last", "vae-head-gemm", "vae-block-step"],
                                    ["vae-stream-buffers", "vae-channels-last", "vae-compile", "vae-block-step"],
                                    # the window kernels' own tests are test_kernels_window_conv's; through the
                                    # decoder (their Triton kernels interpreted on a CPU) it takes a minute
@@ -279,6 +280,38 @@ def test_compile_after_the_buffers_only():
         _bench(["vae-compile", "vae-stream-buffers"])
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_head_gemm_equals_the_head_convolution_in_bf16(channels_last):
+    """head_gemm_in_window against head_in_window on one bf16 window (past frames and new ones, a bias): within bf16's
+    rounding of the 27 taps' products (the convolution rounds once, the GEMM each product), and both leave the same
+    window behind."""
+    from wmbook.variants.vae_stream import head_gemm_in_window, head_in_window
+
+    dec = _bench(["vae-stream-buffers"]).vae.decoder.to(torch.bfloat16)
+    conv = dec.conv_out
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, conv.in_channels, 3, 8, 8, generator=g, dtype=torch.bfloat16)
+    win = torch.randn(1, conv.in_channels, 5, 10, 10, generator=g, dtype=torch.bfloat16)
+    with torch.no_grad():
+        conv.bias.normal_(generator=g)
+    if channels_last:
+        win = win.contiguous(memory_format=torch.channels_last_3d)
+    w1, w2 = win.clone(), win.clone()
+    with torch.no_grad():
+        want, got = head_in_window(dec, x, w1), head_gemm_in_window(dec, x, w2)
+    assert got.shape == want.shape == (1, conv.out_channels, 3, 8, 8)
+    # each output sums 27 x C products of magnitude ~1: bf16's 2^-8 relative rounding of the products and the output
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=5e-2)
+    assert torch.equal(w1, w2)
+
+
+def test_head_gemm_before_what_runs_the_head_its_own_way():
+    for stack in (["vae-stream-buffers", "vae-compile", "vae-head-gemm"], ["vae-compile-regional", "vae-head-gemm"],
+                  ["vae-head-gemm", "vae-compile-regional"]):
+        with pytest.raises(ValueError, match="vae-head-gemm"):
+            _bench(stack)
+
+
 def test_window_kernels_refuse_what_they_cannot_follow_or_precede():
     with pytest.raises(ValueError, match="vae-channels-last before it"):
         _bench(["vae-stream-buffers", "vae-window-kernels"])
@@ -481,6 +514,21 @@ def test_decoder_block_step_graphs_replay_equals_eager():
         torch.testing.assert_close(_stream(graphed, z, [3, 3, 3, 3]), ref, rtol=0, atol=0)
     g = graphed.decode_frame
     assert g.captured == 3 and not g.failures, g.table()  # the first frame, the call after it, the steady blocks
+
+
+@GPU
+def test_head_gemm_compiled_and_captured_equals_the_eager_block_step():
+    """vae-head-gemm in the compiled, captured block step (inductor): every stream's frames within TF32's rounding of
+    the eager block step's (cuDNN's fp32 convolutions run in TF32), replays bit for bit like the first stream."""
+    z = torch.randn(1, 16, 12, 8, 8, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    ref = _stream(_bench(["vae-stream-buffers", "vae-block-step"], "cuda"), z, [3, 3, 3, 3])
+    dec = _bench(["vae-stream-buffers", "vae-channels-last", "vae-head-gemm", "vae-compile", "vae-cuda-graphs",
+                  "vae-block-step"], "cuda", backend="inductor")
+    first = _stream(dec, z, [3, 3, 3, 3])
+    torch.testing.assert_close(first, ref, rtol=5e-3, atol=5e-3)
+    for _ in range(4):
+        torch.testing.assert_close(_stream(dec, z, [3, 3, 3, 3]), first, rtol=0, atol=0)
+    assert dec.decode_frame.captured == 3 and not dec.decode_frame.failures, dec.decode_frame.table()
 
 
 @GPU

@@ -9,6 +9,7 @@ of `--blocks` blocks for the steady block against which the first one compares.
     python tools/first_frame_account.py --extra "decode-first;decode-first,stream-frames"   # three stacks
     python tools/first_frame_account.py --base-extra fp8-static   # a variant that changes the arithmetic, in the base
     python tools/first_frame_account.py --swap vae-compile=vae-window-kernels   # one variant of the stack replaced
+    python tools/first_frame_account.py --swap vae-compile=vae-head-gemm,vae-compile   # ... by several
 
 With --extra, the stack plus those variants (each `;`-separated set a row of its own) is measured too, after the
 stack in the same process, and gated: its
@@ -75,7 +76,8 @@ def main(argv=None) -> int:
                     "several rows separated by ';'")
     ap.add_argument("--base-extra", default="", help="comma-separated variants inserted into the base before its "
                     "compile, as a row of their own (gated against the fp32 reference); several rows separated by ';'")
-    ap.add_argument("--swap", default="", help="OLD=NEW: the stack with variant OLD replaced by NEW, as a row of its "
+    ap.add_argument("--swap", default="", help="OLD=NEW: the stack with variant OLD replaced by NEW (comma-separated "
+                    "variants: several in its place), as a row of its "
                     "own (gated against the fp32 reference); several rows separated by ';'")
     ap.add_argument("--out", type=Path, default=None, help="CSV of every round")
     a = ap.parse_args(argv)
@@ -108,8 +110,9 @@ def main(argv=None) -> int:
         names = [v.name for v in stack]
         if not sep or old not in names:
             ap.error(f"--swap {row!r}: expected OLD=NEW with OLD one of the stack's variants {names}")
-        k = f"stack with {new} for {old}"
-        stacks[k] = variants.resolve([new if n == old else n for n in names], wl, cfg.device)
+        k = f"stack with {new} for {old}"  # NEW may be several variants, comma-separated, in their order
+        stacks[k] = variants.resolve([m for n in names for m in (new.split(",") if n == old else [n])], wl,
+                                     cfg.device)
         arithmetic.add(k)
     print("stack:", " + ".join(map(str, stack)), flush=True)
     ref = wl.reference_pipeline(cfg.preset, cfg.device, cfg.seed)

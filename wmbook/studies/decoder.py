@@ -67,6 +67,9 @@ def decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -
         # a steady block's latent frames in one call of the compiled, captured step
         rows["+ vae-block-step (compiled step, captured)"] = rows["+ vae-cuda-graphs (compiled step)"] + [
             "vae-block-step"]
+        # the head's 3-channel convolution as a GEMM and shifted sums, in that step
+        rows["+ vae-head-gemm (block step, compiled, captured)"] = buffers + [
+            "vae-channels-last", "vae-head-gemm", "vae-compile", "vae-cuda-graphs", "vae-block-step"]
     if gpu:  # the window kernels captured in place of the compiled step (a comparison row: Triton kernels on a GPU)
         rows["+ vae-window-kernels + vae-cuda-graphs"] = buffers + ["vae-channels-last", "vae-window-kernels",
                                                                     "vae-cuda-graphs"]

@@ -83,9 +83,28 @@ def _vae_window_kernels(pipe, ctx: VariantContext):
     if getattr(dec, "compiled_step", False) or hasattr(dec, "regions"):
         raise ValueError("vae-window-kernels replaces what vae-compile compiles: use one of them (vae-window-kernels "
                          "with vae-cuda-graphs)")
+    if getattr(dec, "head_gemm", False):
+        raise ValueError("vae-window-kernels runs the head in Triton, vae-head-gemm as a GEMM: use one of them")
     buffered_decoder(dec)
     swaps.swap_class(dec, WindowKernelDecoder).use_window_kernels()
     ctx.notes["vae-window-kernels"] = "decoder norms written into the convolution windows, head convolution in Triton"
+
+
+@register("vae-head-gemm", family="decoder", requires=("streaming_decoder",),
+          description="the streaming Wan decoder's head convolution (96 -> 3 channels, 3 x 3 x 3) as one GEMM of its "
+                      "window's channels by every tap's weights and a sum of the products' shifted slices: the window "
+                      "read once instead of once per tap; before vae-compile, which compiles it")
+def _vae_head_gemm(pipe, ctx: VariantContext):
+    from ..vae_stream import HeadGemmDecoder  # noqa: PLC0415  heavy: diffusers (variants.vae_stream)
+
+    dec = ctx.workload.streaming_decoder(pipe)
+    if hasattr(dec, "decoder_step"):
+        raise ValueError("vae-head-gemm runs the Wan decoder's head; the stand-in decoder (vae-tiny) has none")
+    if getattr(dec, "compiled_step", False) or hasattr(dec, "regions") or hasattr(dec, "weights_kc"):
+        raise ValueError("vae-head-gemm must come before vae-compile, vae-compile-regional and vae-window-kernels: "
+                         "each runs the head its own way")
+    swaps.swap_class(buffered_decoder(dec), HeadGemmDecoder)
+    ctx.notes["vae-head-gemm"] = "decoder head convolution as one GEMM and a sum of shifted slices"
 
 
 def _vae_compile(mode: str):
@@ -134,6 +153,9 @@ def _vae_compile_regional(pipe, ctx: VariantContext):
                          "none: use vae-compile")
     if getattr(dec, "compiled_step", False):
         raise ValueError("vae-compile-regional and vae-compile both compile the decoder: use one of them")
+    if getattr(dec, "head_gemm", False):
+        raise ValueError("vae-compile-regional compiles the head as conv_out; vae-head-gemm runs it as a GEMM: use one "
+                         "of them")
     buffered_decoder(dec)
     swaps.swap_class(dec, RegionalCompiledDecoder).compile_regions(backend=ctx.compile_backend)
     # one compiled graph per distinct block shape (and layout): more than dynamo's default of 8 for one function
