@@ -50,10 +50,17 @@ help:
 report: $(STAMP)
 	$(VPY) -m wmbook run --out "$(REPORT)" $(if $(WORKLOADS),--workload "$(WORKLOADS)") $(if $(PRESET),--preset "$(PRESET)") $(ARGS) $(NOTEBOOKS)
 
-# TEST_WORKERS: pytest-xdist workers (auto: one per core; 0 runs in this process)
+# TEST_WORKERS: pytest-xdist workers (auto: one per core; 0 runs in this process). Workers steal queued tests from
+# each other, so neither idles while the other still has a queue (tests/conftest.py puts the longest modules first).
 TEST_WORKERS ?= auto
+TEST_DIST := --dist worksteal
+# A test run starts about a hundred Python processes that import the package (notebook kernels, gloo ranks, command
+# lines): its bytecode is compiled once before them and cached, also where the environment sets
+# PYTHONDONTWRITEBYTECODE (every process would compile the package's sources again, ~1 s each on a slow core).
+TEST_ENV := PYTHONDONTWRITEBYTECODE=
 test: lint
-	$(VPY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(VPY) -m compileall -q wmbook
+	$(TEST_ENV) $(VPY) -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) $(PYTEST_ARGS)
 
 # ruff (settings in pyproject.toml: pyflakes, pycodestyle at 120 columns, import order); `make test` runs it first
 lint: $(STAMP)
@@ -67,14 +74,16 @@ ISA_PASSES ?= ONEDNN_MAX_CPU_ISA=AVX2,ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_IS
 test-isa: $(STAMP)
 	@for pass in $(ISA_PASSES); do \
 	    echo "== $$pass"; \
-	    env $$(echo $$pass | tr , ' ') $(VPY) -m pytest -q -n $(TEST_WORKERS) -p no:cacheprovider $(ISA_TESTS) \
+	    env $$(echo $$pass | tr , ' ') $(TEST_ENV) $(VPY) -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) \
+	        -p no:cacheprovider $(ISA_TESTS) \
 	        $(PYTEST_ARGS) || exit 1; \
 	done
 
 # every test, the slow ones too (full tiny-preset notebook runs of both workloads, long interpreter checks: about
 # 35 minutes on 2 cores; `make test` skips them, each covered there by a shorter case, and stays under 15)
 test-all: $(STAMP)
-	$(VPY) -m pytest -q -n $(TEST_WORKERS) --slow $(PYTEST_ARGS)
+	$(VPY) -m compileall -q wmbook
+	$(TEST_ENV) $(VPY) -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) --slow $(PYTEST_ARGS)
 
 # headless Chromium for the report screenshot tests (tests/test_report_render.py skips them without it)
 chromium:

@@ -39,8 +39,17 @@ def slow_enabled(config) -> bool:
 SLOW_REASON = "slow: `make test-all` (pytest --slow) runs it; `make test` has a shorter case"
 
 
+# the modules whose tests start processes or run notebooks (20-60 s a test on 2 cores): run first, so that the last
+# tests of a run are short ones and the two workers end together
+LONG_MODULES = ("test_notebooks", "test_distributed", "test_steps_notebook", "test_report_render", "test_ladder_reuse",
+                "test_regenerate", "test_rows_house")
+
+
 def pytest_collection_modifyitems(config, items):
-    """`make test` (and CI) stays under 15 minutes on 2 cores: the slow cases are skipped, saying how to run them."""
+    """`make test` (and CI) stays under 15 minutes on 2 cores: the slow cases are skipped, saying how to run them;
+    the long modules go first (a stable sort: every xdist worker collects the same order)."""
+    items.sort(key=lambda item: item.module.__name__.rpartition(".")[2] not in LONG_MODULES
+               if item.module is not None else True)
     if slow_enabled(config):
         return
     skip = pytest.mark.skip(reason=SLOW_REASON)

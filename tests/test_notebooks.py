@@ -30,16 +30,13 @@ def test_parameters_cell_is_the_validators_spec(notebook):
 
 
 def test_notebook_01_rejects_bad_parameter(tmp_path):
-    """The runner refuses before a kernel starts; run without it (papermill directly, as JupyterLab would), the
-    notebook's own validation cell refuses before any work."""
+    """The runner refuses before a kernel starts. Run without it (papermill directly, as JupyterLab would), the
+    notebook's own validation cell refuses before any work: tests/test_hostile_inputs.py runs papermill so (one kernel
+    start is enough: the cell calls the same validator as the runner)."""
     params = {"dtype": "int8", "results_path": str(tmp_path / "r.csv")}
     with pytest.raises(ParameterError, match="dtype='int8' is not allowed"):
         run_notebooks(["01_baseline_profiling"], out=tmp_path / "report", progress=False, parameters=params)
-    assert not (tmp_path / "report").exists()
-    with pytest.raises(pm.PapermillExecutionError, match="dtype='int8'"):
-        pm.execute_notebook(str(NOTEBOOKS / "01_baseline_profiling.ipynb"), str(tmp_path / "x.ipynb"),
-                            parameters=params, kernel_name="python3", progress_bar=False)
-    assert not (tmp_path / "r.csv").exists()  # nothing written before the check failed
+    assert not (tmp_path / "report").exists() and not (tmp_path / "r.csv").exists()
 
 
 def test_notebook_02_tiny_end_to_end(tmp_path):
