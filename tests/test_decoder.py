@@ -384,6 +384,14 @@ def test_wma_decoder_ladder_on_a_gpu_puts_the_bf16_decoder_and_the_batch_before_
     assert wl.decoder_ladder(torch.device("cpu")) == []
 
 
+def test_mg2_decoder_ladder_on_a_gpu_puts_the_head_gemm_before_the_compile():
+    wl = workloads.get("mg2")
+    assert wl.decoder_ladder(torch.device("cuda")) == ["cudnn-benchmark", "vae-bf16", "vae-stream-buffers",
+                                                        "vae-channels-last", "vae-head-gemm", "vae-compile",
+                                                        "vae-cuda-graphs", "vae-block-step"]
+    assert wl.decoder_ladder(torch.device("cpu")) == ["vae-stream-buffers", "vae-channels-last", "vae-block-step"]
+
+
 def test_decoder_table_on_the_tiny_preset():
     """Every CPU decoder row decodes the same latents; full-decoder rows pass the PSNR gate, the random tiny decoder
     says it needs real weights; the FLOP floor comes from a meta-tensor count."""
