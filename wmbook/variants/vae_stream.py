@@ -84,34 +84,33 @@ def head_in_window(dec, x: torch.Tensor, win: torch.Tensor, shift: bool = True) 
 
 
 def head_gemm_in_window(dec, x: torch.Tensor, win: torch.Tensor, shift: bool = True) -> torch.Tensor:
-    """head_in_window with conv_out (C -> a few output channels) as one GEMM and a sum of shifted slices: every window
-    position's channels times the weights of every tap and output channel ([positions, C] x [C, taps x O], the taps
-    padded to whole 16-column tiles), then each output the sum over taps of its shifted position's products (in fp32).
-    cuDNN's implicit GEMM reads the window once per tap for 3 output channels (20-24 TFLOP/s on an H200); this reads it
-    once and writes the products once. The same sums in another order: bf16 products rounded before the fp32 sum."""
+    """head_in_window with conv_out (C -> a few output channels) as one GEMM and a sum of shifted slices: the weights
+    of every tap and output channel times every window position's channels ([taps x O, C] x [C, positions]), then each
+    output the sum over taps of its shifted position's products (in fp32). cuDNN's implicit GEMM reads the window once
+    per tap for 3 output channels (about 24 TFLOP/s on an H200); this reads it once and writes the products once, each
+    tap's output channel a contiguous row over the positions, so the sum reads whole rows. The same sums in another
+    order: bf16 products rounded before the fp32 sum."""
     conv = dec.conv_out
     write_interior(conv, dec.nonlinearity(dec.norm_out(x)), win)
     b, c, tw, hw, ww = win.shape
     kt, kh, kw = conv.kernel_size
-    o, taps = conv.out_channels, kt * kh * kw
-    cols = -(-taps * o // 16) * 16
-    wm = conv.weight.permute(1, 2, 3, 4, 0).reshape(c, taps * o)  # [C, (kt, kh, kw, O)]
-    wm = F.pad(wm, (0, cols - taps * o))
-    # positions x channels: a view of a channels_last_3d window (a copy of a contiguous one)
-    z = (win.permute(0, 2, 3, 4, 1).reshape(-1, c) @ wm).view(b, tw, hw, ww, cols)
+    o = conv.out_channels
+    wt = conv.weight.permute(2, 3, 4, 0, 1).reshape(kt * kh * kw * o, c)  # [(kt, kh, kw, O), C]
+    # channels x positions: a view of a channels_last_3d window (a copy of a contiguous one)
+    z = (wt @ win.permute(0, 2, 3, 4, 1).reshape(-1, c).t()).view(-1, b, tw, hw, ww)
     t, h, w = tw - kt + 1, hw - kh + 1, ww - kw + 1
     y = None
     for i in range(kt):
         for j in range(kh):
             for k in range(kw):
                 tap = (i * kh + j) * kw + k
-                part = z[:, i:i + t, j:j + h, k:k + w, tap * o:(tap + 1) * o].float()
+                part = z[tap * o:(tap + 1) * o, :, i:i + t, j:j + h, k:k + w].float()  # [O, B, t, h, w]
                 y = part if y is None else y + part
     if conv.bias is not None:
-        y = y + conv.bias.float()
+        y = y + conv.bias.float().view(o, 1, 1, 1, 1)
     if shift:
         wk.shift_window(win, x.shape[2])
-    return y.to(x.dtype).permute(0, 4, 1, 2, 3)  # [B, O, T, H, W], channels last
+    return y.to(x.dtype).transpose(0, 1)  # [B, O, T, H, W]
 
 
 def supports(vae) -> tuple[bool, str]:
