@@ -55,11 +55,10 @@ report: $(STAMP)
 TEST_WORKERS ?= auto
 TEST_DIST := --dist worksteal
 # A test run starts about a hundred Python processes that import the package (notebook kernels, gloo ranks, command
-# lines): its bytecode is compiled once before them and cached, also where the environment sets
-# PYTHONDONTWRITEBYTECODE (every process would compile the package's sources again, ~1 s each on a slow core).
+# lines): its bytecode is cached by the first of them, also where the environment sets PYTHONDONTWRITEBYTECODE
+# (every process would compile the package's sources again, about 1 s each on a slow core).
 TEST_ENV := PYTHONDONTWRITEBYTECODE=
 test: lint
-	$(VPY) -m compileall -q wmbook
 	$(TEST_ENV) $(VPY) -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) $(PYTEST_ARGS)
 
 # ruff (settings in pyproject.toml: pyflakes, pycodestyle at 120 columns, import order); `make test` runs it first
@@ -82,7 +81,6 @@ test-isa: $(STAMP)
 # every test, the slow ones too (full tiny-preset notebook runs of both workloads, long interpreter checks: about
 # 35 minutes on 2 cores; `make test` skips them, each covered there by a shorter case, and stays under 15)
 test-all: $(STAMP)
-	$(VPY) -m compileall -q wmbook
 	$(TEST_ENV) $(VPY) -m pytest -q -n $(TEST_WORKERS) $(TEST_DIST) --slow $(PYTEST_ARGS)
 
 # headless Chromium for the report screenshot tests (tests/test_report_render.py skips them without it)

@@ -39,8 +39,8 @@ def slow_enabled(config) -> bool:
 SLOW_REASON = "slow: `make test-all` (pytest --slow) runs it; `make test` has a shorter case"
 
 
-# the modules whose tests start processes or run notebooks (20-60 s a test on 2 cores): run first, so that the last
-# tests of a run are short ones and the two workers end together
+# the modules whose tests start processes or run notebooks (10-60 s a test on 2 cores) run first, so that a run does
+# not end on one of them while the other worker has nothing left
 LONG_MODULES = ("test_notebooks", "test_distributed", "test_steps_notebook", "test_report_render", "test_ladder_reuse",
                 "test_regenerate", "test_rows_house")
 

@@ -300,7 +300,7 @@ def test_head_gemm_equals_the_head_convolution_in_bf16(channels_last):
     with torch.no_grad():
         want, got = head_in_window(dec, x, w1), head_gemm_in_window(dec, x, w2)
     assert got.shape == want.shape == (1, conv.out_channels, 3, 8, 8)
-    # each output sums 27 x C products of magnitude ~1: bf16's 2^-8 relative rounding of the products and the output
+    # the GEMM rounds each tap's product to bf16 (2^-8 relative) before the fp32 sum, the convolution only its output
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=5e-2)
     assert torch.equal(w1, w2)
 

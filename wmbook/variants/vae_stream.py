@@ -83,19 +83,17 @@ def head_in_window(dec, x: torch.Tensor, win: torch.Tensor, shift: bool = True) 
     return conv_in_window(dec.conv_out, dec.nonlinearity(dec.norm_out(x)), win, shift)
 
 
-def head_gemm_in_window(dec, x: torch.Tensor, win: torch.Tensor, shift: bool = True) -> torch.Tensor:
-    """head_in_window with conv_out (C -> a few output channels) as one GEMM and a sum of shifted slices: the weights
-    of every tap and output channel times every window position's channels ([taps x O, C] x [C, positions]), then each
-    output the sum over taps of its shifted position's products (in fp32). cuDNN's implicit GEMM reads the window once
-    per tap for 3 output channels (about 24 TFLOP/s on an H200); this reads it once and writes the products once, each
-    tap's output channel a contiguous row over the positions, so the sum reads whole rows. The same sums in another
-    order: bf16 products rounded before the fp32 sum."""
-    conv = dec.conv_out
-    write_interior(conv, dec.nonlinearity(dec.norm_out(x)), win)
+def conv3d_taps_gemm(win: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """F.conv3d(win, weight, bias) without padding, for a few output channels, as one GEMM and a sum of shifted
+    slices: the weights of every tap and output channel times every window position's channels ([taps x O, C] x
+    [C, positions]), then each output the sum over taps of its shifted position's products (in fp32). cuDNN's implicit
+    GEMM reads the window once per tap for the decoder head's 3 output channels (about 24 TFLOP/s on an H200); this
+    reads it once and writes the products once, each tap's output channel a contiguous row over the positions, so the
+    sum reads whole rows. The same sums in another order: the products rounded to the window's dtype before the fp32
+    sum."""
     b, c, tw, hw, ww = win.shape
-    kt, kh, kw = conv.kernel_size
-    o = conv.out_channels
-    wt = conv.weight.permute(2, 3, 4, 0, 1).reshape(kt * kh * kw * o, c)  # [(kt, kh, kw, O), C]
+    o, _, kt, kh, kw = weight.shape
+    wt = weight.permute(2, 3, 4, 0, 1).reshape(kt * kh * kw * o, c)  # [(kt, kh, kw, O), C]
     # channels x positions: a view of a channels_last_3d window (a copy of a contiguous one)
     z = (wt @ win.permute(0, 2, 3, 4, 1).reshape(-1, c).t()).view(-1, b, tw, hw, ww)
     t, h, w = tw - kt + 1, hw - kh + 1, ww - kw + 1
@@ -106,11 +104,19 @@ def head_gemm_in_window(dec, x: torch.Tensor, win: torch.Tensor, shift: bool = T
                 tap = (i * kh + j) * kw + k
                 part = z[tap * o:(tap + 1) * o, :, i:i + t, j:j + h, k:k + w].float()  # [O, B, t, h, w]
                 y = part if y is None else y + part
-    if conv.bias is not None:
-        y = y + conv.bias.float().view(o, 1, 1, 1, 1)
+    if bias is not None:
+        y = y + bias.float().view(o, 1, 1, 1, 1)
+    return y.to(win.dtype).transpose(0, 1)  # [B, O, T, H, W]
+
+
+def head_gemm_in_window(dec, x: torch.Tensor, win: torch.Tensor, shift: bool = True) -> torch.Tensor:
+    """head_in_window with conv_out as conv3d_taps_gemm (conv_in_window's steps otherwise)."""
+    conv = dec.conv_out
+    write_interior(conv, dec.nonlinearity(dec.norm_out(x)), win)
+    y = conv3d_taps_gemm(win, conv.weight, conv.bias)
     if shift:
         wk.shift_window(win, x.shape[2])
-    return y.to(x.dtype).transpose(0, 1)  # [B, O, T, H, W]
+    return y
 
 
 def supports(vae) -> tuple[bool, str]:
@@ -295,8 +301,8 @@ class RegionalCompiledDecoder:
         return self.regions["head"](dec, x, self._window(dec.conv_out, x, phase), moves_in_step(phase))
 
 
-__all__ = ["BufferedStreamingDecoder", "HeadGemmDecoder", "RegionalCompiledDecoder", "conv_in_window",
-           "head_gemm_in_window", "head_in_window", "residual_in_windows", "supports"]
+__all__ = ["BufferedStreamingDecoder", "HeadGemmDecoder", "RegionalCompiledDecoder", "conv3d_taps_gemm",
+           "conv_in_window", "head_gemm_in_window", "head_in_window", "residual_in_windows", "supports"]
 
 
 def _norm_params(norm) -> tuple[torch.Tensor, torch.Tensor | None]:
