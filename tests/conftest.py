@@ -87,6 +87,27 @@ def _decode_blocks(decoder, latents, blocks):
     return outs
 
 
+def _stream(decoder, latents, blocks):
+    """A streaming decoder's frames for the latents decoded from a reset stream in blocks of the given sizes."""
+    decoder.reset()
+    return torch.cat(_decode_blocks(decoder, latents, blocks), 2)
+
+
+def _mg2_decoder_bench(stack, device="cpu", backend="aot_eager"):
+    """The tiny mg2 preset's decoder bench (wmbook.studies.decoder) with the decoder variants `stack` applied:
+    (its streaming decoder, the variants' context)."""
+    from wmbook import variants, workloads  # noqa: PLC0415
+    from wmbook.studies.decoder import decoder_bench  # noqa: PLC0415
+
+    wl = workloads.get("mg2")
+    ref = wl.reference_pipeline(wl.presets["tiny"], torch.device(device))
+    bench = decoder_bench(ref, wl)
+    ctx = variants.VariantContext(workload=wl, device=torch.device(device), compile_backend=backend)
+    for v in variants.resolve(stack, wl, device):
+        v.apply(bench, ctx)
+    return bench.decoder, ctx
+
+
 @pytest.fixture(scope="session")
 def decode_blocks():
     """decode_blocks(decoder, latents [B, C, F, h, w], block sizes) -> the decoded frames of each block."""

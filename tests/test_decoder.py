@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 import pytest
 import torch
-from conftest import _decode_blocks
+from conftest import _mg2_decoder_bench, _stream
 
 from wmbook import variants, workloads
 from wmbook.models.vae import StreamingWanDecoder, build_wan_vae, unnormalize_latents, wan_vae_config
@@ -27,21 +27,8 @@ def _one_thread(one_thread):
     """Every test of this module on one thread (tests/conftest.py)."""
 
 
-def _stream(dec, z, split):
-    dec.reset()
-    return torch.cat(_decode_blocks(dec, z, split), 2)
-
-
 def _bench(stack, device="cpu", backend="aot_eager"):
-    from wmbook.studies.decoder import decoder_bench
-
-    wl = workloads.get("mg2")
-    ref = wl.reference_pipeline(wl.presets["tiny"], torch.device(device))
-    bench = decoder_bench(ref, wl)
-    ctx = variants.VariantContext(workload=wl, device=torch.device(device), compile_backend=backend)
-    for v in variants.resolve(stack, wl, device):
-        v.apply(bench, ctx)
-    return bench.decoder
+    return _mg2_decoder_bench(stack, device, backend)[0]
 
 
 @pytest.mark.parametrize("stack", [["vae-stream-buffers"], ["vae-channels-last"],
@@ -379,17 +366,18 @@ def test_wma_decoder_in_bf16_leaves_the_encoder_and_the_unet_input_alone():
 
 def test_wma_decoder_ladder_on_a_gpu_puts_the_bf16_decoder_and_the_batch_before_the_compile():
     wl = workloads.get("wma")
-    assert wl.decoder_ladder(torch.device("cuda")) == ["vae-decoder-bf16", "vae-batch-frames", "vae-compile",
-                                                        "vae-cuda-graphs"]
+    assert wl.decoder_ladder(torch.device("cuda")) == ["vae-decoder-bf16", "vae-batch-frames", "vae-upsample-fold",
+                                                        "vae-compile", "vae-cuda-graphs"]
     assert wl.decoder_ladder(torch.device("cpu")) == []
 
 
 def test_mg2_decoder_ladder_on_a_gpu_puts_the_head_gemm_before_the_compile():
     wl = workloads.get("mg2")
     assert wl.decoder_ladder(torch.device("cuda")) == ["cudnn-benchmark", "vae-bf16", "vae-stream-buffers",
-                                                        "vae-channels-last", "vae-head-gemm", "vae-compile",
-                                                        "vae-cuda-graphs", "vae-block-step"]
-    assert wl.decoder_ladder(torch.device("cpu")) == ["vae-stream-buffers", "vae-channels-last", "vae-block-step"]
+                                                        "vae-channels-last", "vae-upsample-fold", "vae-head-gemm",
+                                                        "vae-compile", "vae-cuda-graphs", "vae-block-step"]
+    assert wl.decoder_ladder(torch.device("cpu")) == ["vae-stream-buffers", "vae-channels-last", "vae-upsample-fold",
+                                                       "vae-block-step"]
 
 
 def test_decoder_table_on_the_tiny_preset():
@@ -623,14 +611,16 @@ def test_decoder_rows_store_their_gpu_time_by_category_and_the_account_names_con
 
 def test_frame_decoder_rows_on_a_gpu_end_with_bf16_captured():
     """The SD VAE's table on a GPU: fp32 compiled and captured, then bf16 compiled and captured (its compiled step is
-    host-bound); names only, so it runs on a CPU."""
+    host-bound), then with the upsamplings folded; names only, so it runs on a CPU."""
     from wmbook import workloads
     from wmbook.studies.decoder import frame_decoder_stacks
 
     rows = frame_decoder_stacks(workloads.get("wma"), torch.device("cuda"))
     assert rows["bf16 + vae-compile + vae-cuda-graphs"] == ["vae-bf16", "cudnn-benchmark", "vae-compile",
                                                             "vae-cuda-graphs"]
-    assert list(rows)[-1] == "bf16 + vae-compile + vae-cuda-graphs" and "+ vae-cuda-graphs (compiled step)" in rows
+    assert list(rows)[-2] == "bf16 + vae-compile + vae-cuda-graphs" and "+ vae-cuda-graphs (compiled step)" in rows
+    assert rows[list(rows)[-1]] == ["vae-bf16", "cudnn-benchmark", "vae-upsample-fold", "vae-compile",
+                                    "vae-cuda-graphs"]
 
 
 def test_decoder_rows_on_a_gpu_search_cudnn_from_their_first_reduced_precision_row():

@@ -70,6 +70,10 @@ def decoder_stacks(workload, device: torch.device, compile_modes=("default",)) -
         # the head's 3-channel convolution as a GEMM and shifted sums, in that step
         rows["+ vae-head-gemm (block step, compiled, captured)"] = buffers + [
             "vae-channels-last", "vae-head-gemm", "vae-compile", "vae-cuda-graphs", "vae-block-step"]
+        # the resamplers' nearest upsampling and 3 x 3 convolution as one stride-2 transposed convolution
+        rows["+ vae-upsample-fold (head gemm, block step, compiled, captured)"] = buffers + [
+            "vae-channels-last", "vae-upsample-fold", "vae-head-gemm", "vae-compile", "vae-cuda-graphs",
+            "vae-block-step"]
     if gpu:  # the window kernels captured in place of the compiled step (a comparison row: Triton kernels on a GPU)
         rows["+ vae-window-kernels + vae-cuda-graphs"] = buffers + ["vae-channels-last", "vae-window-kernels",
                                                                     "vae-cuda-graphs"]
@@ -105,6 +109,9 @@ def frame_decoder_stacks(workload, device: torch.device, compile_modes=("default
     rows["bf16 + vae-compile"] = ["vae-bf16"] + low + ["vae-compile"]
     # bf16's compiled step is host-bound (its kernels about half its wall time): captured, its kernels are what is left
     rows["bf16 + vae-compile + vae-cuda-graphs"] = ["vae-bf16"] + low + ["vae-compile", "vae-cuda-graphs"]
+    # each upsampling and its 3 x 3 convolution as one stride-2 transposed convolution
+    rows["bf16 + vae-upsample-fold + vae-compile + vae-cuda-graphs"] = ["vae-bf16"] + low + [
+        "vae-upsample-fold", "vae-compile", "vae-cuda-graphs"]
     return {k: v for k, v in rows.items() if all(n in known for n in v)}
 
 

@@ -180,11 +180,13 @@ class Mg2Workload(Workload):
         return pipe.decoder
 
     def decoder_ladder(self, device) -> list[str]:
-        """cuDNN's algorithm search, then bf16, the caches in place, channels-last windows, the head's convolution
-        as a GEMM, the compiled and captured step (GPU), a steady block's latent frames in one step call. The search
-        is on before the bf16 decoder's convolutions first run (the `cudnn-benchmark` variant says why)."""
+        """cuDNN's algorithm search, then bf16, the caches in place, channels-last windows, the resamplers'
+        upsampling and convolution folded into one transposed convolution, the head's convolution as a GEMM, the
+        compiled and captured step (GPU), a steady block's latent frames in one step call. The search is on before
+        the bf16 decoder's convolutions first run (the `cudnn-benchmark` variant says why)."""
         gpu = device.type == "cuda"
-        return (["cudnn-benchmark", "vae-bf16"] if gpu else []) + ["vae-stream-buffers", "vae-channels-last"] + (
+        return (["cudnn-benchmark", "vae-bf16"] if gpu else []) + ["vae-stream-buffers", "vae-channels-last",
+                                                                  "vae-upsample-fold"] + (
             ["vae-head-gemm", "vae-compile", "vae-cuda-graphs"] if gpu else []) + ["vae-block-step"]
 
     def stand_in_decoder(self, device) -> list[str]:

@@ -107,6 +107,30 @@ def _vae_head_gemm(pipe, ctx: VariantContext):
     ctx.notes["vae-head-gemm"] = "decoder head convolution as one GEMM and a sum of shifted slices"
 
 
+@register("vae-upsample-fold", family="decoder", requires=("frame_decoder",),
+          description="the decoder's nearest 2x upsamplings and the 3 x 3 convolution after each as one stride-2 "
+                      "transposed convolution of the low-resolution input (4 x 4 taps, sums of the original's): each "
+                      "output reads 2 x 2 inputs instead of 3 x 3 (4/9 of those convolutions' multiply-adds) and the "
+                      "upsampled tensor is never written; the same outputs up to the order of additions. Before "
+                      "vae-compile and vae-cuda-graphs")
+def _vae_upsample_fold(pipe, ctx: VariantContext):
+    from ..upsample_fold import fold_upsample_convs  # noqa: PLC0415
+
+    if "streaming_decoder" in ctx.workload.features:
+        owner, attr = ctx.workload.streaming_decoder(pipe), "decode_frame"
+        if hasattr(owner, "decoder_step"):
+            raise ValueError("vae-upsample-fold folds the Wan decoder's resamplers; the stand-in decoder (vae-tiny) "
+                             "has none")
+    else:
+        owner, attr = pipe, "decode_step"
+    if getattr(owner, "compiled_step", False) or isinstance(getattr(owner, attr, None), GraphedCallable):
+        raise ValueError("vae-upsample-fold must come before vae-compile and vae-cuda-graphs: a compiled or captured "
+                         "step keeps the modules it was made with")
+    n = fold_upsample_convs(owner.vae.decoder)
+    ctx.notes["vae-upsample-fold"] = (f"{n} decoder upsampling + 3 x 3 convolution pairs as stride-2 transposed "
+                                      "convolutions" if n else "no nearest-upsampling convolution in this decoder")
+
+
 def _vae_compile(mode: str):
     def apply(pipe, ctx: VariantContext):
         dec = ctx.workload.streaming_decoder(pipe) if "streaming_decoder" in ctx.workload.features else None
