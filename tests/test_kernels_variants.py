@@ -86,6 +86,8 @@ def test_vae_triton_fused_frames_equal_reference(ref):
         a, b = wl.decode(base, z).float(), wl.decode(dec, z).float()
     assert ((a - b).norm() / a.norm()).item() < 1e-5
     assert int(ctx.notes["vae-triton-fused"].split()[0]) > 0
+    if wl.name == "wma":  # the SD decoder's head (conv_norm_out, conv_act) at full resolution too
+        assert type(dec.vae.decoder.conv_norm_out).__name__ == "FusedGroupNormSiLU"
 
 
 def test_fused_kernel_really_runs(ref, monkeypatch):

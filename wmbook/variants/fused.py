@@ -238,8 +238,9 @@ def fuse_unet(model: nn.Module) -> dict[str, int]:
 
 def fuse_decoder(decoder: nn.Module) -> int:
     """Each module with norm1/norm2 (or norm_out) followed by its `nonlinearity` SiLU (diffusers' Wan residual
-    blocks and SD ResnetBlock2D, the decoder head): norm -> fused norm + SiLU, nonlinearity -> Identity. A module
-    whose nonlinearity is used elsewhere too (an SD block with a time embedding) is left as it is."""
+    blocks and SD ResnetBlock2D, the Wan decoder's head), and the SD decoder's `conv_norm_out` followed by its
+    `conv_act` SiLU (its head, at full resolution): norm -> fused norm + SiLU, the SiLU -> Identity. A module whose
+    nonlinearity is used elsewhere too (an SD block with a time embedding) is left as it is."""
     from diffusers.models.autoencoders.autoencoder_kl_wan import WanRMS_norm  # noqa: PLC0415  heavy: diffusers
 
     def fused(norm):
@@ -260,6 +261,10 @@ def fuse_decoder(decoder: nn.Module) -> int:
                 setattr(m, a, v)
             m.nonlinearity = nn.Identity()
             n += len(names)
+    head = getattr(decoder, "conv_norm_out", None)
+    if isinstance(head, nn.GroupNorm) and _is_silu(getattr(decoder, "conv_act", None)):
+        decoder.conv_norm_out, decoder.conv_act = FusedGroupNormSiLU(head), nn.Identity()
+        n += 1
     return n
 
 
