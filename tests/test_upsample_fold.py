@@ -13,7 +13,7 @@ from conftest import _mg2_decoder_bench, _stream
 from torch import nn
 from torch.nn import functional as F
 
-from wmbook import workloads
+from wmbook import variants, workloads
 from wmbook.variants.ladder import apply_stack
 from wmbook.variants.upsample_fold import NearestUpConv, fold_upsample_convs
 
@@ -173,3 +173,20 @@ def test_wma_fold_in_the_bf16_batched_compiled_captured_decode():
     assert _rel_l2(first, want) < 3e-2 and _rel_l2(plain.decode(lat), want) < 3e-2
     for _ in range(2):
         torch.testing.assert_close(pipe.decode(lat), first)
+
+
+def test_wma_unet_forward_with_the_fold_equals_the_reference():
+    """upsample-fold on the wma UNet's up path: the forward (video, action and state outputs) within fp32 rounding of
+    the reference's; every Upsample replaced."""
+    from wmbook.models.wma.unet import Upsample
+
+    wl = workloads.get("wma")
+    dev = torch.device("cpu")
+    ref = wl.reference_pipeline(wl.presets["tiny-wma"], dev)
+    pipe, ctx = apply_stack(ref, wl, ["upsample-fold"], dev)
+    n = int(ctx.notes["upsample-fold"].split()[0])
+    assert n > 0 and not any(isinstance(m, Upsample) for m in wl.denoiser(pipe).modules())
+    assert sum(isinstance(m, Upsample) for m in wl.denoiser(ref).modules()) == n
+    for a, b in zip(wl.forward_probe(pipe).forward(), wl.forward_probe(ref).forward()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert "upsample-fold" not in variants.known(workloads.get("mg2"))  # the DiT has no upsampling

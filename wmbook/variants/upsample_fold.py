@@ -1,13 +1,14 @@
-"""A decoder's nearest 2x upsampling and the 3 x 3 convolution after it as one transposed convolution
-(variant `vae-upsample-fold`).
+"""A nearest 2x upsampling and the 3 x 3 convolution after it as one transposed convolution (variants
+`vae-upsample-fold` for the decoders, `upsample-fold` for the wma UNet).
 
-Both VAE decoders grow their images by repeating each pixel twice in each direction and convolving the result with a
-3 x 3 kernel (padding 1): the SD VAE's `Upsample2D`, the Wan decoder's resamplers (`nearest-exact`, the same indices at
-a factor of 2). Of an output pixel's three input rows, two are copies of one low-resolution row, so an even output row
-2i reads low-resolution rows i-1 (tap -1) and i (taps 0 and +1 summed), an odd one 2i+1 reads rows i (taps -1 and 0
-summed) and i+1 (tap +1); the same holds for columns. That is a transposed convolution of the low-resolution input with
-stride 2, padding 1 and a 4 x 4 kernel whose taps are those sums: each output reads 2 x 2 inputs instead of 3 x 3, so
-4/9 of the convolution's multiply-adds, and the upsampled tensor (4x the input) is never written nor read.
+Both VAE decoders and the wma UNet's up path grow their images by repeating each pixel twice in each direction and
+convolving the result with a 3 x 3 kernel (padding 1): the SD VAE's `Upsample2D`, the Wan decoder's resamplers
+(`nearest-exact`, the same indices at a factor of 2), the UNet's `Upsample`. Of an output pixel's three input rows, two
+are copies of one low-resolution row, so an even output row 2i reads low-resolution rows i-1 (tap -1) and i (taps 0 and
++1 summed), an odd one 2i+1 reads rows i (taps -1 and 0 summed) and i+1 (tap +1); the same holds for columns. That is a
+transposed convolution of the low-resolution input with stride 2, padding 1 and a 4 x 4 kernel whose taps are those
+sums: each output reads 2 x 2 inputs instead of 3 x 3, so 4/9 of the convolution's multiply-adds, and the upsampled
+tensor (4x the input) is never written nor read.
 
 The folded kernel's taps are sums of the original's, made in fp32 and rounded once to the weight's dtype; the outputs
 equal the original pair's up to the order of the additions.
@@ -46,6 +47,8 @@ class NearestUpConv(nn.Module):
     """Nearest 2x upsampling followed by `conv` (3 x 3, padding 1), computed as one stride-2 transposed convolution of
     the low-resolution input. Takes [N, C, H, W], returns [N, C_out, 2H, 2W]."""
 
+    upsamples = True  # an upsampling layer to the models that ask (the wma UNet collects its features after them)
+
     def __init__(self, conv: nn.Conv2d):
         super().__init__()
         if not foldable(conv):
@@ -76,9 +79,12 @@ def _is_nearest_x2(up: nn.Module) -> bool:
     return all(float(f) == 2.0 for f in (s if isinstance(s, tuple) else (s, s)))
 
 
-def _replacement(module: nn.Module) -> nn.Module | None:
+def _replacement(module: nn.Module, also: tuple[type, ...] = ()) -> nn.Module | None:
     """NearestUpConv for a pair it reproduces: diffusers' Upsample2D (interpolating, with its 3 x 3 convolution, no
-    norm) or an nn.Sequential of a nearest 2x nn.Upsample and such a convolution (the Wan decoder's resamplers)."""
+    norm), an nn.Sequential of a nearest 2x nn.Upsample and such a convolution (the Wan decoder's resamplers), or an
+    instance of `also`: classes whose forward is their `conv` of the input upsampled 2x by nearest neighbours."""
+    if also and isinstance(module, also) and foldable(getattr(module, "conv", None)):
+        return NearestUpConv(module.conv)
     if type(module).__name__ == "Upsample2D":
         conv = getattr(module, "conv", None) if module.name == "conv" else getattr(module, "Conv2d_0", None)
         if (module.use_conv and module.interpolate and not module.use_conv_transpose and module.norm is None
@@ -89,11 +95,11 @@ def _replacement(module: nn.Module) -> nn.Module | None:
     return None
 
 
-def fold_upsample_convs(decoder: nn.Module) -> int:
-    """Replace every nearest-2x-upsampling + 3 x 3 convolution pair inside `decoder` by its NearestUpConv; returns how
-    many were replaced."""
-    found = [(name, new) for name, m in decoder.named_modules() if name and (new := _replacement(m)) is not None]
+def fold_upsample_convs(model: nn.Module, also: tuple[type, ...] = ()) -> int:
+    """Replace every nearest-2x-upsampling + 3 x 3 convolution pair inside `model` (see _replacement; `also`: the
+    model's own upsampling classes) by its NearestUpConv; returns how many were replaced."""
+    found = [(name, new) for name, m in model.named_modules() if name and (new := _replacement(m, also)) is not None]
     for name, new in found:
         parent, _, child = name.rpartition(".")
-        setattr(decoder.get_submodule(parent) if parent else decoder, child, new)
+        setattr(model.get_submodule(parent) if parent else model, child, new)
     return len(found)

@@ -300,6 +300,8 @@ class Downsample(nn.Module):
 
 
 class Upsample(nn.Module):
+    upsamples = True  # what forward's feature collection asks of an output block's last layer (and of its swaps)
+
     def __init__(self, channels: int):
         super().__init__()
         self.conv = nn.Conv2d(channels, channels, 3, padding=1)
@@ -498,7 +500,7 @@ class WMAModel(nn.Module):
             with dl("UNet_ResBlock"):
                 h = torch.cat([h, skips.pop()], dim=1)
             h = module(h, emb, ctx, b)
-            if isinstance(module[-1], Upsample):
+            if getattr(module[-1], "upsamples", False):
                 feats.append(prev.unflatten(0, (b, t)))
             prev = h
         feats.append(h.unflatten(0, (b, t)))

@@ -65,3 +65,19 @@ def _head_conv_gemm(pipe, ctx: VariantContext):
         for k, v in swaps.conv1d_as_gemm(h).items():
             counts[k] = counts.get(k, 0) + v
     ctx.notes["head-conv-gemm"] = f"{len(heads)} heads: " + ", ".join(f"{v} {k}" for k, v in counts.items())
+
+
+@register("upsample-fold", family="kernels", requires=("unet",),
+          description="the UNet's nearest 2x upsamplings and the 3 x 3 convolution after each (its up path) as one "
+                      "stride-2 transposed convolution of the low-resolution input (4 x 4 taps, sums of the "
+                      "original's): 4/9 of those convolutions' multiply-adds and no upsampled tensor; the same outputs "
+                      "up to the order of additions (vae-upsample-fold does the same in the decoders)")
+def _upsample_fold(pipe, ctx: VariantContext):
+    from ...models.wma.unet import Upsample  # noqa: PLC0415  heavy: models.wma (diffusers)
+    from ..upsample_fold import fold_upsample_convs  # noqa: PLC0415
+
+    n = fold_upsample_convs(ctx.workload.denoiser(pipe), also=(Upsample,))
+    if not n:
+        raise ValueError(f"upsample-fold found no nearest upsampling + 3 x 3 convolution in the {ctx.workload.name} "
+                         "denoiser")
+    ctx.notes["upsample-fold"] = f"{n} UNet upsampling + 3 x 3 convolution pairs as stride-2 transposed convolutions"
