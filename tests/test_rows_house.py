@@ -26,7 +26,8 @@ multi-process job a third of it. Compared:
 A PSNR row that a notebook leaves out when the frames are bit-equal (06's and 05's `psnr_db` and `decoder_psnr_db`,
 08's `psnr_db`) counts as inf: whether two kernels agree to the last bit is the CPU's to say, not the code's.
 Changes on purpose since bd4f4cb, checked explicitly: notebook 06's ladder rows after the old last one
-(LADDER_SINCE: the decoder's block step and the two frame rows) and its decoder table's block-step row.
+(LADDER_SINCE: the decoder's upsampling fold, its block step and the two frame rows) and its decoder table's
+block-step row.
 """
 
 import json
@@ -58,7 +59,7 @@ BIT_EQUAL_OMITS = {"psnr_db", "decoder_psnr_db"}  # left out where the frames ar
 # ladder has two rows more after the decoder's, and its stand-in row (the captured denoiser's
 # graph rows, then the tiny decoder) has the two in its stack, before the stand-in decoder (_since_06)
 FRAME_STEPS_SINCE = ("decode-first", "stream-frames")
-LADDER_SINCE = ("vae-block-step", *FRAME_STEPS_SINCE)
+LADDER_SINCE = ("vae-upsample-fold", "vae-block-step", *FRAME_STEPS_SINCE)
 
 
 def _bf16(row) -> bool:
@@ -235,10 +236,10 @@ def test_notebook_05_ladder_rows(before, tmp_path):
 
 def _since_06(after: pd.DataFrame, old: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """LADDER_SINCE: the ladder rows added after the old last one, checked here (gated, the same metrics as the row
-    before, the same frames: the frame rows' PSNR exactly, the block step's within the rounding of its fp32 decoder's
-    other convolution shapes, which the bf16 stack's error dwarfs) and then left out, as is the decoder table's
-    block-step row (gated, its PSNR against the fp32 decoder the same error as the channels-last row's); the stand-in
-    row renamed in the old rows."""
+    before, the same frames: the frame rows' PSNR exactly the block step's, the fold's and the block step's within
+    the rounding of their fp32 decoder's other convolutions, which the bf16 stack's error dwarfs) and then left out,
+    as is the decoder table's block-step row (gated, its PSNR against the fp32 decoder the same error as the
+    channels-last row's); the stand-in row renamed in the old rows."""
     ladder = [v for v in old.loc[old["metric"] == "forward_ms", "variant"] if "vae-tiny" not in v.split(" + ")]
     last = max(ladder, key=lambda v: len(v.split(" + ")))
     added = [" + ".join([last, *LADDER_SINCE[:i + 1]]) for i in range(len(LADDER_SINCE))]
@@ -248,8 +249,10 @@ def _since_06(after: pd.DataFrame, old: pd.DataFrame) -> tuple[pd.DataFrame, pd.
         assert set(new.loc[new["variant"] == v, "metric"]) == was, v
     assert set(new.loc[new["metric"] == "forward_ms", "gate"]) == {"pass"}
     psnr = after[after["metric"] == "psnr_db"].set_index("variant")["value"].astype(float)
-    assert _same_psnr(float(psnr.get(added[0], math.inf)), float(psnr.get(last, math.inf)), bf16=True)
-    assert {float(psnr.get(v, math.inf)) for v in added} == {float(psnr.get(added[0], math.inf))}
+    frames = len(FRAME_STEPS_SINCE)
+    for v in added[:-frames]:  # the fold, the block step
+        assert _same_psnr(float(psnr.get(v, math.inf)), float(psnr.get(last, math.inf)), bf16=True), v
+    assert len({float(psnr.get(v, math.inf)) for v in added[-frames - 1:]}) == 1  # the block step's frames
     dec = "decoder: vae-stream-buffers + vae-channels-last"
     block = after[after["variant"] == dec + " + vae-block-step"]
     assert set(block["gate"].dropna()) == {"pass"}, block
