@@ -33,3 +33,16 @@ def test_phases_add_up_to_the_iteration():
     d = acc.phases(out)
     assert d["rest"] == pytest.approx(3.0) and d["UNet forwards"] == pytest.approx(71.0)
     assert sum(d[k] for k in acc.PHASES) == pytest.approx(d["iteration"])
+
+
+def test_frame_decode_bench_stacks_resolve_and_bad_input_is_refused():
+    """tools/frame_decode_bench.py: its default stacks are wma decoder stacks; bad counts and presets are refused
+    before any work."""
+    bench = load_tool("frame_decode_bench")
+    wl = workloads.get("wma")
+    for text in bench.DEFAULT_STACKS:
+        label, names = variants.parse_labelled_stack(text)
+        assert label and variants.resolve(names, wl, "cuda")
+    for argv in (["--rounds", "0"], ["--frames", "0"], ["--preset", "mg2-universal"], ["--stack", "no-equals"]):
+        with pytest.raises(SystemExit):
+            bench.main(argv)

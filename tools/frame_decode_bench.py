@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import torch
-from wma_iteration_account import parse_stack  # the same LABEL=variants form (tools/ is the script's path)
 
 from wmbook import device as wdev
 from wmbook import variants, workloads
@@ -41,7 +40,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="wma")
     ap.add_argument("--frames", type=int, default=None, help="frames of the batch (default: the preset's pass)")
-    ap.add_argument("--stack", type=parse_stack, action="append", help="LABEL=variants (repeatable)")
+    ap.add_argument("--stack", type=variants.parse_labelled_stack, action="append", help="LABEL=variants (repeatable)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--kernels", type=int, default=0, metavar="N", help="print each stack's N longest kernels")
@@ -52,7 +51,7 @@ def main(argv=None) -> int:
         ap.error(f"--preset {a.preset!r} is not allowed; allowed values: {sorted(wl.presets)}")
     if a.warmup < 0 or a.rounds < 1 or (a.frames is not None and a.frames < 1):
         ap.error("--warmup must be >= 0, --rounds >= 1, --frames >= 1")
-    stacks = dict(a.stack or [parse_stack(s) for s in DEFAULT_STACKS])
+    stacks = dict(a.stack or [variants.parse_labelled_stack(s) for s in DEFAULT_STACKS])
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     resolved = {k: variants.resolve(v, wl, dev) for k, v in stacks.items()}  # every name checked before the work
     preset = wl.presets[a.preset]

@@ -8,7 +8,8 @@ world-model pass's sampling and decode, the rest), the UNet forwards counted apa
 Default stacks: notebook 06's best stack at wma with upstream's decode and conditioning (the fp32 SD VAE, a frame per
 call; every observed frame encoded, the text encoded every iteration), with the SD VAE in bf16, with each pass's frames
 decoded as one batch, with only the kept observed frame encoded, the text tokens computed once and only the decoder in
-bf16, and 06's best (also: the image tokens and the VAE encoder captured); every decoder compiled and captured.
+bf16, with the image tokens and the VAE encoder captured too, and 06's best (also: each decoder upsampling folded into
+one transposed convolution); every decoder compiled and captured.
 Each stack is built from one fp32 reference pipeline on the same seeded inputs; `--warmup` iterations (compiles,
 autotuning, graph captures) are not timed; then the stacks take turns, `--rounds` iterations each. The first stack is
 the reference of the others: their world-model frames are compared with its frames (PSNR) and with the fp32 eager
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from wmbook import workloads
+from wmbook import variants, workloads
 from wmbook.bench import Samples
 from wmbook.check import compare
 from wmbook.variants.ladder import apply_stack
@@ -38,17 +39,15 @@ DEFAULT_STACKS = (f"upstream's decode and conditioning={BASE},{GRAPHED},vae-comp
                   f"+ skip-unused-encode, constant-conditioning; the encoder in fp32={BASE},"
                   f"skip-unused-encode,constant-conditioning,{GRAPHED},vae-decoder-bf16,vae-batch-frames,vae-compile,"
                   "vae-cuda-graphs",
-                  f"06's best (+ the conditioning encoders captured)={BASE},skip-unused-encode,constant-conditioning,"
-                  f"{GRAPHED},conditioning-cuda-graphs,vae-decoder-bf16,vae-batch-frames,vae-compile,vae-cuda-graphs")
+                  f"+ the conditioning encoders captured={BASE},skip-unused-encode,constant-conditioning,"
+                  f"{GRAPHED},conditioning-cuda-graphs,vae-decoder-bf16,vae-batch-frames,vae-compile,vae-cuda-graphs",
+                  f"06's best (+ vae-upsample-fold)={BASE},skip-unused-encode,constant-conditioning,{GRAPHED},"
+                  "conditioning-cuda-graphs,vae-decoder-bf16,vae-batch-frames,vae-upsample-fold,vae-compile,"
+                  "vae-cuda-graphs")
 PHASES = ("conditioning", "decision sampling", "decision decode", "world sampling", "world decode", "rest")
 
 
-def parse_stack(text: str) -> tuple[str, list[str]]:
-    label, sep, names = text.partition("=")
-    if not sep or not label.strip() or not names.strip():
-        raise argparse.ArgumentTypeError(f"--stack {text!r} is not allowed; allowed values: "
-                                         "'LABEL=variant,variant,...'")
-    return label.strip(), [n.strip() for n in names.split(",") if n.strip()]
+parse_stack = variants.parse_labelled_stack  # LABEL=variants
 
 
 def phases(out) -> dict[str, float]:

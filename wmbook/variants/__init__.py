@@ -33,6 +33,7 @@ from .registry import (
                        hygiene_parts,
                        known,
                        mixed_cudnn_search,
+                       parse_labelled_stack,
                        register,
                        register_group,
                        resolve,
@@ -40,5 +41,5 @@ from .registry import (
 )
 
 __all__ = ["FAMILIES", "GROUPS", "GlobalFlags", "INDUCTOR_KEYS", "REGISTRY", "UnknownVariantError", "Variant",
-           "VariantContext", "get", "hygiene_parts", "known", "mixed_cudnn_search", "register", "register_group",
-           "resolve", "tolerance_for"]
+           "VariantContext", "get", "hygiene_parts", "known", "mixed_cudnn_search", "parse_labelled_stack", "register",
+           "register_group", "resolve", "tolerance_for"]

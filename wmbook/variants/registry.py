@@ -122,6 +122,18 @@ def get(name: str, workload=None) -> Variant:
     return v
 
 
+def parse_labelled_stack(text: str) -> tuple[str, list[str]]:
+    """'LABEL=variant,variant,...' (a tool's --stack) -> (label, names); the names are not resolved here. A bad form
+    raises argparse.ArgumentTypeError, which argparse shows as the option's error."""
+    import argparse  # noqa: PLC0415  only the tools' option parsing needs it
+
+    label, sep, names = text.partition("=")
+    if not sep or not label.strip() or not names.strip():
+        raise argparse.ArgumentTypeError(f"--stack {text!r} is not allowed; allowed values: "
+                                         "'LABEL=variant,variant,...'")
+    return label.strip(), [n.strip() for n in names.split(",") if n.strip()]
+
+
 def resolve(names, workload, device: torch.device | str | None = None) -> list[Variant]:
     """Check a list of names (all of them, before any work): known, applicable, no repeats, runnable here.
     A group name expands to its members that apply to the workload. Variants already resolved (a RunConfig's
