@@ -8,7 +8,8 @@ Default stacks: notebook 06's wma decoder (bf16 decoder, compiled, captured) wit
 then with its GroupNorm + SiLU pairs as our Triton kernels too (`vae-triton-fused`, inside the compiled step).
 Every stack decodes the same seeded latents; `--warmup` calls (compile, capture) are not timed, then the stacks take
 turns, `--rounds` calls each, timed with device events. Medians with p20-p80; one more call of each stack profiled for
-its kernels by category.
+its kernels by category. The floors count the reference decoder's FLOPs: a stack that computes fewer (the fold) can
+pass 100% of the convolutions' floor.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -125,8 +126,6 @@ def get(name: str, workload=None) -> Variant:
 def parse_labelled_stack(text: str) -> tuple[str, list[str]]:
     """'LABEL=variant,variant,...' (a tool's --stack) -> (label, names); the names are not resolved here. A bad form
     raises argparse.ArgumentTypeError, which argparse shows as the option's error."""
-    import argparse  # noqa: PLC0415  only the tools' option parsing needs it
-
     label, sep, names = text.partition("=")
     if not sep or not label.strip() or not names.strip():
         raise argparse.ArgumentTypeError(f"--stack {text!r} is not allowed; allowed values: "

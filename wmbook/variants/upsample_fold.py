@@ -85,7 +85,9 @@ def _replacement(module: nn.Module, also: tuple[type, ...] = ()) -> nn.Module | 
     instance of `also`: classes whose forward is their `conv` of the input upsampled 2x by nearest neighbours."""
     if also and isinstance(module, also) and foldable(getattr(module, "conv", None)):
         return NearestUpConv(module.conv)
-    if type(module).__name__ == "Upsample2D":
+    from diffusers.models.upsampling import Upsample2D  # noqa: PLC0415  heavy: diffusers (the callers' decoders)
+
+    if isinstance(module, Upsample2D):
         conv = getattr(module, "conv", None) if module.name == "conv" else getattr(module, "Conv2d_0", None)
         if (module.use_conv and module.interpolate and not module.use_conv_transpose and module.norm is None
                 and foldable(conv)):
