@@ -6,6 +6,7 @@ import argparse
 from types import SimpleNamespace
 
 import pytest
+import torch
 from conftest import load_tool
 
 from wmbook import variants, workloads
@@ -21,8 +22,10 @@ def test_default_stacks_resolve_and_bad_stacks_are_refused():
     for bad in ("no-equals", "=tf32", "label="):
         with pytest.raises(argparse.ArgumentTypeError, match="LABEL=variant"):
             acc.parse_stack(bad)
-    with pytest.raises(SystemExit):
-        acc.main(["--rounds", "0"])
+    for argv in (["--rounds", "0"], ["--profile", "-1"]):
+        with pytest.raises(SystemExit):
+            acc.main(argv)
+    assert acc.kernel_account(None, None, {}, torch.device("cpu"), 5) is None  # no profile off CUDA
 
 
 def test_phases_add_up_to_the_iteration():

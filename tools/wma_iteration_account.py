@@ -8,8 +8,8 @@ world-model pass's sampling and decode, the rest), the UNet forwards counted apa
 Default stacks: notebook 06's best stack at wma with upstream's decode and conditioning (the fp32 SD VAE, a frame per
 call; every observed frame encoded, the text encoded every iteration), with the SD VAE in bf16, with each pass's frames
 decoded as one batch, with only the kept observed frame encoded, the text tokens computed once and only the decoder in
-bf16, with the image tokens and the VAE encoder captured too, and 06's best (also: each decoder upsampling folded into
-one transposed convolution); every decoder compiled and captured.
+bf16, with the image tokens and the VAE encoder captured too, and 06's best (also: each upsampling and the convolution
+after it folded into one transposed convolution, in the UNet and in the decoder); every decoder compiled and captured.
 Each stack is built from one fp32 reference pipeline on the same seeded inputs; `--warmup` iterations (compiles,
 autotuning, graph captures) are not timed; then the stacks take turns, `--rounds` iterations each. The first stack is
 the reference of the others: their world-model frames are compared with its frames (PSNR) and with the fp32 eager
@@ -28,6 +28,8 @@ import torch
 from wmbook import variants, workloads
 from wmbook.bench import Samples
 from wmbook.check import compare
+from wmbook.profiling.analysis.kernels import kernel_summary
+from wmbook.profiling.collect import profile_calls
 from wmbook.variants.ladder import apply_stack
 
 BASE = ("tf32,bf16,norm-input-dtype,channels-last,temporal-channels-last,cudnn-benchmark,triton-fused,head-conv-gemm,"
@@ -41,7 +43,8 @@ DEFAULT_STACKS = (f"upstream's decode and conditioning={BASE},{GRAPHED},vae-comp
                   "vae-cuda-graphs",
                   f"+ the conditioning encoders captured={BASE},skip-unused-encode,constant-conditioning,"
                   f"{GRAPHED},conditioning-cuda-graphs,vae-decoder-bf16,vae-batch-frames,vae-compile,vae-cuda-graphs",
-                  f"06's best (+ vae-upsample-fold)={BASE},skip-unused-encode,constant-conditioning,{GRAPHED},"
+                  f"06's best (+ the folds)={BASE.replace('compile-whole', 'upsample-fold,compile-whole')},"
+                  f"skip-unused-encode,constant-conditioning,{GRAPHED},"
                   "conditioning-cuda-graphs,vae-decoder-bf16,vae-batch-frames,vae-upsample-fold,vae-compile,"
                   "vae-cuda-graphs")
 PHASES = ("conditioning", "decision sampling", "decision decode", "world sampling", "world decode", "rest")
@@ -66,6 +69,23 @@ def psnr(frames: torch.Tensor, ref: torch.Tensor) -> float:
     return float(compare(frames, ref, dtype="fp32", frames=True).psnr)
 
 
+def kernel_account(pipe, inputs, kw: dict, dev: torch.device, top: int) -> dict | None:
+    """GPU time of one (warm) iteration by kernel category and its `top` longest kernels, printed and returned
+    (None off CUDA). CUPTI sees the kernels of captured graphs, so graph replays are counted like launches."""
+    with torch.no_grad():
+        tr = profile_calls(lambda: pipe.run_iteration(inputs, **kw), dev)
+    if tr is None:
+        return None
+    ks = kernel_summary(tr, top=top)
+    cats, kernels = ks["categories"], ks["kernels"]
+    by_cat = dict(zip(cats["category"], (float(x) for x in cats["ms"])))
+    print(f"  GPU busy {float(cats.attrs['busy_ms']):.2f} ms; by category (ms): "
+          + ", ".join(f"{k} {v:.2f}" for k, v in by_cat.items()))
+    print(kernels[["name", "ms", "count", "category"]].to_string(max_colwidth=90))
+    return {"gpu_busy_ms": float(cats.attrs["busy_ms"]), "categories_ms": by_cat,
+            "top": kernels[["name", "ms", "count", "category"]].to_dict("records")}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="wma")
@@ -76,10 +96,15 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after the rounds, profile one iteration of each stack and print its GPU time by kernel "
+                         "category and its N longest kernels (GPU only; default 0: no profile)")
     a = ap.parse_args(argv)
     for name in ("steps", "warmup", "rounds"):
         if getattr(a, name) < 1:
             ap.error(f"--{name}={getattr(a, name)} is not allowed; allowed values: an integer >= 1")
+    if a.profile < 0:
+        ap.error(f"--profile={a.profile} is not allowed; allowed values: an integer >= 0")
     stacks = a.stack or [parse_stack(s) for s in DEFAULT_STACKS]
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     wl = workloads.get("wma")
@@ -128,6 +153,8 @@ def main(argv=None) -> int:
         for key in (*PHASES, "UNet forwards"):
             m = summary[key]
             print(f"  {key:18s} {m['median']:8.2f} ms ({m['p20']:.2f}-{m['p80']:.2f})")
+        if a.profile:
+            result["stacks"][label]["kernels"] = kernel_account(pipes[label], inputs, kw, dev, a.profile)
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))
     return 0

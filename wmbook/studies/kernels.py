@@ -52,9 +52,10 @@ SPEC = NotebookSpec(NOTEBOOK, (
           "CPU the interpreted kernels take seconds per forward)"),
     Param("base", "auto", variant_stack(),
           "the stack the rows build on; auto: notebook 04's best (its ladder + compile)"),
-    Param("steps", "auto", variant_stack(), "rows added to the base, in order; auto: triton-fused, head-conv-gemm "
-          "(wma), vae-triton-fused, attn-sage (where sageattention is installed), fp8-static (where the device has "
-          "FP8; last: the slowest row to build)"),
+    Param("steps", "auto", variant_stack(), "rows added to the base, in order; auto: triton-fused, head-conv-gemm + "
+          "upsample-fold (wma), ffn-gelu-epilogue + action-norm-rope + fused-qkv (mg2), vae-triton-fused, attn-sage "
+          "(where sageattention is installed), fp8-static (where the device has FP8; the slowest row to build), "
+          "attn-triton (mg2)"),
     Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
     WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS,
     OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=check_e2e,
@@ -328,7 +329,8 @@ def base_stack(cfg: RunConfig) -> list[Variant]:
 
 def kernel_steps(cfg: RunConfig) -> list[Variant]:
     """The rows added to the base: `steps`, or triton-fused, head-conv-gemm (wma: the heads' 1-D convolutions as
-    GEMMs), ffn-gelu-epilogue (mg2: the feed-forward's GELU in its GEMM's epilogue), action-norm-rope (mg2: the
+    GEMMs), upsample-fold (wma: the up path's upsampling + convolution as one transposed convolution),
+    ffn-gelu-epilogue (mg2: the feed-forward's GELU in its GEMM's epilogue), action-norm-rope (mg2: the
     action modules' queries and keys normalized and rotated in one pass), fused-qkv (mg2: the
     self-attention's q/k/v projections as one GEMM), vae-triton-fused, attn-sage (the quantized attention comparison
     row) and fp8-static (each low-precision row where it can run; the ladder is cumulative, so where both run the fp8
