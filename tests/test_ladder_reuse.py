@@ -14,7 +14,8 @@ MG2 = workloads.get("mg2")
 BUILT_ON = "built on the row before"
 # the denoiser compiled, then rows that touch only the decoder and the order of the passes
 STEPS = ["bf16", "compile-regional", "vae-stream-buffers", "vae-channels-last", "decode-first", "stream-frames"]
-SETTINGS = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager")
+# as short as a row allows: the tests read which rows are built on which and their errors, not their times
+SETTINGS = LadderSettings(warmup=0, repeats=1, e2e=E2ESize(blocks=2), e2e_repeats=1, compile_backend="eager")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -92,7 +93,7 @@ def test_rows_built_on_the_row_before_keep_its_global_switches(mg2_ref, monkeypa
 
 def test_kept_first_row_is_not_built_on_and_a_failed_row_ends_the_chain(mg2_ref, monkeypatch):
     # notebook 06 keeps the first measured row's pipeline (keep=True, from_row > 1): the row after it builds afresh
-    settings = LadderSettings(warmup=1, repeats=1, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager",
+    settings = LadderSettings(warmup=0, repeats=1, e2e=E2ESize(blocks=2), e2e_repeats=1, compile_backend="eager",
                               keep=True)
     boom = registry.Variant(name="test-decoder-boom", family="decoder", description="raises", requires=frozenset(
         {"denoiser"}), apply=lambda pipe, ctx: (_ for _ in ()).throw(RuntimeError("boom")), denoiser=False)
@@ -142,7 +143,7 @@ def test_wma_pass_rows_build_on_the_row_before(monkeypatch, compiled):
     steps = ["bf16", "compile-whole", "skip-unused-decode", "skip-unused-encode", "constant-conditioning"]
     if not compiled:
         steps.remove("compile-whole")
-    settings = LadderSettings(warmup=1, repeats=1, e2e=E2ESize(ddim_steps=2), e2e_repeats=1, compile_backend="eager")
+    settings = LadderSettings(warmup=0, repeats=1, e2e=E2ESize(ddim_steps=2), e2e_repeats=1, compile_backend="eager")
     resets = _resets(monkeypatch)
     lad = run_ladder("wma", "tiny-wma", steps, device=CPU, reference=ref, settings=settings)
     first = len(steps) - 2  # the first pass row's place (the reference is row 0)

@@ -394,7 +394,7 @@ def test_effective_stack_keeps_the_last_compile():
 
 
 def test_ladder_rows_gate_and_recompile_fix(mg2_ref):
-    settings = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager",
+    settings = LadderSettings(warmup=0, repeats=1, e2e=E2ESize(blocks=2), e2e_repeats=1, compile_backend="eager",
                               ceilings={"gemm_tflops": 1.0})
     lad = run_ladder("mg2", "tiny", ["bf16", "hygiene", "compile-regional"], device=CPU, reference=mg2_ref,
                      settings=settings)
@@ -417,7 +417,7 @@ def test_ladder_rows_gate_and_recompile_fix(mg2_ref):
 
 def test_ladder_calls_before_comparisons_between_its_rows_and_the_comparisons(mg2_ref):
     # notebook 06 profiles whole generations there: before torch.compile's own CUDA graphs run in the process
-    settings = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager")
+    settings = LadderSettings(warmup=0, repeats=1, e2e=E2ESize(blocks=2), e2e_repeats=1, compile_backend="eager")
     seen, switches = [], []
     before = torch.get_float32_matmul_precision()
 
@@ -534,7 +534,7 @@ def test_ladder_stores_each_row_and_goes_on_past_a_failed_row(mg2_ref, monkeypat
     path = tmp_path / "results.csv"
     cfg = study06.validate(workload="mg2", preset="tiny", device="cpu", results_path=str(path))
     store, seen = study06.store_each_row(cfg), []
-    settings = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager")
+    settings = LadderSettings(warmup=0, repeats=1, e2e=E2ESize(blocks=2), e2e_repeats=1, compile_backend="eager")
     lad = run_ladder("mg2", "tiny", ["bf16", "action-hoist", "kv-slot-write"], device=CPU, reference=mg2_ref,
                      settings=settings, on_row=lambda r: (seen.append(r.variant), store(r)))
     assert stacks == [[], ["bf16"], ["bf16", "action-hoist"], ["bf16", "kv-slot-write"]]
@@ -570,7 +570,7 @@ def test_stack_row_anchors_later_rows_to_the_eager_model_at_its_precision(mg2_re
         return err
 
     monkeypatch.setattr(ladder_mod, "_eager_anchor", spy)
-    settings = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(blocks=3), e2e_repeats=1, compile_backend="eager")
+    settings = LadderSettings(warmup=0, repeats=1, e2e=E2ESize(blocks=2), e2e_repeats=1, compile_backend="eager")
     lad = run_ladder("mg2", "tiny", ["bf16", "action-hoist", "kv-slot-write"], device=CPU, reference=mg2_ref,
                      settings=settings, from_row=2)
     assert seen[0] == ["bf16", "action-hoist"] and 0 < seen[1] < 0.05  # called with the whole stack row's stack
@@ -599,7 +599,7 @@ def test_end_to_end_runs_keep_their_spread(mg2_ref):
     results rows carry their p20-p80 (notebook 06's run-time goal compares rows by them)."""
     from wmbook.studies import graphs as study06
 
-    settings = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(blocks=3), e2e_repeats=3, compile_backend="eager")
+    settings = LadderSettings(warmup=0, repeats=1, e2e=E2ESize(blocks=2), e2e_repeats=3, compile_backend="eager")
     lad = run_ladder("mg2", "tiny", ["bf16"], device=CPU, reference=mg2_ref, settings=settings)
     row = lad.rows[-1]
     assert row.e2e_samples.n == 3 and row.e2e_run_samples.n == 3 and row.e2e_run_samples.unit == "s"
