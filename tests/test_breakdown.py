@@ -19,6 +19,8 @@ from wmbook.profiling.analysis import (
     LABEL_DEVICE_TIME_DEFINITION,
     activity_categories,
     classify,
+    format_account,
+    kernel_account,
     kernel_summary,
     label_table,
     label_tree,
@@ -359,6 +361,14 @@ def test_kernel_summary_per_call_by_kernel_category_and_label():
     busy = trace_busy_ms({"traceEvents": events}) / 2
     assert s["categories"].attrs["busy_ms"] == pytest.approx(busy) == pytest.approx(0.5)
     assert kernel_summary({"traceEvents": []})["kernels"].empty
+    # the tools' plain-data form of a one-call trace (their JSON) and its printed lines
+    acc = kernel_account({"traceEvents": events}, top=1)
+    assert acc["categories_ms"] == pytest.approx({"GEMM/linear": 0.6, "elementwise/activation": 0.4})
+    assert acc["gpu_busy_ms"] == pytest.approx(1.0) and [k["name"] for k in acc["top"]] == ["sm90_xmma_gemm_bf16"]
+    text = format_account(acc)
+    assert "GPU busy 1.00 ms; by category (ms): GEMM/linear 0.60" in text and "sm90_xmma_gemm_bf16" in text
+    assert "sm90" not in format_account(acc, top_kernels=False)
+    assert kernel_account({"traceEvents": []}) == {"gpu_busy_ms": 0.0, "categories_ms": {}, "top": []}
 
 
 # --- the numbers of the H100 fixture, recorded before the analysis was split into one function per question -----

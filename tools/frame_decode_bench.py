@@ -27,7 +27,7 @@ from wmbook import variants, workloads
 from wmbook.bench import DeviceTimer, Samples
 from wmbook.check import compare
 from wmbook.errors import command
-from wmbook.profiling.analysis.kernels import kernel_summary
+from wmbook.profiling.analysis import kernels
 from wmbook.profiling.collect import profile_calls
 
 BASE = "cudnn-benchmark,vae-decoder-bf16"
@@ -100,10 +100,8 @@ def main(argv=None) -> int:
         with torch.no_grad():
             tr = profile_calls(lambda b=bench: b.decode_step(lat), dev)
         if tr is not None:
-            ks = kernel_summary(tr, top=max(a.kernels, 1))
-            cats = ks["categories"]
-            row["gpu_busy_ms"] = float(cats.attrs["busy_ms"])
-            row["categories_ms"] = dict(zip(cats["category"], (float(x) for x in cats["ms"])))
+            acc = kernels.kernel_account(tr, top=max(a.kernels, 1))
+            row["gpu_busy_ms"], row["categories_ms"] = acc["gpu_busy_ms"], acc["categories_ms"]
             conv = row["categories_ms"].get("convolution", math.nan)
             row["conv_pct_of_floor"] = 100 * conv_fl / conv if conv == conv and conv > 0 else math.nan
         report["stacks"][label] = row
@@ -112,9 +110,7 @@ def main(argv=None) -> int:
               f"{row['x_floor']:.2f}x floor, {out[label]:.2f} dB vs fp32; GPU busy {busy:.2f} ms, conv {conv:.2f} ms "
               f"({row.get('conv_pct_of_floor', math.nan):.0f}% of its floor)")
         if tr is not None:
-            print("  by category (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in row["categories_ms"].items()))
-            if a.kernels:
-                print(ks["kernels"][["name", "ms", "count", "category"]].to_string(max_colwidth=90))
+            print(kernels.format_account(acc, top_kernels=a.kernels > 0))
     if a.json:
         a.json.write_text(json.dumps(report, indent=1, default=float))
     return 0

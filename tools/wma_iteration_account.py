@@ -28,7 +28,7 @@ import torch
 from wmbook import variants, workloads
 from wmbook.bench import Samples
 from wmbook.check import compare
-from wmbook.profiling.analysis.kernels import kernel_summary
+from wmbook.profiling.analysis import kernels
 from wmbook.profiling.collect import profile_calls
 from wmbook.variants.ladder import apply_stack
 
@@ -76,14 +76,9 @@ def kernel_account(pipe, inputs, kw: dict, dev: torch.device, top: int) -> dict 
         tr = profile_calls(lambda: pipe.run_iteration(inputs, **kw), dev)
     if tr is None:
         return None
-    ks = kernel_summary(tr, top=top)
-    cats, kernels = ks["categories"], ks["kernels"]
-    by_cat = dict(zip(cats["category"], (float(x) for x in cats["ms"])))
-    print(f"  GPU busy {float(cats.attrs['busy_ms']):.2f} ms; by category (ms): "
-          + ", ".join(f"{k} {v:.2f}" for k, v in by_cat.items()))
-    print(kernels[["name", "ms", "count", "category"]].to_string(max_colwidth=90))
-    return {"gpu_busy_ms": float(cats.attrs["busy_ms"]), "categories_ms": by_cat,
-            "top": kernels[["name", "ms", "count", "category"]].to_dict("records")}
+    acc = kernels.kernel_account(tr, top=top)
+    print(kernels.format_account(acc))
+    return acc
 
 
 def main(argv=None) -> int:

@@ -9,7 +9,7 @@
     launches        launch_stats, trace_busy_ms, busy_ms, host_ms
     host            syncs, cpu_hotspots, casts
     roofline        roofline, op_flops, op_bytes
-    kernels         kernel_summary
+    kernels         kernel_summary, kernel_account, format_account
     suggestions     suggest (from a Breakdown)
 
 `wmbook.profiling.breakdown.analyze` composes them into a Breakdown.
@@ -36,7 +36,7 @@ from .host import (  # noqa: F401
     sync_numbers,
     syncs,
 )
-from .kernels import kernel_summary  # noqa: F401
+from .kernels import format_account, kernel_account, kernel_summary  # noqa: F401
 from .labels import (  # noqa: F401
     LABEL_COLUMNS,
     LABEL_DEVICE_TIME_DEFINITION,

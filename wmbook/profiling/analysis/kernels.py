@@ -60,3 +60,23 @@ def _host_labels(trace: Trace, calls: int) -> pd.DataFrame:
     out["share"] = out["ms"] / (top / calls) if top > 0 else float("nan")
     out["source"] = "cpu"
     return out.sort_values("ms", ascending=False, kind="stable").reset_index(drop=True)[cols]
+
+
+def kernel_account(trace, top: int = 20) -> dict:
+    """kernel_summary of a one-call trace as plain data (a tool's JSON): `gpu_busy_ms`, `categories_ms` (category ->
+    ms, longest first) and `top` (the `top` longest kernels as records: name, ms, count, category)."""
+    ks = kernel_summary(trace, top=top)
+    cats, kernels = ks["categories"], ks["kernels"]
+    by_cat = dict(zip(cats["category"], (float(x) for x in cats["ms"]))) if len(cats) else {}
+    top_rows = kernels[["name", "ms", "count", "category"]].to_dict("records") if len(kernels) else []
+    return {"gpu_busy_ms": float(cats.attrs["busy_ms"]), "categories_ms": by_cat, "top": top_rows}
+
+
+def format_account(account: dict, top_kernels: bool = True) -> str:
+    """kernel_account's result as printed lines: GPU busy and ms per category, then (`top_kernels`) the longest
+    kernels."""
+    lines = [f"  GPU busy {account['gpu_busy_ms']:.2f} ms; by category (ms): "
+             + ", ".join(f"{k} {v:.2f}" for k, v in account["categories_ms"].items())]
+    if top_kernels and account["top"]:
+        lines.append(pd.DataFrame(account["top"]).to_string(max_colwidth=90))
+    return "\n".join(lines)
