@@ -30,7 +30,7 @@
 #
 # **The rows** build on notebook 04's best stack (its ladder plus compile), with, on a GPU,
 # [05 · Triton kernels](05_triton_kernels.ipynb)' fused kernels for the denoiser (`triton-fused`; mg2:
-# `ffn-gelu-epilogue`, `action-norm-rope`; wma: `head-conv-gemm`, `upsample-fold`) compiled into it, one variant at a time, each gated against the fp32
+# `ffn-gelu-epilogue`, `action-norm-rope`; wma: `norm-conv-bias`, `head-conv-gemm`, `upsample-fold`) compiled into it, one variant at a time, each gated against the fp32
 # reference (a graph replays the same kernels, so its error equals the base row's). Notebook 04's best stack alone is measured as a comparison row: the goal's
 # baseline. torch.compile's own CUDA graphs (`mode="reduce-overhead"`) are measured as a comparison row where the
 # workload compiles regionally (mg2; at wma the row is a cold compile of the whole UNet, minutes, for a forward that

@@ -367,7 +367,8 @@ def test_wma_decoder_in_bf16_leaves_the_encoder_and_the_unet_input_alone():
 def test_wma_decoder_ladder_on_a_gpu_puts_the_bf16_decoder_and_the_batch_before_the_compile():
     wl = workloads.get("wma")
     assert wl.decoder_ladder(torch.device("cuda")) == ["vae-decoder-bf16", "vae-batch-frames", "vae-upsample-fold",
-                                                        "vae-compile", "vae-cuda-graphs"]
+                                                        "vae-triton-fused", "vae-norm-conv-bias", "vae-compile",
+                                                        "vae-cuda-graphs"]
     assert wl.decoder_ladder(torch.device("cpu")) == []
 
 
@@ -618,9 +619,11 @@ def test_frame_decoder_rows_on_a_gpu_end_with_bf16_captured():
     rows = frame_decoder_stacks(workloads.get("wma"), torch.device("cuda"))
     assert rows["bf16 + vae-compile + vae-cuda-graphs"] == ["vae-bf16", "cudnn-benchmark", "vae-compile",
                                                             "vae-cuda-graphs"]
-    assert list(rows)[-2] == "bf16 + vae-compile + vae-cuda-graphs" and "+ vae-cuda-graphs (compiled step)" in rows
-    assert rows[list(rows)[-1]] == ["vae-bf16", "cudnn-benchmark", "vae-upsample-fold", "vae-compile",
+    assert list(rows)[-3] == "bf16 + vae-compile + vae-cuda-graphs" and "+ vae-cuda-graphs (compiled step)" in rows
+    assert rows[list(rows)[-2]] == ["vae-bf16", "cudnn-benchmark", "vae-upsample-fold", "vae-compile",
                                     "vae-cuda-graphs"]
+    assert rows[list(rows)[-1]] == ["vae-bf16", "cudnn-benchmark", "vae-upsample-fold", "vae-triton-fused",
+                                    "vae-norm-conv-bias", "vae-compile", "vae-cuda-graphs"]
 
 
 def test_decoder_rows_on_a_gpu_search_cudnn_from_their_first_reduced_precision_row():

@@ -331,7 +331,7 @@ def test_on_a_gpu_the_base_holds_notebook_05s_kernels_and_the_goal_counts_from_n
         assert study06.base_stack(cpu) == study06.best_of_04(cpu)
         assert "cuda-graphs" not in names(study06.graph_steps(cpu))
         base, best = names(study06.base_stack(gpu)), names(study06.best_of_04(gpu))
-        kernels = (["triton-fused", "head-conv-gemm", "upsample-fold"] if wl == "wma"
+        kernels = (["triton-fused", "norm-conv-bias", "head-conv-gemm", "upsample-fold"] if wl == "wma"
                    else ["triton-fused", "ffn-gelu-epilogue", "action-norm-rope"])
         assert base == [*best[:-1], *kernels, best[-1]] and best[-1].startswith("compile-")
         rows = names(study06.graph_steps(gpu))
@@ -339,7 +339,8 @@ def test_on_a_gpu_the_base_holds_notebook_05s_kernels_and_the_goal_counts_from_n
         if wl == "wma":  # the iteration's own waste first, then the captured UNet, then the decoder rows
             assert rows == ["skip-unused-decode", "skip-unused-encode", "constant-conditioning", "skip-unused-heads",
                             "cuda-graphs", "conditioning-cuda-graphs", "vae-decoder-bf16", "vae-batch-frames",
-                            "vae-upsample-fold", "vae-compile", "vae-cuda-graphs"]
+                            "vae-upsample-fold", "vae-triton-fused", "vae-norm-conv-bias", "vae-compile",
+                            "vae-cuda-graphs"]
         else:  # cuDNN's algorithm search on before the bf16 decoder's convolutions first run (it keeps its first pick)
             decoder = rows[rows.index("cuda-graphs") + 1:rows.index("vae-stream-buffers")]
             assert decoder == ["cudnn-benchmark", "vae-bf16"]

@@ -4,8 +4,9 @@ by decoder stacks side by side, against the fp32 decoder's frames and the decode
     PYTHONPATH=$PWD python3 tools/frame_decode_bench.py --rounds 10 --kernels 12 --json decode.json
     python3 tools/frame_decode_bench.py --stack "mine=cudnn-benchmark,vae-decoder-bf16,vae-compile" --stack ...
 
-Default stacks: notebook 06's wma decoder (bf16 decoder, compiled, captured) without and with `vae-upsample-fold`,
-then with its GroupNorm + SiLU pairs as our Triton kernels too (`vae-triton-fused`, inside the compiled step).
+Default stacks: the bf16 decoder compiled and captured, without and with `vae-upsample-fold`,
+then with its GroupNorm + SiLU pairs as our Triton kernels too (`vae-triton-fused`, inside the compiled step), then
+with each of those kernels adding the bias of the convolution before it (`vae-norm-conv-bias`: notebook 06's decoder).
 Every stack decodes the same seeded latents; `--warmup` calls (compile, capture) are not timed, then the stacks take
 turns, `--rounds` calls each, timed with device events. Medians with p20-p80; one more call of each stack profiled for
 its kernels by category. The floors count the reference decoder's FLOPs: a stack that computes fewer (the fold) can
@@ -31,9 +32,11 @@ from wmbook.profiling.analysis import kernels
 from wmbook.profiling.collect import profile_calls
 
 BASE = "cudnn-benchmark,vae-decoder-bf16"
-DEFAULT_STACKS = (f"06's decoder (bf16, compiled, captured)={BASE},vae-compile,vae-cuda-graphs",
+DEFAULT_STACKS = (f"bf16 decoder, compiled, captured={BASE},vae-compile,vae-cuda-graphs",
                   f"+ vae-upsample-fold={BASE},vae-upsample-fold,vae-compile,vae-cuda-graphs",
-                  f"+ vae-triton-fused={BASE},vae-upsample-fold,vae-triton-fused,vae-compile,vae-cuda-graphs")
+                  f"+ vae-triton-fused={BASE},vae-upsample-fold,vae-triton-fused,vae-compile,vae-cuda-graphs",
+                  f"+ vae-norm-conv-bias={BASE},vae-upsample-fold,vae-triton-fused,vae-norm-conv-bias,vae-compile,"
+                  "vae-cuda-graphs")
 
 
 @command("frame_decode_bench.py")

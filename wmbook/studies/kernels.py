@@ -52,8 +52,9 @@ SPEC = NotebookSpec(NOTEBOOK, (
           "CPU the interpreted kernels take seconds per forward)"),
     Param("base", "auto", variant_stack(),
           "the stack the rows build on; auto: notebook 04's best (its ladder + compile)"),
-    Param("steps", "auto", variant_stack(), "rows added to the base, in order; auto: triton-fused, head-conv-gemm + "
-          "upsample-fold (wma), ffn-gelu-epilogue + action-norm-rope + fused-qkv (mg2), vae-triton-fused, attn-sage "
+    Param("steps", "auto", variant_stack(), "rows added to the base, in order; auto: triton-fused, norm-conv-bias + "
+          "head-conv-gemm + upsample-fold (wma), ffn-gelu-epilogue + action-norm-rope + fused-qkv (mg2), "
+          "vae-triton-fused, vae-norm-conv-bias (wma), attn-sage "
           "(where sageattention is installed), fp8-static (where the device has FP8; the slowest row to build), "
           "attn-triton (mg2)"),
     Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
@@ -328,18 +329,19 @@ def base_stack(cfg: RunConfig) -> list[Variant]:
 
 
 def kernel_steps(cfg: RunConfig) -> list[Variant]:
-    """The rows added to the base: `steps`, or triton-fused, head-conv-gemm (wma: the heads' 1-D convolutions as
-    GEMMs), upsample-fold (wma: the up path's upsampling + convolution as one transposed convolution),
-    ffn-gelu-epilogue (mg2: the feed-forward's GELU in its GEMM's epilogue), action-norm-rope (mg2: the
-    action modules' queries and keys normalized and rotated in one pass), fused-qkv (mg2: the
-    self-attention's q/k/v projections as one GEMM), vae-triton-fused, attn-sage (the quantized attention comparison
-    row) and fp8-static (each low-precision row where it can run; the ladder is cumulative, so where both run the fp8
-    row keeps attn-sage's attention), then attn-triton (mg2: our Triton attention kernel for the block over its
-    cached window in place of the attention of the rows above)."""
+    """The rows added to the base: `steps`, or triton-fused, norm-conv-bias (wma: a convolution's bias added by the
+    GroupNorm + SiLU kernel after it), head-conv-gemm (wma: the heads' 1-D convolutions as GEMMs), upsample-fold
+    (wma: the up path's upsampling + convolution as one transposed convolution), ffn-gelu-epilogue (mg2: the
+    feed-forward's GELU in its GEMM's epilogue), action-norm-rope (mg2: the action modules' queries and keys
+    normalized and rotated in one pass), fused-qkv (mg2: the self-attention's q/k/v projections as one GEMM),
+    vae-triton-fused, vae-norm-conv-bias (wma), attn-sage (the quantized attention comparison row) and fp8-static
+    (each low-precision row where it can run; the ladder is cumulative, so where both run the fp8 row keeps
+    attn-sage's attention), then attn-triton (mg2: our Triton attention kernel for the block over its cached window
+    in place of the attention of the rows above)."""
     if cfg.options.steps is not None:
         return list(cfg.options.steps)
     known = variants.known(cfg.workload)
-    steps = [s for s in (*DENOISER_KERNELS, "fused-qkv", "vae-triton-fused") if s in known]
+    steps = [s for s in (*DENOISER_KERNELS, "fused-qkv", "vae-triton-fused", "vae-norm-conv-bias") if s in known]
     # the low-precision rows next: fp8-static's row is the slowest to build (its whole-denoiser compile takes minutes
     # at the real shapes), so a run cut there has the rows above stored
     steps += [s for s, why in _low_precision(cfg.device).items() if s in known and why is None]

@@ -14,6 +14,8 @@ computes its fp32 reference. Inference only.
   RoPE of its queries and keys -> `head_norm_rope`.
 - decoders: each residual block's norm + SiLU pair (Wan: RMS norm -> `rms_norm_silu`; SD: GroupNorm ->
   `group_norm_silu`) and the decoder head's.
+- `norm-conv-bias` / `vae-norm-conv-bias` (after the two above): a convolution read only by a fused GroupNorm + SiLU
+  leaves its bias to the norm kernel's per-channel add (fold_conv_bias).
 """
 
 from __future__ import annotations
@@ -123,16 +125,60 @@ def fuse_dit(model: nn.Module) -> dict[str, int]:
 class FusedGroupNormSiLU(nn.Module):
     """SiLU(GroupNorm(x [+ add])) in one kernel pair (stats, normalize); shares the GroupNorm's parameters."""
 
+    bias_conv = None  # the convolution whose bias it adds (fold_conv_bias)
+
     def __init__(self, gn: nn.GroupNorm):
         super().__init__()
         self.num_groups, self.eps = gn.num_groups, gn.eps
         self.weight, self.bias = gn.weight, gn.bias
 
     def forward(self, x, add=None):
+        if self.bias_conv is not None:  # norm-conv-bias: the convolution before it left its bias to it
+            b = self.bias_conv.bias.to(x.dtype)
+            add = b.expand(x.shape[0], -1) if add is None else add + b
         return ops.group_norm_silu(x, self.weight, self.bias, self.num_groups, self.eps, add)
 
     def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.weight.shape[0]}, eps={self.eps} (+ SiLU, Triton)"
+
+
+class BiasFreeConv:
+    """A convolution whose bias the fused GroupNorm + SiLU reading its output adds (fold_conv_bias)."""
+
+    def forward(self, x):
+        return self._conv_forward(x, self.weight, None)
+
+
+def fold_conv_bias(model: nn.Module) -> int:
+    """Each convolution whose output only a FusedGroupNormSiLU reads: the convolution runs without its bias and the
+    norm kernel adds it with its per-channel `add` (the video UNet's ResBlock, in_layers' convolution -> out_layers'
+    norm, where the time-embedding add already is; its temporal conv block, each Conv3d -> the next layer's norm;
+    diffusers' ResnetBlock2D without a time embedding, conv1 -> norm2). Why: on a GPU inductor peels a convolution's
+    bias into a pointwise add (cuDNN runs slower with it), which fuses into whatever inductor generates next; before
+    an opaque op that add is a pass of its own over the activation, read and written. Returns how many."""
+    from diffusers.models.resnet import ResnetBlock2D  # noqa: PLC0415  heavy: diffusers
+
+    from ..models.wma.unet import ResBlock, TemporalConvBlock  # noqa: PLC0415  heavy: models.wma (diffusers)
+
+    pairs = []
+    for m in model.modules():
+        if isinstance(m, ResBlock):
+            pairs.append((m.in_layers[2], m.out_layers[0]))
+        elif isinstance(m, TemporalConvBlock):
+            layers = [m.conv1, m.conv2, m.conv3, m.conv4]
+            pairs += [(a[-1], b[0]) for a, b in zip(layers, layers[1:])]
+        elif isinstance(m, ResnetBlock2D) and m.time_emb_proj is None:
+            pairs.append((m.conv1, m.norm2))
+    n = 0
+    for conv, norm in pairs:
+        if (isinstance(norm, FusedGroupNormSiLU) and isinstance(conv, (nn.Conv1d, nn.Conv2d, nn.Conv3d))
+                and not isinstance(conv, BiasFreeConv) and conv.bias is not None):
+            swap_class(conv, BiasFreeConv)
+            # a plain attribute, not a submodule: the state dict and the parameters stay as they were; a deep copy
+            # of the model points the copy's norm at the copy's convolution
+            object.__setattr__(norm, "bias_conv", conv)
+            n += 1
+    return n
 
 
 class FusedRMSNormSiLU(nn.Module):
@@ -268,5 +314,5 @@ def fuse_decoder(decoder: nn.Module) -> int:
     return n
 
 
-__all__ = ["FusedDiTBlock", "FusedGroupNormSiLU", "FusedQKNormRoPE", "FusedRMSNormSiLU", "FusedResBlock",
-           "fuse_decoder", "fuse_dit", "fuse_sequential_gn_silu", "fuse_unet"]
+__all__ = ["BiasFreeConv", "FusedDiTBlock", "FusedGroupNormSiLU", "FusedQKNormRoPE", "FusedRMSNormSiLU",
+           "FusedResBlock", "fold_conv_bias", "fuse_decoder", "fuse_dit", "fuse_sequential_gn_silu", "fuse_unet"]

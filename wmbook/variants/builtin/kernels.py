@@ -75,6 +75,40 @@ def _vae_triton_fused(pipe, ctx: VariantContext):
     ctx.notes["vae-triton-fused"] = f"{n} decoder norms fused with their SiLU"
 
 
+_NORM_CONV_BIAS = ("a convolution whose output only a fused GroupNorm + SiLU reads runs without its bias, which the "
+                   "norm kernel adds as it loads (its per-channel add): on a GPU inductor peels a convolution's bias "
+                   "into a pointwise add that, before an opaque kernel, is a read and a write of the activation of its "
+                   "own (wmbook.variants.fused.fold_conv_bias)")
+
+
+def _fold_conv_bias(model, name: str, needs: str, ctx: VariantContext):
+    from .. import fused  # noqa: PLC0415  heavy: Triton kernel modules (they register torch.ops.wmbook)
+
+    n = fused.fold_conv_bias(model)
+    if not n:
+        raise ValueError(f"{name} found no convolution read only by a fused GroupNorm + SiLU in the "
+                         f"{ctx.workload.name} {'decoder' if name.startswith('vae-') else 'denoiser'}; it comes after "
+                         f"{needs}")
+    ctx.notes[name] = f"{n} convolution biases added by the GroupNorm + SiLU kernel after them"
+
+
+@register("norm-conv-bias", family="kernels", requires=("unet",),
+          description=f"the UNet (after triton-fused): {_NORM_CONV_BIAS}")
+def _norm_conv_bias(pipe, ctx: VariantContext):
+    _fold_conv_bias(ctx.workload.denoiser(pipe), "norm-conv-bias", "triton-fused", ctx)
+
+
+@register("vae-norm-conv-bias", family="decoder", requires=("independent_frames",),
+          description=f"the SD VAE decoder (after vae-triton-fused, before vae-compile): {_NORM_CONV_BIAS}")
+def _vae_norm_conv_bias(pipe, ctx: VariantContext):
+    from ...graphs import GraphedCallable  # noqa: PLC0415
+
+    if getattr(pipe, "compiled_step", False) or isinstance(getattr(pipe, "decode_step", None), GraphedCallable):
+        raise ValueError("vae-norm-conv-bias must come before vae-compile and vae-cuda-graphs: a compiled or captured "
+                         "step keeps the modules it was made with")
+    _fold_conv_bias(pipe.vae.decoder, "vae-norm-conv-bias", "vae-triton-fused", ctx)
+
+
 def fp8_unavailable(device: torch.device) -> str | None:
     """Why the fp8 variant cannot run on `device` (None when it can): FP8 tensor cores need a CUDA device of compute
     capability 8.9 or newer, and torchao."""
