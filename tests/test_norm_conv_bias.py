@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from wmbook import workloads
+from wmbook import variants, workloads
 from wmbook.variants import fused
 from wmbook.variants.ladder import apply_stack
 
@@ -116,7 +116,7 @@ def test_the_variants_on_the_tiny_wma_stack_and_their_order():
     with pytest.raises(ValueError, match="vae-norm-conv-bias must come before vae-compile"):
         apply_stack(pipe, wl, ["vae-triton-fused", "vae-compile", "vae-norm-conv-bias"], torch.device("cpu"),
                     compile_backend="eager")
-    assert "norm-conv-bias" not in __import__("wmbook").variants.known(workloads.get("mg2"))
+    assert "norm-conv-bias" not in variants.known(workloads.get("mg2"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="inductor peels the bias off CUDA convolutions only")

@@ -114,7 +114,8 @@ def frame_decoder_stacks(workload, device: torch.device, compile_modes=("default
         "vae-upsample-fold", "vae-compile", "vae-cuda-graphs"]
     # its GroupNorm + SiLU pairs as our kernel, each adding the bias of the convolution before it (inductor's separate
     # bias pass before an opaque kernel gone)
-    rows["bf16 + vae-upsample-fold + vae-norm-conv-bias + vae-compile + vae-cuda-graphs"] = ["vae-bf16"] + low + [
+    rows["bf16 + vae-upsample-fold + vae-triton-fused + vae-norm-conv-bias + vae-compile + vae-cuda-graphs"] = [
+        "vae-bf16"] + low + [
         "vae-upsample-fold", "vae-triton-fused", "vae-norm-conv-bias", "vae-compile", "vae-cuda-graphs"]
     return {k: v for k, v in rows.items() if all(n in known for n in v)}
 

@@ -81,13 +81,13 @@ _NORM_CONV_BIAS = ("a convolution whose output only a fused GroupNorm + SiLU rea
                    "own (wmbook.variants.fused.fold_conv_bias)")
 
 
-def _fold_conv_bias(model, name: str, needs: str, ctx: VariantContext):
+def _fold_conv_bias(model, name: str, where: str, needs: str, ctx: VariantContext):
     from .. import fused  # noqa: PLC0415  heavy: Triton kernel modules (they register torch.ops.wmbook)
 
     n = fused.fold_conv_bias(model)
     if not n:
         raise ValueError(f"{name} found no convolution read only by a fused GroupNorm + SiLU in the "
-                         f"{ctx.workload.name} {'decoder' if name.startswith('vae-') else 'denoiser'}; it comes after "
+                         f"{ctx.workload.name} {where}; it comes after "
                          f"{needs}")
     ctx.notes[name] = f"{n} convolution biases added by the GroupNorm + SiLU kernel after them"
 
@@ -95,7 +95,7 @@ def _fold_conv_bias(model, name: str, needs: str, ctx: VariantContext):
 @register("norm-conv-bias", family="kernels", requires=("unet",),
           description=f"the UNet (after triton-fused): {_NORM_CONV_BIAS}")
 def _norm_conv_bias(pipe, ctx: VariantContext):
-    _fold_conv_bias(ctx.workload.denoiser(pipe), "norm-conv-bias", "triton-fused", ctx)
+    _fold_conv_bias(ctx.workload.denoiser(pipe), "norm-conv-bias", "denoiser", "triton-fused", ctx)
 
 
 @register("vae-norm-conv-bias", family="decoder", requires=("independent_frames",),
@@ -106,7 +106,7 @@ def _vae_norm_conv_bias(pipe, ctx: VariantContext):
     if getattr(pipe, "compiled_step", False) or isinstance(getattr(pipe, "decode_step", None), GraphedCallable):
         raise ValueError("vae-norm-conv-bias must come before vae-compile and vae-cuda-graphs: a compiled or captured "
                          "step keeps the modules it was made with")
-    _fold_conv_bias(pipe.vae.decoder, "vae-norm-conv-bias", "vae-triton-fused", ctx)
+    _fold_conv_bias(pipe.vae.decoder, "vae-norm-conv-bias", "decoder", "vae-triton-fused", ctx)
 
 
 def fp8_unavailable(device: torch.device) -> str | None:
