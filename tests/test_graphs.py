@@ -338,7 +338,8 @@ def test_on_a_gpu_the_base_holds_notebook_05s_kernels_and_the_goal_counts_from_n
         assert "cuda-graphs" in rows and not set(kernels) & set(rows)
         if wl == "wma":  # the iteration's own waste first, then the captured UNet, then the decoder rows
             assert rows == ["skip-unused-decode", "skip-unused-encode", "constant-conditioning", "skip-unused-heads",
-                            "cuda-graphs", "conditioning-cuda-graphs", "vae-decoder-bf16", "vae-batch-frames",
+                            "cuda-graphs", "vae-encoder-bf16", "conditioning-compile", "conditioning-cuda-graphs",
+                            "vae-decoder-bf16", "vae-batch-frames",
                             "vae-upsample-fold", "vae-triton-fused", "vae-norm-conv-bias", "vae-compile",
                             "vae-cuda-graphs"]
         else:  # cuDNN's algorithm search on before the bf16 decoder's convolutions first run (it keeps its first pick)

@@ -41,7 +41,8 @@ def _resets(monkeypatch):
 def test_which_variants_leave_the_denoiser_as_it_was():
     keep = {n for n, v in registry.REGISTRY.items() if not v.denoiser}
     assert {"vae-stream-buffers", "vae-channels-last", "vae-compile", "vae-cuda-graphs", "vae-bf16",
-            "conditioning-cuda-graphs", "decode-first", "stream-frames", "skip-unused-decode", "skip-unused-encode",
+            "conditioning-cuda-graphs", "vae-encoder-bf16", "conditioning-compile",
+            "decode-first", "stream-frames", "skip-unused-decode", "skip-unused-encode",
             "constant-conditioning", "cudnn-benchmark"} <= keep
     assert not keep & {"bf16", "compile-regional", "cuda-graphs", "static-caches", "decode-overlap", "tf32",
                        "skip-unused-heads", "ring-kv-cache", "triton-fused"}

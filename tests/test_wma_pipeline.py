@@ -1,5 +1,7 @@
-"""UnifoLM-WMA interaction pipeline: schedules, DDIM update vs upstream, determinism, CFG, sections, labels, params."""
+"""UnifoLM-WMA interaction pipeline: schedules, DDIM update vs upstream, determinism, CFG, sections, labels, params;
+the conditioning variants (the encoders captured, compiled, the VAE encoder in bf16)."""
 
+import copy
 import gzip
 import json
 import math
@@ -11,6 +13,8 @@ import pytest
 import torch
 
 from wmbook import workloads
+from wmbook.check import PRECISION_BUDGET_REL_L2, compare
+from wmbook.graphs import GraphedCallable
 from wmbook.pipelines.ddim import (
     WMAInteractionPipeline,
     check_run_params,
@@ -24,6 +28,8 @@ from wmbook.presets import ALL_PRESETS, PRESETS, WMA_PRESETS, WMAPreset, get_pre
 from wmbook.profiling import label_table, profile
 from wmbook.profiling.sections import SectionTimer
 from wmbook.studies import baseline as baseline_study
+from wmbook.variants import REGISTRY
+from wmbook.variants.registry import VariantContext
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -403,3 +409,103 @@ def test_conditioning_cuda_graphs_wraps_the_encoders_and_changes_nothing(pipe, i
     bad.vae = torch.nn.Identity()
     with pytest.raises(ValueError, match="conditioning-cuda-graphs needs"):
         REGISTRY["conditioning-cuda-graphs"].apply(bad, ctx)
+
+
+def _apply_conditioning(pipe, names, device=torch.device("cpu"), backend="inductor"):
+    p = copy.deepcopy(pipe)
+    ctx = VariantContext(workload=workloads.get("wma"), device=device, compile_backend=backend)
+    for n in names:
+        REGISTRY[n].apply(p, ctx)
+    return p, ctx
+
+
+def _within_bf16(got, want, frames=False):
+    """A precision change moves a deep network's output by more than one op's rounding: held to the bf16 budget of
+    the relative L2 error (wmbook.check.PRECISION_BUDGET_REL_L2), as the ladder's gate holds its rows."""
+    c = compare(got, want, dtype="bf16", frames=frames)
+    assert c.nan_count == 0 and c.rel_l2 <= PRECISION_BUDGET_REL_L2["bf16"], c
+
+
+def test_encoder_bf16_keeps_the_posterior_and_its_noise_in_fp32(pipe, inputs):
+    """The encoder's weights are bf16, the moments fp32; the latent the iteration conditions on is the fp32 encoder's
+    within the bf16 budget, and the posterior takes as many draws of the same size from the
+    iteration's generator (its state after the encode is the fp32 pipeline's)."""
+    cast, ctx = _apply_conditioning(pipe, ["vae-encoder-bf16"])
+    assert all(p.dtype == torch.bfloat16 for p in cast.vae.encoder.parameters())
+    assert cast.vae.quant_conv.weight.dtype == torch.float32 and "bf16" in ctx.notes["vae-encoder-bf16"]
+    img = inputs.observation_images[:, :, -1]
+    with torch.no_grad():
+        want = pipe.vae._encode(img)
+        got = cast.vae._encode(img.to(cast.vae.dtype))
+    assert got.dtype == torch.float32
+    _within_bf16(got, want)
+    gen_a, gen_b = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        a = pipe.encode_observation(inputs.observation_images, gen_a)
+        b = cast.encode_observation(inputs.observation_images, gen_b)
+    assert torch.equal(gen_a.get_state(), gen_b.get_state())  # as many draws, of the same size
+    _within_bf16(b, a)
+
+
+def test_encoder_bf16_frames_within_bf16_rounding_and_its_order(pipe, inputs):
+    """A whole iteration with the encoder in bf16 gives the fp32 pipeline's frames within the bf16 budget; the variant
+    refuses a second application and an encode already compiled or captured, naming what must come first."""
+    cast, _ = _apply_conditioning(pipe, ["vae-encoder-bf16"])
+    with torch.no_grad():
+        want = copy.deepcopy(pipe).run_iteration(inputs, ddim_steps=2, progress=False).world.frames
+        got = cast.run_iteration(inputs, ddim_steps=2, progress=False).world.frames
+    _within_bf16(got, want, frames=True)
+    ctx = VariantContext(workload=workloads.get("wma"), device=torch.device("cpu"))
+    with pytest.raises(ValueError, match="vae-encoder-bf16 must come before conditioning-compile"):
+        REGISTRY["vae-encoder-bf16"].apply(cast, ctx)
+    graphed, _ = _apply_conditioning(pipe, ["conditioning-cuda-graphs"])
+    with pytest.raises(ValueError, match="vae-encoder-bf16 must come before"):
+        REGISTRY["vae-encoder-bf16"].apply(graphed, ctx)
+    bad = copy.deepcopy(pipe)
+    bad.vae = torch.nn.Identity()
+    with pytest.raises(ValueError, match="vae-encoder-bf16 needs a diffusers SD VAE"):
+        REGISTRY["vae-encoder-bf16"].apply(bad, ctx)
+
+
+def test_conditioning_compile_equals_the_eager_iteration_and_refuses_after_graphs(pipe, inputs):
+    """With the encoder in bf16 first and dynamo's `eager` backend (the graphs dynamo captures, run as captured:
+    inductor's code generation for them is the GPU test's below), two iterations give the eager stack's frames and
+    actions bit for bit; after conditioning-cuda-graphs the variant refuses,
+    naming the order."""
+    eager, _ = _apply_conditioning(pipe, ["vae-encoder-bf16"])
+    compiled, ctx = _apply_conditioning(pipe, ["vae-encoder-bf16", "conditioning-compile"], backend="eager")
+    assert "eager" in ctx.notes["conditioning-compile"]
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = eager.run_iteration(inputs, ddim_steps=2, progress=False)
+        for _ in range(2):
+            got = compiled.run_iteration(inputs, ddim_steps=2, progress=False)
+            assert torch.equal(got.world.frames, want.world.frames)
+            assert torch.equal(got.decision.actions, want.decision.actions)
+    graphed, _ = _apply_conditioning(pipe, ["conditioning-cuda-graphs"])
+    with pytest.raises(ValueError, match="conditioning-compile must come before conditioning-cuda-graphs"):
+        REGISTRY["conditioning-compile"].apply(graphed, VariantContext(workload=workloads.get("wma"),
+                                                                       device=torch.device("cpu")))
+    assert not isinstance(compiled.vae._encode, GraphedCallable)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (inductor's kernels, CUDA graphs)")
+def test_conditioning_compiled_and_captured_on_the_gpu():
+    """On a GPU, the bf16 stack's conditioning with the encoder in bf16, compiled by inductor and captured: the
+    iteration's frames against the fp32 pipeline's, and against the same stack without the
+    conditioning variants, within the bf16 budget."""
+    dev = torch.device("cuda")
+    ref = WMAInteractionPipeline("tiny-wma", device=dev, dtype="fp32", seed=0)
+    inputs = ref.prepare(seed=3)
+    base = ["bf16", "skip-unused-encode", "constant-conditioning"]
+    with torch.no_grad():
+        fp32 = ref.run_iteration(inputs, ddim_steps=2, progress=False).world.frames
+        plain, _ = _apply_conditioning(ref, base + ["conditioning-cuda-graphs"], device=dev)
+        new, _ = _apply_conditioning(
+            ref, base + ["vae-encoder-bf16", "conditioning-compile", "conditioning-cuda-graphs"], device=dev)
+        for _ in range(3):  # warm-up, capture, replay
+            a = plain.run_iteration(inputs, ddim_steps=2, progress=False).world.frames
+            b = new.run_iteration(inputs, ddim_steps=2, progress=False).world.frames
+    for got in (a, b):
+        _within_bf16(got, fp32, frames=True)
+    _within_bf16(b, a, frames=True)

@@ -10,7 +10,8 @@ call; every observed frame encoded, the text encoded every iteration), with the 
 decoded as one batch, with only the kept observed frame encoded, the text tokens computed once and only the decoder in
 bf16, with the image tokens and the VAE encoder captured too, and 06's best (also: each upsampling and the convolution
 after it folded into one transposed convolution, in the UNet and in the decoder; the decoder's GroupNorm + SiLU pairs
-as our kernel; in both, a convolution's bias added by the norm kernel after it); every decoder compiled and captured.
+as our kernel; in both, a convolution's bias added by the norm kernel after it; the VAE encoder in bf16, it and the
+image tokens compiled before their capture); every decoder compiled and captured.
 Each stack is built from one fp32 reference pipeline on the same seeded inputs; `--warmup` iterations (compiles,
 autotuning, graph captures) are not timed; then the stacks take turns, `--rounds` iterations each. The first stack is
 the reference of the others: their world-model frames are compared with its frames (PSNR) and with the fp32 eager
@@ -48,7 +49,7 @@ DEFAULT_STACKS = (f"upstream's decode and conditioning={BASE},{GRAPHED},vae-comp
                   f"+ the conditioning encoders captured={BASE},skip-unused-encode,constant-conditioning,"
                   f"{GRAPHED},conditioning-cuda-graphs,vae-decoder-bf16,vae-batch-frames,vae-compile,vae-cuda-graphs",
                   f"06's best={BEST_BASE},"
-                  f"skip-unused-encode,constant-conditioning,{GRAPHED},"
+                  f"skip-unused-encode,constant-conditioning,{GRAPHED},vae-encoder-bf16,conditioning-compile,"
                   "conditioning-cuda-graphs,vae-decoder-bf16,vae-batch-frames,vae-upsample-fold,vae-triton-fused,"
                   "vae-norm-conv-bias,vae-compile,vae-cuda-graphs")
 PHASES = ("conditioning", "decision sampling", "decision decode", "world sampling", "world decode", "rest")

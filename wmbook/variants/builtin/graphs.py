@@ -40,16 +40,37 @@ def _cuda_graphs(pipe, ctx: VariantContext):
     ctx.notes["cuda-graphs"] = "graphs of " + ", ".join(g.name for g in wrapped)
 
 
+@register("conditioning-compile", family="graphs", requires=("ddim",), denoiser=False,
+          description="the iteration's conditioning encoders compiled by torch.compile: the current frame's image "
+                      "tokens (CLIP's ViT-H tower, then the resampler) and the SD VAE encoder up to its posterior's "
+                      "moments (its GroupNorms, activations and copies fused; eagerly each is a kernel of its own); "
+                      "before conditioning-cuda-graphs, which then captures the compiled code")
+def _conditioning_compile(pipe, ctx: VariantContext):
+    vae = _conditioning_vae(pipe, "conditioning-compile")
+    if isinstance(pipe.image_tokens, GraphedCallable) or isinstance(vae._encode, GraphedCallable):
+        raise ValueError("conditioning-compile must come before conditioning-cuda-graphs: a captured graph replays "
+                         "the kernels it was captured with")
+    pipe.image_tokens = torch.compile(pipe.image_tokens, backend=ctx.compile_backend, dynamic=False)
+    vae._encode = torch.compile(vae._encode, backend=ctx.compile_backend, dynamic=False)
+    ctx.notes["conditioning-compile"] = f"image tokens and VAE encoder compiled ({ctx.compile_backend})"
+
+
+def _conditioning_vae(pipe, name: str):
+    """The pipeline's SD VAE, checked to have what the conditioning variants wrap (ValueError naming `name`)."""
+    vae = getattr(pipe, "vae", None)
+    if not callable(getattr(vae, "_encode", None)) or not callable(getattr(pipe, "image_tokens", None)):
+        raise ValueError(f"{name} needs a pipeline with image_tokens and a diffusers SD VAE (AutoencoderKL._encode); "
+                         f"{type(pipe).__name__} with {type(vae).__name__} has not")
+    return vae
+
+
 @register("conditioning-cuda-graphs", family="graphs", requires=("ddim",), gpu_only=True, denoiser=False,
           description="the iteration's conditioning encoders captured in CUDA graphs: the current frame's image tokens "
                       "(CLIP's ViT-H tower, then the resampler) and the SD VAE encoder up to its posterior's moments; "
                       "the posterior sample stays eager, drawn from the iteration's generator as before. Eagerly these "
                       "are many small launches an iteration, which the GPU waits for")
 def _conditioning_cuda_graphs(pipe, ctx: VariantContext):
-    vae = getattr(pipe, "vae", None)
-    if not callable(getattr(vae, "_encode", None)) or not callable(getattr(pipe, "image_tokens", None)):
-        raise ValueError("conditioning-cuda-graphs needs a pipeline with image_tokens and a diffusers SD VAE "
-                         f"(AutoencoderKL._encode); {type(pipe).__name__} with {type(vae).__name__} has not")
+    vae = _conditioning_vae(pipe, "conditioning-cuda-graphs")
     # a pool of their own: the denoiser's graphs replay while these tensors are still read (the conditioning lives
     # for the whole iteration)
     pool = torch.cuda.graph_pool_handle() if ctx.device.type == "cuda" else None
