@@ -35,6 +35,25 @@ GROUP_M = 8  # tiles of GROUP_M row blocks run together, sharing their columns o
 if triton is not None:
 
     @triton.jit
+    def grouped_tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
+        """This program's output tile of an [M, N] GEMM, tiles of GROUP row blocks running together (they share
+        their columns of W in the L2): its row and column offsets, and the rows and columns it reads, those past the
+        edge reading row/column 0 again (in bounds, never stored: no load masks)."""
+        pid = tl.program_id(0)
+        grid_m = tl.cdiv(M, BLOCK_M)
+        grid_n = tl.cdiv(N, BLOCK_N)
+        width = GROUP * grid_n
+        first_m = (pid // width) * GROUP
+        rows = min(grid_m - first_m, GROUP)
+        pid_m = first_m + (pid % width) % rows
+        pid_n = (pid % width) // rows
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        am = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M)
+        wn = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
+        return offs_m, offs_n, am, wn
+
+    @triton.jit
     def _wave_linear_kernel(
         x_ptr,  # [M, K] rows of the input
         w_ptr,  # [N, K] the weight, nn.Linear's layout
@@ -51,19 +70,7 @@ if triton is not None:
         EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no mask in the main loop
         IEEE: tl.constexpr,  # the products in fp32 (not TF32): fp32 inputs, and bf16 in Triton's CPU interpreter
     ):
-        pid = tl.program_id(0)
-        grid_m = tl.cdiv(M, BLOCK_M)
-        grid_n = tl.cdiv(N, BLOCK_N)
-        width = GROUP * grid_n
-        first_m = (pid // width) * GROUP
-        rows = min(grid_m - first_m, GROUP)
-        pid_m = first_m + (pid % width) % rows
-        pid_n = (pid % width) // rows
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        # rows and columns past the edge read row/column 0 again (in bounds, never stored): no load masks
-        am = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M)
-        wn = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
+        offs_m, offs_n, am, wn = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP)
         offs_k = tl.arange(0, BLOCK_K)
         x_ptrs = x_ptr + am[:, None].to(tl.int64) * sxm + offs_k[None, :] * sxk
         w_ptrs = w_ptr + wn[None, :].to(tl.int64) * swn + offs_k[:, None] * swk

@@ -1,4 +1,5 @@
-"""The causal DiT's feed-forward with its GELU in the first GEMM's epilogue (variant `ffn-gelu-epilogue`, notebook 05).
+"""Feed-forwards with their activation in the first GEMM's epilogue (notebook 05): the causal DiT's GELU
+(`ffn-gelu-epilogue`) and the video UNet's GEGLU (`geglu-gemm`).
 
 The reference's FFN is Linear -> GELU(tanh) -> Linear: the up-projection writes its [tokens, ffn_dim] output (bias added
 in cuBLAS's epilogue), then a pointwise kernel reads it back and writes the GELU. At mg2-universal that GELU is 30 us a
@@ -15,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kernels.geglu_linear import geglu_linear_op
 from ..models.causal_wan import CausalWanAttentionBlock
 
 
@@ -53,4 +55,33 @@ def fuse_ffn_gelu(model: nn.Module) -> int:
     return n
 
 
-__all__ = ["GeluEpilogueFFN", "fuse_ffn_gelu"]
+class FusedGEGLU(nn.Module):
+    """The UNet's GEGLU (value * GELU(gate), both halves of one projection) as `wmbook::geglu_linear`: one GEMM that
+    writes only the product (wmbook.kernels.geglu_linear). Keeps the projection as `proj`: the state dict's keys are
+    the GEGLU's."""
+
+    reads_linear_weights = True  # its kernel reads the projection's weight: fp8-static leaves that linear alone
+
+    def __init__(self, proj: nn.Linear):
+        super().__init__()
+        if proj.bias is None or proj.out_features % 2:
+            raise ValueError("geglu-gemm needs a GEGLU projection with a bias and an even number of outputs")
+        self.proj = proj
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return geglu_linear_op(x, self.proj.weight, self.proj.bias)
+
+
+def fuse_geglu(model: nn.Module) -> int:
+    """Every video UNet feed-forward's GEGLU as a FusedGEGLU; returns how many."""
+    from ..models.wma.unet import GEGLU, FeedForward  # noqa: PLC0415  heavy: models.wma (diffusers)
+
+    n = 0
+    for m in model.modules():
+        if isinstance(m, FeedForward) and isinstance(m.net[0], GEGLU):
+            m.net[0] = FusedGEGLU(m.net[0].proj)
+            n += 1
+    return n
+
+
+__all__ = ["FusedGEGLU", "GeluEpilogueFFN", "fuse_ffn_gelu", "fuse_geglu"]

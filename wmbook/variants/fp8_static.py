@@ -62,9 +62,12 @@ class StaticFP8Linear(nn.Module):
 
 
 def eligible_linears(model: nn.Module, min_features: int) -> list[tuple[str, nn.Linear]]:
-    """bf16 linears of at least `min_features` inputs and outputs, both multiples of 16 (what fp8 GEMMs take)."""
+    """bf16 linears of at least `min_features` inputs and outputs, both multiples of 16 (what fp8 GEMMs take); not
+    those a fused module multiplies by itself (`reads_linear_weights`: its kernel reads their bf16 weights)."""
+    own = {id(c) for m in model.modules() if getattr(m, "reads_linear_weights", False) for c in m.children()}
     return [(n, m) for n, m in model.named_modules()
-            if isinstance(m, nn.Linear) and m.weight.dtype == torch.bfloat16 and m.in_features >= min_features
+            if isinstance(m, nn.Linear) and id(m) not in own and m.weight.dtype == torch.bfloat16
+            and m.in_features >= min_features
             and m.out_features >= min_features and m.in_features % 16 == 0 and m.out_features % 16 == 0]
 
 

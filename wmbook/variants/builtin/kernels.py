@@ -63,6 +63,19 @@ def _ffn_gelu_epilogue(pipe, ctx: VariantContext):
     ctx.notes["ffn-gelu-epilogue"] = f"{n} feed-forwards with the GELU in the GEMM epilogue"
 
 
+@register("geglu-gemm", family="kernels", requires=("unet",),
+          description="the video UNet's GEGLU feed-forward projection and gate as one Triton GEMM "
+                      "(wmbook.kernels.geglu_linear): two fp32 accumulators per output tile, value x GELU(gate) in its "
+                      "epilogue, so the projection's 2 x inner output is never written or read back")
+def _geglu_gemm(pipe, ctx: VariantContext):
+    from .. import epilogues  # noqa: PLC0415  the module is only needed by this row
+
+    n = epilogues.fuse_geglu(ctx.workload.denoiser(pipe))
+    if not n:
+        raise ValueError(f"geglu-gemm found no GEGLU feed-forward in the {ctx.workload.name} denoiser")
+    ctx.notes["geglu-gemm"] = f"{n} GEGLU feed-forwards as one GEMM each"
+
+
 @register("vae-triton-fused", family="decoder",
           description="the decoder's norm + SiLU pairs as one Triton kernel each (Wan VAE: RMS norm + SiLU; SD VAE: "
                       "GroupNorm + SiLU)")
