@@ -30,7 +30,8 @@ def _want(x, w, b):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape,n", [
-    ((37, 48), 40),  # edge tiles in rows and columns, K a whole number of K-tiles
+    ((150, 64), 70),  # several tiles in rows and columns (the interpreter's are 64 x 64), edge tiles in both
+    ((37, 48), 40),  # one edge tile
     ((2, 19, 45), 33),  # a batch of rows, K with a partial last K-tile, N odd
     ((1, 64), 16),  # one row
 ])

@@ -182,11 +182,11 @@ class WMAWorkload(Workload):
     def decoder_ladder(self, device) -> list[str]:
         """On a GPU: the SD VAE's decoder in bf16 (upstream decodes in fp32, and a bf16 VAE cost a competitor 12 dB:
         the row's frames are gated against the fp32 reference like every row's; the encoder, whose latent conditions
-        the UNet, stays fp32), a pass's frames as one batch, each upsampling and its convolution folded into one
-        transposed convolution, its GroupNorm + SiLU pairs as our Triton kernel with the bias of the convolution
-        before each added inside it (vae-triton-fused, vae-norm-conv-bias: 52.8 -> 48.1 ms a 16-frame decode on the
-        H200, NOTES.md), then the step compiled and captured. At few DDIM steps the world-model pass's decode is a
-        large share of an iteration."""
+        the UNet, has a row of its own among the graph rows: vae-encoder-bf16), a pass's frames as one batch, each
+        upsampling and its convolution folded into one transposed convolution, its GroupNorm + SiLU pairs as our
+        Triton kernel with the bias of the convolution before each added inside it (vae-triton-fused,
+        vae-norm-conv-bias: 52.8 -> 48.1 ms a 16-frame decode on the H200, NOTES.md), then the step compiled and
+        captured. At few DDIM steps the world-model pass's decode is a large share of an iteration."""
         return (["vae-decoder-bf16", "vae-batch-frames", "vae-upsample-fold", "vae-triton-fused", "vae-norm-conv-bias",
                  "vae-compile", "vae-cuda-graphs"] if device.type == "cuda" else [])
 
