@@ -250,7 +250,7 @@ def test_classify_inductor_and_wmbook_kernels(name, want):
 
 def test_classify_wmbook_ops_by_launching_op():
     """Every op the package defines has its category as the launching op of an eager call: the norms with their fused
-    epilogues are normalization, the short-sequence attention is attention. A new op must be given its category
+    epilogues are normalization, the attentions attention, the GEGLU GEMM a GEMM. A new op must be given its category
     here."""
     import re
     from pathlib import Path
@@ -258,11 +258,13 @@ def test_classify_wmbook_ops_by_launching_op():
     src = Path(__file__).resolve().parents[1] / "wmbook" / "kernels"
     ops = {m for f in src.glob("*.py") for m in re.findall(r'define_op\("(wmbook::\w+)"\)', f.read_text())}
     assert len(ops) >= 6, ops
-    other = {"wmbook::short_attention": "attention", "wmbook::block_attention": "attention"}
+    other = {"wmbook::short_attention": "attention", "wmbook::block_attention": "attention",
+             "wmbook::geglu_linear": "GEMM/linear"}
     for op in ops:
         assert classify("any_kernel_name", op) == other.get(op, "normalization"), op
     assert classify("_short_attention_kernel", None) == "attention"
     assert classify("_block_attention_kernel", None) == "attention"
+    assert classify("_geglu_linear_kernel", None) == "GEMM/linear"
     assert classify("any_kernel_name", "wmbook::something_else") == "other"
 
 

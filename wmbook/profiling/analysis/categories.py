@@ -5,11 +5,11 @@ Rule, in order, for a device activity:
 2. a kernel launched inside an SDPA/attention or convolution op (the launching op or any op enclosing it) is
    `attention` / `convolution`: the math SDPA backend launches bmm/softmax kernels and a convolution may
    launch layout transforms, and those kernels belong to the enclosing op (the enclosing-op rule);
-3. else the launching op's name decides (`_OP_CATEGORY`: aten ops, and wmbook's fused ops, all normalizations
-   with their epilogues), else the kernel's name: an inductor kernel (`triton_{poi,red,per,tem}_fused_<ops>_<n>`)
-   by its kind and the ops it fused (`inductor_category`: a pointwise kernel named after the convolution whose bias
-   it adds is elementwise work, not convolution), any other by `_KERNEL_CATEGORY` (compiled code often has no
-   launching aten op);
+3. else the launching op's name decides (`_OP_CATEGORY`: aten ops, and wmbook's fused ops: the normalizations
+   with their epilogues, the attentions, the GEGLU GEMM), else the kernel's name: an inductor kernel
+   (`triton_{poi,red,per,tem}_fused_<ops>_<n>`) by its kind and the ops it fused (`inductor_category`: a pointwise
+   kernel named after the convolution whose bias it adds is elementwise work, not convolution), any other by
+   `_KERNEL_CATEGORY` (compiled code often has no launching aten op);
 4. else `other`.
 On a trace without device activity the same rule runs on aten ops: the enclosing-op rule, then the op name.
 
@@ -37,7 +37,7 @@ _OP_CATEGORY = [
     ("convolution", re.compile(r"^aten::(convolution|_convolution|cudnn_convolution|conv\d|conv_|"
                                r"miopen_convolution|mkldnn_convolution|_?slow_conv|thnn_conv|_nnpack)")),
     ("GEMM/linear", re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|addbmm|_addmm_activation|"
-                               r"_scaled_mm|addmv|mv|dot|einsum)$")),
+                               r"_scaled_mm|addmv|mv|dot|einsum)$|^wmbook::geglu_linear$")),
     ("normalization", re.compile(r"^aten::(native_layer_norm|layer_norm|group_norm|native_group_norm|rms_norm|"
                                  r"_fused_rms_norm|batch_norm|native_batch_norm|_batch_norm|instance_norm|"
                                  r"cudnn_batch_norm)|^wmbook::(group_norm_silu|rms_norm_silu|adaln_modulate|"
@@ -65,7 +65,8 @@ _KERNEL_CATEGORY = [
     ("attention", re.compile(r"flash|fmha|attention|sdpa|_attn|mha_|flash_fwd|flex", re.I)),
     ("convolution", re.compile(r"conv|implicit_gemm|fprop|dgrad|wgrad|winograd|nchwToNhwc|nhwcToNchw", re.I)),
     ("GEMM/linear", re.compile(r"gemm|nvjet|cutlass|cublas|sm\d+_xmma|ampere_|hopper_|volta_|turing_|"
-                               r"splitKreduce|triton_tem_|_mm_|matmul", re.I)),
+                               r"splitKreduce|triton_tem_|_mm_|matmul|"
+                               r"_geglu_linear_|_wave_linear_", re.I)),  # the last two: wmbook's GEMMs
     ("normalization", re.compile(r"layer_norm|group_norm|rms_norm|batch_norm|RowwiseMoments|"
                                  r"ComputeFusedParams|GroupNorm|LayerNorm|"
                                  r"_gn_cl_|adaln|qk_norm|head_norm", re.I)),  # the last four: wmbook's kernels
