@@ -5,7 +5,9 @@ width, writes that [tokens, 2 x inner] output, and a pointwise kernel reads it b
 the other. At the wma shape the top level's 40,960 tokens make that the widest activation of the block: inductor's
 `gelu_mul` kernels took 5.3 ms of an iteration's 219 ms of GPU work on the H200 (80 calls of the two largest shapes;
 NOTES.md). Here each output tile accumulates both halves' columns in two fp32 accumulators from one read of x, and the
-epilogue writes only the product: the 2 x inner output is never written or read.
+epilogue writes only the product: the 2 x inner output is never written or read. Whether that beats cuBLAS's GEMM
+and inductor's kernel at these shapes is what `tools/wma_iteration_account.py` says, with a stack with and one without
+`geglu-gemm`; the variant joins no notebook's default rows before it does.
 
 The contract of wmbook.kernels: `_geglu_linear_kernel`, `geglu_linear` (the launcher), `geglu_linear_ref` (plain
 torch), `geglu_linear_bytes`, and the op `wmbook::geglu_linear` (define_op) that the variant `geglu-gemm` calls.
