@@ -438,6 +438,8 @@ def test_encoder_bf16_keeps_the_posterior_and_its_noise_in_fp32(pipe, inputs):
         want = pipe.vae._encode(img)
         got = cast.vae._encode(img.to(cast.vae.dtype))
     assert got.dtype == torch.float32
+    with torch.no_grad():  # the posterior diffusers builds draws its noise in its parameters' dtype
+        assert cast.vae.encode(img.to(cast.vae.dtype)).latent_dist.parameters.dtype == torch.float32
     _within_bf16(got, want)
     gen_a, gen_b = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
     with torch.no_grad():

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from . import check_dtype, define_op, interpreting, launch, runs_triton
+from .wave_linear import GROUP_M
 
 try:
     import triton
@@ -32,7 +33,6 @@ except ImportError:  # optional: without triton the op runs its reference
 TILES = ((128, 128, 64, 8, 3), (128, 64, 64, 4, 4), (128, 64, 64, 8, 4), (64, 128, 64, 4, 4), (256, 64, 64, 8, 3))
 _BLOCK_K = 64
 assert all(t[2] == _BLOCK_K for t in TILES)
-GROUP_M = 8  # tiles of GROUP_M row blocks run together, sharing their columns of W in the L2
 _SQRT1_2 = 0.7071067811865476
 
 if triton is not None:
@@ -109,9 +109,11 @@ def geglu_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *,
     x2 = x.reshape(-1, x.shape[-1])
     m, k = x2.shape
     n = weight.shape[0] // 2
+    if k == 0:  # no products: the bias alone decides
+        return geglu_linear_ref(x, weight, bias)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    if m == 0 or n == 0 or k == 0:
-        return geglu_linear_ref(x, weight, bias) if k == 0 else y.reshape(*x.shape[:-1], n)
+    if m == 0 or n == 0:
+        return y.reshape(*x.shape[:-1], n)
     args = (x2, weight, bias, y, m, n, k, *x2.stride(), *weight.stride(), *y.stride())
     # Triton's CPU interpreter gets bf16 tl.dot wrong (triton 3.x): there bf16 is multiplied in fp32
     ieee = x.dtype == torch.float32 or interpreting()
