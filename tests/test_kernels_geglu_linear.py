@@ -62,6 +62,9 @@ def test_geglu_linear_reads_strided_rows_and_refuses_bad_shapes():
         gl.geglu_linear(x, w, torch.randn(10))
     with pytest.raises(ValueError, match="tiles="):
         gl.geglu_linear(x, w, b, tiles=(1, 2, 3, 4, 5))
+    empty_k = gl.geglu_linear(torch.randn(3, 0), torch.randn(4, 0), torch.arange(4.0))  # the bias's halves alone
+    torch.testing.assert_close(empty_k, (torch.arange(2.0) * F.gelu(torch.arange(2.0, 4.0))).expand(3, 2))
+    assert gl.geglu_linear(torch.randn(0, 5), torch.randn(4, 5), torch.randn(4)).shape == (0, 2)
     assert gl.geglu_linear_bytes(x, w, b) == (x.numel() + w.numel() + b.numel() + 40 * 10) * 4
 
 

@@ -106,11 +106,11 @@ def geglu_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *,
     _check(x, weight, bias)
     if tiles is not None and tiles not in TILES:
         raise ValueError(f"tiles={tiles!r} is not allowed; allowed values: one of {list(TILES)}")
+    if x.shape[-1] == 0:  # no products: the bias alone decides (and rows of no elements cannot be reshaped)
+        return geglu_linear_ref(x, weight, bias)
     x2 = x.reshape(-1, x.shape[-1])
     m, k = x2.shape
     n = weight.shape[0] // 2
-    if k == 0:  # no products: the bias alone decides
-        return geglu_linear_ref(x, weight, bias)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return y.reshape(*x.shape[:-1], n)
