@@ -28,12 +28,10 @@ except ImportError:  # optional: without triton the op runs its reference
     triton = None
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) per output tile: two fp32 accumulators of BLOCK_M x BLOCK_N, so
-# half the tile a one-accumulator GEMM holds in registers; triton.autotune times them per (M, N, K) on the first call.
-# One BLOCK_K for all: the launcher passes the K loop's trip count
+# half the tile a one-accumulator GEMM holds in registers. The first is the default: on the H200 it was the fastest
+# of these at each of the wma UNet's feed-forward shapes (tools/geglu_bench.py), so no autotuning at the first call
+# (it compiled every tile for every K, minutes inside a whole-UNet compile).
 TILES = ((128, 128, 64, 8, 3), (128, 64, 64, 4, 4), (128, 64, 64, 8, 4), (64, 128, 64, 4, 4), (256, 64, 64, 8, 3))
-_BLOCK_K = 64
-assert all(t[2] == _BLOCK_K for t in TILES)
-_SQRT1_2 = 0.7071067811865476
 
 if triton is not None:
     from .wave_linear import grouped_tile
@@ -57,7 +55,9 @@ if triton is not None:
         offs_k = tl.arange(0, BLOCK_K)
         x_ptrs = x_ptr + am[:, None].to(tl.int64) * sxm + offs_k[None, :] * sxk
         wa_ptrs = w_ptr + wn[None, :].to(tl.int64) * swn + offs_k[:, None] * swk
-        wg_ptrs = wa_ptrs + N.to(tl.int64) * swn
+        # the gate's rows follow the value's; a scalar argument may arrive as a Python int (specialized), so the
+        # 64-bit offset is made on the block
+        wg_ptrs = w_ptr + (wn[None, :] + N).to(tl.int64) * swn + offs_k[:, None] * swk
         acc_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kt in range(0, K_TILES):
@@ -78,14 +78,9 @@ if triton is not None:
         nmask = offs_n < N
         acc_a += tl.load(b_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
         acc_g += tl.load(b_ptr + N + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
-        y = acc_a * (0.5 * acc_g * (1.0 + tl.math.erf(acc_g * _SQRT1_2)))  # GELU, the exact (erf) form
+        y = acc_a * (0.5 * acc_g * (1.0 + tl.math.erf(acc_g * 0.7071067811865476)))  # GELU, the exact (erf) form
         y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * sym + offs_n[None, :] * syn
         tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & nmask[None, :])
-
-    _geglu_linear_tuned = triton.autotune(
-        configs=[triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-                 for bm, bn, bk, w, s in TILES],
-        key=["M", "N", "K"])(_geglu_linear_kernel)
 
 
 def _check(x, weight, bias):
@@ -102,7 +97,7 @@ def geglu_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *,
                  tiles: tuple[int, int, int, int, int] | None = None) -> torch.Tensor:
     """GEGLU(x) = value * GELU(gate), (value, gate) = F.linear(x, weight, bias).chunk(2, -1), by _geglu_linear_kernel:
     x [..., K], weight [2N, K], bias [2N], one dtype (fp32, bf16, fp16); the output [..., N] contiguous, accumulated
-    in fp32 and rounded once. `tiles`: a TILES entry (default: triton.autotune's pick for the call's M, N, K)."""
+    in fp32 and rounded once. `tiles`: a TILES entry (default: the first)."""
     _check(x, weight, bias)
     if tiles is not None and tiles not in TILES:
         raise ValueError(f"tiles={tiles!r} is not allowed; allowed values: one of {list(TILES)}")
@@ -117,17 +112,11 @@ def geglu_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *,
     args = (x2, weight, bias, y, m, n, k, *x2.stride(), *weight.stride(), *y.stride())
     # Triton's CPU interpreter gets bf16 tl.dot wrong (triton 3.x): there bf16 is multiplied in fp32
     ieee = x.dtype == torch.float32 or interpreting()
-    if interpreting() or tiles is not None:
-        # the interpreter runs each program's tile as numpy arrays: few programs of mid-sized tiles are quickest there
-        bm, bn, bk, warps, stages = (64, 64, 32, 4, 1) if interpreting() else tiles
-        grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
-        launch(_geglu_linear_kernel)[grid](*args, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP=GROUP_M,
-                                           K_TILES=triton.cdiv(k, bk), IEEE=ieee, num_warps=warps, num_stages=stages)
-    else:
-        def grid(meta):
-            return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
-
-        launch(_geglu_linear_tuned)[grid](*args, GROUP=GROUP_M, K_TILES=triton.cdiv(k, _BLOCK_K), IEEE=ieee)
+    # the interpreter runs each program's tile as numpy arrays: few programs of mid-sized tiles are quickest there
+    bm, bn, bk, warps, stages = (64, 64, 32, 4, 1) if interpreting() else (tiles or TILES[0])
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    launch(_geglu_linear_kernel)[grid](*args, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP=GROUP_M,
+                                       K_TILES=triton.cdiv(k, bk), IEEE=ieee, num_warps=warps, num_stages=stages)
     return y.reshape(*x.shape[:-1], n)
 
 
