@@ -161,3 +161,30 @@ def test_gn_sweep_tool_gates_every_setting():
         ref = df[df["setting"] == "torch.compile"]
         assert len(ref) == n.sum() and set(ref["gate"]) == {"reference"}
         assert df["us"].notna().all() and (df["us"] > 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_group_norm_without_silu_over_a_samples_frames(poisoned, dtype, channels_last):
+    """silu=False (the op wmbook::group_norm): the GroupNorm alone, as the temporal transformers call it: a [(B T), C,
+    h, w] activation seen as [B, C, T, h, w]. From a channels-last activation that view is channels_last_3d, read in
+    place and the output given its strides; from a channels-first one it is a transposed view, copied first."""
+    b, t, c, h, w, groups = 2, 3, 40, 5, 6, 8
+    x4, weight, bias, _ = _inputs((b * t, c, h, w), dtype, channels_last, False, seed=11)
+    v = x4.unflatten(0, (b, t)).transpose(1, 2)
+    assert gns.is_channels_last(v) == channels_last
+    out = gns.group_norm_silu(v, weight, bias, groups, 1e-6, silu=False)
+    if channels_last:
+        assert out.stride() == v.stride()
+    norm = torch.nn.GroupNorm(groups, c, eps=1e-6).to(DEV)
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+        norm.bias.copy_(bias)
+        want = norm(v.float().contiguous()).to(dtype)
+    torch.testing.assert_close(out, want, **TOL[dtype])
+    torch.testing.assert_close(gns.group_norm_silu_ref(v, weight, bias, groups, 1e-6, silu=False), want, **TOL[dtype])
+    torch.testing.assert_close(gns.group_norm_op(v, weight, bias, groups, 1e-6), want, **TOL[dtype])
+    if dtype == torch.float32 and not channels_last:
+        torch.library.opcheck(gns.group_norm_op, (v.contiguous(), weight, bias, groups, 1e-6))
+    with pytest.raises(ValueError, match="silu=1 is not allowed"):
+        gns.group_norm_silu(v, weight, bias, groups, silu=1)

@@ -169,7 +169,7 @@ _WRITES = {
     "_qk_norm_rope_kernel": ["out_ptr"], "_rms_norm_silu_kernel": ["out_ptr"],
     "_group_norm_silu_stats_kernel": ["part_ptr"], "_group_norm_silu_kernel": ["out_ptr"],
     "_gn_cl_stats_kernel": ["part_ptr"], "_gn_cl_finalize_kernel": ["mean_ptr", "scale_ptr"],
-    "_gn_cl_apply_kernel": ["out_ptr"], "_short_attention_kernel": ["o_ptr"],
+    "_gn_cl_apply_kernel": ["out_ptr"], "_short_attention_kernel": ["o_ptr"], "_geglu_linear_kernel": ["y_ptr"],
 }  # not _block_attention_kernel: its op is opaque to torch.compile (no traced launch; wmbook.kernels.block_attention)
 
 

@@ -10,6 +10,7 @@ from wmbook.kernels import (
     adaln,
     block_attention,
     gated_residual_adaln,
+    geglu_linear,
     group_norm_silu,
     qk_norm_rope,
     rms_norm_silu,
@@ -76,6 +77,9 @@ def _cases(dev):
         "rms_norm_silu": (rms_norm_silu.rms_norm_silu_op, (xc, r(32, 1, 1, 1, dtype=torch.float32), None, 1e-12)),
         "group_norm_silu": (group_norm_silu.group_norm_silu_op, (xc, w, b, 8, 1e-5, None)),
         "group_norm_silu channels-last": (group_norm_silu.group_norm_silu_op, (xl, w, b, 8, 1e-5, None)),
+        # the temporal transformer's norm: a channels-last [(B T), C, h, w] seen as [B, C, T, h, w]
+        "group_norm frames": (group_norm_silu.group_norm_op, (xl.unflatten(0, (1, 2)).transpose(1, 2), w, b, 8, 1e-6)),
+        "geglu_linear": (geglu_linear.geglu_linear_op, (x, r(96, 64), r(96))),
         "short_attention": (short_attention.short_attention_op, (r(6, 16, 2, 32), r(6, 16, 2, 32), r(6, 16, 2, 32))),
         "block_attention": (block_attention.block_attention_op, (r(2, 40, 2, 32), r(2, 72, 2, 32), r(2, 72, 2, 32))),
     }

@@ -2,6 +2,7 @@
 run in Triton's interpreter on the CPU), the kernel cases of both workloads pass their gate, the fp8 variant says why
 it cannot run here."""
 
+import copy
 import dataclasses
 import importlib.machinery
 import importlib.util
@@ -11,7 +12,9 @@ import torch
 
 from wmbook import workloads
 from wmbook.studies import kernels as study
+from wmbook.variants import REGISTRY
 from wmbook.variants.ladder import apply_stack
+from wmbook.variants.registry import VariantContext
 from wmbook.workloads import E2ESize
 
 CPU = torch.device("cpu")
@@ -412,3 +415,31 @@ def test_ffn_gelu_epilogue_keeps_the_feed_forward_and_shares_its_weights():
         assert ((out - ref).norm() / ref.norm()).item() < 1e-4
     with pytest.raises(ValueError, match="no Linear -> GELU"):
         apply_stack(fused, wl, ["ffn-gelu-epilogue"], DEV)  # nothing left to swap
+
+
+def test_frames_norm_triton_variant_on_the_tiny_unet():
+    """Every temporal transformer's norm swapped (the state dict unchanged), its output the reference's within fp32
+    rounding, channels-first and channels-last; a second application is refused."""
+    from wmbook.models.wma.unet import TemporalTransformer
+    from wmbook.pipelines.ddim import WMAInteractionPipeline
+    from wmbook.variants.fused import TritonFramesNorm
+
+    wl = workloads.get("wma")
+    pipe = WMAInteractionPipeline("tiny-wma", device=DEV, dtype="fp32", seed=0)
+    fused = copy.deepcopy(pipe)
+    ctx = VariantContext(workload=wl, device=DEV)
+    keys = set(pipe.model.state_dict())
+    REGISTRY["frames-norm-triton"].apply(fused, ctx)
+    pairs = [(a, b) for a, b in zip(pipe.model.modules(), fused.model.modules()) if isinstance(a, TemporalTransformer)]
+    assert pairs and all(isinstance(b, TritonFramesNorm) for _, b in pairs)
+    assert ctx.notes["frames-norm-triton"].startswith(f"{len(pairs)} temporal")
+    assert set(fused.model.state_dict()) == keys
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for a, b in pairs[:2]:
+            x = torch.randn(2 * 3, a.norm.num_channels, 4, 5, generator=g).to(DEV)
+            for x_in in (x, x.contiguous(memory_format=torch.channels_last)):
+                torch.testing.assert_close(b.frames_norm(x_in, 2), a.frames_norm(x_in, 2), rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(b(x_in, 2), a(x_in, 2), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="frames-norm-triton found no temporal transformer left"):
+        REGISTRY["frames-norm-triton"].apply(fused, ctx)  # all swapped already

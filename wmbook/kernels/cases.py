@@ -151,12 +151,37 @@ def _gn_case(site: str, shape: tuple, groups: int, eps: float, add: bool, channe
                       extra={"num_groups": groups, "eps": eps})
 
 
+def _frames_norm_case(site: str, batch: int, channels: int, frames: int, hw: tuple[int, int], groups: int,
+                      channels_last: bool) -> KernelCase:
+    """The temporal transformer's input GroupNorm (statistics over a sample's frames, no SiLU): x [B, C, T, h, w] as
+    the model makes it from its [(B T), C, h, w] activation (a channels_last_3d view of a channels-last one)."""
+    shape = (batch, channels, frames, *hw)
+    gn = torch.nn.GroupNorm(groups, channels, eps=1e-6)
+
+    def make(device, dt, seed):
+        r = _gen(device, seed)
+        x4 = r(batch * frames, channels, *hw, dtype=dt)
+        if channels_last:
+            x4 = x4.contiguous(memory_format=torch.channels_last)
+        inputs = dict(x=x4.unflatten(0, (batch, frames)).transpose(1, 2), weight=(1 + r(channels, scale=0.1)).to(dt),
+                      bias=r(channels, scale=0.1).to(dt))
+        _set_params(gn, weight=inputs["weight"], bias=inputs["bias"])
+        return inputs
+
+    return KernelCase("group_norm", site, shape, make, lambda x, weight, bias: gn(x.contiguous()),
+                      lambda x, weight, bias: gns.group_norm_silu(x, weight, bias, groups, 1e-6, silu=False),
+                      lambda x, weight, bias: gns.group_norm_silu_ref(x, weight, bias, groups, 1e-6, silu=False),
+                      lambda x, weight, bias: gns.group_norm_silu_bytes(x, weight, bias),
+                      layout="channels-last" if channels_last else "contiguous",
+                      extra={"num_groups": groups, "eps": 1e-6})
+
+
 def unet_cases(model_channels: int, latent_hw: tuple[int, int], frames: int, groups: int, batch: int = 1,
                channels_last: bool = True, head_channels: int = 64) -> list[KernelCase]:
     """The UNet's ResBlocks at the top level (the largest activations): out_layers' GroupNorm + SiLU with the time
     embedding added first (frames folded into the batch, channels-last as notebook 04's stack runs them), and the
-    temporal conv block's GroupNorm + SiLU over [B, C, T, h, w]; the temporal transformer's self-attention over the
-    T frames of each of the h x w positions."""
+    temporal conv block's GroupNorm + SiLU over [B, C, T, h, w]; the temporal transformer's GroupNorm over the frames
+    (no SiLU) and its self-attention over the T frames of each of the h x w positions."""
     h, w = latent_hw
     bt = batch * frames
     heads = max(1, model_channels // head_channels)
@@ -167,6 +192,8 @@ def unet_cases(model_channels: int, latent_hw: tuple[int, int], frames: int, gro
                  channels_last, True),
         _gn_case("video UNet temporal conv block: GroupNorm + SiLU", (batch, model_channels, frames, h, w), groups,
                  1e-5, False, False, False),
+        _frames_norm_case("video UNet temporal transformer: GroupNorm over the frames", batch, model_channels, frames,
+                          (h, w), groups, channels_last),
         _short_attention_case("video UNet temporal transformer: self-attention over the frames",
                               (batch * h * w, frames, heads, min(head_channels, model_channels))),
     ]

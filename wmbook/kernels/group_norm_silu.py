@@ -17,6 +17,10 @@ version ran at 0.4x of what inductor makes of the op sequence on the H100). Inst
 per-channel (mean, M2) of the span (each tile's exact, merged with Chan's formula); (2) one program per (batch,
 group) merges its channels' spans into the group's mean and rstd and writes per-channel mean and scale = w * rstd;
 (3) y = SiLU((x - mean) * scale + b) over the same tiles.
+
+`silu=False` (the op `wmbook::group_norm`) leaves the SiLU out: the video UNet's transformers normalize their input
+with a GroupNorm alone, the temporal one over all frames of a sample, where a batch of one gives inductor's fused
+norm one program per group.
 """
 
 from __future__ import annotations
@@ -137,6 +141,7 @@ if triton is not None:
         BLOCK: tl.constexpr,
         ITERS: tl.constexpr,  # blocks per chunk
         BLOCK_P: tl.constexpr,  # next_pow2(chunks)
+        SILU: tl.constexpr = True,  # False: the GroupNorm alone
     ):
         bg = tl.program_id(0)
         chunk = tl.program_id(1)
@@ -161,7 +166,8 @@ if triton is not None:
             w = tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
             bb = tl.load(bias_ptr + c, mask=m, other=0.0).to(tl.float32)
             y = (x - mean) * rstd * w + bb
-            y = y * tl.sigmoid(y)
+            if SILU:
+                y = y * tl.sigmoid(y)
             tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
 
     @triton.jit
@@ -300,6 +306,7 @@ if triton is not None:
         BLOCK_S: tl.constexpr,
         BLOCK_C: tl.constexpr,
         ITERS: tl.constexpr,
+        SILU: tl.constexpr = True,  # False: the GroupNorm alone
     ):
         b, span, c = _cl_program(C, spans, BLOCK_C)
         a = _cl_add(add_ptr, b, c, C, HAS_ADD, BLOCK_C)
@@ -310,7 +317,8 @@ if triton is not None:
             m, off, _ = _cl_tile(b, span, c, k, C, S, BLOCK_S, ITERS)
             x = _cl_load(x_ptr, a, off, m, HAS_ADD)
             y = (x - mu[None, :]) * sc[None, :] + bb[None, :]  # x - mean first: no cancellation when |mean| >> std
-            y = y * tl.sigmoid(y)
+            if SILU:
+                y = y * tl.sigmoid(y)
             tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
@@ -334,13 +342,14 @@ def _check(x, weight, bias, num_groups, add):
 
 
 def group_norm_silu_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, num_groups: int,
-                        eps: float = 1e-5, add: torch.Tensor | None = None) -> torch.Tensor:
-    """x [B, C, *S], weight/bias [C], add [B, C] or None -> SiLU(GroupNorm(x + add)) in fp32, cast to x's dtype."""
+                        eps: float = 1e-5, add: torch.Tensor | None = None, silu: bool = True) -> torch.Tensor:
+    """x [B, C, *S], weight/bias [C], add [B, C] or None -> SiLU(GroupNorm(x + add)) in fp32, cast to x's dtype
+    (without the SiLU where silu is False)."""
     _check(x, weight, bias, num_groups, add)
     if add is not None:
         x = x + add.reshape(*x.shape[:2], *([1] * (x.dim() - 2)))
     h = torch.nn.functional.group_norm(x.float(), num_groups, weight.float(), bias.float(), eps)
-    return torch.nn.functional.silu(h).to(x.dtype)
+    return (torch.nn.functional.silu(h) if silu else h).to(x.dtype)
 
 
 def group_norm_silu_bytes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
@@ -362,9 +371,12 @@ def _split(groups: int, n: int, block: int | None = None, programs: int | None =
 
 
 def group_norm_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, num_groups: int,
-                    eps: float = 1e-5, add: torch.Tensor | None = None) -> torch.Tensor:
-    """The Triton launcher (a stats kernel and a normalizing kernel, each one program per chunk of a group)."""
+                    eps: float = 1e-5, add: torch.Tensor | None = None, silu: bool = True) -> torch.Tensor:
+    """The Triton launcher (a stats kernel and a normalizing kernel, each one program per chunk of a group; channels-
+    last: a merge kernel between them). silu=False: the GroupNorm alone."""
     _check(x, weight, bias, num_groups, add)
+    if not isinstance(silu, bool):
+        raise ValueError(f"silu={silu!r} is not allowed; allowed values: True, False")
     cl = is_channels_last(x)
     if not cl:
         x = x.contiguous()
@@ -373,12 +385,12 @@ def group_norm_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, n
     if x.numel() == 0:
         return out
     if cl:
-        return _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out)
-    return _group_norm_silu_cf(x, weight, bias, num_groups, eps, add, out)
+        return _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out, silu=silu)
+    return _group_norm_silu_cf(x, weight, bias, num_groups, eps, add, out, silu=silu)
 
 
 def _group_norm_silu_cf(x, weight, bias, num_groups, eps, add, out, block: int | None = None,
-                        programs: int | None = None, num_warps: int = 4):
+                        programs: int | None = None, num_warps: int = 4, silu: bool = True):
     """The channels-first launcher (x contiguous): per-chunk statistics of each group, then the normalizing kernel
     merging them. block / programs / num_warps override _BLOCK / _TARGET_PROGRAMS / 4 (tools/gn_sweep.py sweeps them
     on a GPU)."""
@@ -394,7 +406,7 @@ def _group_norm_silu_cf(x, weight, bias, num_groups, eps, add, out, block: int |
     launch(_group_norm_silu_kernel)[grid](
         x, a, weight.contiguous(), bias.contiguous(), part, out, c, s, num_groups, cg, chunks, eps,
         HAS_ADD=add is not None, CHANNELS_LAST=False, BLOCK=block, ITERS=iters, BLOCK_P=next_pow2(chunks),
-        num_warps=num_warps)
+        SILU=silu, num_warps=num_warps)
     return out
 
 
@@ -427,7 +439,8 @@ def _cl_blocks(c: int, s: int, b: int = 1, tile: int | None = None, programs: in
 
 
 def _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out, tile: int | None = None,
-                        programs: int | None = None, max_block_c: int = 64, num_warps: int | None = None):
+                        programs: int | None = None, max_block_c: int = 64, num_warps: int | None = None,
+                        silu: bool = True):
     """The channels-last launcher: per-channel span statistics, a per-group merge into mean and scale, the apply.
     tile / programs / max_block_c / num_warps override the module defaults (tools/gn_sweep.py sweeps them on a GPU)."""
     b, c = x.shape[:2]
@@ -447,7 +460,7 @@ def _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out, tile: int | 
     launch(_gn_cl_finalize_kernel)[(b * num_groups,)](
         part, weight.contiguous(), scale, mean, c, s, num_groups, cg, spans, eps, BLOCK_S=block_s * iters,
         BLOCK_T=block_t, T_ITERS=-(-spans // block_t), BLOCK_CG=next_pow2(cg), num_warps=4)
-    launch(_gn_cl_apply_kernel)[grid](x, a, scale, mean, bias.contiguous(), out, c, s, spans, **kw)
+    launch(_gn_cl_apply_kernel)[grid](x, a, scale, mean, bias.contiguous(), out, c, s, spans, SILU=silu, **kw)
     return out
 
 
@@ -464,9 +477,30 @@ def group_norm_silu_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 
 @group_norm_silu_op.register_fake
 def _(x, weight, bias, num_groups, eps, add):
+    return _out_like(x)
+
+
+def _out_like(x):
     if is_channels_last(x):
         return torch.empty_like(x)  # the launcher's and the fallback's layout
     return x.new_empty(x.shape)  # contiguous
 
 
-__all__ = ["group_norm_silu", "group_norm_silu_bytes", "group_norm_silu_op", "group_norm_silu_ref"]
+@define_op("wmbook::group_norm")
+def group_norm_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, num_groups: int,
+                  eps: float) -> torch.Tensor:
+    """GroupNorm alone (the video UNet's transformers' input norm) by the same kernels, SiLU off; as group_norm_silu_op
+    where Triton does not run."""
+    if runs_triton(x.device) and triton is not None:
+        return group_norm_silu(x, weight, bias, num_groups, eps, None, silu=False)
+    out = group_norm_silu_ref(x, weight, bias, num_groups, eps, None, silu=False)
+    fmt = (torch.channels_last if x.dim() == 4 else torch.channels_last_3d) if is_channels_last(x) else None
+    return out.contiguous(memory_format=fmt) if fmt is not None else out.contiguous()
+
+
+@group_norm_op.register_fake
+def _(x, weight, bias, num_groups, eps):
+    return _out_like(x)
+
+
+__all__ = ["group_norm_op", "group_norm_silu", "group_norm_silu_bytes", "group_norm_silu_op", "group_norm_silu_ref"]

@@ -16,6 +16,8 @@ computes its fp32 reference. Inference only.
   `group_norm_silu`) and the decoder head's.
 - `norm-conv-bias` / `vae-norm-conv-bias` (after the two above): a convolution read only by a fused GroupNorm + SiLU
   leaves its bias to the norm kernel's per-channel add (fold_conv_bias).
+- `frames-norm-triton`: the video UNet's temporal transformers' GroupNorm over a sample's frames -> `group_norm`
+  (TritonFramesNorm), read in place from the channels-last activation.
 """
 
 from __future__ import annotations
@@ -140,6 +142,30 @@ class FusedGroupNormSiLU(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.weight.shape[0]}, eps={self.eps} (+ SiLU, Triton)"
+
+
+class TritonFramesNorm:
+    """TemporalTransformer whose GroupNorm over a sample's frames is `wmbook::group_norm` (the norm kernels, SiLU
+    off). A channels-last x [(B T), C, h, w] is a channels_last_3d [B, C, T, h, w] once its batch and frames are split
+    and transposed: the kernels read it in place, many programs per group, where inductor's norm copies it to
+    channels-first and reduces each (sample, group) in one program (32 programs for a batch of one)."""
+
+    def frames_norm(self, x, batch):
+        v = x.unflatten(0, (batch, x.shape[0] // batch)).transpose(1, 2)
+        return ops.group_norm(v, self.norm.weight, self.norm.bias, self.norm.num_groups, self.norm.eps)
+
+
+def fuse_frames_norm(model: nn.Module) -> int:
+    """Each TemporalTransformer's input norm -> TritonFramesNorm (parameters and state dict unchanged); how many."""
+    from ..models.wma.unet import TemporalTransformer  # noqa: PLC0415  heavy: models.wma (diffusers)
+
+    n = 0
+    for m in model.modules():
+        if (isinstance(m, TemporalTransformer) and not isinstance(m, TritonFramesNorm)
+                and type(m.norm) is nn.GroupNorm and m.norm.affine):
+            swap_class(m, TritonFramesNorm)
+            n += 1
+    return n
 
 
 class BiasFreeConv:

@@ -204,14 +204,17 @@ class TemporalTransformer(nn.Module):
     def _proj(self, layer: nn.Module, y: torch.Tensor) -> torch.Tensor:
         return layer(y) if self.use_linear else layer(y.transpose(1, 2)).transpose(1, 2)
 
+    def frames_norm(self, x: torch.Tensor, batch: int) -> torch.Tensor:
+        """x [(B T), C, h, w] -> the GroupNorm of [B, C, T, h, w]: statistics over all frames of a sample."""
+        # .contiguous(): eager group_norm copies a transposed input anyway; traced graphs (AOTAutograd) call
+        # native_group_norm directly, whose CPU kernel refuses a non-contiguous input
+        return self.norm(x.unflatten(0, (batch, x.shape[0] // batch)).transpose(1, 2).contiguous())
+
     def forward(self, x: torch.Tensor, batch: int) -> torch.Tensor:
         bt, c, h, w = x.shape  # [(B T), C, h, w]
         t = bt // batch
         with dl("UNet_Norm"):
-            # GroupNorm statistics over all frames of a sample: [B, C, T, h, w]
-            # .contiguous(): eager group_norm copies a transposed input anyway; traced graphs (AOTAutograd) call
-            # native_group_norm directly, whose CPU kernel refuses a non-contiguous input
-            y = self.norm(x.unflatten(0, (batch, t)).transpose(1, 2).contiguous())
+            y = self.frames_norm(x, batch)  # [B, C, T, h, w]
         with dl("UNet_Transformer_Proj"):
             y = y.permute(0, 3, 4, 2, 1).reshape(batch * h * w, t, c)  # [(B h w), T, C]
             y = self._proj(self.proj_in, y)

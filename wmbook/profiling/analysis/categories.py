@@ -40,7 +40,7 @@ _OP_CATEGORY = [
                                r"_scaled_mm|addmv|mv|dot|einsum)$|^wmbook::geglu_linear$")),
     ("normalization", re.compile(r"^aten::(native_layer_norm|layer_norm|group_norm|native_group_norm|rms_norm|"
                                  r"_fused_rms_norm|batch_norm|native_batch_norm|_batch_norm|instance_norm|"
-                                 r"cudnn_batch_norm)|^wmbook::(group_norm_silu|rms_norm_silu|adaln_modulate|"
+                                 r"cudnn_batch_norm)|^wmbook::(group_norm_silu|group_norm|rms_norm_silu|adaln_modulate|"
                                  r"gated_residual_adaln|qk_norm_rope|head_norm_rope)$")),
     ("copy/cast", re.compile(r"^aten::(copy_|to|_to_copy|clone|contiguous|cat|stack|_unsafe_view|index_copy_?|"
                              r"slice_scatter|roll|repeat|repeat_interleave|index|index_select|gather|"

@@ -22,17 +22,25 @@ def _triton_fused(pipe, ctx: VariantContext):
     ctx.notes["triton-fused"] = ", ".join(f"{v} {k}" for k, v in counts.items())
 
 
+def _swap_into_denoiser(pipe, ctx: VariantContext, name: str, module: str, swap: str, found: str, note: str) -> None:
+    """A denoiser swap variant's body: wmbook.variants.<module>.<swap>(denoiser) -> how many it swapped; none is an
+    error naming what the variant looks for; the count goes to the row's note."""
+    import importlib  # noqa: PLC0415
+
+    # late: the swap modules import the Triton kernel modules, which register torch.ops.wmbook
+    n = getattr(importlib.import_module(f"wmbook.variants.{module}"), swap)(ctx.workload.denoiser(pipe))
+    if not n:
+        raise ValueError(f"{name} found no {found} in the {ctx.workload.name} denoiser")
+    ctx.notes[name] = f"{n} {note}"
+
+
 @register("action-norm-rope", family="kernels", requires=("action_modules",),
           description="the action modules' queries and keys normalized per head and rotated by frame in one Triton "
                       "pass (wmbook.kernels.head_norm_rope), written once: inductor otherwise recomputes the query's "
                       "norm and rotation inside the reduction that scores it against each key")
 def _action_norm_rope(pipe, ctx: VariantContext):
-    from .. import fused  # noqa: PLC0415  heavy: Triton kernel modules (they register torch.ops.wmbook)
-
-    n = fused.fuse_action_norm_rope(ctx.workload.denoiser(pipe))
-    if not n:
-        raise ValueError(f"action-norm-rope found no action module in the {ctx.workload.name} denoiser")
-    ctx.notes["action-norm-rope"] = f"{n} action modules on head_norm_rope"
+    _swap_into_denoiser(pipe, ctx, "action-norm-rope", "fused", "fuse_action_norm_rope", "action module",
+                        "action modules on head_norm_rope")
 
 
 @register("fused-qkv", family="kernels", requires=("kv_cache",),
@@ -40,12 +48,8 @@ def _action_norm_rope(pipe, ctx: VariantContext):
                       "weights (one launch, one read of the input, a 3x wider GEMM); the projections stay as views "
                       "of it (wmbook.variants.qkv)")
 def _fused_qkv(pipe, ctx: VariantContext):
-    from .. import qkv  # noqa: PLC0415  the module is only needed by this row
-
-    n = qkv.fuse_qkv(ctx.workload.denoiser(pipe))
-    if not n:
-        raise ValueError(f"fused-qkv found no causal self-attention in the {ctx.workload.name} denoiser")
-    ctx.notes["fused-qkv"] = f"{n} self-attentions with one q/k/v GEMM"
+    _swap_into_denoiser(pipe, ctx, "fused-qkv", "qkv", "fuse_qkv", "causal self-attention",
+                        "self-attentions with one q/k/v GEMM")
 
 
 @register("ffn-gelu-epilogue", family="kernels", requires=("kv_cache",),
@@ -54,13 +58,9 @@ def _fused_qkv(pipe, ctx: VariantContext):
                       "written once, already activated (wmbook.variants.epilogues); the reference's arithmetic on a "
                       "CPU")
 def _ffn_gelu_epilogue(pipe, ctx: VariantContext):
-    from .. import epilogues  # noqa: PLC0415  the module is only needed by this row
-
-    n = epilogues.fuse_ffn_gelu(ctx.workload.denoiser(pipe))
-    if not n:
-        raise ValueError(f"ffn-gelu-epilogue found no Linear -> GELU(tanh) -> Linear feed-forward in the "
-                         f"{ctx.workload.name} denoiser")
-    ctx.notes["ffn-gelu-epilogue"] = f"{n} feed-forwards with the GELU in the GEMM epilogue"
+    _swap_into_denoiser(pipe, ctx, "ffn-gelu-epilogue", "epilogues", "fuse_ffn_gelu",
+                        "Linear -> GELU(tanh) -> Linear feed-forward",
+                        "feed-forwards with the GELU in the GEMM epilogue")
 
 
 @register("geglu-gemm", family="kernels", requires=("unet",),
@@ -68,12 +68,17 @@ def _ffn_gelu_epilogue(pipe, ctx: VariantContext):
                       "(wmbook.kernels.geglu_linear): two fp32 accumulators per output tile, value x GELU(gate) in its "
                       "epilogue, so the projection's 2 x inner output is never written or read back")
 def _geglu_gemm(pipe, ctx: VariantContext):
-    from .. import epilogues  # noqa: PLC0415  the module is only needed by this row
+    _swap_into_denoiser(pipe, ctx, "geglu-gemm", "epilogues", "fuse_geglu", "GEGLU feed-forward",
+                        "GEGLU feed-forwards as one GEMM each")
 
-    n = epilogues.fuse_geglu(ctx.workload.denoiser(pipe))
-    if not n:
-        raise ValueError(f"geglu-gemm found no GEGLU feed-forward in the {ctx.workload.name} denoiser")
-    ctx.notes["geglu-gemm"] = f"{n} GEGLU feed-forwards as one GEMM each"
+
+@register("frames-norm-triton", family="kernels", requires=("unet",),
+          description="the video UNet's temporal transformers' GroupNorm (statistics over all frames of a sample) by "
+                      "the GroupNorm kernels with the SiLU off (wmbook::group_norm), read in place from a "
+                      "channels-last activation: inductor's norm there reduces each (sample, group) in one program")
+def _frames_norm_triton(pipe, ctx: VariantContext):
+    _swap_into_denoiser(pipe, ctx, "frames-norm-triton", "fused", "fuse_frames_norm",
+                        "temporal transformer left to swap", "temporal transformers' norms on group_norm")
 
 
 @register("vae-triton-fused", family="decoder",
