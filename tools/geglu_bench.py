@@ -49,10 +49,12 @@ def unfused(x, weight, bias):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", default="wma")
+    ap.add_argument("--preset", default="wma", choices=sorted(presets.WMA_PRESETS))
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error(f"--repeats={args.repeats} is not allowed; allowed values: an integer >= 1")
     if not torch.cuda.is_available():
         print("geglu_bench: needs a CUDA device", file=sys.stderr)
         return 2
@@ -68,8 +70,8 @@ def main(argv=None) -> int:
         ref = gl.geglu_linear_ref(x.float(), weight.float(), bias.float())
         kernels = {"cuBLAS + inductor's GELU x value": lambda: compiled(x, weight, bias)}
         for tiles in gl.TILES:
-            kernels[f"geglu_linear {tiles}"] = (lambda t=tiles: gl.geglu_linear(x, weight, bias, tiles=t))
-        kernels["geglu_linear (autotuned)"] = lambda: gl.geglu_linear(x, weight, bias)
+            label_t = f"geglu_linear {tiles}" + (" (default)" if tiles == gl.TILES[0] else "")
+            kernels[label_t] = (lambda t=tiles: gl.geglu_linear(x, weight, bias, tiles=t))
         floor_bytes = gl.geglu_linear_bytes(x, weight, bias)
         for name, fn in kernels.items():
             err = compare(fn().float(), ref).rel_l2
