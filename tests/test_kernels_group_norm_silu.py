@@ -91,6 +91,28 @@ def test_group_norm_silu_channels_last_many_tiles(poisoned, monkeypatch):
             torch.testing.assert_close(got, gns.group_norm_silu_ref(x, weight, bias, 4, 1e-5, add), **TOL[dtype])
 
 
+@pytest.mark.parametrize("stats_tile", [32, 4096])
+def test_group_norm_silu_channels_last_shifted_statistics(poisoned, monkeypatch, stats_tile):
+    """stats="shifted": each span's statistics from sums of x - k and (x - k)^2 (k the span's first position) over
+    tiles of stats_tile elements within the launcher's spans: many tiles a span and a partial last span (32), or
+    the whole span in one tile (4096); a mean far from the data's spread, the time embedding added, masked channels."""
+    monkeypatch.setattr(gns, "_CL_TILE", 64)
+    monkeypatch.setattr(gns, "_CL_PROGRAMS", 6)
+    x, weight, bias, add = _inputs((2, 24, 3, 7, 9), torch.float32, True, True, seed=13)
+    x = x + 40  # with plain sums of squares in fp32 the variance would be lost in the mean's
+    h = (x + add[..., None, None, None]).double()
+    want = torch.nn.functional.silu(torch.nn.functional.group_norm(h, 4, weight.double(), bias.double(), 1e-5))
+    got = gns._group_norm_silu_cl(x, weight, bias, 4, 1e-5, add, torch.empty_like(x), stats="shifted",
+                                  stats_tile=stats_tile)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    xb, wb, bb, ab = _inputs((2, 24, 3, 7, 9), torch.bfloat16, True, True, seed=14)
+    torch.testing.assert_close(gns._group_norm_silu_cl(xb, wb, bb, 4, 1e-5, ab, torch.empty_like(xb), stats="shifted",
+                                                       stats_tile=stats_tile),
+                               gns.group_norm_silu_ref(xb, wb, bb, 4, 1e-5, ab), **TOL[torch.bfloat16])
+    with pytest.raises(ValueError, match="stats='welford' is not allowed; allowed values: \\['chan', 'shifted'\\]"):
+        gns._group_norm_silu_cl(x, weight, bias, 4, 1e-5, add, torch.empty_like(x), stats="welford")
+
+
 def test_group_norm_silu_custom_op_and_bad_input():
     x, weight, bias, add = _inputs((2, 12, 3, 5), torch.float32, False, True, seed=0)
     torch.library.opcheck(gns.group_norm_silu_op, (x, weight, bias, 4, 1e-5, add))
@@ -116,7 +138,8 @@ def test_group_norm_silu_custom_op_and_bad_input():
 
 
 @pytest.mark.parametrize("setting", [dict(tile=4096, programs=8, max_block_c=1024, num_warps=8),
-                                     dict(tile=64, programs=3, max_block_c=16, num_warps=2)])
+                                     dict(tile=64, programs=3, max_block_c=16, num_warps=2),
+                                     dict(tile=64, programs=3, max_block_c=16, num_warps=2, stats="shifted")])
 def test_group_norm_silu_channels_last_settings_tools_sweep(poisoned, setting):
     """The launcher settings tools/gn_sweep.py sweeps on a GPU (a whole row of 40 channels in one masked block of 64;
     small tiles of 16-channel blocks) give the same result."""
@@ -142,7 +165,8 @@ def test_group_norm_silu_channels_first_settings_tools_sweep(poisoned, setting):
 
 def test_gn_sweep_tool_gates_every_setting():
     """tools/gn_sweep.py on DEV (a CPU: the kernels in the interpreter, no timing; a GPU: timed too): every quick
-    setting at every group_norm_silu call site of tiny-wma (channels-last and channels-first launchers) passes the
+    setting at every group_norm_silu call site of tiny-wma (channels-last: the UNet's two, the SD decoder's batched
+    frames; channels-first) passes the
     gate."""
     import importlib.util
     from pathlib import Path
@@ -153,7 +177,7 @@ def test_gn_sweep_tool_gates_every_setting():
     spec.loader.exec_module(mod)
     df = mod.sweep("wma", "tiny-wma", DEV, quick=True, rep_ms=1.0)
     n = df.groupby("layout")["site"].nunique()
-    assert n["channels-last"] == 2 and n.drop("channels-last").sum() >= 2  # the UNet's and the temporal/VAE sites
+    assert n["channels-last"] == 3 and n.drop("channels-last").sum() >= 2  # the UNet's and the temporal/VAE sites
     own = df[df["setting"] != "torch.compile"]  # a GPU adds torch.compile's row at each site, as the reference
     assert len(own) == sum(k * len(mod.settings(True, layout)) for layout, k in n.items())
     assert set(own["gate"]) == {"pass"}, own[["site", "setting", "gate"]]

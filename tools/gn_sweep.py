@@ -25,22 +25,25 @@ from wmbook.errors import command
 from wmbook.kernels import group_norm_silu as gns
 from wmbook.studies.kernels import sweep_cli, sweep_sites
 
-TILES = (1024, 2048, 4096, 8192)
-PROGRAMS = (264, 528, 1056, 2112)
-BLOCK_C = (64, 128, 1024)  # 1024: every channel of a position in one block (the UNet's 320 -> 512, masked)
+TILES = (2048, 4096, 8192)
+PROGRAMS = (528, 1056, 2112, 4224, 8448)  # past 2112: the SD VAE decoder's activations of hundreds of MB
+BLOCK_C = (64,)  # the launcher's default (128 and 1024, every channel of a position, were slower at 9931fae)
 WARPS = (4, 8)
+STATS = ("chan", "shifted")  # the channels-last statistics kernel (group_norm_silu._group_norm_silu_cl)
 CF_BLOCKS = (512, 1024, 2048, 4096)  # channels-first: elements of a group loaded at once
 CF_PROGRAMS = (512, 1024, 2048, 4096)
 
 
 def settings(quick: bool, layout: str = "channels-last") -> list[dict]:
+    """The grid at a call site: channels-first (block, programs, warps); channels-last (tile, programs, channel
+    block, warps, statistics kernel)."""
     if layout != "channels-last":
         grid = itertools.product(CF_BLOCKS[1:3] if quick else CF_BLOCKS, CF_PROGRAMS[1:2] if quick else CF_PROGRAMS,
                                  WARPS[:1] if quick else WARPS)
         return [dict(block=bl, programs=p, num_warps=w) for bl, p, w in grid]
-    grid = itertools.product(TILES[1:3] if quick else TILES, PROGRAMS[1:3] if quick else PROGRAMS,
-                             BLOCK_C[:1] if quick else BLOCK_C, WARPS if quick else WARPS)
-    return [dict(tile=t, programs=p, max_block_c=c, num_warps=w) for t, p, c, w in grid]
+    grid = itertools.product(TILES[:2] if quick else TILES, PROGRAMS[1:3] if quick else PROGRAMS,
+                             BLOCK_C, WARPS, STATS)
+    return [dict(tile=t, programs=p, max_block_c=c, num_warps=w, stats=st) for t, p, c, w, st in grid]
 
 
 def _runner(case, inputs, s):
@@ -54,15 +57,17 @@ def _runner(case, inputs, s):
     return lambda: launcher(x, w, b, groups, eps, add, torch.empty_like(x), **s)
 
 
-def sweep(workload: str, preset: str | None, device: torch.device, quick: bool, rep_ms: float) -> pd.DataFrame:
+def sweep(workload: str, preset: str | None, device: torch.device, quick: bool, rep_ms: float,
+          site: str | None = None) -> pd.DataFrame:
     return sweep_sites(workload, preset, device, ("group_norm_silu",), lambda case: settings(quick, case.layout),
-                       _runner, _name, rep_ms)
+                       _runner, _name, rep_ms, site)
 
 
 def _name(s: dict) -> str:
     if "tile" not in s:
         return f"block {s['block']}, programs {s['programs']}, warps {s['num_warps']}"
-    return f"tile {s['tile']}, programs {s['programs']}, block_c <= {s['max_block_c']}, warps {s['num_warps']}"
+    return (f"tile {s['tile']}, programs {s['programs']}, block_c <= {s['max_block_c']}, warps {s['num_warps']}, "
+            f"stats {s['stats']}")
 
 
 @command("gn_sweep.py")

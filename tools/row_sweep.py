@@ -46,9 +46,10 @@ def settings(quick: bool, channels: int) -> list[dict]:
     return out
 
 
-def sweep(workload: str, preset: str | None, device: torch.device, quick: bool, rep_ms: float) -> pd.DataFrame:
+def sweep(workload: str, preset: str | None, device: torch.device, quick: bool, rep_ms: float,
+          site: str | None = None) -> pd.DataFrame:
     return sweep_sites(workload, preset, device, KERNELS, lambda case: settings(quick, case.shape[-1]),
-                       lambda case, inputs, s: lambda: case.fused(**inputs, **s), _name, rep_ms)
+                       lambda case, inputs, s: lambda: case.fused(**inputs, **s), _name, rep_ms, site)
 
 
 def _name(s: dict) -> str:

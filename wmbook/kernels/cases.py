@@ -211,11 +211,18 @@ def _short_attention_case(site: str, shape: tuple) -> KernelCase:
                       lambda q, k, v: sa.short_attention_bytes(q, k, v), layout="[B, L, H, D]")
 
 
-def sd_decoder_cases(height: int, width: int, channels: int = 128, groups: int = 32) -> list[KernelCase]:
-    """The SD VAE decoder's last up-block (the largest activation): GroupNorm + SiLU at full resolution, one frame,
-    fp32 (the workload keeps its VAE in fp32)."""
-    return [_gn_case("SD VAE decoder ResnetBlock: GroupNorm + SiLU (fp32)", (1, channels, height, width), groups,
-                     1e-6, False, False, True, dtype=torch.float32)]
+def sd_decoder_cases(height: int, width: int, channels: int = 128, groups: int = 32,
+                     frames: int | None = None) -> list[KernelCase]:
+    """The SD VAE decoder's last up-block (the largest activation): GroupNorm + SiLU at full resolution. One frame in
+    fp32 (the workload's own VAE); with `frames`, also as notebook 06's stack runs it (vae-decoder-bf16,
+    vae-batch-frames, channels-last): a pass's frames as one bf16 channels-last batch, where the kernels' launch
+    settings meet activations of hundreds of MB instead of the UNet's tens."""
+    cases = [_gn_case("SD VAE decoder ResnetBlock: GroupNorm + SiLU (fp32)", (1, channels, height, width), groups,
+                      1e-6, False, False, True, dtype=torch.float32)]
+    if frames:
+        cases.append(_gn_case("SD VAE decoder ResnetBlock, a pass's frames batched: GroupNorm + SiLU",
+                              (frames, channels, height, width), groups, 1e-6, False, True, True))
+    return cases
 
 
 # --- the Wan VAE decoder: RMS norm + SiLU ---------------------------------------------------------------------------

@@ -242,6 +242,45 @@ if triton is not None:
         tl.store(base + C + c, m2, mask=c < C)
 
     @triton.jit
+    def _gn_cl_stats_shifted_kernel(
+        x_ptr,  # [B, C, *S] channels-last
+        add_ptr,  # [B, C] contiguous (HAS_ADD), else unused
+        part_ptr,  # [B, spans, 2, C] fp32: per-channel (mean, M2) over each span's positions, as _gn_cl_stats_kernel
+        C,
+        S,
+        spans,
+        HAS_ADD: tl.constexpr,
+        BLOCK_S: tl.constexpr,
+        BLOCK_C: tl.constexpr,
+        ITERS: tl.constexpr,
+    ):
+        """The span's (mean, M2) from per-element sums of x - k and (x - k)^2, k the span's first position per
+        channel: no reduction across threads until the loop ends, so a program's loads are not held up by one per
+        tile (the Chan merge per tile of _gn_cl_stats_kernel reduces twice a tile). Shifting by a value of the
+        channel keeps the sums' cancellation to the spread of the data around it, not its mean."""
+        b, span, c = _cl_program(C, spans, BLOCK_C)
+        a = _cl_add(add_ptr, b, c, C, HAS_ADD, BLOCK_C)
+        s0 = span * (ITERS * BLOCK_S)  # < S: the launcher makes no empty span
+        k0 = tl.load(x_ptr + b * C * S + s0.to(tl.int64) * C + c, mask=c < C, other=0.0)
+        if HAS_ADD:
+            k0 = (k0.to(tl.float32) + a).to(x_ptr.dtype.element_ty)
+        k0 = k0.to(tl.float32)
+        s1 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
+        s2 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
+        for k in range(ITERS):
+            m, off, _ = _cl_tile(b, span, c, k, C, S, BLOCK_S, ITERS)
+            d = tl.where(m, _cl_load(x_ptr, a, off, m, HAS_ADD) - k0[None, :], 0.0)
+            s1 += d
+            s2 += d * d
+        n = tl.minimum(ITERS * BLOCK_S, S - s0).to(tl.float32)
+        t1 = tl.sum(s1, axis=0)
+        mean = k0 + t1 / n
+        m2 = tl.maximum(tl.sum(s2, axis=0) - t1 * (t1 / n), 0.0)
+        base = part_ptr + ((b * spans + span) * 2) * C
+        tl.store(base + c, mean, mask=c < C)
+        tl.store(base + C + c, m2, mask=c < C)
+
+    @triton.jit
     def _gn_cl_finalize_kernel(
         part_ptr,  # [B, spans, 2, C] fp32 from the stats kernel
         w_ptr,  # [C]
@@ -414,11 +453,20 @@ def _group_norm_silu_cf(x, weight, bias, num_groups, eps, add, out, block: int |
 # 9931fae (the UNet's two channels-last sites, 16x320x40x64 bf16: 47-48 us against 68-102 us with 2048; compile
 # 52-57 us)
 _CL_TILE = 8192
-_CL_PROGRAMS = 1024  # programs per launch the channels-last launcher aims at (each loops over ITERS tiles)
+# programs per launch the channels-last launcher aims at (each loops over ITERS tiles): 8448 (64 per SM of an H200)
+# from tools/gn_sweep.py on the H200 (data/reports/runs/2026-12-04-h200-gn/): at the SD VAE decoder's batched frames
+# (16x128x320x512 bf16, 1.3 GB in and out) 618 us against 767 us with 1024 programs and the Chan statistics; the
+# UNet's activations (52 MB) make fewer tiles than that, so their launches are as before (42-43 us)
+_CL_PROGRAMS = 8448
 _CL_MERGE = 4096  # (span, channel) partial statistics the finalize kernel merges at once
 
 
 _CL_WARPS = 4  # warps per program of the stats and apply kernels
+# the statistics kernel the launcher runs (see _group_norm_silu_cl): "shifted" from the same sweep (at the SD VAE
+# decoder's site 618 us against 731 us with "chan" at 8448 programs; within 2 us of it at the UNet's)
+_CL_STATS = "shifted"
+_CL_STATS_TILE = 2048  # elements of the shifted statistics kernel's tile: two fp32 sums per element in registers
+_CL_STATS_KERNELS = {"chan": _gn_cl_stats_kernel, "shifted": _gn_cl_stats_shifted_kernel} if triton is not None else {}
 
 
 def _cl_blocks(c: int, s: int, b: int = 1, tile: int | None = None, programs: int | None = None,
@@ -440,14 +488,22 @@ def _cl_blocks(c: int, s: int, b: int = 1, tile: int | None = None, programs: in
 
 def _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out, tile: int | None = None,
                         programs: int | None = None, max_block_c: int = 64, num_warps: int | None = None,
-                        silu: bool = True):
+                        silu: bool = True, stats: str | None = None, stats_tile: int | None = None):
     """The channels-last launcher: per-channel span statistics, a per-group merge into mean and scale, the apply.
-    tile / programs / max_block_c / num_warps override the module defaults (tools/gn_sweep.py sweeps them on a GPU)."""
+    tile / programs / max_block_c / num_warps override the module defaults; stats picks the statistics kernel
+    ("chan": a Chan merge per tile, "shifted": shifted sums, its tiles of stats_tile elements, the span unchanged);
+    tools/gn_sweep.py sweeps them on a GPU."""
+    stats = stats or _CL_STATS
+    if stats not in _CL_STATS_KERNELS:
+        raise ValueError(f"stats={stats!r} is not allowed; allowed values: {sorted(_CL_STATS_KERNELS)}")
     b, c = x.shape[:2]
     s = x.numel() // (b * c)
     cg = c // num_groups
     block_s, block_c, iters = _cl_blocks(c, s, b, tile, programs, max_block_c)
     spans = -(-s // (block_s * iters))
+    # the statistics kernel's own tile over the same spans (powers of two: block_s * iters = stats_s * stats_iters)
+    stats_s = block_s if stats == "chan" else max(1, min(block_s, (stats_tile or _CL_STATS_TILE) // block_c))
+    stats_iters = block_s * iters // stats_s
     part = torch.empty(b, spans, 2, c, device=x.device, dtype=torch.float32)
     scale = torch.empty(b, c, device=x.device, dtype=torch.float32)
     mean = torch.empty_like(scale)
@@ -456,7 +512,7 @@ def _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out, tile: int | 
     grid = (b * spans, -(-c // block_c))
     kw = dict(HAS_ADD=add is not None, BLOCK_S=block_s, BLOCK_C=block_c, ITERS=iters,
               num_warps=num_warps or _CL_WARPS)
-    launch(_gn_cl_stats_kernel)[grid](x, a, part, c, s, spans, **kw)
+    launch(_CL_STATS_KERNELS[stats])[grid](x, a, part, c, s, spans, **(kw | dict(BLOCK_S=stats_s, ITERS=stats_iters)))
     launch(_gn_cl_finalize_kernel)[(b * num_groups,)](
         part, weight.contiguous(), scale, mean, c, s, num_groups, cg, spans, eps, BLOCK_S=block_s * iters,
         BLOCK_T=block_t, T_ITERS=-(-spans // block_t), BLOCK_CG=next_pow2(cg), num_warps=4)

@@ -53,8 +53,8 @@ SPEC = NotebookSpec(NOTEBOOK, (
     Param("base", "auto", variant_stack(),
           "the stack the rows build on; auto: notebook 04's best (its ladder + compile)"),
     Param("steps", "auto", variant_stack(), "rows added to the base, in order; auto: triton-fused, norm-conv-bias + "
-          "head-conv-gemm + upsample-fold (wma), ffn-gelu-epilogue + action-norm-rope + fused-qkv (mg2), "
-          "vae-triton-fused, vae-norm-conv-bias (wma), attn-sage "
+          "head-conv-gemm + upsample-fold + frames-norm-triton (wma), ffn-gelu-epilogue + action-norm-rope + "
+          "fused-qkv (mg2), vae-triton-fused, vae-norm-conv-bias (wma), attn-sage "
           "(where sageattention is installed), fp8-static (where the device has FP8; the slowest row to build), "
           "attn-triton (mg2)"),
     Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
@@ -114,7 +114,7 @@ def _bench(fn, rep_ms: float, device: torch.device) -> tuple[float, float, float
 
 
 def sweep_sites(workload: str, preset: str | None, device: torch.device, kernels: tuple[str, ...], settings_of,
-                runner, name, rep_ms: float) -> pd.DataFrame:
+                runner, name, rep_ms: float, site: str | None = None) -> pd.DataFrame:
     """The launcher-setting sweeps' loop (tools/gn_sweep.py, tools/row_sweep.py): at each of the workload's kernel
     call sites of `kernels` (the preset's, default the real one on a GPU, the tiny one on a CPU), torch.compile of
     the model's op sequence as the reference row (GPU only), then each setting of settings_of(case): runner(case,
@@ -124,9 +124,10 @@ def sweep_sites(workload: str, preset: str | None, device: torch.device, kernels
     us, p20, p80, timing, rel_l2, gate."""
     wl = workloads.get(workload)
     p = wl.presets[preset or (wl.real_preset if device.type == "cuda" else wl.tiny_preset)]
-    cases = [c for c in wl.kernel_cases(p) if c.kernel in kernels]
+    cases = [c for c in wl.kernel_cases(p) if c.kernel in kernels and (site is None or site in c.site)]
     if not cases:
-        raise SystemExit(f"no {' / '.join(kernels)} call site in {workload}/{p.name}'s kernel table")
+        raise SystemExit(f"no {' / '.join(kernels)} call site{f' named with {site!r}' if site else ''} in "
+                         f"{workload}/{p.name}'s kernel table")
     gpu = device.type == "cuda"
     rows = []
     for case in cases:
@@ -175,8 +176,9 @@ def sweep_cli(sweep, doc: str, workloads: list[str], quick_help: str, argv=None)
     ap.add_argument("--rep-ms", type=float, default=100.0)
     ap.add_argument("--quick", action="store_true", help=quick_help)
     ap.add_argument("--out", default=None, help="CSV path")
+    ap.add_argument("--site", default=None, help="only the call sites whose name contains this text")
     a = ap.parse_args(argv)
-    df = finish_sweep(sweep(a.workload, a.preset, resolve_device(a.device), a.quick, a.rep_ms))
+    df = finish_sweep(sweep(a.workload, a.preset, resolve_device(a.device), a.quick, a.rep_ms, site=a.site))
     with pd.option_context("display.width", 250, "display.max_rows", 500, "display.max_colwidth", 70):
         for site, g in df.groupby("site", sort=False):
             print(f"\n{g['kernel'].iloc[0] + ': ' if 'kernel' in g else ''}{site} ({g['shape'].iloc[0]}, "
@@ -331,7 +333,8 @@ def base_stack(cfg: RunConfig) -> list[Variant]:
 def kernel_steps(cfg: RunConfig) -> list[Variant]:
     """The rows added to the base: `steps`, or triton-fused, norm-conv-bias (wma: a convolution's bias added by the
     GroupNorm + SiLU kernel after it), head-conv-gemm (wma: the heads' 1-D convolutions as GEMMs), upsample-fold
-    (wma: the up path's upsampling + convolution as one transposed convolution), ffn-gelu-epilogue (mg2: the
+    (wma: the up path's upsampling + convolution as one transposed convolution), frames-norm-triton (wma: the
+    temporal transformers' GroupNorm by the GroupNorm kernels), ffn-gelu-epilogue (mg2: the
     feed-forward's GELU in its GEMM's epilogue), action-norm-rope (mg2: the action modules' queries and keys
     normalized and rotated in one pass), fused-qkv (mg2: the self-attention's q/k/v projections as one GEMM),
     vae-triton-fused, vae-norm-conv-bias (wma), attn-sage (the quantized attention comparison row) and fp8-static

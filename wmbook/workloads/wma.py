@@ -237,7 +237,7 @@ class WMAWorkload(Workload):
         return (unet_cases(preset.model_channels, preset.latent_hw, preset.frames, preset.norm_groups,
                            head_channels=preset.num_head_channels)
                 + sd_decoder_cases(preset.height, preset.width, preset.vae_block_out_channels[0],
-                                   preset.vae_norm_groups))
+                                   preset.vae_norm_groups, frames=preset.frames))
 
     def forward_flops(self, preset) -> dict[str, float]:
         return unet_forward_flops(preset)
