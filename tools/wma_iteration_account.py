@@ -10,8 +10,9 @@ call; every observed frame encoded, the text encoded every iteration), with the 
 decoded as one batch, with only the kept observed frame encoded, the text tokens computed once and only the decoder in
 bf16, with the image tokens and the VAE encoder captured too, and 06's best (also: each upsampling and the convolution
 after it folded into one transposed convolution, in the UNet and in the decoder; the decoder's GroupNorm + SiLU pairs
-as our kernel; in both, a convolution's bias added by the norm kernel after it; the VAE encoder in bf16, it and the
-image tokens compiled before their capture); every decoder compiled and captured.
+as our kernel; in both, a convolution's bias added by the norm kernel after it; the UNet's temporal transformers'
+GroupNorm by the same kernels, read in place; the VAE encoder in bf16, it and the image tokens compiled before their
+capture); every decoder compiled and captured.
 Each stack is built from one fp32 reference pipeline on the same seeded inputs; `--warmup` iterations (compiles,
 autotuning, graph captures) are not timed; then the stacks take turns, `--rounds` iterations each. The first stack is
 the reference of the others: their world-model frames are compared with its frames (PSNR) and with the fp32 eager
@@ -37,9 +38,10 @@ from wmbook.variants.ladder import apply_stack
 BASE = ("tf32,bf16,norm-input-dtype,channels-last,temporal-channels-last,cudnn-benchmark,triton-fused,head-conv-gemm,"
         "compile-whole,skip-unused-decode")
 GRAPHED = "skip-unused-heads,cuda-graphs"
-# notebook 06's denoiser base: notebook 05's later kernels too (the conv biases in the norms, the up path's fold)
-BEST_BASE = BASE.replace("triton-fused", "triton-fused,norm-conv-bias").replace("compile-whole",
-                                                                                "upsample-fold,compile-whole")
+# notebook 06's denoiser base: notebook 05's later kernels too (the conv biases in the norms, the up path's fold, the
+# temporal transformers' norms)
+BEST_BASE = BASE.replace("triton-fused", "triton-fused,norm-conv-bias").replace(
+    "compile-whole", "upsample-fold,frames-norm-triton,compile-whole")
 DEFAULT_STACKS = (f"upstream's decode and conditioning={BASE},{GRAPHED},vae-compile,vae-cuda-graphs",
                   f"bf16 VAE, a frame per call={BASE},{GRAPHED},vae-bf16,vae-compile,vae-cuda-graphs",
                   f"bf16 VAE, a pass per call={BASE},{GRAPHED},vae-bf16,vae-batch-frames,vae-compile,vae-cuda-graphs",

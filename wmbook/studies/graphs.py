@@ -101,9 +101,10 @@ def best_of_04(cfg: RunConfig) -> list[Variant]:
 # decoder), fp8 and attn-sage (low precision, comparison rows of notebook 05) are not among them, nor are fused-qkv and
 # attn-cudnn (no faster inside this stack on the H200, NOTES.md). ffn-gelu-epilogue is: 19.2 -> 18.6 ms a forward in it;
 # so is action-norm-rope: a steady block 144.3 -> 141.0 ms in notebook 06's stack; so is upsample-fold (wma): an
-# iteration at DDIM 2+2 240.6 -> 238.5 ms in it; so is norm-conv-bias (wma): 238.1 -> 232.4 ms (H200, NOTES.md).
-DENOISER_KERNELS = ("triton-fused", "norm-conv-bias", "head-conv-gemm", "upsample-fold", "ffn-gelu-epilogue",
-                    "action-norm-rope")
+# iteration at DDIM 2+2 240.6 -> 238.5 ms in it; so is norm-conv-bias (wma): 238.1 -> 232.4 ms; so is
+# frames-norm-triton (wma): 218.5 -> 213.1 ms (H200, NOTES.md). geglu-gemm is not: 218.3 -> 219.8 ms in the same stack.
+DENOISER_KERNELS = ("triton-fused", "norm-conv-bias", "head-conv-gemm", "upsample-fold", "frames-norm-triton",
+                    "ffn-gelu-epilogue", "action-norm-rope")
 
 # the comparison row that keeps notebook 04's best stack alone (the goal's baseline) where the base differs from it:
 # on a GPU the base adds notebook 05's kernels; a `base` given as a parameter may also fold rows in (e.g. wma's
