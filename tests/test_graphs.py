@@ -331,7 +331,8 @@ def test_on_a_gpu_the_base_holds_notebook_05s_kernels_and_the_goal_counts_from_n
         assert study06.base_stack(cpu) == study06.best_of_04(cpu)
         assert "cuda-graphs" not in names(study06.graph_steps(cpu))
         base, best = names(study06.base_stack(gpu)), names(study06.best_of_04(gpu))
-        kernels = (["triton-fused", "norm-conv-bias", "head-conv-gemm", "upsample-fold"] if wl == "wma"
+        kernels = (["triton-fused", "norm-conv-bias", "head-conv-gemm", "upsample-fold", "frames-norm-triton"]
+                   if wl == "wma"
                    else ["triton-fused", "ffn-gelu-epilogue", "action-norm-rope"])
         assert base == [*best[:-1], *kernels, best[-1]] and best[-1].startswith("compile-")
         rows = names(study06.graph_steps(gpu))

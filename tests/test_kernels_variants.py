@@ -129,7 +129,8 @@ def test_low_precision_rows_say_why_not_on_cpu():
     assert steps == ["triton-fused", "ffn-gelu-epilogue", "action-norm-rope", "fused-qkv", "vae-triton-fused",
                      "attn-triton"]  # heads': wma
     assert [v.name for v in study.kernel_steps(study.validate(workload="wma", preset="tiny-wma", device="cpu"))] == \
-        ["triton-fused", "norm-conv-bias", "head-conv-gemm", "upsample-fold", "vae-triton-fused", "vae-norm-conv-bias"]
+        ["triton-fused", "norm-conv-bias", "head-conv-gemm", "upsample-fold", "frames-norm-triton", "vae-triton-fused",
+         "vae-norm-conv-bias"]
     assert cfg.options.ladder is False  # auto: GPU only
     assert "attn-sage" in variants.known(workloads.get("wma")) and variants.get("attn-sage").tolerance == "fp8"
 
@@ -208,7 +209,8 @@ def test_fp8_is_the_last_row_where_both_low_precision_rows_run(monkeypatch):
                               device=torch.device("cuda"))  # the rows a GPU gets (fp8 is GPU-only)
     steps = study.kernel_steps(gpu)
     assert [v.name for v in steps] == ["triton-fused", "norm-conv-bias", "head-conv-gemm", "upsample-fold",
-                                       "vae-triton-fused", "vae-norm-conv-bias", "attn-sage", "fp8-static"]
+                                       "frames-norm-triton", "vae-triton-fused", "vae-norm-conv-bias", "attn-sage",
+                                       "fp8-static"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("sageattention") is None,
