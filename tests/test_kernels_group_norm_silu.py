@@ -166,8 +166,7 @@ def test_group_norm_silu_channels_first_settings_tools_sweep(poisoned, setting):
 def test_gn_sweep_tool_gates_every_setting():
     """tools/gn_sweep.py on DEV (a CPU: the kernels in the interpreter, no timing; a GPU: timed too): every quick
     setting at every group_norm_silu call site of tiny-wma (channels-last: the UNet's two, the SD decoder's batched
-    frames; channels-first) passes the
-    gate."""
+    frames; channels-first) passes the gate."""
     import importlib.util
     from pathlib import Path
 

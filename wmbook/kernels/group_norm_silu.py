@@ -14,7 +14,8 @@ group is not contiguous there: a position's Cg channels are (e.g. 10 bf16 values
 C channels later. Walking a group element by element reads partial sectors and divides by Cg per element (the first
 version ran at 0.4x of what inductor makes of the op sequence on the H100). Instead every program loops over dense
 [positions, channels] tiles of one span of positions, rows being contiguous runs of whole 128-byte lines: (1)
-per-channel (mean, M2) of the span (each tile's exact, merged with Chan's formula); (2) one program per (batch,
+per-channel (mean, M2) of the span (by default from sums of x - k and (x - k)^2, k the span's first value, reduced
+across threads once; or each tile's exact, merged with Chan's formula); (2) one program per (batch,
 group) merges its channels' spans into the group's mean and rstd and writes per-channel mean and scale = w * rstd;
 (3) y = SiLU((x - mean) * scale + b) over the same tiles.
 
@@ -455,8 +456,9 @@ def _group_norm_silu_cf(x, weight, bias, num_groups, eps, add, out, block: int |
 _CL_TILE = 8192
 # programs per launch the channels-last launcher aims at (each loops over ITERS tiles): 8448 (64 per SM of an H200)
 # from tools/gn_sweep.py on the H200 (data/reports/runs/2026-12-04-h200-gn/): at the SD VAE decoder's batched frames
-# (16x128x320x512 bf16, 1.3 GB in and out) 618 us against 767 us with 1024 programs and the Chan statistics; the
-# UNet's activations (52 MB) make fewer tiles than that, so their launches are as before (42-43 us)
+# (16x128x320x512 bf16, 1.3 GB in and out) 618 us against 767 us for the former launch (1024 programs, timed as 1056:
+# the same tiles a program) with the Chan statistics; at the UNet's 16x320x40x64 (1600 tiles) each program now takes
+# one tile instead of two: 43.4 us against 42.1
 _CL_PROGRAMS = 8448
 _CL_MERGE = 4096  # (span, channel) partial statistics the finalize kernel merges at once
 
