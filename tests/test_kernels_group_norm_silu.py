@@ -37,7 +37,17 @@ def _inputs(shape, dtype, channels_last, with_add, seed):
     ((1, 6, 1, 1), 1, True),  # a single group and a single position
     ((1, 4, 4, 64, 64), 1, False),  # a long group: 65536 elements in 64 chunks, merged
 ])
-def test_group_norm_silu_matches_reference(poisoned, dtype, channels_last, shape, groups, with_add):
+@pytest.mark.parametrize("path", ["three kernels", "size rule"])
+def test_group_norm_silu_matches_reference(poisoned, monkeypatch, dtype, channels_last, shape, groups, with_add,
+                                           path):
+    """Channels-last by the three kernels at any size, or by the launcher's size rule with any program count (the
+    one-launch kernel at these sizes but the long group's)."""
+    if path == "three kernels":
+        monkeypatch.setattr(gns, "_CL_ONE_MAX", 0)
+    elif not channels_last:
+        pytest.skip("channels-first has no one-launch path")
+    else:
+        monkeypatch.setattr(gns, "_CL_ONE_PROGRAMS", 1)  # the tiny shapes' few programs: the rule picks one launch
     x, weight, bias, add = _inputs(shape, dtype, channels_last, with_add, seed=shape[1] + len(shape))
     out = gns.group_norm_silu(x, weight, bias, groups, 1e-5, add)
     assert out.stride() == x.stride()  # the input's memory format kept
@@ -73,6 +83,7 @@ def test_group_norm_silu_channels_last_many_tiles(poisoned, monkeypatch):
     monkeypatch.setattr(gns, "_CL_TILE", 32)
     monkeypatch.setattr(gns, "_CL_MERGE", 16)
     monkeypatch.setattr(gns, "_CL_PROGRAMS", 40)
+    monkeypatch.setattr(gns, "_CL_ONE_MAX", 0)  # the three kernels at any size
     # no block of 64/32/16 divides 24: one masked block of 32; 2 x 189 tiles over 40 programs: 16 tiles a program
     assert gns._cl_blocks(24, 3 * 7 * 9, 2) == (1, 32, 16)
     assert gns._cl_blocks(320, 10) == (1, 64, 2)  # the UNet's widths: whole 64-channel blocks; 50 tiles, 2 a program
@@ -103,14 +114,62 @@ def test_group_norm_silu_channels_last_shifted_statistics(poisoned, monkeypatch,
     h = (x + add[..., None, None, None]).double()
     want = torch.nn.functional.silu(torch.nn.functional.group_norm(h, 4, weight.double(), bias.double(), 1e-5))
     got = gns._group_norm_silu_cl(x, weight, bias, 4, 1e-5, add, torch.empty_like(x), stats="shifted",
-                                  stats_tile=stats_tile)
+                                  stats_tile=stats_tile, one_launch=False)
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
     xb, wb, bb, ab = _inputs((2, 24, 3, 7, 9), torch.bfloat16, True, True, seed=14)
     torch.testing.assert_close(gns._group_norm_silu_cl(xb, wb, bb, 4, 1e-5, ab, torch.empty_like(xb), stats="shifted",
-                                                       stats_tile=stats_tile),
+                                                       stats_tile=stats_tile, one_launch=False),
                                gns.group_norm_silu_ref(xb, wb, bb, 4, 1e-5, ab), **TOL[torch.bfloat16])
     with pytest.raises(ValueError, match="stats='welford' is not allowed; allowed values: \\['chan', 'shifted'\\]"):
         gns._group_norm_silu_cl(x, weight, bias, 4, 1e-5, add, torch.empty_like(x), stats="welford")
+
+
+@pytest.mark.parametrize("shape,groups,max_block_c,tile", [
+    ((2, 96, 5, 7), 32, 64, 64),  # 3 channels a group: 21 groups a program in 64 channels, the last block of 11
+    ((3, 120, 4, 6), 6, 64, 32),  # 20 channels a group: 3 a program in a masked block of 64, tiles of 1 position
+    ((1, 40, 3, 5, 6), 8, 16, 2048),  # 5-D, one sample: 5 channels a group, 3 a program, the block of 8 masked
+    ((2, 160, 3, 3), 4, 16, 64),  # 40 channels a group wider than max_block_c: one group a program (block 64)
+])
+def test_group_norm_silu_one_launch(poisoned, shape, groups, max_block_c, tile):
+    """The one-launch kernel: whole groups a program (Cg not a power of two, group blocks masked at C's end, a group
+    wider than max_block_c), its statistics against float64 with a mean 40 times the spread and the time embedding
+    added; bf16 against the reference; the GroupNorm alone (silu=False)."""
+    x, weight, bias, add = _inputs(shape, torch.float32, True, True, seed=shape[1])
+    x = x + 40  # plain sums of squares in fp32 would lose the variance in the mean's
+    h = (x + add.reshape(*add.shape, *([1] * (x.dim() - 2)))).double()
+    norm = torch.nn.functional.group_norm(h, groups, weight.double(), bias.double(), 1e-5)
+    for silu, want in ((True, torch.nn.functional.silu(norm)), (False, norm)):
+        got = gns._group_norm_silu_cl_one(x, weight, bias, groups, 1e-5, add, torch.empty_like(x),
+                                          max_block_c=max_block_c, tile=tile, silu=silu)
+        assert got.stride() == x.stride()
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    xb, wb, bb, ab = _inputs(shape, torch.bfloat16, True, True, seed=shape[1] + 1)
+    torch.testing.assert_close(gns._group_norm_silu_cl_one(xb, wb, bb, groups, 1e-5, ab, torch.empty_like(xb),
+                                                           max_block_c=max_block_c, tile=tile),
+                               gns.group_norm_silu_ref(xb, wb, bb, groups, 1e-5, ab), **TOL[torch.bfloat16])
+
+
+def test_group_norm_silu_one_launch_rule(monkeypatch):
+    """The size rule at the wma UNet's sites (16 frames folded into the batch; one sample's frames in the temporal
+    conv block): the two lowest levels' ResBlocks take one launch, the levels above and one sample's 32 groups the
+    three kernels; _CL_ONE_MAX 0 turns it off; the launcher refuses a one_launch that is not None, True or False."""
+    assert gns._cl_one_plan(1280, 40, 40) == (1, 64, 32, 2)  # 5 x 8: one 40-channel group a program
+    assert gns._cl_one_plan(640, 640, 20)[:2] == (3, 64)  # 20 x 32: three groups in 64 channels
+    assert gns._cl_one_plan(320, 2560, 10, max_block_c=16)[:2] == (1, 16)
+    assert gns._cl_one_launch(16, 1280, 40, 40) and gns._cl_one_launch(16, 1280, 160, 40)
+    assert not gns._cl_one_launch(16, 640, 640, 20)  # 12,800 elements a program
+    assert not gns._cl_one_launch(1, 1280, 16 * 40, 40)  # one sample: 32 programs
+    assert not gns._cl_one_launch(16, 320, 2560, 10) and not gns._cl_one_launch(1, 320, 16 * 2560, 10)
+    monkeypatch.setattr(gns, "_CL_ONE_MAX", 0)
+    x, weight, bias, _ = _inputs((1, 8, 2, 2), torch.float32, True, False, seed=1)
+    calls = []
+    monkeypatch.setattr(gns, "_group_norm_silu_cl_one", lambda *a, **k: calls.append(1))
+    gns.group_norm_silu(x, weight, bias, 2)
+    assert not calls  # off: the three kernels
+    gns._group_norm_silu_cl(x, weight, bias, 2, 1e-5, None, torch.empty_like(x), one_launch=True)
+    assert calls == [1]
+    with pytest.raises(ValueError, match="one_launch='yes' is not allowed; allowed values: None"):
+        gns._group_norm_silu_cl(x, weight, bias, 2, 1e-5, None, torch.empty_like(x), one_launch="yes")
 
 
 def test_group_norm_silu_custom_op_and_bad_input():
@@ -144,7 +203,7 @@ def test_group_norm_silu_channels_last_settings_tools_sweep(poisoned, setting):
     """The launcher settings tools/gn_sweep.py sweeps on a GPU (a whole row of 40 channels in one masked block of 64;
     small tiles of 16-channel blocks) give the same result."""
     x, weight, bias, add = _inputs((2, 40, 5, 6), torch.float32, True, True, seed=5)
-    got = gns._group_norm_silu_cl(x, weight, bias, 4, 1e-5, add, torch.empty_like(x), **setting)
+    got = gns._group_norm_silu_cl(x, weight, bias, 4, 1e-5, add, torch.empty_like(x), one_launch=False, **setting)
     h = (x + add[..., None, None]).double()
     want = torch.nn.functional.silu(torch.nn.functional.group_norm(h, 4, weight.double(), bias.double(), 1e-5))
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)

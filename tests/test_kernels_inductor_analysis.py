@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from wmbook import kernels
+from wmbook.kernels import group_norm_silu as gns
 
 triton = pytest.importorskip("triton")
 
@@ -45,6 +46,11 @@ def _launches(monkeypatch) -> list[tuple]:
     monkeypatch.setattr(InterpretedFunction, "run", run)
     for op, args in _cases(torch.device("cpu")).values():
         op(*args)
+    # the channels-last GroupNorm's other path: the one-launch kernel (the tiny cases have too few programs for it)
+    monkeypatch.setattr(gns, "_CL_ONE_PROGRAMS", 1)
+    for name, (op, args) in _cases(torch.device("cpu")).items():
+        if "group_norm" in name:
+            op(*args)
     monkeypatch.undo()
     return seen
 
@@ -102,7 +108,7 @@ def test_every_kernel_compiles_to_ttir_with_constant_scalars(monkeypatch, run_un
     done = {x.split()[1] for x in lines}
     # every kernel the ops launch at these shapes was checked: both GroupNorm layouts (channels-first stats +
     # normalize, channels-last stats + finalize + apply) and the others
-    assert {"_gn_cl_finalize_kernel", "_gn_cl_stats_shifted_kernel", "_gn_cl_apply_kernel",
+    assert {"_gn_cl_finalize_kernel", "_gn_cl_stats_shifted_kernel", "_gn_cl_apply_kernel", "_gn_cl_one_kernel",
             "_group_norm_silu_stats_kernel", "_group_norm_silu_kernel"} <= done, sorted(done)
     assert len(done) == len(specs) >= 9, sorted(done)
 
@@ -151,9 +157,15 @@ cases = _cases(torch.device("cpu"))
 for name in ("group_norm_silu", "group_norm_silu channels-last"):  # with the time-embedding add too
     op, (x, w, b, g, eps, _) = cases[name]
     cases[name + " + add"] = (op, (x, w, b, g, eps, torch.randn(x.shape[0], x.shape[1]).to(x.dtype)))
+from wmbook.kernels import group_norm_silu as gns
+
+# the channels-last GroupNorm by its one-launch kernel too (the tiny cases have too few programs for it)
+cases |= {name + ", one launch": case for name, case in cases.items() if "group_norm" in name}
+rule = gns._CL_ONE_PROGRAMS
 out = {}
 with FakeTensorMode():
     for name, (op, args) in cases.items():
+        gns._CL_ONE_PROGRAMS = 1 if name.endswith(", one launch") else rule
         args = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="cuda") if isinstance(a, torch.Tensor)
                 else a for a in args]
         gm = make_fx(dispatch_functionalize(lambda *a: op(*a)))(*args)
@@ -170,7 +182,8 @@ _WRITES = {
     "_qk_norm_rope_kernel": ["out_ptr"], "_rms_norm_silu_kernel": ["out_ptr"],
     "_group_norm_silu_stats_kernel": ["part_ptr"], "_group_norm_silu_kernel": ["out_ptr"],
     "_gn_cl_stats_shifted_kernel": ["part_ptr"], "_gn_cl_finalize_kernel": ["mean_ptr", "scale_ptr"],
-    "_gn_cl_apply_kernel": ["out_ptr"], "_short_attention_kernel": ["o_ptr"], "_geglu_linear_kernel": ["y_ptr"],
+    "_gn_cl_apply_kernel": ["out_ptr"], "_gn_cl_one_kernel": ["out_ptr"], "_short_attention_kernel": ["o_ptr"],
+    "_geglu_linear_kernel": ["y_ptr"],
 }  # not _block_attention_kernel: its op is opaque to torch.compile (no traced launch; wmbook.kernels.block_attention)
 
 

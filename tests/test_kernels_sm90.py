@@ -143,6 +143,16 @@ CASES = [
      lambda: group_norm_silu._group_norm_silu_cl(
          x := _e(16, 128, 320, 512, fmt=CL), _e(128), _e(128), 32, 1e-6, None, x, stats="shifted", programs=4224,
          num_warps=8)),
+    # the one-launch kernel at the UNet's lower levels: 1280 channels of 5 x 8 positions (one 40-channel group a
+    # program), 640 of 20 x 32 (three 20-channel groups), and the temporal conv block's one sample (channels_last_3d)
+    ("group_norm_silu", "bf16 channels-last, one launch, the time embedding added",
+     lambda: _gn(_e(16, 1280, 5, 8, fmt=CL), True)),
+    ("group_norm_silu", "bf16 channels-last, one launch, three groups a program",
+     lambda: group_norm_silu._group_norm_silu_cl(x := _e(16, 640, 20, 32, fmt=CL), _e(640), _e(640), 32, 1e-5,
+                                                 None, x, one_launch=True)),
+    ("group_norm_silu", "bf16 channels-last 5-D, one launch, 8 warps",
+     lambda: group_norm_silu._group_norm_silu_cl_one(x := _e(1, 1280, 16, 5, 8, fmt=CL3), _e(1280), _e(1280), 32,
+                                                     1e-5, None, x, max_block_c=128, tile=4096, num_warps=8)),
     # the temporal transformers' GroupNorm alone over a sample's frames: a channels-last activation read in place
     ("group_norm_silu", "bf16 channels-last 5-D, no SiLU (frames-norm-triton)",
      lambda: _gn(_e(16, 320, 40, 64, fmt=CL).unflatten(0, (1, 16)).transpose(1, 2), eps=1e-6, silu=False)),

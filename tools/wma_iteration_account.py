@@ -22,6 +22,7 @@ pipeline's. Medians with p20-p80 over the rounds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ import torch
 from wmbook import variants, workloads
 from wmbook.bench import Samples
 from wmbook.check import compare
+from wmbook.kernels import group_norm_silu as gns
 from wmbook.profiling.analysis import kernels
 from wmbook.profiling.collect import profile_calls
 from wmbook.variants.ladder import apply_stack
@@ -58,6 +60,20 @@ PHASES = ("conditioning", "decision sampling", "decision decode", "world samplin
 
 
 parse_stack = variants.parse_labelled_stack  # LABEL=variants
+
+
+@contextlib.contextmanager
+def gn_rule(three_kernels: bool):
+    """The channels-last GroupNorm launcher's one-launch path off inside (three_kernels), as it is otherwise. Calls
+    captured in a CUDA graph keep the kernels they were captured with; the rest launch at each call, so a stack's
+    runs, not only its build, sit inside."""
+    saved = gns._CL_ONE_MAX
+    if three_kernels:
+        gns._CL_ONE_MAX = 0
+    try:
+        yield
+    finally:
+        gns._CL_ONE_MAX = saved
 
 
 def phases(out) -> dict[str, float]:
@@ -101,6 +117,11 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="after the rounds, profile one iteration of each stack and print its GPU time by kernel "
                          "category and its N longest kernels (GPU only; default 0: no profile)")
+    ap.add_argument("--gn-three-kernels", action="append", default=[], metavar="LABEL",
+                    help="build, warm up and run stack LABEL with the channels-last GroupNorm's one-launch path off "
+                         "(every call by the three kernels), to compare the launcher's size rule side by side "
+                         "(repeatable; turns inductor's compile caches off for the run, so every stack compiles "
+                         "cold)")
     a = ap.parse_args(argv)
     for name in ("steps", "warmup", "rounds"):
         if getattr(a, name) < 1:
@@ -108,6 +129,19 @@ def main(argv=None) -> int:
     if a.profile < 0:
         ap.error(f"--profile={a.profile} is not allowed; allowed values: an integer >= 0")
     stacks = a.stack or [parse_stack(s) for s in DEFAULT_STACKS]
+    labels = [label for label, _ in stacks]
+    for label in a.gn_three_kernels:
+        if label not in labels:
+            ap.error(f"--gn-three-kernels={label!r} is not allowed; allowed values: the stacks' labels {labels}")
+    three = set(a.gn_three_kernels)
+    if three:
+        # The launcher picks its kernels when torch.compile traces the op, and the compile caches key a graph by the
+        # op call, not by that choice: a stack would get the other rule's compiled code from them
+        import torch._functorch.config  # noqa: PLC0415
+        import torch._inductor.config  # noqa: PLC0415
+
+        torch._inductor.config.fx_graph_cache = False
+        torch._functorch.config.enable_autograd_cache = False
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     wl = workloads.get("wma")
     if dev.type == "cpu" and a.preset == "wma":
@@ -120,17 +154,18 @@ def main(argv=None) -> int:
         fp32 = ref.run_iteration(inputs, **kw).world.frames.float().cpu()
     pipes = {}
     for label, names in stacks:
-        pipe, _ = apply_stack(ref, wl, names, dev)
-        for i in range(a.warmup):
-            print(f"{label}: warm-up {i + 1}/{a.warmup}", file=sys.stderr, flush=True)
-            with torch.no_grad():
-                pipe.run_iteration(inputs, **kw)
+        with gn_rule(label in three):
+            pipe, _ = apply_stack(ref, wl, names, dev)
+            for i in range(a.warmup):
+                print(f"{label}: warm-up {i + 1}/{a.warmup}", file=sys.stderr, flush=True)
+                with torch.no_grad():
+                    pipe.run_iteration(inputs, **kw)
         pipes[label] = pipe
     times = {label: [] for label in pipes}
     frames = {}
     for r in range(a.rounds):
         for label, pipe in pipes.items():
-            with torch.no_grad():
+            with torch.no_grad(), gn_rule(label in three):
                 out = pipe.run_iteration(inputs, **kw)
             times[label].append(phases(out))
             frames[label] = out.world.frames.float().cpu()
@@ -155,8 +190,10 @@ def main(argv=None) -> int:
         for key in (*PHASES, "UNet forwards"):
             m = summary[key]
             print(f"  {key:18s} {m['median']:8.2f} ms ({m['p20']:.2f}-{m['p80']:.2f})")
+        result["stacks"][label]["gn_three_kernels"] = label in three
         if a.profile:
-            result["stacks"][label]["kernels"] = kernel_account(pipes[label], inputs, kw, dev, a.profile)
+            with gn_rule(label in three):
+                result["stacks"][label]["kernels"] = kernel_account(pipes[label], inputs, kw, dev, a.profile)
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))
     return 0

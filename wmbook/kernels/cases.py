@@ -199,6 +199,23 @@ def unet_cases(model_channels: int, latent_hw: tuple[int, int], frames: int, gro
     ]
 
 
+def unet_level_cases(model_channels: int, channel_mult: tuple[int, ...], latent_hw: tuple[int, int], frames: int,
+                     groups: int, batch: int = 1) -> list[KernelCase]:
+    """GroupNorm + SiLU at every level of the UNet as notebook 06's stack runs it (channels-last): a ResBlock's
+    h + emb site (frames folded into the batch) and the temporal conv block's (one sample's frames, channels_last_3d).
+    The levels below the top have activations of a few MB, where a launch's fixed cost is much of a call's time
+    (tools/gn_sweep.py --levels)."""
+    h, w = latent_hw
+    cases = []
+    for i, mult in enumerate(channel_mult):
+        ch, hw = model_channels * mult, (max(1, h >> i), max(1, w >> i))
+        cases += [_gn_case(f"video UNet level {i} ResBlock: h + emb, GroupNorm + SiLU", (batch * frames, ch, *hw),
+                           groups, 1e-5, True, True, True),
+                  _gn_case(f"video UNet level {i} temporal conv block: GroupNorm + SiLU", (batch, ch, frames, *hw),
+                           groups, 1e-5, False, True, False)]
+    return cases
+
+
 def _short_attention_case(site: str, shape: tuple) -> KernelCase:
     """Self-attention over short sequences [B, L, H, D] (bf16): the model's attention() (SDPA) against the kernel."""
     def make(device, dt, seed):

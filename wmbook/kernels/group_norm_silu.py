@@ -17,7 +17,10 @@ version ran at 0.4x of what inductor makes of the op sequence on the H100). Inst
 per-channel (mean, M2) of the span (by default from sums of x - k and (x - k)^2, k the span's first value, reduced
 across threads once; or each tile's exact, merged with Chan's formula); (2) one program per (batch,
 group) merges its channels' spans into the group's mean and rstd and writes per-channel mean and scale = w * rstd;
-(3) y = SiLU((x - mean) * scale + b) over the same tiles.
+(3) y = SiLU((x - mean) * scale + b) over the same tiles. Where the activation is small (the UNet's two lowest
+levels with the frames in the batch: a few MB, where the three launches' fixed cost is much of the time), one kernel
+does all three: a program per (batch element, block of whole groups) walks all positions for the channels' shifted
+sums, merges them per group in registers and applies over the same tiles.
 
 `silu=False` (the op `wmbook::group_norm`) leaves the SiLU out: the video UNet's transformers normalize their input
 with a GroupNorm alone, the temporal one over all frames of a sample, where a batch of one gives inductor's fused
@@ -362,6 +365,71 @@ if triton is not None:
             tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
+    @triton.jit
+    def _gn_cl_one_kernel(
+        x_ptr,  # [B, C, *S] channels-last
+        add_ptr,  # [B, C] contiguous (HAS_ADD), else unused
+        w_ptr,  # [C]
+        bias_ptr,  # [C]
+        out_ptr,  # like x
+        C,
+        S,
+        Cg,
+        eps,
+        GPB: tl.constexpr,  # whole groups a program normalizes
+        HAS_ADD: tl.constexpr,
+        BLOCK_S: tl.constexpr,
+        BLOCK_C: tl.constexpr,  # next_pow2(GPB * Cg)
+        BLOCK_G: tl.constexpr,  # next_pow2(GPB)
+        ITERS: tl.constexpr,  # cdiv(S, BLOCK_S): the program walks all of its batch element's positions
+        SILU: tl.constexpr = True,
+    ):
+        """GroupNorm (+ SiLU) of GPB whole groups of one batch element in one program (grid: batch, group blocks):
+        the channels' shifted sums over every position, merged per group in registers, then the apply over the same
+        tiles (mostly from L2). One launch instead of three, for activations small enough that the three launches'
+        fixed cost is most of their time."""
+        b = tl.program_id(0).to(tl.int64)
+        cc = tl.arange(0, BLOCK_C)
+        c = tl.program_id(1) * (GPB * Cg) + cc
+        cm = (cc < GPB * Cg) & (c < C)
+        a = _cl_add(add_ptr, b, c, C, HAS_ADD, BLOCK_C)
+        k0 = tl.load(x_ptr + b * C * S + c, mask=cm, other=0.0)  # position 0 of every channel: the shift
+        if HAS_ADD:
+            k0 = (k0.to(tl.float32) + a).to(x_ptr.dtype.element_ty)
+        k0 = tl.where(cm, k0.to(tl.float32), 0.0)
+        s1 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
+        s2 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
+        for k in range(ITERS):
+            m, off, _ = _cl_tile(b, 0, c, k, C, S, BLOCK_S, ITERS)
+            m = m & cm[None, :]
+            d = tl.where(m, _cl_load(x_ptr, a, off, m, HAS_ADD) - k0[None, :], 0.0)
+            s1 += d
+            s2 += d * d
+        n = S * 1.0
+        t1 = tl.sum(s1, axis=0)
+        mean_c = k0 + t1 / n  # per channel
+        m2_c = tl.maximum(tl.sum(s2, axis=0) - t1 * (t1 / n), 0.0)
+        # channels -> their group (Cg need not be a power of two): a [BLOCK_C, BLOCK_G] membership matrix
+        gid = cc // Cg
+        onehot = tl.where((gid[:, None] == tl.arange(0, BLOCK_G)[None, :]) & cm[:, None], 1.0, 0.0)
+        mean_g = tl.sum(mean_c[:, None] * onehot, axis=0) / Cg  # equal counts: the mean of the channels' means
+        mean = tl.sum(onehot * mean_g[None, :], axis=1)  # back to the channels
+        d = tl.where(cm, mean_c - mean, 0.0)
+        m2_g = tl.sum((m2_c + n * d * d)[:, None] * onehot, axis=0)  # Chan: M2 = sum(M2_c + n (mean_c - mean)^2)
+        rstd_g = 1.0 / tl.sqrt(m2_g / (n * Cg) + eps)  # biased variance, like group_norm
+        rstd = tl.sum(onehot * rstd_g[None, :], axis=1)
+        sc = tl.load(w_ptr + c, mask=cm, other=0.0).to(tl.float32) * rstd
+        bb = tl.load(bias_ptr + c, mask=cm, other=0.0).to(tl.float32)
+        for k in range(ITERS):
+            m, off, _ = _cl_tile(b, 0, c, k, C, S, BLOCK_S, ITERS)
+            m = m & cm[None, :]
+            x = _cl_load(x_ptr, a, off, m, HAS_ADD)
+            y = (x - mean[None, :]) * sc[None, :] + bb[None, :]
+            if SILU:
+                y = y * tl.sigmoid(y)
+            tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
+
+
 def _check(x, weight, bias, num_groups, add):
     if x.dim() < 3:
         raise ValueError(f"x must be [B, C, *spatial] (4-D images, 5-D videos), got {tuple(x.shape)}")
@@ -488,19 +556,72 @@ def _cl_blocks(c: int, s: int, b: int = 1, tile: int | None = None, programs: in
     return block_s, block_c, iters
 
 
-def _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out, tile: int | None = None,
-                        programs: int | None = None, max_block_c: int = 64, num_warps: int | None = None,
-                        silu: bool = True, stats: str | None = None, stats_tile: int | None = None):
-    """The channels-last launcher: per-channel span statistics, a per-group merge into mean and scale, the apply.
-    tile / programs / max_block_c / num_warps override the module defaults; stats picks the statistics kernel
-    ("chan": a Chan merge per tile, "shifted": shifted sums, its tiles of stats_tile elements, the span unchanged);
-    tools/gn_sweep.py sweeps them on a GPU."""
-    stats = stats or _CL_STATS
-    if stats not in _CL_STATS_KERNELS:
-        raise ValueError(f"stats={stats!r} is not allowed; allowed values: {sorted(_CL_STATS_KERNELS)}")
+# The one-launch path (_gn_cl_one_kernel) where a program's share, positions x its groups' channels, is at most
+# _CL_ONE_MAX elements and the launch has at least _CL_ONE_PROGRAMS programs (0 turns it off). From tools/gn_sweep.py
+# --levels on the H200 (data/reports/runs/2026-12-04-h200-gn-one/), against the three kernels at the wma UNet's levels
+# (16 frames in the batch unless one sample): 16x1280x5x8 10.4-11.1 against 14.5 us, 16x1280x10x16 (6,400 elements a
+# program) 17.8 against 22.0; slower at 16x640x20x32 (12,800 a program: 29.5 against 27.8), and with one sample's 32
+# groups as the only programs (1x1280x16x5x8: 20.9 against 15.9)
+_CL_ONE_MAX = 8192
+_CL_ONE_PROGRAMS = 256
+_CL_ONE_BLOCK_C = 64  # channels a one-launch program covers at most (whole groups; one group where a group is wider)
+_CL_ONE_TILE = 2048  # elements of its tile
+_CL_ONE_WARPS = 8
+
+
+def _cl_one_plan(c: int, s: int, cg: int, max_block_c: int | None = None,
+                 tile: int | None = None) -> tuple[int, int, int, int]:
+    """(GPB, BLOCK_C, BLOCK_S, ITERS) of the one-launch kernel: as many whole groups a program as fit in max_block_c
+    (_CL_ONE_BLOCK_C) channels (at least one), positions filling the rest of `tile` (_CL_ONE_TILE) elements, ITERS
+    tiles covering all s positions."""
+    gpb = max(1, min(c // cg, (max_block_c or _CL_ONE_BLOCK_C) // cg))
+    block_c = next_pow2(gpb * cg)
+    block_s = max(1, min((tile or _CL_ONE_TILE) // block_c, next_pow2(s)))
+    return gpb, block_c, block_s, -(-s // block_s)
+
+
+def _cl_one_launch(b: int, c: int, s: int, cg: int) -> bool:
+    """Whether the launcher takes the one-launch path: a program's positions x channels at most _CL_ONE_MAX, and at
+    least _CL_ONE_PROGRAMS programs (batch elements x group blocks)."""
+    gpb, _, _, _ = _cl_one_plan(c, s, cg)
+    return s * gpb * cg <= _CL_ONE_MAX and b * -(-(c // cg) // gpb) >= _CL_ONE_PROGRAMS
+
+
+def _group_norm_silu_cl_one(x, weight, bias, num_groups, eps, add, out, max_block_c: int | None = None,
+                            tile: int | None = None, num_warps: int | None = None, silu: bool = True):
+    """The channels-last one-launch launcher: one program per (batch element, block of whole groups); max_block_c /
+    tile / num_warps override _CL_ONE_BLOCK_C / _CL_ONE_TILE / _CL_ONE_WARPS (tools/gn_sweep.py sweeps them)."""
     b, c = x.shape[:2]
     s = x.numel() // (b * c)
     cg = c // num_groups
+    gpb, block_c, block_s, iters = _cl_one_plan(c, s, cg, max_block_c, tile)
+    a = add.reshape(b, c).contiguous() if add is not None else x  # x: a pointer never read
+    launch(_gn_cl_one_kernel)[(b, -(-num_groups // gpb))](
+        x, a, weight.contiguous(), bias.contiguous(), out, c, s, cg, eps, GPB=gpb, HAS_ADD=add is not None,
+        BLOCK_S=block_s, BLOCK_C=block_c, BLOCK_G=next_pow2(gpb), ITERS=iters, SILU=silu,
+        num_warps=num_warps or _CL_ONE_WARPS)
+    return out
+
+
+def _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out, tile: int | None = None,
+                        programs: int | None = None, max_block_c: int = 64, num_warps: int | None = None,
+                        silu: bool = True, stats: str | None = None, stats_tile: int | None = None,
+                        one_launch: bool | None = None):
+    """The channels-last launcher: per-channel span statistics, a per-group merge into mean and scale, the apply;
+    or, where the activation is small (_cl_one_launch; one_launch=True / False forces it), all three in one launch
+    (_group_norm_silu_cl_one). tile / programs / max_block_c / num_warps override the three kernels' module defaults;
+    stats picks their statistics kernel ("chan": a Chan merge per tile, "shifted": shifted sums, its tiles of
+    stats_tile elements, the span unchanged); tools/gn_sweep.py sweeps them on a GPU."""
+    stats = stats or _CL_STATS
+    if stats not in _CL_STATS_KERNELS:
+        raise ValueError(f"stats={stats!r} is not allowed; allowed values: {sorted(_CL_STATS_KERNELS)}")
+    if one_launch not in (None, True, False):
+        raise ValueError(f"one_launch={one_launch!r} is not allowed; allowed values: None (the size rule), True, False")
+    b, c = x.shape[:2]
+    s = x.numel() // (b * c)
+    cg = c // num_groups
+    if one_launch or (one_launch is None and _CL_ONE_MAX and _cl_one_launch(b, c, s, cg)):
+        return _group_norm_silu_cl_one(x, weight, bias, num_groups, eps, add, out, silu=silu)
     block_s, block_c, iters = _cl_blocks(c, s, b, tile, programs, max_block_c)
     spans = -(-s // (block_s * iters))
     # the statistics kernel's own tile over the same spans (powers of two: block_s * iters = stats_s * stats_iters)

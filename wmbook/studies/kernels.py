@@ -114,17 +114,18 @@ def _bench(fn, rep_ms: float, device: torch.device) -> tuple[float, float, float
 
 
 def sweep_sites(workload: str, preset: str | None, device: torch.device, kernels: tuple[str, ...], settings_of,
-                runner, name, rep_ms: float, site: str | None = None) -> pd.DataFrame:
+                runner, name, rep_ms: float, site: str | None = None, cases_of=None) -> pd.DataFrame:
     """The launcher-setting sweeps' loop (tools/gn_sweep.py, tools/row_sweep.py): at each of the workload's kernel
     call sites of `kernels` (the preset's, default the real one on a GPU, the tiny one on a CPU), torch.compile of
     the model's op sequence as the reference row (GPU only), then each setting of settings_of(case): runner(case,
     inputs, setting) -> a 0-arg callable, gated against the fp32 reference like notebook 05 (relative L2 within twice
     the eager sequence's, at least GATE_REL_L2) and timed with _bench when it passes (GPU only); a setting Triton
-    cannot compile is a row with its error, not a crash. Rows: kernel, site, shape, layout, MB, setting (name(s)),
+    cannot compile is a row with its error, not a crash; cases_of(preset), where given, replaces the kernel table's
+    call sites. Rows: kernel, site, shape, layout, MB, setting (name(s)),
     us, p20, p80, timing, rel_l2, gate."""
     wl = workloads.get(workload)
     p = wl.presets[preset or (wl.real_preset if device.type == "cuda" else wl.tiny_preset)]
-    cases = [c for c in wl.kernel_cases(p) if c.kernel in kernels and (site is None or site in c.site)]
+    cases = [c for c in (cases_of or wl.kernel_cases)(p) if c.kernel in kernels and (site is None or site in c.site)]
     if not cases:
         raise SystemExit(f"no {' / '.join(kernels)} call site{f' named with {site!r}' if site else ''} in "
                          f"{workload}/{p.name}'s kernel table")
