@@ -53,7 +53,7 @@ def settings(quick: bool, layout: str = "channels-last", grid: str = "full") -> 
         raise ValueError(f"grid={grid!r} is not allowed; allowed values: {list(GRIDS)}")
     one = [dict(one=True, max_block_c=c, tile=t, num_warps=w)
            for c, t, w in itertools.product(ONE_BLOCK_C[1:2] if quick else ONE_BLOCK_C,
-                                            ONE_TILES[1:2] if quick else ONE_TILES, WARPS)]
+                                            ONE_TILES[1:2] if quick else ONE_TILES, WARPS[:1] if quick else WARPS)]
     if layout == "channels-last" and grid in ("one", "rule"):
         return [dict(), dict(one_launch=False), *(one if grid == "one" else [])]
     if layout != "channels-last":
@@ -61,7 +61,7 @@ def settings(quick: bool, layout: str = "channels-last", grid: str = "full") -> 
                                  WARPS[:1] if quick else WARPS)
         return [dict(block=bl, programs=p, num_warps=w) for bl, p, w in grid]
     grid = itertools.product(TILES[:2] if quick else TILES, PROGRAMS[1:3] if quick else PROGRAMS,
-                             BLOCK_C, WARPS, STATS)
+                             BLOCK_C, WARPS[:1] if quick else WARPS, STATS)
     return [dict(tile=t, programs=p, max_block_c=c, num_warps=w, stats=st, one_launch=False)
             for t, p, c, w, st in grid] + one
 

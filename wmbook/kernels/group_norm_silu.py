@@ -39,6 +39,12 @@ try:
 except ImportError:  # the custom op falls back to the reference
     triton = None
 
+# the channels-last kernels' tile helpers and the one-launch kernel (taken by _group_norm_silu_cl's size rule)
+from .group_norm_cl import _cl_one_plan, _group_norm_silu_cl_one  # noqa: E402
+
+if triton is not None:
+    from .group_norm_cl import _cl_add, _cl_load, _cl_program, _cl_tile
+
 
 # the channels-first launcher's defaults, from tools/gn_sweep.py on the H100
 # (data/reports/h100/gn_sweep-wma-68ba953.csv): 2048 / 4096 / 4 warps was best at the wma temporal conv block
@@ -173,42 +179,6 @@ if triton is not None:
             if SILU:
                 y = y * tl.sigmoid(y)
             tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
-
-    @triton.jit
-    def _cl_program(C, spans, BLOCK_C: tl.constexpr):
-        """This program's batch element, span and channel indices (grid: batch x spans, channel blocks)."""
-        pid = tl.program_id(0)
-        b = (pid // spans).to(tl.int64)
-        c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-        return b, pid % spans, c
-
-    @triton.jit
-    def _cl_add(add_ptr, b, c, C, HAS_ADD: tl.constexpr, BLOCK_C: tl.constexpr):
-        """The time-embedding add of the program's channels in fp32 (HAS_ADD; else unused zeros), loaded once for all
-        its tiles."""
-        if HAS_ADD:
-            a = tl.load(add_ptr + b * C + c, mask=c < C, other=0.0).to(tl.float32)
-        else:
-            a = tl.zeros([BLOCK_C], dtype=tl.float32)
-        return a
-
-    @triton.jit
-    def _cl_tile(b, span, c, k, C, S, BLOCK_S: tl.constexpr, ITERS: tl.constexpr):
-        """Tile k (of ITERS) of the span: the mask and offsets of its [BLOCK_S, channels] channels-last block and its
-        position count (0 past the end)."""
-        s0 = (span * ITERS + k) * BLOCK_S
-        s = s0 + tl.arange(0, BLOCK_S)
-        m = (s[:, None] < S) & (c[None, :] < C)
-        off = b * C * S + s[:, None].to(tl.int64) * C + c[None, :]
-        return m, off, tl.maximum(tl.minimum(BLOCK_S, S - s0), 0)
-
-    @triton.jit
-    def _cl_load(x_ptr, a, off, m, HAS_ADD: tl.constexpr):
-        """The tile of x (+ a, rounded to x's dtype like the model's h + emb) in fp32, 0 where masked."""
-        x = tl.load(x_ptr + off, mask=m, other=0.0)
-        if HAS_ADD:
-            x = (x.to(tl.float32) + a[None, :]).to(x_ptr.dtype.element_ty)
-        return tl.where(m, x.to(tl.float32), 0.0)
 
     @triton.jit
     def _gn_cl_stats_kernel(
@@ -365,71 +335,6 @@ if triton is not None:
             tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
-    @triton.jit
-    def _gn_cl_one_kernel(
-        x_ptr,  # [B, C, *S] channels-last
-        add_ptr,  # [B, C] contiguous (HAS_ADD), else unused
-        w_ptr,  # [C]
-        bias_ptr,  # [C]
-        out_ptr,  # like x
-        C,
-        S,
-        Cg,
-        eps,
-        GPB: tl.constexpr,  # whole groups a program normalizes
-        HAS_ADD: tl.constexpr,
-        BLOCK_S: tl.constexpr,
-        BLOCK_C: tl.constexpr,  # next_pow2(GPB * Cg)
-        BLOCK_G: tl.constexpr,  # next_pow2(GPB)
-        ITERS: tl.constexpr,  # cdiv(S, BLOCK_S): the program walks all of its batch element's positions
-        SILU: tl.constexpr = True,
-    ):
-        """GroupNorm (+ SiLU) of GPB whole groups of one batch element in one program (grid: batch, group blocks):
-        the channels' shifted sums over every position, merged per group in registers, then the apply over the same
-        tiles (mostly from L2). One launch instead of three, for activations small enough that the three launches'
-        fixed cost is most of their time."""
-        b = tl.program_id(0).to(tl.int64)
-        cc = tl.arange(0, BLOCK_C)
-        c = tl.program_id(1) * (GPB * Cg) + cc
-        cm = (cc < GPB * Cg) & (c < C)
-        a = _cl_add(add_ptr, b, c, C, HAS_ADD, BLOCK_C)
-        k0 = tl.load(x_ptr + b * C * S + c, mask=cm, other=0.0)  # position 0 of every channel: the shift
-        if HAS_ADD:
-            k0 = (k0.to(tl.float32) + a).to(x_ptr.dtype.element_ty)
-        k0 = tl.where(cm, k0.to(tl.float32), 0.0)
-        s1 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
-        s2 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
-        for k in range(ITERS):
-            m, off, _ = _cl_tile(b, 0, c, k, C, S, BLOCK_S, ITERS)
-            m = m & cm[None, :]
-            d = tl.where(m, _cl_load(x_ptr, a, off, m, HAS_ADD) - k0[None, :], 0.0)
-            s1 += d
-            s2 += d * d
-        n = S * 1.0
-        t1 = tl.sum(s1, axis=0)
-        mean_c = k0 + t1 / n  # per channel
-        m2_c = tl.maximum(tl.sum(s2, axis=0) - t1 * (t1 / n), 0.0)
-        # channels -> their group (Cg need not be a power of two): a [BLOCK_C, BLOCK_G] membership matrix
-        gid = cc // Cg
-        onehot = tl.where((gid[:, None] == tl.arange(0, BLOCK_G)[None, :]) & cm[:, None], 1.0, 0.0)
-        mean_g = tl.sum(mean_c[:, None] * onehot, axis=0) / Cg  # equal counts: the mean of the channels' means
-        mean = tl.sum(onehot * mean_g[None, :], axis=1)  # back to the channels
-        d = tl.where(cm, mean_c - mean, 0.0)
-        m2_g = tl.sum((m2_c + n * d * d)[:, None] * onehot, axis=0)  # Chan: M2 = sum(M2_c + n (mean_c - mean)^2)
-        rstd_g = 1.0 / tl.sqrt(m2_g / (n * Cg) + eps)  # biased variance, like group_norm
-        rstd = tl.sum(onehot * rstd_g[None, :], axis=1)
-        sc = tl.load(w_ptr + c, mask=cm, other=0.0).to(tl.float32) * rstd
-        bb = tl.load(bias_ptr + c, mask=cm, other=0.0).to(tl.float32)
-        for k in range(ITERS):
-            m, off, _ = _cl_tile(b, 0, c, k, C, S, BLOCK_S, ITERS)
-            m = m & cm[None, :]
-            x = _cl_load(x_ptr, a, off, m, HAS_ADD)
-            y = (x - mean[None, :]) * sc[None, :] + bb[None, :]
-            if SILU:
-                y = y * tl.sigmoid(y)
-            tl.store(out_ptr + off, y.to(out_ptr.dtype.element_ty), mask=m)
-
-
 def _check(x, weight, bias, num_groups, add):
     if x.dim() < 3:
         raise ValueError(f"x must be [B, C, *spatial] (4-D images, 5-D videos), got {tuple(x.shape)}")
@@ -564,43 +469,11 @@ def _cl_blocks(c: int, s: int, b: int = 1, tile: int | None = None, programs: in
 # groups as the only programs (1x1280x16x5x8: 20.9 against 15.9)
 _CL_ONE_MAX = 8192
 _CL_ONE_PROGRAMS = 256
-_CL_ONE_BLOCK_C = 64  # channels a one-launch program covers at most (whole groups; one group where a group is wider)
-_CL_ONE_TILE = 2048  # elements of its tile
-_CL_ONE_WARPS = 8
-
-
-def _cl_one_plan(c: int, s: int, cg: int, max_block_c: int | None = None,
-                 tile: int | None = None) -> tuple[int, int, int, int]:
-    """(GPB, BLOCK_C, BLOCK_S, ITERS) of the one-launch kernel: as many whole groups a program as fit in max_block_c
-    (_CL_ONE_BLOCK_C) channels (at least one), positions filling the rest of `tile` (_CL_ONE_TILE) elements, ITERS
-    tiles covering all s positions."""
-    gpb = max(1, min(c // cg, (max_block_c or _CL_ONE_BLOCK_C) // cg))
-    block_c = next_pow2(gpb * cg)
-    block_s = max(1, min((tile or _CL_ONE_TILE) // block_c, next_pow2(s)))
-    return gpb, block_c, block_s, -(-s // block_s)
-
-
 def _cl_one_launch(b: int, c: int, s: int, cg: int) -> bool:
     """Whether the launcher takes the one-launch path: a program's positions x channels at most _CL_ONE_MAX, and at
     least _CL_ONE_PROGRAMS programs (batch elements x group blocks)."""
     gpb, _, _, _ = _cl_one_plan(c, s, cg)
     return s * gpb * cg <= _CL_ONE_MAX and b * -(-(c // cg) // gpb) >= _CL_ONE_PROGRAMS
-
-
-def _group_norm_silu_cl_one(x, weight, bias, num_groups, eps, add, out, max_block_c: int | None = None,
-                            tile: int | None = None, num_warps: int | None = None, silu: bool = True):
-    """The channels-last one-launch launcher: one program per (batch element, block of whole groups); max_block_c /
-    tile / num_warps override _CL_ONE_BLOCK_C / _CL_ONE_TILE / _CL_ONE_WARPS (tools/gn_sweep.py sweeps them)."""
-    b, c = x.shape[:2]
-    s = x.numel() // (b * c)
-    cg = c // num_groups
-    gpb, block_c, block_s, iters = _cl_one_plan(c, s, cg, max_block_c, tile)
-    a = add.reshape(b, c).contiguous() if add is not None else x  # x: a pointer never read
-    launch(_gn_cl_one_kernel)[(b, -(-num_groups // gpb))](
-        x, a, weight.contiguous(), bias.contiguous(), out, c, s, cg, eps, GPB=gpb, HAS_ADD=add is not None,
-        BLOCK_S=block_s, BLOCK_C=block_c, BLOCK_G=next_pow2(gpb), ITERS=iters, SILU=silu,
-        num_warps=num_warps or _CL_ONE_WARPS)
-    return out
 
 
 def _group_norm_silu_cl(x, weight, bias, num_groups, eps, add, out, tile: int | None = None,
