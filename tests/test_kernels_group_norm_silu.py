@@ -224,8 +224,9 @@ def test_group_norm_silu_channels_first_settings_tools_sweep(poisoned, setting):
 
 def test_gn_sweep_tool_gates_every_setting():
     """tools/gn_sweep.py on DEV (a CPU: the kernels in the interpreter, no timing; a GPU: timed too): every quick
-    setting at every group_norm_silu call site of tiny-wma (channels-last: the UNet's two, the SD decoder's batched
-    frames; channels-first) passes the gate."""
+    setting at the UNet's group_norm_silu call sites of tiny-wma (channels-last: its two ResBlock sites; channels-first:
+    the temporal conv block) passes the gate; --levels --grid rule: a lower level's ResBlock site, the launcher's
+    default against the three kernels."""
     import importlib.util
     from pathlib import Path
 
@@ -233,9 +234,9 @@ def test_gn_sweep_tool_gates_every_setting():
     spec = importlib.util.spec_from_file_location("gn_sweep", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    df = mod.sweep("wma", "tiny-wma", DEV, quick=True, rep_ms=1.0)
+    df = mod.sweep("wma", "tiny-wma", DEV, quick=True, rep_ms=1.0, site="video UNet")
     n = df.groupby("layout")["site"].nunique()
-    assert n["channels-last"] == 3 and n.drop("channels-last").sum() >= 2  # the UNet's and the temporal/VAE sites
+    assert n["channels-last"] == 2 and n.drop("channels-last").sum() == 1
     own = df[df["setting"] != "torch.compile"]  # a GPU adds torch.compile's row at each site, as the reference
     assert len(own) == sum(k * len(mod.settings(True, layout)) for layout, k in n.items())
     assert set(own["gate"]) == {"pass"}, own[["site", "setting", "gate"]]
@@ -243,6 +244,9 @@ def test_gn_sweep_tool_gates_every_setting():
         ref = df[df["setting"] == "torch.compile"]
         assert len(ref) == n.sum() and set(ref["gate"]) == {"reference"}
         assert df["us"].notna().all() and (df["us"] > 0).all()
+    lv = mod.sweep("wma", "tiny-wma", DEV, quick=True, rep_ms=1.0, site="level 1 ResBlock", grid="rule", levels=True)
+    assert list(lv[lv["setting"] != "torch.compile"]["setting"]) == ["launcher default", "three kernels, defaults"]
+    assert set(lv["gate"]) <= {"pass", "reference"} and lv["shape"].nunique() == 1
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
