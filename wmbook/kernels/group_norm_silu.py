@@ -464,11 +464,14 @@ def _cl_blocks(c: int, s: int, b: int = 1, tile: int | None = None, programs: in
 # The one-launch path (_gn_cl_one_kernel) where a program's share, positions x its groups' channels, is at most
 # _CL_ONE_MAX elements and the launch has at least _CL_ONE_PROGRAMS programs (0 turns it off). From tools/gn_sweep.py
 # --levels on the H200 (data/reports/runs/2026-12-04-h200-gn-one/), against the three kernels at the wma UNet's levels
-# (16 frames in the batch unless one sample): 16x1280x5x8 10.4-11.1 against 14.5 us, 16x1280x10x16 (6,400 elements a
-# program) 17.8 against 22.0; slower at 16x640x20x32 (12,800 a program: 29.5 against 27.8), and with one sample's 32
-# groups as the only programs (1x1280x16x5x8: 20.9 against 15.9)
+# (16 frames in the batch unless one sample), with the rule's settings (tile 2048, 8 warps): 16x1280x5x8 11.3 against
+# 14.4 us, 16x1280x10x16 (6,400 elements a program) 18.0 against 22.1; with its best settings one launch was slower at
+# 16x640x20x32 (12,800 a program: 29.5 against 27.8) and with one sample's 32 groups as the only programs
+# (1x1280x16x5x8: 20.9 against 15.9)
 _CL_ONE_MAX = 8192
 _CL_ONE_PROGRAMS = 256
+
+
 def _cl_one_launch(b: int, c: int, s: int, cg: int) -> bool:
     """Whether the launcher takes the one-launch path: a program's positions x channels at most _CL_ONE_MAX, and at
     least _CL_ONE_PROGRAMS programs (batch elements x group blocks)."""
