@@ -543,3 +543,32 @@ def test_steady_idle_counts_the_gpu_gaps_inside_steady_blocks_only():
     assert math.isnan(steady_idle({"traceEvents": events}, r"Nope_\d+")["idle_share"])
     with pytest.raises(ValueError, match="skip"):
         steady_idle({"traceEvents": events}, r"2\.3_Block_\d+", skip=-1)
+
+
+def test_idle_gaps_splits_the_device_timeline_gaps_and_names_what_follows_a_memset():
+    # stream 7: A 0-100, B 105-200, a memset 201-203, C 300-400; stream 8: D 150-230 (overlaps B and the memset).
+    # Merged: gaps of 5 us (A-B) and 70 us (D's end to C); the span 400 us, busy 325.
+    def ev(name, cat, ts, dur, stream, corr):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": stream,
+                "args": {"correlation": corr, "stream": stream}}
+
+    events = [ev("A", "kernel", 0, 100, 7, 1), ev("B", "kernel", 105, 95, 7, 2),
+              ev("Memset", "gpu_memset", 201, 2, 7, 3), ev("C", "kernel", 300, 100, 7, 4),
+              ev("D", "kernel", 150, 80, 8, 5)]
+    from wmbook.profiling.analysis import format_idle_gaps, idle_gaps
+
+    got = idle_gaps({"traceEvents": events}, long_us=20, top=5)
+    assert got["span_ms"] == pytest.approx(0.4) and got["busy_ms"] == pytest.approx(0.325)
+    assert got["idle_ms"] == pytest.approx(0.075) and got["gaps"] == 2
+    assert got["short_idle_ms"] == pytest.approx(0.005) and got["long_idle_ms"] == pytest.approx(0.070)
+    assert got["long_gaps"] == 1
+    first = got["top"].iloc[0]
+    assert (first["us"], first["before"], first["after"]) == (pytest.approx(70.0), "D", "C")
+    assert first["at_ms"] == pytest.approx(0.23)
+    assert got["memsets"].loc["C", "memsets"] == 1 and got["memsets"].loc["C", "memset_ms"] == pytest.approx(0.002)
+    assert "idle 0.07 in 2 gaps" in format_idle_gaps(got, long_us=20)
+    assert idle_gaps({"traceEvents": []})["gaps"] == 0
+    with pytest.raises(ValueError, match="long_us"):
+        idle_gaps({"traceEvents": events}, long_us=0)
+    with pytest.raises(ValueError, match="top"):
+        idle_gaps({"traceEvents": events}, top=-1)

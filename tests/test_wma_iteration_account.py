@@ -22,10 +22,26 @@ def test_default_stacks_resolve_and_bad_stacks_are_refused():
     for bad in ("no-equals", "=tf32", "label="):
         with pytest.raises(argparse.ArgumentTypeError, match="LABEL=variant"):
             acc.parse_stack(bad)
-    for argv in (["--rounds", "0"], ["--profile", "-1"]):
+    for argv in (["--rounds", "0"], ["--profile", "-1"], ["--trace", "traces"]):
         with pytest.raises(SystemExit):
             acc.main(argv)
     assert acc.kernel_account(None, None, {}, torch.device("cpu"), 5) is None  # no profile off CUDA
+
+
+def test_gn_rule_turns_the_one_launch_path_and_the_compile_caches_off_inside_only():
+    import torch._functorch.config
+    import torch._inductor.config
+
+    from wmbook.kernels import group_norm_silu as gns
+
+    before = (gns._CL_ONE_MAX, torch._inductor.config.fx_graph_cache, torch._functorch.config.enable_autograd_cache)
+    with acc.gn_rule(True):
+        assert gns._CL_ONE_MAX == 0
+        assert not torch._inductor.config.fx_graph_cache and not torch._functorch.config.enable_autograd_cache
+    with acc.gn_rule(False):
+        assert (gns._CL_ONE_MAX, torch._inductor.config.fx_graph_cache) == before[:2]
+    assert (gns._CL_ONE_MAX, torch._inductor.config.fx_graph_cache,
+            torch._functorch.config.enable_autograd_cache) == before
 
 
 def test_phases_add_up_to_the_iteration():

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -33,7 +35,7 @@ from wmbook import variants, workloads
 from wmbook.bench import Samples
 from wmbook.check import compare
 from wmbook.kernels import group_norm_silu as gns
-from wmbook.profiling.analysis import kernels
+from wmbook.profiling.analysis import format_idle_gaps, idle_gaps, kernels
 from wmbook.profiling.collect import profile_calls
 from wmbook.variants.ladder import apply_stack
 
@@ -66,14 +68,22 @@ parse_stack = variants.parse_labelled_stack  # LABEL=variants
 def gn_rule(three_kernels: bool):
     """The channels-last GroupNorm launcher's one-launch path off inside (three_kernels), as it is otherwise. Calls
     captured in a CUDA graph keep the kernels they were captured with; the rest launch at each call, so a stack's
-    runs, not only its build, sit inside."""
+    runs, not only its build, sit inside. With the path off, inductor's compile caches are off too: the launcher picks
+    its kernels when torch.compile traces the op, and the caches key a graph by the op call, not by that choice, so
+    the stack would otherwise get (or leave) the other rule's compiled code."""
     saved = gns._CL_ONE_MAX
-    if three_kernels:
-        gns._CL_ONE_MAX = 0
-    try:
-        yield
-    finally:
-        gns._CL_ONE_MAX = saved
+    with contextlib.ExitStack() as stack:
+        if three_kernels:
+            import torch._functorch.config  # noqa: PLC0415
+            import torch._inductor.config  # noqa: PLC0415
+
+            stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
+            stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+            gns._CL_ONE_MAX = 0
+        try:
+            yield
+        finally:
+            gns._CL_ONE_MAX = saved
 
 
 def phases(out) -> dict[str, float]:
@@ -92,15 +102,26 @@ def psnr(frames: torch.Tensor, ref: torch.Tensor) -> float:
     return float(compare(frames, ref, dtype="fp32", frames=True).psnr)
 
 
-def kernel_account(pipe, inputs, kw: dict, dev: torch.device, top: int) -> dict | None:
-    """GPU time of one (warm) iteration by kernel category and its `top` longest kernels, printed and returned
-    (None off CUDA). CUPTI sees the kernels of captured graphs, so graph replays are counted like launches."""
+def kernel_account(pipe, inputs, kw: dict, dev: torch.device, top: int, trace_to: Path | None = None) -> dict | None:
+    """GPU time of one (warm) iteration by kernel category and its `top` longest kernels, and where the GPU waits in
+    it (idle_gaps: the timeline's gaps, the memsets by the kernel after them), printed and returned (None off CUDA);
+    the trace itself gzipped to `trace_to` where given. CUPTI sees the kernels of captured graphs, so graph replays
+    are counted like launches."""
     with torch.no_grad():
         tr = profile_calls(lambda: pipe.run_iteration(inputs, **kw), dev)
     if tr is None:
         return None
+    if trace_to is not None:
+        trace_to.parent.mkdir(parents=True, exist_ok=True)
+        tmp = trace_to.with_name(trace_to.name + ".part")
+        with gzip.open(tmp, "wt") as f:
+            json.dump(tr, f)
+        tmp.replace(trace_to)  # a cut run leaves no half-written trace under the final name
     acc = kernels.kernel_account(tr, top=top)
     print(kernels.format_account(acc))
+    gaps = idle_gaps(tr, top=top)
+    print(format_idle_gaps(gaps))
+    acc["gaps"] = {k: (v.reset_index().to_dict("records") if hasattr(v, "to_dict") else v) for k, v in gaps.items()}
     return acc
 
 
@@ -117,31 +138,26 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="after the rounds, profile one iteration of each stack and print its GPU time by kernel "
                          "category and its N longest kernels (GPU only; default 0: no profile)")
+    ap.add_argument("--trace", type=Path, default=None, metavar="DIR",
+                    help="with --profile: write each stack's profiled iteration to DIR/<label>.json.gz (chrome trace)")
     ap.add_argument("--gn-three-kernels", action="append", default=[], metavar="LABEL",
                     help="build, warm up and run stack LABEL with the channels-last GroupNorm's one-launch path off "
                          "(every call by the three kernels), to compare the launcher's size rule side by side "
-                         "(repeatable; turns inductor's compile caches off for the run, so every stack compiles "
-                         "cold)")
+                         "(repeatable; inductor's compile caches are off while such a stack compiles)")
     a = ap.parse_args(argv)
     for name in ("steps", "warmup", "rounds"):
         if getattr(a, name) < 1:
             ap.error(f"--{name}={getattr(a, name)} is not allowed; allowed values: an integer >= 1")
     if a.profile < 0:
         ap.error(f"--profile={a.profile} is not allowed; allowed values: an integer >= 0")
+    if a.trace is not None and not a.profile:
+        ap.error("--trace needs --profile N (N >= 1): the trace is the profiled iteration's")
     stacks = a.stack or [parse_stack(s) for s in DEFAULT_STACKS]
     labels = [label for label, _ in stacks]
     for label in a.gn_three_kernels:
         if label not in labels:
             ap.error(f"--gn-three-kernels={label!r} is not allowed; allowed values: the stacks' labels {labels}")
     three = set(a.gn_three_kernels)
-    if three:
-        # The launcher picks its kernels when torch.compile traces the op, and the compile caches key a graph by the
-        # op call, not by that choice: a stack would get the other rule's compiled code from them
-        import torch._functorch.config  # noqa: PLC0415
-        import torch._inductor.config  # noqa: PLC0415
-
-        torch._inductor.config.fx_graph_cache = False
-        torch._functorch.config.enable_autograd_cache = False
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     wl = workloads.get("wma")
     if dev.type == "cpu" and a.preset == "wma":
@@ -193,7 +209,8 @@ def main(argv=None) -> int:
         result["stacks"][label]["gn_three_kernels"] = label in three
         if a.profile:
             with gn_rule(label in three):
-                result["stacks"][label]["kernels"] = kernel_account(pipes[label], inputs, kw, dev, a.profile)
+                to = a.trace / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', label).strip('_')}.json.gz" if a.trace else None
+                result["stacks"][label]["kernels"] = kernel_account(pipes[label], inputs, kw, dev, a.profile, to)
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))
     return 0

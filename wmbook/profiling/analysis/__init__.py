@@ -6,7 +6,7 @@
     region          select (a region of a trace), work (the rows every time table sums), activities, ops
     labels          label_tree, label_table, stage_table, label_device_times, LABEL_DEVICE_TIME_DEFINITION
     forward         forward_split, forward_categories, part_categories, decode_ms, generated_units
-    launches        launch_stats, trace_busy_ms, busy_ms, host_ms
+    launches        launch_stats, trace_busy_ms, busy_ms, host_ms, idle_gaps
     host            syncs, cpu_hotspots, casts
     roofline        roofline, op_flops, op_bytes
     kernels         kernel_summary, kernel_account, format_account
@@ -50,7 +50,9 @@ from .launches import (  # noqa: F401
     LAUNCH_CALLS,
     SHORT_KERNEL_US,
     busy_ms,
+    format_idle_gaps,
     host_ms,
+    idle_gaps,
     launch_numbers,
     launch_stats,
     trace_busy_ms,

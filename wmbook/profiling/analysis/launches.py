@@ -161,3 +161,78 @@ def steady_idle(trace, unit: str, skip: int = 1) -> dict:
                idle_share=max(0.0, span - busy) / span,
                unit_idle_share=[max(0.0, s - b) / s for s, b in zip(spans, busys)])
     return out
+
+
+def idle_gaps(trace, long_us: float = 20.0, top: int = 10) -> dict:
+    """Where the GPU waits inside a trace: the gaps of its device timeline (every stream's kernels, copies and sets
+    merged) between the first activity's start and the last one's end. Gaps shorter than `long_us` are the ones
+    between back-to-back kernels (a graph replay's or a launch queue's); longer ones are the GPU waiting for the
+    host. Returns {span_ms, busy_ms, idle_ms, gaps, short_idle_ms, long_idle_ms, long_gaps, top (DataFrame of the
+    `top` longest gaps: us, at_ms from the start, before, after, label path of the activity after), memsets
+    (DataFrame per name of the kernel launched next on a memset's stream: memsets, memset_ms)}."""
+    if not (isinstance(long_us, (int, float)) and not isinstance(long_us, bool) and long_us > 0):
+        raise ValueError(f"long_us={long_us!r} is not allowed; allowed values: a number > 0 (microseconds)")
+    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
+        raise ValueError(f"top={top!r} is not allowed; allowed values: an integer >= 0")
+    t = Trace.load(trace)
+    K = t.device_activities.sort_values(["start_us", "end_us"]).reset_index(drop=True)
+    empty_top = pd.DataFrame(columns=["us", "at_ms", "before", "after", "label"])
+    empty_sets = pd.DataFrame(columns=["memsets", "memset_ms"]).rename_axis("next kernel")
+    if not len(K):
+        return {"span_ms": 0.0, "busy_ms": 0.0, "idle_ms": 0.0, "gaps": 0, "short_idle_ms": 0.0, "long_idle_ms": 0.0,
+                "long_gaps": 0, "top": empty_top, "memsets": empty_sets}
+    s, e = K["start_us"].to_numpy(float), K["end_us"].to_numpy(float)
+    reach = np.maximum.accumulate(e)  # the timeline is busy up to reach[i] once activity i has started
+    gap = s[1:] - reach[:-1]
+    at = np.nonzero(gap > 0)[0]  # a gap between activity i's reach and activity i + 1's start
+    g = gap[at]
+    span = float(reach[-1] - s[0]) / 1e3
+    idle = float(g.sum()) / 1e3
+    long = g >= long_us
+    paths = t.labels["path"].tolist() if len(t.labels) else []
+    lab = K["label"].to_numpy()
+
+    def path(i):
+        j = int(lab[i]) if lab[i] == lab[i] else -1
+        return paths[j] if 0 <= j < len(paths) else ""
+
+    # the activity that ended last before a gap is the one whose end is its reach
+    ends_at = {float(v): i for i, v in enumerate(e)}
+    order = np.argsort(-g, kind="stable")[:top]
+    rows = [{"us": float(g[k]), "at_ms": float(reach[at[k]] - s[0]) / 1e3,
+             "before": K.at[ends_at.get(float(reach[at[k]]), int(at[k])), "name"],
+             "after": K.at[int(at[k]) + 1, "name"],
+             "label": path(int(at[k]) + 1)} for k in order]
+    # memsets: which kernel comes next on the same stream (what asked for the set, as far as order tells)
+    nxt = []
+    for _, Ks in K.groupby("stream", sort=False):
+        kinds, names = Ks["kind"].tolist(), Ks["name"].tolist()
+        durs = Ks["duration_us"].to_numpy(float)
+        for i, kind in enumerate(kinds):
+            if kind == "gpu_memset":
+                follower = next((names[j] for j in range(i + 1, len(kinds)) if kinds[j] == "kernel"), "(none)")
+                nxt.append((follower, durs[i]))
+    sets = (pd.DataFrame(nxt, columns=["next kernel", "us"]).groupby("next kernel")["us"].agg(["count", "sum"])
+            .rename(columns={"count": "memsets", "sum": "memset_ms"}).assign(memset_ms=lambda d: d["memset_ms"] / 1e3)
+            .sort_values("memsets", ascending=False) if nxt else empty_sets)
+    return {"span_ms": span, "busy_ms": span - idle, "idle_ms": idle, "gaps": int(len(g)),
+            "short_idle_ms": float(g[~long].sum()) / 1e3, "long_idle_ms": float(g[long].sum()) / 1e3,
+            "long_gaps": int(long.sum()), "top": pd.DataFrame(rows, columns=empty_top.columns) if rows else empty_top,
+            "memsets": sets}
+
+
+def format_idle_gaps(gaps: dict, long_us: float = 20.0) -> str:
+    """idle_gaps' result as text: the totals, the longest gaps and the memsets by the kernel after them."""
+    lines = [f"GPU span {gaps['span_ms']:.2f} ms, busy {gaps['busy_ms']:.2f}, idle {gaps['idle_ms']:.2f} in "
+             f"{gaps['gaps']} gaps: {gaps['short_idle_ms']:.2f} ms in gaps under {long_us:g} us, "
+             f"{gaps['long_idle_ms']:.2f} ms in {gaps['long_gaps']} longer ones"]
+    with pd.option_context("display.width", 250, "display.max_colwidth", 70):
+        if len(gaps["top"]):
+            top = gaps["top"].assign(**{c: gaps["top"][c].str.slice(0, 60) for c in ("before", "after", "label")})
+            lines += ["longest gaps:", top.to_string(float_format=lambda v: f"{v:.1f}")]
+        if len(gaps["memsets"]):
+            sets = gaps["memsets"].head(10)
+            sets.index = sets.index.str.slice(0, 100)
+            lines += ["memsets by the kernel after them on their stream:",
+                      sets.to_string(float_format=lambda v: f"{v:.3f}")]
+    return "\n".join(lines)

@@ -10,6 +10,7 @@ from ...graphs import GraphedCallable
 from .. import swaps
 from ..registry import VariantContext, register
 from .compile import raise_recompile_limit_for_regions
+from .precision import _Bf16Encode
 
 
 def buffered_decoder(decoder):
@@ -223,6 +224,32 @@ def _vae_decoder_bf16(pipe, ctx: VariantContext):
     pipe.vae.post_quant_conv.to(torch.bfloat16)  # decode_frame then casts the latent to the decoder's dtype
     pipe.vae.decoder.to(torch.bfloat16)
     ctx.notes["vae-decoder-bf16"] = "SD VAE decoder in bf16, encoder unchanged"
+
+
+@register("vae-attn-gemm", family="decoder", requires=("independent_frames",),
+          description="the SD VAE's single-head mid-block attention (one head of the block's width, 512 at wma) as "
+                      "two batched GEMMs around a softmax (diffusers' AttnProcessor) instead of "
+                      "scaled_dot_product_attention: no fused SDPA kernel takes a head of more than 256 channels, so "
+                      "SDPA falls back to its memory-efficient kernel; the scores (frames x positions^2) are written "
+                      "once. Before vae-compile, vae-cuda-graphs and the conditioning-* variants")
+def _vae_attn_gemm(pipe, ctx: VariantContext):
+    from diffusers.models.attention_processor import AttnProcessor  # noqa: PLC0415  heavy: diffusers
+
+    vae = getattr(pipe, "vae", None)
+    if not callable(getattr(vae, "set_attn_processor", None)):
+        raise ValueError(f"vae-attn-gemm needs a diffusers SD VAE (AutoencoderKL); {type(pipe).__name__} has "
+                         f"{type(vae).__name__}")
+    encode = vae.__dict__.get("_encode")
+    if (getattr(pipe, "compiled_step", False) or isinstance(getattr(pipe, "decode_step", None), GraphedCallable)
+            or (encode is not None and not isinstance(encode, _Bf16Encode))):
+        raise ValueError("vae-attn-gemm must come before vae-compile, vae-cuda-graphs, conditioning-compile and "
+                         "conditioning-cuda-graphs: a compiled or captured decode or encode keeps the attention it "
+                         "was made with")
+    n = len(vae.attn_processors)
+    if n:
+        vae.set_attn_processor(AttnProcessor())
+    ctx.notes["vae-attn-gemm"] = (f"{n} SD VAE attention layer(s) as GEMMs and a softmax" if n
+                                  else "no attention in this VAE")
 
 
 @register("vae-tiny", family="decoder", requires=("streaming_decoder",), frames_judged=False,
