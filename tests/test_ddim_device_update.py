@@ -120,6 +120,31 @@ def test_iteration_with_device_update_equals_the_default(pipe, inputs, guidance_
             assert torch.equal(ra[k], rb[k]), f"{k} differs (guidance {guidance_scale}, eta {eta}, {steps} steps)"
 
 
+def test_device_tables_are_copied_once_per_step_table_and_batch(pipe, inputs, monkeypatch):
+    """A pass's coefficient tables go to the device at their first use only: a copy from pageable host memory waits
+    for the stream to drain, which left the GPU idle at every pass's start. The kept tables give the same iteration."""
+    import wmbook.pipelines.ddim as ddim_mod
+
+    made = []
+    real = ddim_mod.video_coef_table
+    monkeypatch.setattr(ddim_mod, "video_coef_table", lambda *a, **k: made.append(1) or real(*a, **k))
+    pipe.__dict__.pop("_device_table_cache", None)
+    pipe.device_update = True
+    try:
+        a = pipe.run_iteration(inputs, progress=False, ddim_steps=3, eta=1.0)
+        assert len(made) == 1  # both passes: one table (3 steps, eta 1, one batch)
+        b = pipe.run_iteration(inputs, progress=False, ddim_steps=3, eta=1.0)
+        assert len(made) == 1
+        pipe.run_iteration(inputs, progress=False, decision_steps=2, world_steps=3, eta=1.0)
+        assert len(made) == 2  # the 2-step table is new
+    finally:
+        pipe.device_update = False
+        pipe.__dict__.pop("_device_table_cache", None)
+    ra, rb = a.reference(), b.reference()
+    for k in ra:
+        assert torch.equal(ra[k], rb[k]), k
+
+
 def test_multistep_solvers_keep_their_eager_update(pipe, inputs):
     with _count_update_steps(pipe) as calls:
         a = pipe.run_iteration(inputs, progress=False, solver="dpmsolver++", decode_decision=False)

@@ -341,8 +341,8 @@ def test_on_a_gpu_the_base_holds_notebook_05s_kernels_and_the_goal_counts_from_n
             assert rows == ["skip-unused-decode", "skip-unused-encode", "constant-conditioning", "skip-unused-heads",
                             "cuda-graphs", "vae-encoder-bf16", "conditioning-compile", "conditioning-cuda-graphs",
                             "vae-decoder-bf16", "vae-batch-frames",
-                            "vae-upsample-fold", "vae-triton-fused", "vae-norm-conv-bias", "vae-compile",
-                            "vae-cuda-graphs"]
+                            "vae-upsample-fold", "vae-triton-fused", "vae-norm-conv-bias", "vae-attn-gemm",
+                            "vae-compile", "vae-cuda-graphs"]
         else:  # cuDNN's algorithm search on before the bf16 decoder's convolutions first run (it keeps its first pick)
             decoder = rows[rows.index("cuda-graphs") + 1:rows.index("vae-stream-buffers")]
             assert decoder == ["cudnn-benchmark", "vae-bf16"]

@@ -36,7 +36,9 @@ DEFAULT_STACKS = (f"bf16 decoder, compiled, captured={BASE},vae-compile,vae-cuda
                   f"+ vae-upsample-fold={BASE},vae-upsample-fold,vae-compile,vae-cuda-graphs",
                   f"+ vae-triton-fused={BASE},vae-upsample-fold,vae-triton-fused,vae-compile,vae-cuda-graphs",
                   f"+ vae-norm-conv-bias={BASE},vae-upsample-fold,vae-triton-fused,vae-norm-conv-bias,vae-compile,"
-                  "vae-cuda-graphs")
+                  "vae-cuda-graphs",
+                  f"+ vae-attn-gemm={BASE},vae-upsample-fold,vae-triton-fused,vae-norm-conv-bias,vae-attn-gemm,"
+                  "vae-compile,vae-cuda-graphs")
 
 
 @command("frame_decode_bench.py")

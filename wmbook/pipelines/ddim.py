@@ -315,10 +315,8 @@ class WMAInteractionPipeline:
             ts = tuple(int(t) for t in msched.timesteps.tolist())
         guided = guidance_scale != 1.0
         on_device = self.device_update and msched is None
-        if on_device:  # one H2D copy per pass, before the loop: the step's coefficients as device tensor rows
-            vtab = video_coef_table(table, dev)
-            atab, stab = head_coef_table(asched, ts, dev), head_coef_table(ssched, ts, dev)
-            no_noise = torch.zeros((b, *p.latent_shape), device=dev)  # sigma 0: nothing drawn, zeros added
+        if on_device:  # the step's coefficients as device tensor rows, copied once per step count
+            vtab, atab, stab, no_noise = self._device_tables(table, ts, b)
         obs_images = inputs.observation_images.to(self.dtype)
         obs_states = inputs.observation_states.to(self.dtype)
         fs = torch.full((b,), p.default_fs, dtype=torch.long, device=dev)
@@ -360,6 +358,21 @@ class WMAInteractionPipeline:
                 frames = self.decode(x)
         timer.mark(f"{tag}_decoded")
         return PassOutput(latents=x, frames=frames, actions=act, states=st, solver=solver, timesteps=list(ts))
+
+    def _device_tables(self, table, ts, batch: int):
+        """(video_coef_table, the action and state heads' head_coef_table, zeros of the latents' shape) on the
+        device, made at a pass's first use of this step table and batch and kept: a copy from pageable host memory
+        waits for the stream to drain, so one per pass would leave the GPU idle while the host sets up the pass
+        (about 4.5 ms an iteration at wma, DDIM 2+2: NOTES.md). Read-only: the update never writes them."""
+        asched, ssched = self.action_scheduler, self.state_scheduler
+        key = (table, tuple(ts), batch, str(self.device), id(asched), id(ssched))
+        cache = self.__dict__.setdefault("_device_table_cache", {})
+        if key not in cache:
+            dev = self.device
+            cache[key] = (video_coef_table(table, dev), head_coef_table(asched, ts, dev),
+                          head_coef_table(ssched, ts, dev),
+                          torch.zeros((batch, *self.preset.latent_shape), device=dev))  # sigma 0: zeros added
+        return cache[key]
 
     def update_step(self, x, act, st, v, ea, es, noise, vcoef, hcoef_a, hcoef_s):
         """One DDIM step of the video latents and both heads with every per-step value a tensor argument:

@@ -117,6 +117,10 @@ def frame_decoder_stacks(workload, device: torch.device, compile_modes=("default
     rows["bf16 + vae-upsample-fold + vae-triton-fused + vae-norm-conv-bias + vae-compile + vae-cuda-graphs"] = [
         "vae-bf16"] + low + [
         "vae-upsample-fold", "vae-triton-fused", "vae-norm-conv-bias", "vae-compile", "vae-cuda-graphs"]
+    # its single-head attention (512 channels: no fused SDPA kernel takes it) as two GEMMs and a softmax
+    rows["+ vae-attn-gemm"] = ["vae-bf16"] + low + [
+        "vae-upsample-fold", "vae-triton-fused", "vae-norm-conv-bias", "vae-attn-gemm", "vae-compile",
+        "vae-cuda-graphs"]
     return {k: v for k, v in rows.items() if all(n in known for n in v)}
 
 

@@ -185,10 +185,11 @@ class WMAWorkload(Workload):
         the UNet, has a row of its own among the graph rows: vae-encoder-bf16), a pass's frames as one batch, each
         upsampling and its convolution folded into one transposed convolution, its GroupNorm + SiLU pairs as our
         Triton kernel with the bias of the convolution before each added inside it (vae-triton-fused,
-        vae-norm-conv-bias: 52.8 -> 48.1 ms a 16-frame decode on the H200, NOTES.md), then the step compiled and
+        vae-norm-conv-bias: 52.8 -> 48.1 ms a 16-frame decode on the H200, NOTES.md), its single-head attention as
+        GEMMs (vae-attn-gemm: the world-model pass's decode 44.4 -> 43.7 ms on the H200), then the step compiled and
         captured. At few DDIM steps the world-model pass's decode is a large share of an iteration."""
         return (["vae-decoder-bf16", "vae-batch-frames", "vae-upsample-fold", "vae-triton-fused", "vae-norm-conv-bias",
-                 "vae-compile", "vae-cuda-graphs"] if device.type == "cuda" else [])
+                 "vae-attn-gemm", "vae-compile", "vae-cuda-graphs"] if device.type == "cuda" else [])
 
     def decoder_step(self, pipe) -> DecoderStep:
         """The SD VAE decode of one frame (no state across frames: every call compiles and captures alike)."""

@@ -10,7 +10,6 @@ from ...graphs import GraphedCallable
 from .. import swaps
 from ..registry import VariantContext, register
 from .compile import raise_recompile_limit_for_regions
-from .precision import _Bf16Encode
 
 
 def buffered_decoder(decoder):
@@ -227,29 +226,26 @@ def _vae_decoder_bf16(pipe, ctx: VariantContext):
 
 
 @register("vae-attn-gemm", family="decoder", requires=("independent_frames",),
-          description="the SD VAE's single-head mid-block attention (one head of the block's width, 512 at wma) as "
-                      "two batched GEMMs around a softmax (diffusers' AttnProcessor) instead of "
+          description="the SD VAE decoder's single-head mid-block attention (one head of the block's width, 512 at "
+                      "wma) as two batched GEMMs around a softmax (diffusers' AttnProcessor) instead of "
                       "scaled_dot_product_attention: no fused SDPA kernel takes a head of more than 256 channels, so "
                       "SDPA falls back to its memory-efficient kernel; the scores (frames x positions^2) are written "
-                      "once. Before vae-compile, vae-cuda-graphs and the conditioning-* variants")
+                      "once. Before vae-compile and vae-cuda-graphs")
 def _vae_attn_gemm(pipe, ctx: VariantContext):
-    from diffusers.models.attention_processor import AttnProcessor  # noqa: PLC0415  heavy: diffusers
+    from diffusers.models.attention_processor import Attention, AttnProcessor  # noqa: PLC0415  heavy: diffusers
 
-    vae = getattr(pipe, "vae", None)
-    if not callable(getattr(vae, "set_attn_processor", None)):
-        raise ValueError(f"vae-attn-gemm needs a diffusers SD VAE (AutoencoderKL); {type(pipe).__name__} has "
-                         f"{type(vae).__name__}")
-    encode = vae.__dict__.get("_encode")
-    if (getattr(pipe, "compiled_step", False) or isinstance(getattr(pipe, "decode_step", None), GraphedCallable)
-            or (encode is not None and not isinstance(encode, _Bf16Encode))):
-        raise ValueError("vae-attn-gemm must come before vae-compile, vae-cuda-graphs, conditioning-compile and "
-                         "conditioning-cuda-graphs: a compiled or captured decode or encode keeps the attention it "
-                         "was made with")
-    n = len(vae.attn_processors)
-    if n:
-        vae.set_attn_processor(AttnProcessor())
-    ctx.notes["vae-attn-gemm"] = (f"{n} SD VAE attention layer(s) as GEMMs and a softmax" if n
-                                  else "no attention in this VAE")
+    decoder = getattr(getattr(pipe, "vae", None), "decoder", None)
+    if decoder is None:
+        raise ValueError(f"vae-attn-gemm needs a diffusers SD VAE (AutoencoderKL) with a decoder; "
+                         f"{type(pipe).__name__} has {type(getattr(pipe, 'vae', None)).__name__}")
+    if getattr(pipe, "compiled_step", False) or isinstance(getattr(pipe, "decode_step", None), GraphedCallable):
+        raise ValueError("vae-attn-gemm must come before vae-compile and vae-cuda-graphs: a compiled or captured "
+                         "decode keeps the attention it was made with")
+    layers = [m for m in decoder.modules() if isinstance(m, Attention)]
+    for m in layers:
+        m.set_processor(AttnProcessor())
+    ctx.notes["vae-attn-gemm"] = (f"{len(layers)} SD VAE decoder attention layer(s) as GEMMs and a softmax" if layers
+                                  else "no attention in this decoder")
 
 
 @register("vae-tiny", family="decoder", requires=("streaming_decoder",), frames_judged=False,
