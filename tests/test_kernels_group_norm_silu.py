@@ -47,6 +47,7 @@ def test_group_norm_silu_matches_reference(poisoned, monkeypatch, dtype, channel
     elif not channels_last:
         pytest.skip("channels-first has no one-launch path")
     else:
+        monkeypatch.setattr(gns, "_CL_ONE_MAX", gns._CL_ONE_RULE_MAX)  # the rule on (off by default)
         monkeypatch.setattr(gns, "_CL_ONE_PROGRAMS", 1)  # the tiny shapes' few programs: the rule picks one launch
     x, weight, bias, add = _inputs(shape, dtype, channels_last, with_add, seed=shape[1] + len(shape))
     out = gns.group_norm_silu(x, weight, bias, groups, 1e-5, add)
@@ -152,7 +153,10 @@ def test_group_norm_silu_one_launch(poisoned, shape, groups, max_block_c, tile):
 def test_group_norm_silu_one_launch_rule(monkeypatch):
     """The size rule at the wma UNet's sites (16 frames folded into the batch; one sample's frames in the temporal
     conv block): the two lowest levels' ResBlocks take one launch, the levels above and one sample's 32 groups the
-    three kernels; _CL_ONE_MAX 0 turns it off; the launcher refuses a one_launch that is not None, True or False."""
+    three kernels, where it is on (_CL_ONE_RULE_MAX); _CL_ONE_MAX 0, the default, turns it off; the launcher refuses a
+    one_launch that is not None, True or False."""
+    assert gns._CL_ONE_MAX == 0  # off by default: it lost inside the wma iteration (the module's comment)
+    monkeypatch.setattr(gns, "_CL_ONE_MAX", gns._CL_ONE_RULE_MAX)
     assert gns._cl_one_plan(1280, 40, 40) == (1, 64, 32, 2)  # 5 x 8: one 40-channel group a program
     assert gns._cl_one_plan(640, 640, 20)[:2] == (3, 64)  # 20 x 32: three groups in 64 channels
     assert gns._cl_one_plan(320, 2560, 10, max_block_c=16)[:2] == (1, 16)

@@ -47,6 +47,7 @@ def _launches(monkeypatch) -> list[tuple]:
     for op, args in _cases(torch.device("cpu")).values():
         op(*args)
     # the channels-last GroupNorm's other path: the one-launch kernel (the tiny cases have too few programs for it)
+    monkeypatch.setattr(gns, "_CL_ONE_MAX", gns._CL_ONE_RULE_MAX)
     monkeypatch.setattr(gns, "_CL_ONE_PROGRAMS", 1)
     for name, (op, args) in _cases(torch.device("cpu")).items():
         if "group_norm" in name:
@@ -161,11 +162,12 @@ from wmbook.kernels import group_norm_silu as gns
 
 # the channels-last GroupNorm by its one-launch kernel too (the tiny cases have too few programs for it)
 cases |= {name + ", one launch": case for name, case in cases.items() if "group_norm" in name}
-rule = gns._CL_ONE_PROGRAMS
+rule = gns._CL_ONE_PROGRAMS, gns._CL_ONE_MAX
 out = {}
 with FakeTensorMode():
     for name, (op, args) in cases.items():
-        gns._CL_ONE_PROGRAMS = 1 if name.endswith(", one launch") else rule
+        one = name.endswith(", one launch")
+        gns._CL_ONE_PROGRAMS, gns._CL_ONE_MAX = (1, gns._CL_ONE_RULE_MAX) if one else rule
         args = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="cuda") if isinstance(a, torch.Tensor)
                 else a for a in args]
         gm = make_fx(dispatch_functionalize(lambda *a: op(*a)))(*args)

@@ -28,20 +28,23 @@ def test_default_stacks_resolve_and_bad_stacks_are_refused():
     assert acc.kernel_account(None, None, {}, torch.device("cpu"), 5) is None  # no profile off CUDA
 
 
-def test_gn_rule_turns_the_one_launch_path_and_the_compile_caches_off_inside_only():
+def test_gn_rule_turns_the_one_launch_rule_on_and_the_compile_caches_off_inside_only():
     import torch._functorch.config
     import torch._inductor.config
 
     from wmbook.kernels import group_norm_silu as gns
 
     before = (gns._CL_ONE_MAX, torch._inductor.config.fx_graph_cache, torch._functorch.config.enable_autograd_cache)
+    assert before[0] == 0  # the launcher's default: the three kernels
     with acc.gn_rule(True):
-        assert gns._CL_ONE_MAX == 0
+        assert gns._CL_ONE_MAX == gns._CL_ONE_RULE_MAX > 0
         assert not torch._inductor.config.fx_graph_cache and not torch._functorch.config.enable_autograd_cache
     with acc.gn_rule(False):
         assert (gns._CL_ONE_MAX, torch._inductor.config.fx_graph_cache) == before[:2]
     assert (gns._CL_ONE_MAX, torch._inductor.config.fx_graph_cache,
             torch._functorch.config.enable_autograd_cache) == before
+    with pytest.raises(SystemExit):
+        acc.main(["--stack", "a=bf16", "--gn-one-launch", "b"])  # not a stack's label
 
 
 def test_phases_add_up_to_the_iteration():

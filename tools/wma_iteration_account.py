@@ -65,21 +65,21 @@ parse_stack = variants.parse_labelled_stack  # LABEL=variants
 
 
 @contextlib.contextmanager
-def gn_rule(three_kernels: bool):
-    """The channels-last GroupNorm launcher's one-launch path off inside (three_kernels), as it is otherwise. Calls
-    captured in a CUDA graph keep the kernels they were captured with; the rest launch at each call, so a stack's
-    runs, not only its build, sit inside. With the path off, inductor's compile caches are off too: the launcher picks
-    its kernels when torch.compile traces the op, and the caches key a graph by the op call, not by that choice, so
-    the stack would otherwise get (or leave) the other rule's compiled code."""
+def gn_rule(one_launch: bool):
+    """The channels-last GroupNorm launcher's one-launch size rule on inside (one_launch; off by default), as it is
+    otherwise. Calls captured in a CUDA graph keep the kernels they were captured with; the rest launch at each call,
+    so a stack's runs, not only its build, sit inside. With the rule on, inductor's compile caches are off: the
+    launcher picks its kernels when torch.compile traces the op, and the caches key a graph by the op call, not by that
+    choice, so the stack would otherwise get (or leave) the other rule's compiled code."""
     saved = gns._CL_ONE_MAX
     with contextlib.ExitStack() as stack:
-        if three_kernels:
+        if one_launch:
             import torch._functorch.config  # noqa: PLC0415
             import torch._inductor.config  # noqa: PLC0415
 
             stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
             stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
-            gns._CL_ONE_MAX = 0
+            gns._CL_ONE_MAX = gns._CL_ONE_RULE_MAX
         try:
             yield
         finally:
@@ -140,11 +140,11 @@ def main(argv=None) -> int:
                          "category and its N longest kernels (GPU only; default 0: no profile)")
     ap.add_argument("--trace", type=Path, default=None, metavar="DIR",
                     help="with --profile: write each stack's profiled iteration to DIR/<label>.json.gz (chrome trace)")
-    ap.add_argument("--gn-three-kernels", action="append", default=[], metavar="LABEL",
-                    help="build, warm up and run stack LABEL with the channels-last GroupNorm's one-launch path off "
-                         "(every call by the three kernels), to compare the launcher's size rule side by side "
-                         "(repeatable; such stacks are built first, with inductor's compile caches off, and dynamo's "
-                         "caches are cleared after them)")
+    ap.add_argument("--gn-one-launch", action="append", default=[], metavar="LABEL",
+                    help="build, warm up and run stack LABEL with the channels-last GroupNorm launcher's one-launch "
+                         "size rule on (off by default), to compare it side by side (repeatable; such stacks are "
+                         "built first, with inductor's compile caches off, and dynamo's caches are cleared after "
+                         "them)")
     a = ap.parse_args(argv)
     for name in ("steps", "warmup", "rounds"):
         if getattr(a, name) < 1:
@@ -155,10 +155,10 @@ def main(argv=None) -> int:
         ap.error("--trace needs --profile N (N >= 1): the trace is the profiled iteration's")
     stacks = a.stack or [parse_stack(s) for s in DEFAULT_STACKS]
     labels = [label for label, _ in stacks]
-    for label in a.gn_three_kernels:
+    for label in a.gn_one_launch:
         if label not in labels:
-            ap.error(f"--gn-three-kernels={label!r} is not allowed; allowed values: the stacks' labels {labels}")
-    three = set(a.gn_three_kernels)
+            ap.error(f"--gn-one-launch={label!r} is not allowed; allowed values: the stacks' labels {labels}")
+    flipped = set(a.gn_one_launch)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     wl = workloads.get("wma")
     if dev.type == "cpu" and a.preset == "wma":
@@ -170,26 +170,26 @@ def main(argv=None) -> int:
     with torch.no_grad():
         fp32 = ref.run_iteration(inputs, **kw).world.frames.float().cpu()
     built = {}
-    # The three-kernel stacks first, then dynamo's caches cleared: dynamo keeps compiled code per code object with
+    # The one-launch stacks first, then dynamo's caches cleared: dynamo keeps compiled code per code object with
     # guards that do not tell two instances of a model apart, so a stack built after another of the same variants
     # would run the other's compiled code, whatever the GroupNorm launcher would pick now. Their captured graphs
     # keep the kernels they were captured with.
-    for label, names in sorted(stacks, key=lambda s: s[0] not in three):
-        with gn_rule(label in three):
+    for label, names in sorted(stacks, key=lambda s: s[0] not in flipped):
+        with gn_rule(label in flipped):
             pipe, _ = apply_stack(ref, wl, names, dev)
             for i in range(a.warmup):
                 print(f"{label}: warm-up {i + 1}/{a.warmup}", file=sys.stderr, flush=True)
                 with torch.no_grad():
                     pipe.run_iteration(inputs, **kw)
         built[label] = pipe
-        if label in three and len(built) == len(three):
+        if label in flipped and len(built) == len(flipped):
             torch._dynamo.reset()
     pipes = {label: built[label] for label in labels}  # the stacks' order: the first is the reference
     times = {label: [] for label in pipes}
     frames = {}
     for r in range(a.rounds):
         for label, pipe in pipes.items():
-            with torch.no_grad(), gn_rule(label in three):
+            with torch.no_grad(), gn_rule(label in flipped):
                 out = pipe.run_iteration(inputs, **kw)
             times[label].append(phases(out))
             frames[label] = out.world.frames.float().cpu()
@@ -214,9 +214,9 @@ def main(argv=None) -> int:
         for key in (*PHASES, "UNet forwards"):
             m = summary[key]
             print(f"  {key:18s} {m['median']:8.2f} ms ({m['p20']:.2f}-{m['p80']:.2f})")
-        result["stacks"][label]["gn_three_kernels"] = label in three
+        result["stacks"][label]["gn_one_launch"] = label in flipped
         if a.profile:
-            with gn_rule(label in three):
+            with gn_rule(label in flipped):
                 to = a.trace / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', label).strip('_')}.json.gz" if a.trace else None
                 result["stacks"][label]["kernels"] = kernel_account(pipes[label], inputs, kw, dev, a.profile, to)
     if a.json:

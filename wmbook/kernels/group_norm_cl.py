@@ -1,10 +1,11 @@
 """The channels-last GroupNorm's tile helpers (shared with the three kernels of wmbook.kernels.group_norm_silu), and
-the GroupNorm (+ SiLU) in one launch for small activations (group_norm_silu takes it by its size rule,
-_cl_one_launch): a program per (batch element, block of whole groups) walks all positions of its
-channels for their shifted sums, merges them per group in registers (Cg need not be a power of two: a membership
-matrix maps channels to groups) and applies over the same tiles, mostly from L2. At the wma UNet's two lowest levels
-(a few MB an activation) the three kernels' fixed launch cost is much of a call; with few programs (one sample's
-groups) or large shares one launch is slower (tools/gn_sweep.py --levels)."""
+the GroupNorm (+ SiLU) in one launch for small activations (group_norm_silu takes it by its size rule, _cl_one_launch,
+where that is on; it is off by default: it lost inside the wma iteration, see group_norm_silu's comment): a program per
+(batch element, block of whole groups) walks all positions of its channels for their shifted sums, merges them per
+group in registers (Cg need not be a power of two: a membership matrix maps channels to groups) and applies over the
+same tiles, mostly from L2. At the wma UNet's two lowest levels (a few MB an activation) the three kernels' fixed launch
+cost is much of a call in a sweep of the call alone; with few programs (one sample's groups) or large shares one launch
+is slower (tools/gn_sweep.py --levels)."""
 
 from __future__ import annotations
 

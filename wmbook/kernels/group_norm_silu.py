@@ -467,8 +467,12 @@ def _cl_blocks(c: int, s: int, b: int = 1, tile: int | None = None, programs: in
 # (16 frames in the batch unless one sample), with the rule's settings (tile 2048, 8 warps): 16x1280x5x8 11.3 against
 # 14.4 us, 16x1280x10x16 (6,400 elements a program) 18.0 against 22.1; with its best settings one launch was slower at
 # 16x640x20x32 (12,800 a program: 29.5 against 27.8) and with one sample's 32 groups as the only programs
-# (1x1280x16x5x8: 20.9 against 15.9)
-_CL_ONE_MAX = 8192
+# (1x1280x16x5x8: 20.9 against 15.9). Inside the wma iteration the rule lost (tools/wma_iteration_account.py, the
+# two stacks side by side, data/reports/runs/2026-12-04-h200-idle/): its 80 one-launch calls took 1.44 ms of GPU time
+# where the three kernels took 0.86 ms at the same sites, normalization 33.52 against 32.89 ms. So the rule is off by
+# default (_CL_ONE_MAX 0); _CL_ONE_RULE_MAX is the sweep's threshold, to set it on.
+_CL_ONE_RULE_MAX = 8192
+_CL_ONE_MAX = 0
 _CL_ONE_PROGRAMS = 256
 
 
