@@ -361,9 +361,9 @@ class WMAInteractionPipeline:
 
     def _device_tables(self, table, ts, batch: int):
         """(video_coef_table, the action and state heads' head_coef_table, zeros of the latents' shape) on the
-        device, made at a pass's first use of this step table and batch and kept: a copy from pageable host memory
-        waits for the stream to drain, so one per pass would leave the GPU idle while the host sets up the pass
-        (about 4.5 ms an iteration at wma, DDIM 2+2: NOTES.md). Read-only: the update never writes them."""
+        device, made at a pass's first use of this step table and batch and kept: a blocking copy from host memory
+        synchronizes the stream, so one per pass left the GPU idle while the host set the pass up (3.7-5.0 ms an
+        iteration at wma, DDIM 2+2, on the H200: NOTES.md). Read-only: the update never writes them."""
         asched, ssched = self.action_scheduler, self.state_scheduler
         key = (table, tuple(ts), batch, str(self.device), id(asched), id(ssched))
         cache = self.__dict__.setdefault("_device_table_cache", {})
