@@ -68,9 +68,9 @@ parse_stack = variants.parse_labelled_stack  # LABEL=variants
 def gn_rule(one_launch: bool):
     """The channels-last GroupNorm launcher's one-launch size rule on inside (one_launch; off by default), as it is
     otherwise. Calls captured in a CUDA graph keep the kernels they were captured with; the rest launch at each call,
-    so a stack's runs, not only its build, sit inside. With the rule on, inductor's compile caches are off: the
-    launcher picks its kernels when torch.compile traces the op, and the caches key a graph by the op call, not by that
-    choice, so the stack would otherwise get (or leave) the other rule's compiled code."""
+    so a stack's runs, not only its build, sit inside. With the rule on, inductor's compile caches are off too: the
+    launcher picks its kernels when torch.compile traces the op, and whether those caches tell the two choices apart
+    is not checked (dynamo's in-memory cache does not: main builds such stacks first and clears it after them)."""
     saved = gns._CL_ONE_MAX
     with contextlib.ExitStack() as stack:
         if one_launch:
