@@ -566,7 +566,7 @@ def test_idle_gaps_splits_the_device_timeline_gaps_and_names_what_follows_a_mems
     assert (first["us"], first["before"], first["after"]) == (pytest.approx(70.0), "D", "C")
     assert first["at_ms"] == pytest.approx(0.23)
     assert got["memsets"].loc["C", "memsets"] == 1 and got["memsets"].loc["C", "memset_ms"] == pytest.approx(0.002)
-    assert "idle 0.07 in 2 gaps" in format_idle_gaps(got, long_us=20)
+    assert "under 20 us, 0.07 ms in 1 longer ones" in format_idle_gaps(got)
     assert idle_gaps({"traceEvents": []})["gaps"] == 0
     with pytest.raises(ValueError, match="long_us"):
         idle_gaps({"traceEvents": events}, long_us=0)

@@ -32,11 +32,12 @@ from pathlib import Path
 import torch
 
 from wmbook import variants, workloads
+from wmbook.atomic import atomic_open
 from wmbook.bench import Samples
 from wmbook.check import compare
 from wmbook.kernels import group_norm_silu as gns
 from wmbook.profiling.analysis import format_idle_gaps, idle_gaps, kernels
-from wmbook.profiling.collect import profile_calls
+from wmbook.profiling.collect import TRACE_GZIP_LEVEL, profile_calls
 from wmbook.variants.ladder import apply_stack
 
 BASE = ("tf32,bf16,norm-input-dtype,channels-last,temporal-channels-last,cudnn-benchmark,triton-fused,head-conv-gemm,"
@@ -111,12 +112,10 @@ def kernel_account(pipe, inputs, kw: dict, dev: torch.device, top: int, trace_to
         tr = profile_calls(lambda: pipe.run_iteration(inputs, **kw), dev)
     if tr is None:
         return None
-    if trace_to is not None:
-        trace_to.parent.mkdir(parents=True, exist_ok=True)
-        tmp = trace_to.with_name(trace_to.name + ".part")
-        with gzip.open(tmp, "wt") as f:
-            json.dump(tr, f)
-        tmp.replace(trace_to)  # a cut run leaves no half-written trace under the final name
+    if trace_to is not None:  # atomic: a cut run leaves no half-written trace under the final name
+        with atomic_open(trace_to, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", filename="",
+                                                                compresslevel=TRACE_GZIP_LEVEL) as gz:
+            gz.write(json.dumps(tr).encode())
     acc = kernels.kernel_account(tr, top=top)
     print(kernels.format_account(acc))
     gaps = idle_gaps(tr, top=top)

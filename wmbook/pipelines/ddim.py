@@ -365,7 +365,7 @@ class WMAInteractionPipeline:
         synchronizes the stream, so one per pass left the GPU idle while the host set the pass up (3.7-5.0 ms an
         iteration at wma, DDIM 2+2, on the H200: NOTES.md). Read-only: the update never writes them."""
         asched, ssched = self.action_scheduler, self.state_scheduler
-        key = (table, tuple(ts), batch, str(self.device), id(asched), id(ssched))
+        key = (table, batch, str(self.device), id(asched), id(ssched))  # ts is table.timesteps (DDIM only)
         cache = self.__dict__.setdefault("_device_table_cache", {})
         if key not in cache:
             dev = self.device

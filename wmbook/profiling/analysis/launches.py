@@ -167,8 +167,8 @@ def idle_gaps(trace, long_us: float = 20.0, top: int = 10) -> dict:
     """Where the GPU waits inside a trace: the gaps of its device timeline (every stream's kernels, copies and sets
     merged) between the first activity's start and the last one's end. Gaps shorter than `long_us` are the ones
     between back-to-back kernels (a graph replay's or a launch queue's); longer ones are the GPU waiting for the
-    host. Returns {span_ms, busy_ms, idle_ms, gaps, short_idle_ms, long_idle_ms, long_gaps, top (DataFrame of the
-    `top` longest gaps: us, at_ms from the start, before, after, label path of the activity after), memsets
+    host. Returns {span_ms, busy_ms, idle_ms, gaps, short_idle_ms, long_idle_ms, long_gaps, long_us, top (DataFrame of
+    the `top` longest gaps: us, at_ms from the start, before, after, label path of the activity after), memsets
     (DataFrame per name of the kernel launched next on a memset's stream: memsets, memset_ms)}."""
     if not (isinstance(long_us, (int, float)) and not isinstance(long_us, bool) and long_us > 0):
         raise ValueError(f"long_us={long_us!r} is not allowed; allowed values: a number > 0 (microseconds)")
@@ -180,7 +180,7 @@ def idle_gaps(trace, long_us: float = 20.0, top: int = 10) -> dict:
     empty_sets = pd.DataFrame(columns=["memsets", "memset_ms"]).rename_axis("next kernel")
     if not len(K):
         return {"span_ms": 0.0, "busy_ms": 0.0, "idle_ms": 0.0, "gaps": 0, "short_idle_ms": 0.0, "long_idle_ms": 0.0,
-                "long_gaps": 0, "top": empty_top, "memsets": empty_sets}
+                "long_gaps": 0, "long_us": float(long_us), "top": empty_top, "memsets": empty_sets}
     s, e = K["start_us"].to_numpy(float), K["end_us"].to_numpy(float)
     reach = np.maximum.accumulate(e)  # the timeline is busy up to reach[i] once activity i has started
     gap = s[1:] - reach[:-1]
@@ -217,22 +217,23 @@ def idle_gaps(trace, long_us: float = 20.0, top: int = 10) -> dict:
             .sort_values("memsets", ascending=False) if nxt else empty_sets)
     return {"span_ms": span, "busy_ms": span - idle, "idle_ms": idle, "gaps": int(len(g)),
             "short_idle_ms": float(g[~long].sum()) / 1e3, "long_idle_ms": float(g[long].sum()) / 1e3,
-            "long_gaps": int(long.sum()), "top": pd.DataFrame(rows, columns=empty_top.columns) if rows else empty_top,
+            "long_gaps": int(long.sum()), "long_us": float(long_us),
+            "top": pd.DataFrame(rows, columns=empty_top.columns) if rows else empty_top,
             "memsets": sets}
 
 
-def format_idle_gaps(gaps: dict, long_us: float = 20.0) -> str:
-    """idle_gaps' result as text: the totals, the longest gaps and the memsets by the kernel after them."""
+def format_idle_gaps(gaps: dict) -> str:
+    """idle_gaps' result as text: the totals, the longest gaps and the memsets by the kernel after them (names cut
+    to fit a line)."""
     lines = [f"GPU span {gaps['span_ms']:.2f} ms, busy {gaps['busy_ms']:.2f}, idle {gaps['idle_ms']:.2f} in "
-             f"{gaps['gaps']} gaps: {gaps['short_idle_ms']:.2f} ms in gaps under {long_us:g} us, "
+             f"{gaps['gaps']} gaps: {gaps['short_idle_ms']:.2f} ms in gaps under {gaps['long_us']:g} us, "
              f"{gaps['long_idle_ms']:.2f} ms in {gaps['long_gaps']} longer ones"]
-    with pd.option_context("display.width", 250, "display.max_colwidth", 70):
-        if len(gaps["top"]):
-            top = gaps["top"].assign(**{c: gaps["top"][c].str.slice(0, 60) for c in ("before", "after", "label")})
-            lines += ["longest gaps:", top.to_string(float_format=lambda v: f"{v:.1f}")]
-        if len(gaps["memsets"]):
-            sets = gaps["memsets"].head(10)
-            sets.index = sets.index.str.slice(0, 100)
-            lines += ["memsets by the kernel after them on their stream:",
-                      sets.to_string(float_format=lambda v: f"{v:.3f}")]
+    if len(gaps["top"]):
+        top = gaps["top"].assign(**{c: gaps["top"][c].str.slice(0, 60) for c in ("before", "after", "label")})
+        lines += ["longest gaps:", top.to_string(float_format=lambda v: f"{v:.1f}")]
+    if len(gaps["memsets"]):
+        sets = gaps["memsets"].head(10)
+        sets.index = sets.index.str.slice(0, 100)
+        lines += ["memsets by the kernel after them on their stream:",
+                  sets.to_string(float_format=lambda v: f"{v:.3f}")]
     return "\n".join(lines)
