@@ -130,6 +130,7 @@ class _Entry:
     eager_calls: int = 0
     pool_bytes: int = 0  # device memory the capture took (graph-owned activations and outputs)
     failure: str | None = None  # why no graph: the capture's error and the op that caused it
+    rewrite: Any = None  # memset_kernels: what graph_memsets.memsets_to_kernels did to the graph
     keep: list = field(default_factory=list)  # the signature's opaque objects, held so that their ids stay unique
     out_obj: Any = None  # clone_outputs=False: the output structure over the static buffers, built once
 
@@ -140,11 +141,13 @@ class GraphedCallable:
     warmup: eager calls of a signature before it is captured (torch.compile and Triton autotuning finish there,
     and caches are filled). pool: a graph memory pool shared with other GraphedCallables (default: one per
     instance). key_fn(args, kwargs): more of the signature, e.g. the KV-cache write slots that the captured
-    kernels' addresses depend on. enabled=False, or a CPU device, runs `fn` eagerly.
+    kernels' addresses depend on. enabled=False, or a CPU device, runs `fn` eagerly. memset_kernels=True: the
+    graph's small memsets become kernel nodes before it is instantiated (wmbook.graph_memsets; the variant
+    graph-memset-kernels sets it).
     """
 
     def __init__(self, fn: Callable, *, name: str = "", warmup: int = 2, pool=None, key_fn=None,
-                 clone_outputs: bool = True, device=None, enabled: bool = True):
+                 clone_outputs: bool = True, device=None, enabled: bool = True, memset_kernels: bool = False):
         if not callable(fn):
             raise ValueError(f"fn must be callable, got {type(fn).__name__}")
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
@@ -155,6 +158,9 @@ class GraphedCallable:
         self.warmup = warmup
         self.key_fn = key_fn
         self.clone_outputs = clone_outputs
+        if not isinstance(memset_kernels, bool):
+            raise ValueError(f"memset_kernels={memset_kernels!r} is not allowed; allowed values: True, False")
+        self.memset_kernels = memset_kernels
         dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available()
                                                                            else "cpu")
         self.device = dev
@@ -227,7 +233,7 @@ class GraphedCallable:
             return None
         result = torch.utils._pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, result)
         try:
-            g = torch.cuda.CUDAGraph()
+            g = torch.cuda.CUDAGraph(keep_graph=True) if self.memset_kernels else torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=self.pool, stream=side):
                 out = self.fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001  (a capture that fails is a finding: say why, run eagerly)
@@ -235,6 +241,17 @@ class GraphedCallable:
             e.failure = f"capture failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             e.static_in = []
             return None
+        if self.memset_kernels:
+            from .graph_memsets import memsets_to_kernels  # noqa: PLC0415  (ctypes on the CUDA driver: GPU only)
+
+            try:
+                with torch.cuda.device(self.device):
+                    e.rewrite = memsets_to_kernels(g.raw_cuda_graph())
+                    g.instantiate()
+            except Exception as exc:  # noqa: BLE001  (a graph half rewritten is not replayed: eager, and say why)
+                e.failure = f"memset rewrite failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                e.static_in, e.rewrite = [], None
+                return None
         out_leaves: list = []
         e.out_spec = _flatten(out, out_leaves)
         e.static_out = out_leaves
@@ -261,6 +278,8 @@ class GraphedCallable:
             return pd.DataFrame([{"callable": self.name, "graph": False, "why not": self.disabled_reason}])
         rows = [{"callable": self.name, "signature": i, "graph": e.graph is not None, "eager calls": e.eager_calls,
                  "replays": e.replays, "graph memory MiB": e.pool_bytes / 2**20, "why not": e.failure or ""}
+                | ({"memsets as kernels": f"{e.rewrite.replaced} of {e.rewrite.memsets}" if e.rewrite else ""}
+                   if self.memset_kernels else {})
                 for i, e in enumerate(self.entries.values())]
         return pd.DataFrame(rows)
 

@@ -10,6 +10,7 @@ from ...graphs import GraphedCallable
 from .. import swaps
 from ..registry import VariantContext, register
 from .compile import raise_recompile_limit_for_regions
+from .graphs import memset_kernels
 
 
 def buffered_decoder(decoder):
@@ -197,7 +198,7 @@ def _vae_cuda_graphs(pipe, ctx: VariantContext):
     if step.make_static is not None:
         step.make_static(pipe)
     g = GraphedCallable(getattr(step.owner, step.attr), name="decoder step", device=ctx.device,
-                        pool=torch.cuda.graph_pool_handle())
+                        pool=torch.cuda.graph_pool_handle(), memset_kernels=memset_kernels(pipe))
     setattr(step.owner, step.attr, g)
     pipe.graphed = [*getattr(pipe, "graphed", []), g]
     ctx.notes["vae-cuda-graphs"] = "decoder step graphed"

@@ -33,7 +33,8 @@ def _cuda_graphs(pipe, ctx: VariantContext):
     pool = torch.cuda.graph_pool_handle()
     wrapped = []
     for t in ctx.workload.graph_targets(pipe):
-        g = GraphedCallable(getattr(t.owner, t.attr), name=t.name, key_fn=t.key_fn, pool=pool, device=ctx.device)
+        g = GraphedCallable(getattr(t.owner, t.attr), name=t.name, key_fn=t.key_fn, pool=pool, device=ctx.device,
+                            memset_kernels=memset_kernels(pipe))
         setattr(t.owner, t.attr, g)
         wrapped.append(g)
     pipe.graphed = [*getattr(pipe, "graphed", []), *wrapped]  # what graphed_callables(pipe) reports on
@@ -74,13 +75,39 @@ def _conditioning_cuda_graphs(pipe, ctx: VariantContext):
     # a pool of their own: the denoiser's graphs replay while these tensors are still read (the conditioning lives
     # for the whole iteration)
     pool = torch.cuda.graph_pool_handle() if ctx.device.type == "cuda" else None
-    tokens = GraphedCallable(pipe.image_tokens, name="image tokens", pool=pool, device=ctx.device)
+    tokens = GraphedCallable(pipe.image_tokens, name="image tokens", pool=pool, device=ctx.device,
+                             memset_kernels=memset_kernels(pipe))
     # the encoder up to the moments: diffusers' encode builds the posterior from what _encode returns, and its sample
     # draws from a generator made anew every iteration, which a captured graph cannot take
-    encoder = GraphedCallable(vae._encode, name="VAE encoder", pool=pool, device=ctx.device)
+    encoder = GraphedCallable(vae._encode, name="VAE encoder", pool=pool, device=ctx.device,
+                              memset_kernels=memset_kernels(pipe))
     pipe.image_tokens, vae._encode = tokens, encoder
     pipe.graphed = [*getattr(pipe, "graphed", []), tokens, encoder]
     ctx.notes["conditioning-cuda-graphs"] = "graphs of the image tokens and the VAE encoder"
+
+
+@register("graph-memset-kernels", family="graphs", gpu_only=True,
+          description="the small memsets in the captured graphs (the 4-byte counters cuBLAS's persistent GEMMs, "
+                      "cuDNN's attention and some of its convolutions zero before each launch) replaced by kernel "
+                      "nodes writing the same bytes before the graphs are instantiated: a memset node leaves the GPU "
+                      "idle several microseconds around it, a kernel node well under one; every graph of the "
+                      "pipeline, those made by the graph variants before it and after it")
+def _graph_memset_kernels(pipe, ctx: VariantContext):
+    graphed = graphed_callables(pipe)
+    captured = [g.name for g in graphed if g.captured]
+    if captured:
+        raise ValueError(f"graph-memset-kernels rewrites graphs before they are instantiated; {captured} are "
+                         f"captured already: apply it before the pipeline runs")
+    for g in graphed:
+        g.memset_kernels = True
+    pipe.memset_kernels = True  # the graph variants after this one read it (memset_kernels(pipe))
+    ctx.notes["graph-memset-kernels"] = (f"small memsets as kernel nodes in {len(graphed)} graphed callables"
+                                         + (" and those made later" if graphed else " made later"))
+
+
+def memset_kernels(pipe) -> bool:
+    """Whether graph-memset-kernels is in the pipeline's stack (a graph variant passes it to its GraphedCallables)."""
+    return bool(getattr(pipe, "memset_kernels", False))
 
 
 def graphed_callables(pipe) -> list:
