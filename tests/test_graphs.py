@@ -342,10 +342,11 @@ def test_on_a_gpu_the_base_holds_notebook_05s_kernels_and_the_goal_counts_from_n
                             "cuda-graphs", "vae-encoder-bf16", "conditioning-compile", "conditioning-cuda-graphs",
                             "vae-decoder-bf16", "vae-batch-frames",
                             "vae-upsample-fold", "vae-triton-fused", "vae-norm-conv-bias", "vae-attn-gemm",
-                            "vae-compile", "vae-cuda-graphs"]
+                            "vae-compile", "vae-cuda-graphs", "graph-memset-kernels"]
         else:  # cuDNN's algorithm search on before the bf16 decoder's convolutions first run (it keeps its first pick)
             decoder = rows[rows.index("cuda-graphs") + 1:rows.index("vae-stream-buffers")]
             assert decoder == ["cudnn-benchmark", "vae-bf16"]
+            assert rows[-3:] == ["graph-memset-kernels", "decode-first", "stream-frames"]
         assert names(study05.base_stack(gpu)) == best and study05.base_stack(cpu) == study06.best_of_04(cpu)
         given = study06.validate(workload=wl, preset=preset, device="cpu", base="bf16")
         assert names(study06.base_stack(dataclasses.replace(given, device=torch.device("cuda")))) == ["bf16"]

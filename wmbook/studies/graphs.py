@@ -139,23 +139,28 @@ def base_stack(cfg: RunConfig) -> list[Variant]:
 # the H200, NOTES.md), then captured too (conditioning-cuda-graphs). After the decoder rows, the
 # rows that change when frames leave, not what is computed
 # (FRAME_STEPS): decode-first (each block decoded before its cache refresh, a forward sooner) and stream-frames (each
-# latent frame's pixels handed out when decoded): the same frames, an earlier first frame.
+# latent frame's pixels handed out when decoded): the same frames, an earlier first frame. Between the two, on a GPU,
+# graph-memset-kernels (GRAPH_TAIL): every graph so far captured again with its small memsets as kernel nodes (the
+# wma iteration at DDIM 2+2 209.2 -> 208.0 ms on the H200, NOTES.md).
 # Notebook 05's kernels are in the base on a GPU (DENOISER_KERNELS).
 GRAPH_STEPS = (("static-caches", False), ("ring-kv-cache", False), ("skip-unused-decode", False),
                ("skip-unused-encode", True), ("constant-conditioning", True), ("skip-unused-heads", True),
                ("cuda-graphs", True), ("vae-encoder-bf16", True), ("conditioning-compile", True),
                ("conditioning-cuda-graphs", True))
+GRAPH_TAIL = (("graph-memset-kernels", True),)
 FRAME_STEPS = ("decode-first", "stream-frames")
 
 
 def graph_steps(cfg: RunConfig) -> list[Variant]:
     """What the graph rows add, in order (GRAPH_STEPS that apply to the workload and run on the device, then the
-    workload's decoder rows, then FRAME_STEPS that apply), or the `steps` parameter when given."""
+    workload's decoder rows, GRAPH_TAIL, then FRAME_STEPS that apply), or the `steps` parameter when given."""
     if cfg.options.steps is not None:
         return list(cfg.options.steps)
     known = variants.known(cfg.workload)
     steps = [n for n, gpu in GRAPH_STEPS if n in known and (cfg.device.type == "cuda" or not gpu)]
-    steps += cfg.workload.decoder_ladder(cfg.device) + [n for n in FRAME_STEPS if n in known]
+    steps += cfg.workload.decoder_ladder(cfg.device)
+    steps += [n for n, gpu in GRAPH_TAIL if n in known and (cfg.device.type == "cuda" or not gpu)]
+    steps += [n for n in FRAME_STEPS if n in known]
     return variants.resolve(steps, cfg.workload, cfg.device)
 
 

@@ -86,22 +86,23 @@ def _conditioning_cuda_graphs(pipe, ctx: VariantContext):
     ctx.notes["conditioning-cuda-graphs"] = "graphs of the image tokens and the VAE encoder"
 
 
-@register("graph-memset-kernels", family="graphs", gpu_only=True,
+@register("graph-memset-kernels", family="graphs", gpu_only=True, denoiser=False,
           description="the small memsets in the captured graphs (the 4-byte counters cuBLAS's persistent GEMMs, "
                       "cuDNN's attention and some of its convolutions zero before each launch) replaced by kernel "
                       "nodes writing the same bytes before the graphs are instantiated: a memset node leaves the GPU "
                       "idle several microseconds around it, a kernel node well under one; every graph of the "
-                      "pipeline, those made by the graph variants before it and after it")
+                      "pipeline, those made by the graph variants before it (captured ones captured again) and after "
+                      "it; the kernels and what they compute are unchanged")
 def _graph_memset_kernels(pipe, ctx: VariantContext):
     graphed = graphed_callables(pipe)
-    captured = [g.name for g in graphed if g.captured]
-    if captured:
-        raise ValueError(f"graph-memset-kernels rewrites graphs before they are instantiated; {captured} are "
-                         f"captured already: apply it before the pipeline runs")
+    again = [g.name for g in graphed if g.captured]
     for g in graphed:
         g.memset_kernels = True
+        if g.captured:  # a graph is rewritten before it is instantiated: capture it again (after its warm-up calls)
+            g.reset()
     pipe.memset_kernels = True  # the graph variants after this one read it (memset_kernels(pipe))
     ctx.notes["graph-memset-kernels"] = (f"small memsets as kernel nodes in {len(graphed)} graphed callables"
+                                         + (f" ({len(again)} captured again)" if again else "")
                                          + (" and those made later" if graphed else " made later"))
 
 
