@@ -2,16 +2,17 @@
 
 cuBLAS's persistent GEMM kernels (nvjet), cuDNN's SDPA and some of its implicit-GEMM convolutions zero a 4-byte
 counter with cudaMemsetAsync before each launch (their tile schedulers count work done). Captured in a graph each is
-a memset node, and the GPU idles around it far longer than between two kernel nodes: in the wma iteration's trace
-(notebook 06's best stack on an H200) a kernel waited a median 2.2 us after a memset before a cuBLAS GEMM and 3.0 us
-before a cuDNN kernel, and a memset 1.4 us after the kernel before it, against 0.4 us between two kernels; about
-1,400 such memsets an iteration. A kernel node that stores the same value keeps the order and the bytes and pays a
-kernel's gap instead.
+a memset node, and the GPU idles around it longer than between two kernel nodes. In a profiled wma iteration
+(notebook 06's best stack on an H200, about 1,480 memsets) a kernel started a median 2.8 us after a memset and a
+memset 1.4 us after the kernel before it, against 0.4 us between two kernels: 6.4 ms of gaps around memsets, 1.2 ms
+around the kernel nodes that replaced them (0.86 us a fill). Timed without the profiler, side by side, the iteration
+went from 209.2 to 208.0 ms, so much of the gap the profile shows is inferred to be the profiler's own (NOTES.md).
+A kernel node that stores the same value keeps the order and the bytes and pays a kernel's gap instead.
 
 `memsets_to_kernels(raw_graph)` rewrites a graph that `torch.cuda.CUDAGraph(keep_graph=True)` captured, before it is
 instantiated: every memset node of one row of at most MAX_BYTES becomes a kernel node with the same dependencies and
-dependents. Larger or 2-D memsets stay (a memset node is the faster way to fill much memory). The fill kernels are PTX
-of our own, loaded once per CUDA context; the graph edits go through the CUDA driver API (ctypes on the driver torch
+dependents. Larger or 2-D memsets stay as they are (the graphs measured have none). The fill kernels are PTX of
+our own, loaded once per CUDA context; the graph edits go through the CUDA driver API (ctypes on the driver torch
 has loaded), each symbol asked for at the CUDA 12.0 ABI that the structures below follow.
 """
 

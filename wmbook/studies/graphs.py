@@ -141,7 +141,7 @@ def base_stack(cfg: RunConfig) -> list[Variant]:
 # (FRAME_STEPS): decode-first (each block decoded before its cache refresh, a forward sooner) and stream-frames (each
 # latent frame's pixels handed out when decoded): the same frames, an earlier first frame. Between the two, on a GPU,
 # graph-memset-kernels (GRAPH_TAIL): every graph so far captured again with its small memsets as kernel nodes (the
-# wma iteration at DDIM 2+2 209.2 -> 208.0 ms on the H200, NOTES.md).
+# wma iteration at DDIM 2+2 209.2 -> 208.0 ms, the mg2 DiT forward 20.4 -> 20.2 ms on the H200, NOTES.md).
 # Notebook 05's kernels are in the base on a GPU (DENOISER_KERNELS).
 GRAPH_STEPS = (("static-caches", False), ("ring-kv-cache", False), ("skip-unused-decode", False),
                ("skip-unused-encode", True), ("constant-conditioning", True), ("skip-unused-heads", True),

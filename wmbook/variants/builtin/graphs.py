@@ -89,8 +89,8 @@ def _conditioning_cuda_graphs(pipe, ctx: VariantContext):
 @register("graph-memset-kernels", family="graphs", gpu_only=True, denoiser=False,
           description="the small memsets in the captured graphs (the 4-byte counters cuBLAS's persistent GEMMs, "
                       "cuDNN's attention and some of its convolutions zero before each launch) replaced by kernel "
-                      "nodes writing the same bytes before the graphs are instantiated: a memset node leaves the GPU "
-                      "idle several microseconds around it, a kernel node well under one; every graph of the "
+                      "nodes writing the same bytes before the graphs are instantiated (in a profile the GPU idles a "
+                      "few microseconds around a memset node, under one around a kernel node); every graph of the "
                       "pipeline, those made by the graph variants before it (captured ones captured again) and after "
                       "it; the kernels and what they compute are unchanged")
 def _graph_memset_kernels(pipe, ctx: VariantContext):
