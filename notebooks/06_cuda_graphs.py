@@ -49,7 +49,8 @@ preset = "auto"        # auto: tiny/tiny-wma on CPU, mg2-universal/wma on GPU
 device = "auto"        # auto | cpu | cuda
 base = "auto"          # auto: notebook 04's best stack (+ notebook 05's denoiser kernels on a GPU); or variant names
                        # (on a GPU notebook 04's best stack alone is measured beside any base that differs from it)
-steps = "auto"         # rows added to the base, in order; auto: caches, graphs, decoder rows, decode-first, stream-frames
+steps = "auto"         # rows added to the base, in order; auto: caches, graphs, decoder rows, graph-memset-kernels (GPU),
+                       # decode-first, stream-frames
 reduce_overhead = "auto"  # also measure the base compiled with mode reduce-overhead (GPU only); auto: mg2 yes, wma no (a
                         # cold compile of the whole UNet for the row)
 decoder_table = True   # the decoder rows: the same latents through each decoder stack
