@@ -12,7 +12,8 @@ bf16, with the image tokens and the VAE encoder captured too, and 06's best (als
 after it folded into one transposed convolution, in the UNet and in the decoder; the decoder's GroupNorm + SiLU pairs
 as our kernel; in both, a convolution's bias added by the norm kernel after it; the UNet's temporal transformers'
 GroupNorm by the same kernels, read in place; the VAE encoder in bf16, it and the image tokens compiled before their
-capture; the decoder's attention as two GEMMs and a softmax); every decoder compiled and captured.
+capture; the decoder's attention as two GEMMs and a softmax; the graphs' small memsets as kernel nodes); every
+decoder compiled and captured.
 Each stack is built from one fp32 reference pipeline on the same seeded inputs; `--warmup` iterations (compiles,
 autotuning, graph captures) are not timed; then the stacks take turns, `--rounds` iterations each. The first stack is
 the reference of the others: their world-model frames are compared with its frames (PSNR) and with the fp32 eager
@@ -58,7 +59,7 @@ DEFAULT_STACKS = (f"upstream's decode and conditioning={BASE},{GRAPHED},vae-comp
                   f"06's best={BEST_BASE},"
                   f"skip-unused-encode,constant-conditioning,{GRAPHED},vae-encoder-bf16,conditioning-compile,"
                   "conditioning-cuda-graphs,vae-decoder-bf16,vae-batch-frames,vae-upsample-fold,vae-triton-fused,"
-                  "vae-norm-conv-bias,vae-attn-gemm,vae-compile,vae-cuda-graphs")
+                  "vae-norm-conv-bias,vae-attn-gemm,vae-compile,vae-cuda-graphs,graph-memset-kernels")
 PHASES = ("conditioning", "decision sampling", "decision decode", "world sampling", "world decode", "rest")
 
 
