@@ -36,6 +36,8 @@ def test_refusals():
         GraphedCallable(lambda: None, memset_kernels="yes")
     with pytest.raises(ValueError, match="raw_graph must be a captured cudaGraph_t"):
         graph_memsets.memsets_to_kernels(0)
+    with pytest.raises(ValueError, match="max_bytes=0 is not allowed; allowed values: an integer >= 1"):
+        graph_memsets.memsets_to_kernels(1, max_bytes=0)
     with pytest.raises(ValueError, match="'graph-memset-kernels' needs a CUDA device"):
         variants.resolve(["bf16", "graph-memset-kernels"], workloads.get("mg2"), "cpu")
 

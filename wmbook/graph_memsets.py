@@ -199,8 +199,10 @@ def memsets_to_kernels(raw_graph: int, max_bytes: int = MAX_BYTES) -> Rewrite:
     """Replace every small one-row memset node of a captured, not yet instantiated CUDA graph (cudaGraph_t, as
     `torch.cuda.CUDAGraph.raw_cuda_graph()` gives it) by a kernel node writing the same bytes, with the memset's
     dependencies and dependents. Call it on the graph's device (its context current)."""
-    if not isinstance(raw_graph, int) or raw_graph == 0:
+    if isinstance(raw_graph, bool) or not isinstance(raw_graph, int) or raw_graph == 0:
         raise ValueError(f"raw_graph must be a captured cudaGraph_t (a nonzero int), got {raw_graph!r}")
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise ValueError(f"max_bytes={max_bytes!r} is not allowed; allowed values: an integer >= 1 (bytes)")
     d = _driver()
     funcs = d.functions()
     graph = ctypes.c_void_p(raw_graph)
