@@ -26,7 +26,9 @@
 # inside synchronizes with the host (the hygiene variants of notebook 04 removed the `.item()` reads and the Python
 # ints). Each signature (input shapes, cache write slots) runs eagerly twice (compile and Triton autotuning finish
 # there), is captured on the third call and replayed from then on. A capture that fails runs eagerly and the table
-# says which op synchronized.
+# says which op synchronized. On a GPU the row after the decoder's, `graph-memset-kernels`, captures every graph
+# again with its small memsets (the counters cuBLAS's and cuDNN's kernels zero before they run) as kernel nodes,
+# around which the GPU waits less.
 #
 # **The rows** build on notebook 04's best stack (its ladder plus compile), with, on a GPU,
 # [05 · Triton kernels](05_triton_kernels.ipynb)' fused kernels for the denoiser (`triton-fused`; mg2:
