@@ -16,17 +16,17 @@ GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need
 
 
 def test_which_memsets_become_kernels():
-    f = fill_for(dst=4096, pitch=0, value=0, element_size=4, width=1, height=1)
+    f = fill_for(dst=4096, value=0, element_size=4, width=1, height=1)
     assert (f.kernel, f.n, f.size, f.blocks) == ("wm_fill32", 1, 4, 1)
-    f = fill_for(dst=4097, pitch=0, value=0x1ABCD, element_size=1, width=1000, height=1)
+    f = fill_for(dst=4097, value=0x1ABCD, element_size=1, width=1000, height=1)
     assert (f.kernel, f.value, f.blocks) == ("wm_fill8", 0xCD, 4)  # the low byte, as cudaMemset writes it
-    assert fill_for(dst=4096, pitch=0, value=0xFFFF1234, element_size=2, width=8, height=1).value == 0x1234
-    assert fill_for(dst=4096, pitch=0, value=0, element_size=4, width=MAX_BYTES // 4, height=1) is not None
-    assert fill_for(dst=4096, pitch=0, value=0, element_size=4, width=MAX_BYTES // 4 + 1, height=1) is None
-    assert fill_for(dst=4096, pitch=64, value=0, element_size=4, width=4, height=2) is None  # 2-D: stays
-    assert fill_for(dst=4098, pitch=0, value=0, element_size=4, width=4, height=1) is None  # misaligned: stays
-    assert fill_for(dst=4096, pitch=0, value=0, element_size=8, width=4, height=1) is None
-    assert fill_for(dst=4096, pitch=0, value=0, element_size=4, width=0, height=1) is None
+    assert fill_for(dst=4096, value=0xFFFF1234, element_size=2, width=8, height=1).value == 0x1234
+    assert fill_for(dst=4096, value=0, element_size=4, width=MAX_BYTES // 4, height=1) is not None
+    assert fill_for(dst=4096, value=0, element_size=4, width=MAX_BYTES // 4 + 1, height=1) is None
+    assert fill_for(dst=4096, value=0, element_size=4, width=4, height=2) is None  # 2-D: stays
+    assert fill_for(dst=4098, value=0, element_size=4, width=4, height=1) is None  # misaligned: stays
+    assert fill_for(dst=4096, value=0, element_size=8, width=4, height=1) is None
+    assert fill_for(dst=4096, value=0, element_size=4, width=0, height=1) is None
     for bits in (8, 16, 32):
         assert f".visible .entry wm_fill{bits}(" in PTX and f"st.global.u{bits} " in PTX
 
@@ -125,7 +125,8 @@ def test_rewritten_graph_writes_what_the_memsets_wrote():
 def test_library_kernels_replay_bit_identical(op):
     """A GEMM, cuDNN's attention and a channels-last convolution in bf16 at the wma UNet's shapes, captured with and
     without the rewrite: the replays are bit-identical (the rewrite changes which node zeroes a counter, not what
-    any kernel computes)."""
+    any kernel computes). How many memsets a call makes is the library's kernel choice (none is possible); that the
+    rewrite replaces memsets and the bytes stay is test_rewritten_graph_writes_what_the_memsets_wrote's case."""
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     if op == "gemm":

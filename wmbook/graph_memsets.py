@@ -25,8 +25,7 @@ from dataclasses import dataclass
 MAX_BYTES = 1 << 16  # a memset of more bytes stays a memset node
 _THREADS = 256  # threads per block of a fill kernel
 
-_NODE_KERNEL = 0  # CUgraphNodeType
-_NODE_MEMSET = 2
+_NODE_MEMSET = 2  # CUgraphNodeType
 _ABI = 12000  # the CUDA version whose signatures and structures this module declares
 
 # One entry per element size: each thread i < n stores the value's low bytes at p + i * size. PTX stores of
@@ -89,7 +88,7 @@ class Fill:
         return -(-self.n // _THREADS)
 
 
-def fill_for(dst: int, pitch: int, value: int, element_size: int, width: int, height: int,
+def fill_for(dst: int, value: int, element_size: int, width: int, height: int,
              max_bytes: int = MAX_BYTES) -> Fill | None:
     """The Fill replacing a memset node of these parameters (width in elements), or None where it stays a memset:
     more than one row, more than max_bytes, an element size other than 1, 2 or 4 bytes, or nothing to write."""
@@ -215,7 +214,7 @@ def memsets_to_kernels(raw_graph: int, max_bytes: int = MAX_BYTES) -> Rewrite:
         out.memsets += 1
         p = _MemsetParams()
         d.check(d.cuGraphMemsetNodeGetParams(node, ctypes.byref(p)), "cuGraphMemsetNodeGetParams")
-        fill = fill_for(p.dst, p.pitch, p.value, p.elementSize, p.width, p.height, max_bytes)
+        fill = fill_for(p.dst, p.value, p.elementSize, p.width, p.height, max_bytes)  # one row: no pitch
         if fill is None:
             continue
         deps = d.nodes("cuGraphNodeGetDependencies", node)

@@ -13,6 +13,13 @@ from .compile import raise_recompile_limit_for_regions
 from .graphs import memset_kernels
 
 
+def refuse_after_compile(name: str, owner, attr: str, keeps: str) -> None:
+    """ValueError naming variant `name` where the decode step `owner.attr` is compiled (vae-compile) or captured
+    (vae-cuda-graphs) already: such a step keeps `keeps` it was made with, so the variant must come before them."""
+    if getattr(owner, "compiled_step", False) or isinstance(getattr(owner, attr, None), GraphedCallable):
+        raise ValueError(f"{name} must come before vae-compile and vae-cuda-graphs: a compiled or captured {keeps}")
+
+
 def buffered_decoder(decoder):
     """The streaming decoder with its causal caches kept in place (swapped in once)."""
     from ..vae_stream import BufferedStreamingDecoder  # noqa: PLC0415  heavy: diffusers (variants.vae_stream)
@@ -124,9 +131,7 @@ def _vae_upsample_fold(pipe, ctx: VariantContext):
                              "has none")
     else:
         owner, attr = pipe, "decode_step"
-    if getattr(owner, "compiled_step", False) or isinstance(getattr(owner, attr, None), GraphedCallable):
-        raise ValueError("vae-upsample-fold must come before vae-compile and vae-cuda-graphs: a compiled or captured "
-                         "step keeps the modules it was made with")
+    refuse_after_compile("vae-upsample-fold", owner, attr, "step keeps the modules it was made with")
     n = fold_upsample_convs(owner.vae.decoder)
     ctx.notes["vae-upsample-fold"] = (f"{n} decoder upsampling + 3 x 3 convolution pairs as stride-2 transposed "
                                       "convolutions" if n else "no nearest-upsampling convolution in this decoder")
@@ -218,9 +223,7 @@ def _vae_batch_frames(pipe, ctx: VariantContext):
                       "the frames are decoded in bf16 while the observation's latent, which conditions the UNet, keeps "
                       "the encoder's precision (vae-bf16 casts both)")
 def _vae_decoder_bf16(pipe, ctx: VariantContext):
-    if getattr(pipe, "compiled_step", False) or isinstance(getattr(pipe, "decode_step", None), GraphedCallable):
-        raise ValueError("vae-decoder-bf16 must come before vae-compile and vae-cuda-graphs: a compiled or captured "
-                         "step keeps the fp32 weights it was made with")
+    refuse_after_compile("vae-decoder-bf16", pipe, "decode_step", "step keeps the fp32 weights it was made with")
     pipe.vae.post_quant_conv.to(torch.bfloat16)  # decode_frame then casts the latent to the decoder's dtype
     pipe.vae.decoder.to(torch.bfloat16)
     ctx.notes["vae-decoder-bf16"] = "SD VAE decoder in bf16, encoder unchanged"
@@ -239,9 +242,7 @@ def _vae_attn_gemm(pipe, ctx: VariantContext):
     if decoder is None:
         raise ValueError(f"vae-attn-gemm needs a diffusers SD VAE (AutoencoderKL) with a decoder; "
                          f"{type(pipe).__name__} has {type(getattr(pipe, 'vae', None)).__name__}")
-    if getattr(pipe, "compiled_step", False) or isinstance(getattr(pipe, "decode_step", None), GraphedCallable):
-        raise ValueError("vae-attn-gemm must come before vae-compile and vae-cuda-graphs: a compiled or captured "
-                         "decode keeps the attention it was made with")
+    refuse_after_compile("vae-attn-gemm", pipe, "decode_step", "decode keeps the attention it was made with")
     layers = [m for m in decoder.modules() if isinstance(m, Attention)]
     for m in layers:
         m.set_processor(AttnProcessor())

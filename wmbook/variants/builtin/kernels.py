@@ -119,11 +119,9 @@ def _norm_conv_bias(pipe, ctx: VariantContext):
 @register("vae-norm-conv-bias", family="decoder", requires=("independent_frames",),
           description=f"the SD VAE decoder (after vae-triton-fused, before vae-compile): {_NORM_CONV_BIAS}")
 def _vae_norm_conv_bias(pipe, ctx: VariantContext):
-    from ...graphs import GraphedCallable  # noqa: PLC0415
+    from .decoder import refuse_after_compile  # noqa: PLC0415  (decoder's module is registered after this one)
 
-    if getattr(pipe, "compiled_step", False) or isinstance(getattr(pipe, "decode_step", None), GraphedCallable):
-        raise ValueError("vae-norm-conv-bias must come before vae-compile and vae-cuda-graphs: a compiled or captured "
-                         "step keeps the modules it was made with")
+    refuse_after_compile("vae-norm-conv-bias", pipe, "decode_step", "step keeps the modules it was made with")
     _fold_conv_bias(pipe.vae.decoder, "vae-norm-conv-bias", "decoder", "vae-triton-fused", ctx)
 
 
