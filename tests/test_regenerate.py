@@ -497,3 +497,27 @@ def test_the_plan_of_a_set_follows_the_runs_it_waits_for_and_the_time_limit(tmp_
     lines = [ln.split()[:2] for ln in said.splitlines() if ln.startswith("  ") and "expected" in ln]
     assert lines == [["q0", "mid"], ["--", "big"], ["--", "small"], ["all", "every"]], said
     assert said.count("not started within the limit") == 3
+
+
+def test_expect_replaces_a_runs_recorded_time_in_the_plan_and_refuses_a_bad_value(tmp_path, capsys):
+    """--expect RUN=MINUTES: the run is dealt and fitted into --time-limit by the given minutes instead of its
+    recorded ones (here none: DEFAULT_MINUTES); a malformed value, or a run the set does not hold, is refused naming
+    the option before anything runs."""
+    jobs = [rg.Job("big", "06", "n.ipynb", {}), rg.Job("small", "01", "n.ipynb", {})]
+    out = tmp_path / "set"
+    rg.SetState(out, "1111111", "NVIDIA H200", 1, jobs, host_gpus=1).save()
+    assert rg.main(["--out", str(out), "--plan", "--time-limit", "14", "--allow-dirty"]) == 0
+    said = capsys.readouterr().out
+    assert said.count("not started within the limit") == 1  # 10 + 10 expected: only one fits
+    assert rg.main(["--out", str(out), "--plan", "--time-limit", "14", "--allow-dirty",
+                    "--expect", "big=3", "--expect", "small=2"]) == 0
+    said = capsys.readouterr().out
+    assert "not started within the limit" not in said, said
+    for bad in ("big", "big=", "big=-1", "big=nan", "=3", "big=x"):
+        with pytest.raises(SystemExit):
+            rg.main(["--out", str(out), "--plan", "--allow-dirty", "--expect", bad])
+        assert "--expect=" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        rg.main(["--out", str(out), "--allow-dirty", "--expect", "bigg=3"])
+    err = capsys.readouterr().err
+    assert "--expect names ['bigg']" in err and "'big'" in err

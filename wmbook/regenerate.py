@@ -5,6 +5,9 @@ published only when it is complete.
     python -m wmbook regenerate --out sets/h200                       # run (or resume) the set
     python -m wmbook regenerate --out sets/h200 --publish data/reports/h200   # ... then publish it when complete
     python -m wmbook regenerate --out sets/h200 --plan                # what would run where and when, nothing run
+    python -m wmbook regenerate --out sets/h200 --time-limit 25 --expect 06_cuda_graphs-wma=18
+                                                                      # a limited slice; one run's expected minutes
+                                                                      # given (its code changed since its last time)
     python -m wmbook regenerate --out sets/h200 --merge part2/sets/h200 --publish data/reports/h200
                                                                       # parts made on several machines joined
 
@@ -179,6 +182,30 @@ def _recorded_minutes(jobs: list[Job], device: str, gpus: int | None = None) -> 
         if got is not None:
             out[j.name] = got[0] / 60
     return out
+
+
+def _expectations(ap, given: list[str]) -> dict[str, float]:
+    """--expect RUN=MINUTES values -> {run: minutes}; a malformed one is refused naming the option."""
+    out = {}
+    for g in given:
+        name, sep, value = g.partition("=")
+        try:
+            minutes = float(value)
+        except ValueError:
+            minutes = math.nan
+        if not sep or not name.strip() or not (minutes > 0 and math.isfinite(minutes)):
+            ap.error(f"--expect={g!r} is not allowed; allowed values: RUN=MINUTES with a run of the set "
+                     "(e.g. 06_cuda_graphs-wma=18) and minutes > 0")
+        out[name.strip()] = minutes
+    return out
+
+
+def _check_expected(ap, expect: dict[str, float], jobs: list[Job]) -> None:
+    """--expect names runs of the set only (a typo would otherwise change nothing, silently)."""
+    names = [j.name for j in jobs]
+    unknown = sorted(set(expect) - set(names))
+    if unknown:
+        ap.error(f"--expect names {unknown}, not runs of this set; allowed values: {names}")
 
 
 def _device() -> tuple[str, int]:
@@ -458,6 +485,10 @@ def main(argv=None) -> int:
     ap.add_argument("--merge", type=Path, action="append", default=[], metavar="FOLDER",
                     help="join the runs another machine made of this set (its --out folder) into --out, then publish "
                          "with --publish when the set is complete; nothing is run (repeatable)")
+    ap.add_argument("--expect", action="append", default=[], metavar="RUN=MINUTES",
+                    help="a run's expected minutes, in place of its recorded time (e.g. 06_cuda_graphs-wma=18 where "
+                         "the notebook's code changed since that time was taken); dealing and --time-limit go by it "
+                         "(repeatable)")
     ap.add_argument("--allow-dirty", action="store_true",
                     help="run from a tree with uncommitted changes (such a set is never published)")
     a = ap.parse_args(argv)
@@ -471,6 +502,7 @@ def main(argv=None) -> int:
         ap.error(f"--timeout={a.timeout!r} is not allowed; allowed values: seconds > 0")
     if a.time_limit is not None and not (a.time_limit > 0 and math.isfinite(a.time_limit)):
         ap.error(f"--time-limit={a.time_limit!r} is not allowed; allowed values: minutes > 0")
+    expect = _expectations(ap, a.expect)
     started = time.monotonic()
     device, count = _device()
     queues = a.gpus if a.gpus is not None else max(1, count)
@@ -488,10 +520,12 @@ def main(argv=None) -> int:
         shutil.move(str(out), str(aside))
         print(f"the earlier set moved to {aside}")
     if (out / SET_FILE).exists() and a.plan:
+        _check_expected(ap, expect, SetState.load(out).jobs)
         return _plan_resumed(SetState.load(out), commit, device, count, queues, a.time_limit,
-                             _earlier_minutes(out, a.publish))
+                             _earlier_minutes(out, a.publish) | expect)
     if (out / SET_FILE).exists():
         state = SetState.load(out)
+        _check_expected(ap, expect, state.jobs)
         if state.commit != commit and [j for j in state.missing() if j.status != CANNOT]:
             ap.error(f"{out} holds a set started at commit {state.commit}; this tree is at {commit}: a set comes from "
                      "one commit, so finish it from a tree at that commit (--fresh starts it over)")
@@ -505,13 +539,14 @@ def main(argv=None) -> int:
                      f"device, so finish it on a host of {state.device} (or start it over here with --fresh)")
         if state.missing():  # this host's queues: each takes whichever run is ready (run_set); a complete set keeps
             state.queues = queues  # the count its runs were made on (its wall clock in gpu_time), wherever published
-        minutes = _recorded_minutes(state.jobs, state.device, count) | _earlier_minutes(out, a.publish)
+        minutes = _recorded_minutes(state.jobs, state.device, count) | _earlier_minutes(out, a.publish) | expect
         print(f"resuming the set of {state.started}: {len(state.jobs) - len(state.missing())} of {len(state.jobs)} "
               "runs done")
     else:
         jobs = plan(a.notebooks.split(",") if a.notebooks else None,
                     [w.strip() for w in a.workloads.split(",")] if a.workloads else None, params)
-        minutes = _recorded_minutes(jobs, device, count) | _earlier_minutes(out, a.publish)
+        minutes = _recorded_minutes(jobs, device, count) | _earlier_minutes(out, a.publish) | expect
+        _check_expected(ap, expect, jobs)
         load = deal(jobs, queues, minutes)
         out.mkdir(parents=True, exist_ok=True)
         state = SetState(out, commit, device, queues, jobs, count)
