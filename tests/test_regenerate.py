@@ -73,6 +73,16 @@ def test_gpu_time_counts_an_all_gpu_run_once_per_gpu_it_held(tmp_path):
     assert t["seconds"]["08-wma"] == 120 and t["gpus"]["08-wma"] == 2
     assert t["notebook_seconds"]["08_multi_gpu"] == 240 and t["total_seconds"] == 1140
     assert t["wall_seconds"] == 720  # the longest queue, then the all-GPU run
+    assert t["host_other_cores"] == {}  # no run recorded its host's CPU use
+    folder = tmp_path / "runs" / "05-mg2"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"meta": {}, "notebooks": [{"host_load": {
+        "seconds": 300.0, "cores": 16, "busy_cores": 14.9, "own_cores": 3.7, "steal_share": 0.0,
+        "others_cores": 11.2}}]}))
+    t = rg.gpu_time(rg.SetState(tmp_path, "abc1234", "NVIDIA H200", 2, jobs))
+    assert t["host_other_cores"] == {"05-mg2": 11.2}
+    assert rg._host_load_said(folder) == "host CPUs busy 14.9 of 16 (other work 11.2)"
+    assert rg._host_load_said(tmp_path / "runs" / "04-mg2") == ""  # none recorded: nothing said
 
 
 def test_a_set_runs_on_queues_resumes_what_did_not_finish_and_publishes_only_when_whole(tmp_path, monkeypatch):

@@ -539,3 +539,11 @@ def test_set_gpu_minutes_per_notebook_and_workload():
     assert "<tr><td>01_baseline_profiling</td><td class=num>2.0</td><td class=num>1.0</td><td></td></tr>" in got
     assert "<td class=num>3.0 (2 GPUs)</td>" in got
     assert report_index._run_minutes_html({}) == ""
+    # the runs other work on the host may have slowed are named (wmbook.hostload), or that none was
+    named = report_index._run_minutes_html(t | {"host_other_cores": {"01_baseline_profiling-mg2": 0.2,
+                                                                     "08_multi_gpu-wma": 11.2}})
+    assert "other work kept the host's CPUs busy" in named and "08_multi_gpu-wma 11.2" in named
+    assert "01_baseline_profiling-mg2" not in named.split("other work kept")[1]
+    calm = report_index._run_minutes_html(t | {"host_other_cores": {"01_baseline_profiling-mg2": 0.2}})
+    assert "fewer than 1 CPU busy on average during each of the 1 runs" in calm
+    assert "other work" not in got  # a set from before it was recorded: nothing said

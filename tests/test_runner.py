@@ -81,6 +81,9 @@ def test_index_and_summary_written(report):
     assert "failed" in index and "boom" in index
     summary = json.loads((out / "summary.json").read_text())
     assert [n["status"] for n in summary["notebooks"]] == ["failed", "ok"]
+    for n in summary["notebooks"]:  # the host's CPU use while each ran (wmbook.hostload), failed runs too
+        h = n["host_load"]
+        assert h["cores"] >= 1 and 0 <= h["busy_cores"] <= h["cores"] and h["own_cores"] > 0 and h["seconds"] > 0
     assert summary["meta"]["parameters"] == {"x": 7, "out_file": str(out.parent / "x.txt")}
 
 

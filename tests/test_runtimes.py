@@ -8,6 +8,7 @@ import pytest
 
 from wmbook import run as wmrun
 from wmbook import runconfig, runtimes
+from wmbook.hostload import HostLoad
 from wmbook.params import ParameterError
 
 KEY = {"notebook": "06_cuda_graphs", "workload": "wma", "preset": "wma", "device_name": "NVIDIA H200"}
@@ -60,7 +61,7 @@ def test_an_expectation_counts_the_runs_of_the_same_parameters_and_for_all_gpu_n
     old.write_text("timestamp,notebook,workload,preset,profile,device_name,git_commit,run_id,seconds\n"
                    "2026-11-28T00:00:00+00:00,06_cuda_graphs,wma,wma,full,NVIDIA H200,abc,r0,120.0\n")
     runtimes.record(old, **KEY, run_id="r1", seconds=60, params="repeats=1")
-    assert old.read_text().splitlines()[0].endswith(",seconds,params,gpus")
+    assert old.read_text().splitlines()[0].endswith(",seconds,params,gpus," + ",".join(runtimes.HOST_FIELDS))
     assert [(r["run_id"], r["seconds"], r["params"]) for r in runtimes.read(old)] == [("r0", 120.0, ""),
                                                                                       ("r1", 60.0, "repeats=1")]
     assert runtimes.expected(**KEY, files=[old]) == (120.0, 1)
@@ -136,6 +137,8 @@ def test_the_runner_records_a_finished_run_and_the_quick_profile_keeps_the_store
     (line,) = runtimes.read(runtimes.times_path(store))
     assert line["run_id"] == "run1" and line["profile"] == "full" and line["seconds"] > 0
     assert line["params"] == ""  # where its rows go is no parameter of its work
+    assert int(line["host_cores"]) >= 1 and float(line["host_other_cores"]) >= 0  # the host's CPUs while it ran
+    assert float(line["host_busy_cores"]) <= int(line["host_cores"])
     # quick, no results_path given: its rows and time go into the report folder
     (run,) = wmrun.run_notebooks([nb], out=tmp_path / "q", kernel_name="python3", progress=False, profile="quick")
     assert run.ok, run.error
@@ -158,3 +161,20 @@ def test_compile_cache_folder_is_checked_before_anything_runs(tmp_path, capsys):
     env = runtimes.compile_cache_env(tmp_path / "c")
     assert env == {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "c" / "inductor"),
                    "TRITON_CACHE_DIR": str(tmp_path / "c" / "triton")}
+
+
+def test_a_times_file_of_an_earlier_version_gains_the_host_columns_and_keeps_its_lines(tmp_path):
+    """A file written before the host's CPU columns (HOST_FIELDS) is rewritten with them on the next record: its
+    lines stay, their new columns empty."""
+    path = tmp_path / runtimes.TIMES_FILE
+    old = [f for f in runtimes.FIELDS if f not in runtimes.HOST_FIELDS]
+    path.write_text(",".join(old) + "\n" + ",".join({"seconds": "12.5", "run_id": "old1", "notebook": "01_x",
+                                                      "profile": "full"}.get(f, "") for f in old) + "\n")
+    runtimes.record(tmp_path / "results.csv", notebook="01_x", run_id="new1", seconds=3.0,
+                    **runtimes.host_fields(HostLoad(seconds=3.0, cores=16, busy_cores=15.0, own_cores=4.0,
+                                                    steal_share=0.0)))
+    lines = runtimes.read(path)
+    assert [r["run_id"] for r in lines] == ["old1", "new1"] and lines[0]["seconds"] == 12.5
+    assert lines[0]["host_other_cores"] == "" and lines[1]["host_other_cores"] == "11.0"
+    assert lines[1]["host_cores"] == "16" and lines[1]["host_busy_cores"] == "15.0"
+    assert runtimes.host_fields(None) == dict.fromkeys(runtimes.HOST_FIELDS, "")

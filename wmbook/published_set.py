@@ -98,7 +98,20 @@ def gpu_time(state: SetState) -> dict:
             "gpus": {j.name: max(1, j.gpu_count) for j in state.jobs},
             "notebook_seconds": {k: round(v, 1) for k, v in per_nb.items()},
             "total_seconds": round(sum(gpu_s.values()), 1), "wall_seconds": round(wall, 1),
-            "goal_minutes": GOAL_MINUTES}
+            "goal_minutes": GOAL_MINUTES, "host_other_cores": _host_others(state)}
+
+
+def _host_others(state: SetState) -> dict[str, float]:
+    """Per made run, the average CPUs other work kept busy on its host while it ran (its report folder's summary,
+    wmbook.hostload; runs made before it was recorded are left out)."""
+    out = {}
+    for j in state.jobs:
+        try:
+            rec = json.loads((state.out / "runs" / j.name / "summary.json").read_text())["notebooks"][0]["host_load"]
+            out[j.name] = round(float(rec["others_cores"]), 1)
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            continue
+    return out
 
 
 def merge_set(state: SetState, other: Path, echo=print) -> list[str]:

@@ -287,6 +287,18 @@ def _command(job: Job, folder: Path, store: Path) -> list[str]:
     return cmd
 
 
+def _host_load_said(folder: Path) -> str:
+    """The host's CPU use while a run's notebook ran (its report folder's summary, wmbook.hostload), as words; '' when
+    not recorded."""
+    from .hostload import HostLoad  # noqa: PLC0415
+
+    try:
+        return HostLoad.from_record(json.loads((folder / "summary.json").read_text())["notebooks"][0]["host_load"]
+                                    ).describe()
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return ""
+
+
 def _report_complete(folder: Path, since: _dt.datetime) -> bool:
     """Whether a run started at `since` or later finished with every notebook ok, by its report folder's summary
     (`wmbook run` writes `finished` there once every report is rendered, the last thing it does before it exits; a
@@ -366,8 +378,9 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
             j.status, j.error = "failed", f"{type(e).__name__}: {e}"
         state.save()
         done[0] += 1
-        echo(f"[{tag}] {j.name}: {j.status} ({j.seconds / 60:.1f} min)" + (f" {j.error}" if j.error else "")
-             + f"  [{done[0]}/{len(state.jobs)}]")
+        host = _host_load_said(state.out / "runs" / j.name)
+        echo(f"[{tag}] {j.name}: {j.status} ({j.seconds / 60:.1f} min{'; ' + host if host else ''})"
+             + (f" {j.error}" if j.error else "") + f"  [{done[0]}/{len(state.jobs)}]")
 
     def work(q: int) -> None:
         cpus = set(cores[q * share:(q + 1) * share]) if cores and state.queues > 1 else None

@@ -167,7 +167,31 @@ def _run_minutes_html(t: dict) -> str:
         body += f"<tr><td>{e(nb)}</td>{tds}</tr>"
     head = "".join(f"<th>{e(w)}</th>" for w in workloads)
     return (f"<p>GPU-minutes per notebook and workload (a run on several GPUs counts each of them):</p>"
-            f"<table><tr><th>notebook</th>{head}</tr>{body}</table>")
+            f"<table><tr><th>notebook</th>{head}</tr>{body}</table>" + _host_others_html(t))
+
+
+# other work on a run's host, in average CPUs, above which the index names the run: launch-bound timings and compiles
+# slow down without the GPU showing it (wmbook.hostload)
+OTHER_WORK_CORES = 1.0
+
+
+def _host_others_html(t: dict) -> str:
+    """The set's runs made while other work kept OTHER_WORK_CORES or more of the host's CPUs busy, or that every
+    recorded run had its host's CPUs to itself; '' where no run recorded it."""
+    try:
+        others = {name: float(v) for name, v in (t.get("host_other_cores") or {}).items()}
+    except (TypeError, ValueError, AttributeError):
+        return ""
+    if not others:
+        return ""
+    busy = {n: v for n, v in sorted(others.items()) if v >= OTHER_WORK_CORES}
+    if not busy:
+        return (f"<p>Other work on the host kept fewer than {OTHER_WORK_CORES:g} CPU busy on average during each of "
+                f"the {len(others)} runs that recorded it (wmbook.hostload).</p>")
+    return ("<p>Runs made while other work kept the host's CPUs busy (average CPUs; another queue's run on the same "
+            "host counts too): "
+            + ", ".join(f"{html.escape(n)} {v:.1f}" for n, v in busy.items())
+            + ". Their launch-bound timings and compile times may be slowed; the GPU times are not.</p>")
 
 
 # the whole published set's GPU time the workbook aims at (wmbook.regenerate's goal)

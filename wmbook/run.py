@@ -47,6 +47,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from tqdm.auto import tqdm
 
 from . import runtimes
+from .hostload import host_load
 from .jupyter_kernel import check_kernel, kernel_for_this_python
 from .paths import check_output_dir, git_commit
 from .render import STATUS_FAILED, STATUS_OK, STATUS_PENDING, notebook_facts, render_html, write_index
@@ -163,6 +164,7 @@ class NotebookRun:
     failed_line: int | None = None  # its line number in the cell (1-based), when the traceback names it
     parameters: dict | None = None  # what papermill injected (the names this notebook declares)
     facts: dict | None = None  # question, conclusion, headline numbers (wmbook.render.notebook_facts)
+    host_load: dict | None = None  # the host's CPU use while it ran (wmbook.hostload.HostLoad.record)
 
     @property
     def ok(self) -> bool:
@@ -566,19 +568,25 @@ def run_notebooks(
         for run in bar:
             bar.set_postfix_str(run.name)
             kcwd = Path(cwd).resolve() if cwd is not None else Path(run.source_path).parent
-            try:
-                _execute_one(run, out_dir, run.parameters, kname, timeout, progress, kcwd)
-            except Exception as exc:  # runner bug or I/O error: record it, keep going
-                run.status = STATUS_FAILED
-                run.error = f"{type(exc).__name__}: {_one_line(str(exc))}"
-                if progress:
-                    traceback.print_exc()
+            # other work on the host slows launch-bound timings and compiles without touching the GPU: recorded with
+            # the run, so a slow run can be told from slow code
+            with host_load() as hl:
+                try:
+                    _execute_one(run, out_dir, run.parameters, kname, timeout, progress, kcwd)
+                except Exception as exc:  # runner bug or I/O error: record it, keep going
+                    run.status = STATUS_FAILED
+                    run.error = f"{type(exc).__name__}: {_one_line(str(exc))}"
+                    if progress:
+                        traceback.print_exc()
+            load = hl["load"]
+            run.host_load = load.record() if load is not None else None
             if run.ok:
                 runtimes.record_run((run.facts or {}).get("results", []), run.seconds, profile,
-                                    runtimes.given_params(run.source_path, run.parameters or {}, profile))
+                                    runtimes.given_params(run.source_path, run.parameters or {}, profile),
+                                    host=load)
             if progress:
                 line = (
-                    f"{run.name}: ok ({run.seconds:.1f} s)"
+                    f"{run.name}: ok ({run.seconds:.1f} s" + (f"; {load.describe()})" if load is not None else ")")
                     if run.ok
                     else run.failure_summary()
                 )

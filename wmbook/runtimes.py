@@ -26,7 +26,8 @@ from typing import Iterator
 
 TIMES_FILE = "notebook_times.csv"
 FIELDS = ("timestamp", "notebook", "workload", "preset", "profile", "device_name", "git_commit", "run_id", "seconds",
-          "params", "gpus")
+          "params", "gpus", "host_cores", "host_busy_cores", "host_other_cores")
+HOST_FIELDS = ("host_cores", "host_busy_cores", "host_other_cores")  # the host's CPUs while it ran (wmbook.hostload)
 RUN_IDENTITY = ("workload", "preset", "results_path", "output_dir")  # which run it is and where it writes, not its work
 PROFILES = ("full", "quick")
 LAST_RUNS = 5  # the expectation is the median of at most this many runs: the latest ones at the newest commit
@@ -206,12 +207,21 @@ def papermill_seconds(nb) -> float | None:
         return None
 
 
-def record_run(runs: list[dict], seconds: float, profile: str = "full", params: str = "") -> bool:
+def host_fields(load) -> dict[str, str]:
+    """HOST_FIELDS of a HostLoad (wmbook.hostload), or empty strings where it was not measured."""
+    if load is None:
+        return dict.fromkeys(HOST_FIELDS, "")
+    return {"host_cores": str(load.cores), "host_busy_cores": f"{load.busy_cores:.1f}",
+            "host_other_cores": f"{load.others_cores:.1f}"}
+
+
+def record_run(runs: list[dict], seconds: float, profile: str = "full", params: str = "", host=None) -> bool:
     """A finished notebook run's time (`runs`: the {run_id, results_path} records its results cells left,
     wmbook.render.notebook_runs), in the times file beside the results file its rows went to; a quick run's also
     beside the store its preset's rows go to by default, where the next quick run looks. True when recorded; never
     raises (the expectation is a convenience: the run's own outcome stands). `params`: given_params; the GPUs it
-    saw: this process's (visible_gpus: the runner's environment is its kernels')."""
+    saw: this process's (visible_gpus: the runner's environment is its kernels'). `host`: the HostLoad measured over
+    the run, or None."""
     from .render import run_rows  # noqa: PLC0415  heavy: nbconvert
 
     gpus = visible_gpus()
@@ -229,7 +239,8 @@ def record_run(runs: list[dict], seconds: float, profile: str = "full", params: 
                 with contextlib.suppress(Exception):  # a preset not in the registry: its own file only
                     dests.append(results.default_results_path(presets.get_preset(row["preset"]).tiny))
             for d in dict.fromkeys(x for x in dests if x):
-                record(d, **row, profile=profile, seconds=seconds, params=params, gpus="" if gpus is None else gpus)
+                record(d, **row, profile=profile, seconds=seconds, params=params, gpus="" if gpus is None else gpus,
+                       **host_fields(host))
             return True
         except Exception:  # noqa: BLE001
             continue

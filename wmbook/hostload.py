@@ -1,0 +1,156 @@
+"""How busy the host's CPUs were while a run ran, and how much of that was the run's own work.
+
+A notebook's eager rows are launch-bound and its compiles CPU-bound, so other work on the host (another tenant of a
+shared machine, another queue of a set) slows them without touching the GPU: a UNet forward whose GPU busy time is the
+same can take 60% longer. `host_load()` records, over a span, the host's busy CPUs (all work, from its CPU counters),
+the CPUs this process and its descendants used (sampled from the process tree, so a notebook's kernel and its compile
+workers count while they live), the difference (other work) and the hypervisor's steal share. `wmbook run` records it
+for every notebook (summary.json, notebook_times.csv), so a slow run can be told from slow code.
+
+In a container the counters are the host's (psutil reads /proc/stat), the process tree only this container's: other
+work is everything the host ran beside this run's processes. A descendant that ended between two samples loses its
+CPU time since the last one, and one that lived less than a sampling interval is not seen, so `others_cores` is an
+upper bound (by at most about an interval's work per process that ended)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Iterator
+
+__all__ = ["HostLoad", "SAMPLE_S", "host_load"]
+
+SAMPLE_S = 1.0  # how often the process tree is read (a psutil walk of a few processes: well under a millisecond)
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """CPU use over a span of `seconds`: the host's `cores`, the average CPUs busy on the host (all work), those used by
+    this process and its descendants (`own_cores`), and the share of CPU time stolen by the hypervisor."""
+
+    seconds: float
+    cores: int
+    busy_cores: float
+    own_cores: float
+    steal_share: float
+
+    @property
+    def others_cores(self) -> float:
+        """Average CPUs busy with work that is not this run's (an upper bound: see the module's docstring)."""
+        return max(0.0, self.busy_cores - self.own_cores)
+
+    def record(self) -> dict:
+        """Rounded fields for summary.json, others_cores included."""
+        d = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        d["others_cores"] = round(self.others_cores, 3)
+        return d
+
+    @classmethod
+    def from_record(cls, d: dict) -> HostLoad:
+        """The HostLoad a record() came from (KeyError for a record that lacks a field)."""
+        return cls(**{f.name: d[f.name] for f in fields(cls)})
+
+    def describe(self) -> str:
+        """'host CPUs busy 14.9 of 16 (other work 11.2)', steal named when there was any."""
+        s = f"host CPUs busy {self.busy_cores:.1f} of {self.cores} (other work {self.others_cores:.1f})"
+        return s + (f", {100 * self.steal_share:.0f}% stolen by the hypervisor" if self.steal_share >= 0.005 else "")
+
+
+_NOT_BUSY = ("idle", "iowait", "steal")  # steal: the hypervisor ran other machines' work (counted on its own)
+_IN_USER = ("guest", "guest_nice")  # already counted in user and nice on Linux
+
+
+def _busy_s(t) -> float:
+    """CPU seconds the host spent running work in a psutil cpu_times() total."""
+    return sum(v for k, v in t._asdict().items() if k not in _NOT_BUSY + _IN_USER)
+
+
+def _total_s(t) -> float:
+    return sum(v for k, v in t._asdict().items() if k not in _IN_USER)
+
+
+class _Tree:
+    """CPU seconds of a process and its descendants: each process's latest reading, kept after it ends."""
+
+    def __init__(self, psutil, proc):
+        self.psutil, self.proc = psutil, proc
+        self.seen: dict[tuple[int, float], float] = {}  # (pid, create_time) -> CPU seconds at its latest sample
+        self.base: dict[tuple[int, float], float] = {}  # those alive at the start: CPU seconds then
+        self.lock = threading.Lock()
+
+    def sample(self) -> None:
+        procs = [self.proc]
+        with contextlib.suppress(Exception):
+            procs += self.proc.children(recursive=True)
+        got = {}
+        for p in procs:
+            try:
+                with p.oneshot():
+                    t = p.cpu_times()
+                    got[(p.pid, p.create_time())] = t.user + t.system
+            except Exception:  # noqa: BLE001  ended while read: its last sample stands
+                continue
+        with self.lock:
+            self.seen.update(got)
+
+    def start(self) -> None:
+        self.sample()
+        with self.lock:
+            self.base = dict(self.seen)
+
+    def used_s(self) -> float:
+        """CPU seconds the tree used since start()."""
+        with self.lock:
+            return sum(v - self.base.get(k, 0.0) for k, v in self.seen.items())
+
+
+@contextlib.contextmanager
+def host_load(interval_s: float = SAMPLE_S) -> Iterator[dict]:
+    """Measure the host's CPU use over the `with` block; afterwards the yielded dict holds "load": a HostLoad, or
+    None where the counters cannot be read (no psutil, no /proc), with "reason" saying why. Never raises for a
+    measurement problem: the block's own outcome stands."""
+    if not (interval_s > 0 and math.isfinite(interval_s)):
+        raise ValueError(f"interval_s={interval_s!r} is not allowed; allowed values: seconds > 0")
+    out: dict = {"load": None, "reason": None}
+    try:
+        import psutil  # noqa: PLC0415  a dependency; absent only in a trimmed environment
+
+        cores = psutil.cpu_count(logical=True) or os.cpu_count() or 0
+        tree = _Tree(psutil, psutil.Process())
+        t0, c0 = time.perf_counter(), psutil.cpu_times()
+        tree.start()
+    except Exception as e:  # noqa: BLE001  not measurable here: said, not raised
+        out["reason"] = f"the host's CPU counters cannot be read: {type(e).__name__}: {e}"
+        yield out
+        return
+    stop = threading.Event()
+
+    def sampler():
+        while not stop.wait(interval_s):
+            tree.sample()
+
+    th = threading.Thread(target=sampler, name="wmbook-host-load", daemon=True)
+    th.start()
+    try:
+        yield out
+    finally:
+        stop.set()
+        th.join()
+        try:
+            tree.sample()
+            c1, seconds = psutil.cpu_times(), time.perf_counter() - t0
+            total = _total_s(c1) - _total_s(c0)
+            steal = getattr(c1, "steal", 0.0) - getattr(c0, "steal", 0.0)
+            if seconds > 0:
+                out["load"] = HostLoad(seconds=seconds, cores=int(cores),
+                                       busy_cores=min(float(cores), (_busy_s(c1) - _busy_s(c0)) / seconds),
+                                       own_cores=tree.used_s() / seconds,
+                                       steal_share=steal / total if total > 0 else 0.0)
+            else:
+                out["reason"] = "the span was too short to measure"
+        except Exception as e:  # noqa: BLE001
+            out["reason"] = f"the host's CPU counters cannot be read: {type(e).__name__}: {e}"
