@@ -568,29 +568,21 @@ def run_notebooks(
         for run in bar:
             bar.set_postfix_str(run.name)
             kcwd = Path(cwd).resolve() if cwd is not None else Path(run.source_path).parent
-            # other work on the host slows launch-bound timings and compiles without touching the GPU: recorded with
-            # the run, so a slow run can be told from slow code
-            with host_load() as hl:
+            with host_load() as hl:  # other work on the host slows timings and compiles, not the GPU: recorded
                 try:
                     _execute_one(run, out_dir, run.parameters, kname, timeout, progress, kcwd)
                 except Exception as exc:  # runner bug or I/O error: record it, keep going
-                    run.status = STATUS_FAILED
-                    run.error = f"{type(exc).__name__}: {_one_line(str(exc))}"
+                    run.status, run.error = STATUS_FAILED, f"{type(exc).__name__}: {_one_line(str(exc))}"
                     if progress:
                         traceback.print_exc()
-            load = hl["load"]
-            run.host_load = load.record() if load is not None else None
+            run.host_load = (load := hl["load"]) and load.record()
             if run.ok:
-                runtimes.record_run((run.facts or {}).get("results", []), run.seconds, profile,
-                                    runtimes.given_params(run.source_path, run.parameters or {}, profile),
-                                    host=load)
+                given = runtimes.given_params(run.source_path, run.parameters or {}, profile)
+                runtimes.record_run((run.facts or {}).get("results", []), run.seconds, profile, given, host=load)
             if progress:
-                line = (
-                    f"{run.name}: ok ({run.seconds:.1f} s" + (f"; {load.describe()})" if load is not None else ")")
-                    if run.ok
-                    else run.failure_summary()
-                )
-                bar.write(line, file=sys.stderr)
+                host = f"; {load.describe()}" if load is not None else ""
+                bar.write(f"{run.name}: ok ({run.seconds:.1f} s{host})" if run.ok else run.failure_summary(),
+                          file=sys.stderr)
             meta["elapsed_s"] = round(time.perf_counter() - t_all, 2)
             write_index(out_dir, runs, meta)
     bar.close()
