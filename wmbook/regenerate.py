@@ -378,7 +378,7 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
             j.status, j.error = "failed", f"{type(e).__name__}: {e}"
         state.save()
         done[0] += 1
-        host = _host_load_said(state.out / "runs" / j.name)
+        host = _host_load_said(state.out / "runs" / j.name) if j.status == "ok" else ""  # (else maybe an earlier try's)
         echo(f"[{tag}] {j.name}: {j.status} ({j.seconds / 60:.1f} min{'; ' + host if host else ''})"
              + (f" {j.error}" if j.error else "") + f"  [{done[0]}/{len(state.jobs)}]")
 
