@@ -10,7 +10,9 @@ for every notebook (summary.json, notebook_times.csv), so a slow run can be told
 In a container the counters are the host's (psutil reads /proc/stat), the process tree only this container's: other
 work is everything the host ran beside this run's processes. A descendant that ended between two samples loses its
 CPU time since the last one, and one that lived less than a sampling interval is not seen, so `others_cores` is an
-upper bound (by at most about an interval's work per process that ended)."""
+upper bound (by at most about an interval's work per process that ended). (wmbook.profiling.monitor's
+ResourceMonitor samples the host's CPU percent alone, for a figure over time; this takes the span's counters and the
+run's own share.)"""
 
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Iterator
 
-__all__ = ["HostLoad", "SAMPLE_S", "host_load"]
+__all__ = ["HostLoad", "SAMPLE_S", "host_load", "of_report"]
 
 SAMPLE_S = 1.0  # how often the process tree is read (a psutil walk of a few processes: well under a millisecond)
 
@@ -58,6 +61,18 @@ class HostLoad:
         """'host CPUs busy 14.9 of 16 (other work 11.2)', steal named when there was any."""
         s = f"host CPUs busy {self.busy_cores:.1f} of {self.cores} (other work {self.others_cores:.1f})"
         return s + (f", {100 * self.steal_share:.0f}% stolen by the hypervisor" if self.steal_share >= 0.005 else "")
+
+
+def of_report(folder) -> HostLoad | None:
+    """The HostLoad `wmbook run` recorded for the first notebook of a report folder (its summary.json), or None where
+    it holds none (no summary, a run from before it was recorded)."""
+    import json  # noqa: PLC0415
+
+    try:
+        return HostLoad.from_record(json.loads((Path(folder) / "summary.json").read_text())["notebooks"][0]
+                                    ["host_load"])
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
 
 
 _NOT_BUSY = ("idle", "iowait", "steal")  # steal: the hypervisor ran other machines' work (counted on its own)

@@ -104,14 +104,10 @@ def gpu_time(state: SetState) -> dict:
 def _host_others(state: SetState) -> dict[str, float]:
     """Per made run, the average CPUs other work kept busy on its host while it ran (its report folder's summary,
     wmbook.hostload; runs made before it was recorded are left out)."""
-    out = {}
-    for j in state.jobs:
-        try:
-            rec = json.loads((state.out / "runs" / j.name / "summary.json").read_text())["notebooks"][0]["host_load"]
-            out[j.name] = round(float(rec["others_cores"]), 1)
-        except (OSError, ValueError, KeyError, TypeError, IndexError):
-            continue
-    return out
+    from .hostload import of_report  # noqa: PLC0415
+
+    loads = {j.name: of_report(state.out / "runs" / j.name) for j in state.jobs}
+    return {name: round(load.others_cores, 1) for name, load in loads.items() if load is not None}
 
 
 def merge_set(state: SetState, other: Path, echo=print) -> list[str]:

@@ -288,15 +288,11 @@ def _command(job: Job, folder: Path, store: Path) -> list[str]:
 
 
 def _host_load_said(folder: Path) -> str:
-    """The host's CPU use while a run's notebook ran (its report folder's summary, wmbook.hostload), as words; '' when
-    not recorded."""
-    from .hostload import HostLoad  # noqa: PLC0415
+    """The host's CPU use while a run's notebook ran (wmbook.hostload), as words; '' when not recorded."""
+    from .hostload import of_report  # noqa: PLC0415
 
-    try:
-        return HostLoad.from_record(json.loads((folder / "summary.json").read_text())["notebooks"][0]["host_load"]
-                                    ).describe()
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        return ""
+    load = of_report(folder)
+    return load.describe() if load is not None else ""
 
 
 def _report_complete(folder: Path, since: _dt.datetime) -> bool:

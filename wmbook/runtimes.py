@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Iterator
 
 TIMES_FILE = "notebook_times.csv"
-FIELDS = ("timestamp", "notebook", "workload", "preset", "profile", "device_name", "git_commit", "run_id", "seconds",
-          "params", "gpus", "host_cores", "host_busy_cores", "host_other_cores")
 HOST_FIELDS = ("host_cores", "host_busy_cores", "host_other_cores")  # the host's CPUs while it ran (wmbook.hostload)
+FIELDS = ("timestamp", "notebook", "workload", "preset", "profile", "device_name", "git_commit", "run_id", "seconds",
+          "params", "gpus", *HOST_FIELDS)
 RUN_IDENTITY = ("workload", "preset", "results_path", "output_dir")  # which run it is and where it writes, not its work
 PROFILES = ("full", "quick")
 LAST_RUNS = 5  # the expectation is the median of at most this many runs: the latest ones at the newest commit
