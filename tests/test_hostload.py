@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from wmbook.hostload import HostLoad, host_load
+from wmbook.hostload import LOOP_N, HostLoad, core_loop_us, host_load
 
 
 def _spin(seconds: float) -> None:
@@ -34,6 +34,16 @@ def test_a_busy_thread_is_the_runs_own_work():
     _sane(load)
     assert load.own_cores >= 0.5, load  # one core for 1.5 s, whatever else the host ran
     assert load.busy_cores >= 0.5  # the host's counters saw it too
+    assert load.core_loop_us > 0  # sampled at each end and once an interval
+
+
+def test_the_core_loop_counts_this_threads_cpu_time_not_waiting():
+    """core_loop_us is the loop's CPU time: a thread that sleeps meanwhile adds nothing, and twice the iterations
+    take longer (bounds only: the tests' own cores are shared)."""
+    assert core_loop_us() > 0 and core_loop_us(20 * LOOP_N) > core_loop_us(LOOP_N)
+    t = time.thread_time_ns()
+    time.sleep(0.2)
+    assert (time.thread_time_ns() - t) / 1e3 < 0.2e6 / 2  # the clock it uses does not count a sleep
 
 
 def test_a_child_process_counts_as_the_runs_own():
@@ -53,6 +63,10 @@ def test_record_round_trip_and_words():
     stolen = HostLoad(seconds=10.0, cores=8, busy_cores=2.0, own_cores=3.0, steal_share=0.25)
     assert stolen.others_cores == 0.0  # never below zero (own work sampled a little high)
     assert stolen.describe().endswith("25% stolen by the hypervisor")
+    fast = HostLoad(seconds=10.0, cores=16, busy_cores=1.0, own_cores=1.0, steal_share=0.0, core_loop_us=950.0)
+    assert HostLoad.from_record(fast.record()) == fast
+    assert fast.describe() == "host CPUs busy 1.0 of 16 (other work 0.0), core loop 950 us"
+    assert HostLoad.from_record(rec).core_loop_us is None  # a record made before it was measured
 
 
 def test_without_counters_the_run_goes_on_and_the_reason_is_said(monkeypatch):

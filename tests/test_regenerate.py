@@ -81,7 +81,13 @@ def test_gpu_time_counts_an_all_gpu_run_once_per_gpu_it_held(tmp_path):
         "others_cores": 11.2}}]}))
     t = rg.gpu_time(rg.SetState(tmp_path, "abc1234", "NVIDIA H200", 2, jobs))
     assert t["host_other_cores"] == {"05-mg2": 11.2}
+    assert t["host_core_loop_us"] == {}  # a record made before the core's speed was measured
     assert rg._host_load_said(folder) == "host CPUs busy 14.9 of 16 (other work 11.2)"
+    (folder / "summary.json").write_text(json.dumps({"meta": {}, "notebooks": [{"host_load": {
+        "seconds": 300.0, "cores": 16, "busy_cores": 1.0, "own_cores": 1.0, "steal_share": 0.0, "core_loop_us": 950.4,
+        "others_cores": 0.0}}]}))
+    assert rg.gpu_time(rg.SetState(tmp_path, "abc1234", "NVIDIA H200", 2, jobs))["host_core_loop_us"] == {"05-mg2": 950}
+    assert rg._host_load_said(folder) == "host CPUs busy 1.0 of 16 (other work 0.0), core loop 950 us"
     assert rg._host_load_said(tmp_path / "runs" / "04-mg2") == ""  # none recorded: nothing said
 
 
@@ -470,12 +476,25 @@ def test_a_set_started_on_two_gpus_makes_its_all_gpu_runs_on_no_fewer(tmp_path):
     lines = []
     rg.run_set(state, 1, 600, echo=lines.append)
     assert [j.status for j in state.jobs] == ["ok", "pending"]
-    assert any("every: not started (it holds every GPU of its host; the set started on a host of 2 GPUs and this "
-               "one has 1" in ln for ln in lines), lines
+    assert any("every: not started (it holds every GPU of its host to study several; this host has 1: it runs on "
+               "a host of 2 or more)" in ln for ln in lines), lines
     old = json.loads((tmp_path / "set" / rg.SET_FILE).read_text())
     del old["host_gpus"]  # a set of a version that did not record it: no check
     (tmp_path / "set" / rg.SET_FILE).write_text(json.dumps(old))
     assert rg.SetState.load(tmp_path / "set").host_gpus is None
+
+
+def test_a_set_started_on_one_gpu_leaves_its_all_gpu_runs_for_a_host_of_two(tmp_path):
+    """Notebook 08 at a data-parallel workload takes any number of ranks, but on a GPU host of one it would compare one
+    GPU with itself: a set started there leaves it for a host of MIN_ALL_GPUS or more (a CPU set runs it on
+    processes)."""
+    jobs = [rg.Job("every", "08", "n.ipynb", {}, gpus="all")]
+    gpu_set = rg.SetState(tmp_path, "abc1234", "NVIDIA H200", 1, jobs, host_gpus=1)
+    assert rg.MIN_ALL_GPUS == 2 and gpu_set.all_gpu_runs_need() == 2
+    assert not gpu_set.makes_all_gpu_runs(1) and gpu_set.makes_all_gpu_runs(2)
+    assert rg.SetState(tmp_path, "abc1234", "NVIDIA H200", 4, jobs, host_gpus=4).all_gpu_runs_need() == 4
+    cpu_set = rg.SetState(tmp_path, "abc1234", "CPU", 1, jobs, host_gpus=0)
+    assert cpu_set.makes_all_gpu_runs(0) and cpu_set.all_gpu_runs_need() == 0
 
 
 def test_the_plan_of_a_set_follows_the_runs_it_waits_for_and_the_time_limit(tmp_path, capsys):

@@ -547,3 +547,9 @@ def test_set_gpu_minutes_per_notebook_and_workload():
     calm = report_index._run_minutes_html(t | {"host_other_cores": {"01_baseline_profiling-mg2": 0.2}})
     assert "fewer than 1 CPU busy on average during each of the 1 runs" in calm
     assert "other work" not in got  # a set from before it was recorded: nothing said
+    # the range of the hosts' core speed, the slowest run named; one run alone says nothing
+    loops = report_index._run_minutes_html(t | {"host_core_loop_us": {"01_baseline_profiling-mg2": 950,
+                                                                      "08_multi_gpu-wma": 1210}})
+    assert "test loop in 950-1210 us" in loops and "the slowest: 08_multi_gpu-wma" in loops
+    assert "test loop" not in report_index._run_minutes_html(t | {"host_core_loop_us": {"08_multi_gpu-wma": 1210}})
+    assert "test loop" not in got

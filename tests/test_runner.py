@@ -84,6 +84,7 @@ def test_index_and_summary_written(report):
     for n in summary["notebooks"]:  # the host's CPU use while each ran (wmbook.hostload), failed runs too
         h = n["host_load"]
         assert h["cores"] >= 1 and 0 <= h["busy_cores"] <= h["cores"] and h["own_cores"] > 0 and h["seconds"] > 0
+        assert h["core_loop_us"] > 0  # the speed of one of the host's cores
     assert summary["meta"]["parameters"] == {"x": 7, "out_file": str(out.parent / "x.txt")}
 
 

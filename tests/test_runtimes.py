@@ -177,4 +177,7 @@ def test_a_times_file_of_an_earlier_version_gains_the_host_columns_and_keeps_its
     assert [r["run_id"] for r in lines] == ["old1", "new1"] and lines[0]["seconds"] == 12.5
     assert lines[0]["host_other_cores"] == "" and lines[1]["host_other_cores"] == "11.0"
     assert lines[1]["host_cores"] == "16" and lines[1]["host_busy_cores"] == "15.0"
+    assert lines[1]["host_core_loop_us"] == ""  # a HostLoad without the core's speed
+    assert runtimes.host_fields(HostLoad(seconds=3.0, cores=16, busy_cores=1.0, own_cores=1.0, steal_share=0.0,
+                                         core_loop_us=1210.6))["host_core_loop_us"] == "1211"
     assert runtimes.host_fields(None) == dict.fromkeys(runtimes.HOST_FIELDS, "")

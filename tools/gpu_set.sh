@@ -4,7 +4,8 @@
 # set's file, each slice's runs brought back and merged into the set folder here, where the complete set is published.
 #
 #   bash tools/gpu_set.sh start SHA SET MINUTES [regenerate args]   # there: start the slice detached, return
-#   bash tools/gpu_set.sh wait SECONDS                              # there: progress until it ends or SECONDS pass
+#   bash tools/gpu_set.sh wait SECONDS [OUT]                        # there: progress until it ends or SECONDS pass;
+#                                                                   #   with OUT, then the slice so far packed into it
 #   bash tools/gpu_set.sh pack OUT                                  # there: the slice -> OUT/set-part-* (7 MiB parts)
 #   bash tools/gpu_set.sh unpack DIR SET                            # here: join the parts under DIR into SET
 #
@@ -20,14 +21,16 @@
 # Keep each slice's last pack (its set-part-* files, small enough to commit to git) until the set is published: the set
 # folder is rebuilt from them, on this machine or another, by unpacking them into an empty SET in the order they were
 # made.
-#   e.g. bash tools/gpu_set.sh start $(git rev-parse HEAD) sets/h200 25 && bash tools/gpu_set.sh wait 540
-#        ... bash tools/gpu_set.sh wait 500; bash tools/gpu_set.sh pack $OUT
+# A machine may be taken back between two commands, its slice with it: give every `wait` an OUT, so each command
+# brings back the runs finished so far (a later part holds the earlier ones; joining a run twice adds it once).
+#   e.g. bash tools/gpu_set.sh start $(git rev-parse HEAD) sets/h200 25 && bash tools/gpu_set.sh wait 540 $OUT
+#        ... bash tools/gpu_set.sh wait 500 $OUT
 #        here: bash tools/gpu_set.sh unpack FILES_AT sets/h200, and when the set is complete:
 #        python -m wmbook regenerate --out sets/h200 --publish data/reports/h200
 set -uo pipefail
 root=${GPU_SET_ROOT:-/root}
 run="$root/set-slice"  # the slice: snap/ (the tree), set/ (its set folder), log, pid, rc
-cmd=${1:?usage: gpu_set.sh start SHA SET MINUTES [args] | wait SECONDS | pack OUT | unpack DIR SET}; shift
+cmd=${1:?usage: gpu_set.sh start SHA SET MINUTES [args] | wait SECONDS [OUT] | pack OUT | unpack DIR SET}; shift
 case "$cmd" in
   start)
     sha=${1:?usage: gpu_set.sh start SHA SET MINUTES [regenerate args]}
@@ -65,7 +68,7 @@ runpy.run_module(\"wmbook\", run_name=\"__main__\")" regenerate --out "$0" --tim
     sleep 5; cat "$run/log" 2>/dev/null
     ;;
   wait)
-    secs=${1:?usage: gpu_set.sh wait SECONDS}
+    secs=${1:?usage: gpu_set.sh wait SECONDS [OUT]}; out=${2:-}
     [ -d "$run" ] || { echo "gpu_set.sh: no slice under $root" >&2; exit 2; }
     t0=$(date +%s); shown=0
     while :; do
@@ -75,6 +78,7 @@ runpy.run_module(\"wmbook\", run_name=\"__main__\")" regenerate --out "$0" --tim
       [ $(($(date +%s) - t0)) -ge "$secs" ] && { echo "the slice is still running"; break; }
       sleep 10
     done
+    [ -z "$out" ] || exec bash "$0" pack "$out"
     ;;
   pack)
     out=${1:?usage: gpu_set.sh pack OUT}

@@ -1,11 +1,15 @@
-"""How busy the host's CPUs were while a run ran, and how much of that was the run's own work.
+"""How busy the host's CPUs were while a run ran, how much of that was the run's own work, and how fast a core was.
 
 A notebook's eager rows are launch-bound and its compiles CPU-bound, so other work on the host (another tenant of a
-shared machine, another queue of a set) slows them without touching the GPU: a UNet forward whose GPU busy time is the
-same can take 60% longer. `host_load()` records, over a span, the host's busy CPUs (all work, from its CPU counters),
-the CPUs this process and its descendants used (sampled from the process tree, so a notebook's kernel and its compile
-workers count while they live), the difference (other work) and the hypervisor's steal share. `wmbook run` records it
-for every notebook (summary.json, notebook_times.csv), so a slow run can be told from slow code.
+shared machine, another queue of a set) or a slower core slows them without touching the GPU: the same UNet forward,
+with the same GPU busy time, has taken 103 ms in one run and 166 ms in another. `host_load()` records, over a span,
+the host's busy CPUs (all work, from its CPU counters), the CPUs this process and its descendants used (sampled from the
+process tree, so a notebook's kernel and its compile workers count while they live), the difference (other work), the
+hypervisor's steal share, and the speed of one of its cores: the CPU time of a fixed pure-Python loop (`core_loop_us`,
+median of one a second). Launch-bound timings follow
+the speed of the core that launches the kernels, which can differ between hosts of one instance type with no other work
+on them; the loop tells such hosts apart where the load figures cannot. `wmbook run` records it all for every notebook
+(summary.json, notebook_times.csv), so a slow run can be told from slow code.
 
 In a container the counters are the host's (psutil reads /proc/stat), the process tree only this container's: other
 work is everything the host ran beside this run's processes. A descendant that ended between two samples loses its
@@ -19,27 +23,41 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import statistics
 import threading
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["HostLoad", "SAMPLE_S", "host_load", "of_report"]
+__all__ = ["LOOP_N", "HostLoad", "SAMPLE_S", "core_loop_us", "host_load", "of_report"]
 
 SAMPLE_S = 1.0  # how often the process tree is read (a psutil walk of a few processes: well under a millisecond)
+LOOP_N = 20_000  # the core probe's iterations: about a millisecond of one core a sample
+
+
+def core_loop_us(n: int = LOOP_N) -> float:
+    """The CPU time (this thread's, so waiting for a core or for the GIL does not count) of a fixed pure-Python loop of
+    `n` iterations, in microseconds: the speed of the core it ran on, as interpreted Python (and PyTorch's eager
+    dispatch, host code of the same kind) sees it."""
+    t, x = time.thread_time_ns(), 0
+    for i in range(n):
+        x = (x * 31 + i) & 0xFFFF
+    return (time.thread_time_ns() - t) / 1e3
 
 
 @dataclass(frozen=True)
 class HostLoad:
     """CPU use over a span of `seconds`: the host's `cores`, the average CPUs busy on the host (all work), those used by
-    this process and its descendants (`own_cores`), and the share of CPU time stolen by the hypervisor."""
+    this process and its descendants (`own_cores`), the share of CPU time stolen by the hypervisor, and the median of
+    core_loop_us() over the span (None in a record made before it was measured)."""
 
     seconds: float
     cores: int
     busy_cores: float
     own_cores: float
     steal_share: float
+    core_loop_us: float | None = None
 
     @property
     def others_cores(self) -> float:
@@ -54,13 +72,14 @@ class HostLoad:
 
     @classmethod
     def from_record(cls, d: dict) -> HostLoad:
-        """The HostLoad a record() came from (KeyError for a record that lacks a field)."""
-        return cls(**{f.name: d[f.name] for f in fields(cls)})
+        """The HostLoad a record() came from (KeyError for a record that lacks a field without a default)."""
+        return cls(**{f.name: d[f.name] if f.default is MISSING else d.get(f.name, f.default) for f in fields(cls)})
 
     def describe(self) -> str:
-        """'host CPUs busy 14.9 of 16 (other work 11.2)', steal named when there was any."""
+        """'host CPUs busy 14.9 of 16 (other work 11.2), core loop 950 us', steal named when there was any."""
         s = f"host CPUs busy {self.busy_cores:.1f} of {self.cores} (other work {self.others_cores:.1f})"
-        return s + (f", {100 * self.steal_share:.0f}% stolen by the hypervisor" if self.steal_share >= 0.005 else "")
+        s += f", {100 * self.steal_share:.0f}% stolen by the hypervisor" if self.steal_share >= 0.005 else ""
+        return s + (f", core loop {self.core_loop_us:.0f} us" if self.core_loop_us is not None else "")
 
 
 def of_report(folder) -> HostLoad | None:
@@ -143,10 +162,12 @@ def host_load(interval_s: float = SAMPLE_S) -> Iterator[dict]:
         yield out
         return
     stop = threading.Event()
+    loops = [core_loop_us()]  # one at each end as well: a span shorter than an interval still has the figure
 
     def sampler():
         while not stop.wait(interval_s):
             tree.sample()
+            loops.append(core_loop_us())
 
     th = threading.Thread(target=sampler, name="wmbook-host-load", daemon=True)
     th.start()
@@ -157,6 +178,7 @@ def host_load(interval_s: float = SAMPLE_S) -> Iterator[dict]:
         th.join()
         try:
             tree.sample()
+            loops.append(core_loop_us())
             c1, seconds = psutil.cpu_times(), time.perf_counter() - t0
             total = _total_s(c1) - _total_s(c0)
             steal = getattr(c1, "steal", 0.0) - getattr(c0, "steal", 0.0)
@@ -164,7 +186,8 @@ def host_load(interval_s: float = SAMPLE_S) -> Iterator[dict]:
                 out["load"] = HostLoad(seconds=seconds, cores=int(cores),
                                        busy_cores=min(float(cores), (_busy_s(c1) - _busy_s(c0)) / seconds),
                                        own_cores=tree.used_s() / seconds,
-                                       steal_share=steal / total if total > 0 else 0.0)
+                                       steal_share=steal / total if total > 0 else 0.0,
+                                       core_loop_us=statistics.median(loops))
             else:
                 out["reason"] = "the span was too short to measure"
         except Exception as e:  # noqa: BLE001

@@ -20,6 +20,8 @@ from .paths import GPU_TIME_FILE, REPO_ROOT
 SET_FILE = "set.json"
 CANNOT = "cannot run on this host"
 GOAL_MINUTES = 60.0  # the whole set's GPU time on the reference device
+# a run that holds every GPU (notebook 08) studies several: on a GPU host of one it would compare one GPU with itself
+MIN_ALL_GPUS = 2
 NOTES = REPO_ROOT / "data" / "reports" / "NOTES.md"
 
 
@@ -70,10 +72,16 @@ class SetState:
         st.started = d["started"]
         return st
 
+    def all_gpu_runs_need(self) -> int:
+        """The fewest GPUs of a host that makes the set's all-GPU runs: as many as the host that started the set had
+        (on fewer, notebook 08 would study fewer GPUs than the set's other runs were planned around), and on a GPU
+        device at least MIN_ALL_GPUS (a CPU set runs them on processes, whatever the count)."""
+        need = self.host_gpus or 0
+        return need if self.device == "CPU" else max(need, MIN_ALL_GPUS)
+
     def makes_all_gpu_runs(self, gpus: int) -> bool:
-        """Whether a host of `gpus` GPUs makes the set's all-GPU runs: one with no fewer than the host that started
-        the set (on fewer, notebook 08 would study fewer GPUs than the set's other runs were planned around)."""
-        return self.host_gpus is None or gpus >= self.host_gpus
+        """Whether a host of `gpus` GPUs makes the set's all-GPU runs (all_gpu_runs_need)."""
+        return gpus >= self.all_gpu_runs_need()
 
     def missing(self) -> list[Job]:
         return [j for j in self.jobs if j.status != "ok"]
@@ -98,16 +106,20 @@ def gpu_time(state: SetState) -> dict:
             "gpus": {j.name: max(1, j.gpu_count) for j in state.jobs},
             "notebook_seconds": {k: round(v, 1) for k, v in per_nb.items()},
             "total_seconds": round(sum(gpu_s.values()), 1), "wall_seconds": round(wall, 1),
-            "goal_minutes": GOAL_MINUTES, "host_other_cores": _host_others(state)}
+            "goal_minutes": GOAL_MINUTES, **_host_figures(state)}
 
 
-def _host_others(state: SetState) -> dict[str, float]:
-    """Per made run, the average CPUs other work kept busy on its host while it ran (its report folder's summary,
-    wmbook.hostload; runs made before it was recorded are left out)."""
+def _host_figures(state: SetState) -> dict[str, dict[str, float]]:
+    """Per made run, from its report folder's summary (wmbook.hostload; runs made before a figure was recorded are
+    left out of it): the average CPUs other work kept busy on its host while it ran (host_other_cores), and the
+    speed of one of the host's cores (host_core_loop_us)."""
     from .hostload import of_report  # noqa: PLC0415
 
     loads = {j.name: of_report(state.out / "runs" / j.name) for j in state.jobs}
-    return {name: round(load.others_cores, 1) for name, load in loads.items() if load is not None}
+    loads = {name: load for name, load in loads.items() if load is not None}
+    return {"host_other_cores": {name: round(load.others_cores, 1) for name, load in loads.items()},
+            "host_core_loop_us": {name: round(load.core_loop_us) for name, load in loads.items()
+                                  if load.core_loop_us is not None}}
 
 
 def merge_set(state: SetState, other: Path, echo=print) -> list[str]:

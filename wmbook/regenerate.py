@@ -62,6 +62,7 @@ from .published_set import (
     CANNOT,
     GOAL_MINUTES,
     GPU_TIME_FILE,
+    MIN_ALL_GPUS,
     NOTES,
     SET_FILE,
     Job,
@@ -74,9 +75,9 @@ from .set_schedule import DEFAULT_MINUTES, START_MARGIN, deal, expected_minutes,
 
 # the set's record and publishing live in wmbook.published_set, its dealing and time limits in wmbook.set_schedule;
 # these names are this command's too
-__all__ = ["CANNOT", "DEFAULT_MINUTES", "GOAL_MINUTES", "GPU_TIME_FILE", "NOTES", "SET_FILE", "START_MARGIN",
-           "STOP_GRACE_S", "Job", "SetState", "deal", "expected_minutes", "gpu_time", "main", "merge_set", "plan",
-           "publish_set", "recheck_cannot", "run_set", "simulate"]
+__all__ = ["CANNOT", "DEFAULT_MINUTES", "GOAL_MINUTES", "GPU_TIME_FILE", "MIN_ALL_GPUS", "NOTES", "SET_FILE",
+           "START_MARGIN", "STOP_GRACE_S", "Job", "SetState", "deal", "expected_minutes", "gpu_time", "main",
+           "merge_set", "plan", "publish_set", "recheck_cannot", "run_set", "simulate"]
 
 STOP_GRACE_S = 60.0  # a run stopped at its time limit gets this long to end its kernels before it is killed
 
@@ -399,8 +400,8 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
             if stop.is_set():
                 break
             if not state.makes_all_gpu_runs(gpus):  # its study would be of fewer GPUs
-                echo(f"[all] {j.name}: not started (it holds every GPU of its host; the set started on a host of "
-                     f"{state.host_gpus} GPUs and this one has {gpus}: it runs on a host of {state.host_gpus} or more)")
+                echo(f"[all] {j.name}: not started (it holds every GPU of its host to study several; this host has "
+                     f"{gpus}: it runs on a host of {state.all_gpu_runs_need()} or more)")
                 continue
             limit = limit_for(j, "all")
             if limit is not None:
@@ -429,7 +430,7 @@ def _plan_resumed(state: SetState, commit: str, device: str, count: int, queues:
         print(f"  this host has {device}: the set is finished on a host of {state.device}")
     all_gpu = state.makes_all_gpu_runs(count)
     if not all_gpu and any(j.gpus == "all" for j in todo):
-        print(f"  this host has {count} GPUs: the all-GPU runs wait for a host of {state.host_gpus} or more")
+        print(f"  this host has {count} GPUs: the all-GPU runs wait for a host of {state.all_gpu_runs_need()} or more")
     minutes = _recorded_minutes(state.jobs, state.device, count) | earlier
     load = deal(todo, queues, minutes)
     print(f"{len(todo)} runs to make on {queues} queue(s); expected minutes per queue: "

@@ -167,7 +167,7 @@ def _run_minutes_html(t: dict) -> str:
         body += f"<tr><td>{e(nb)}</td>{tds}</tr>"
     head = "".join(f"<th>{e(w)}</th>" for w in workloads)
     return (f"<p>GPU-minutes per notebook and workload (a run on several GPUs counts each of them):</p>"
-            f"<table><tr><th>notebook</th>{head}</tr>{body}</table>" + _host_others_html(t))
+            f"<table><tr><th>notebook</th>{head}</tr>{body}</table>" + _host_others_html(t) + _core_loop_html(t))
 
 
 # other work on a run's host, in average CPUs, above which the index names the run: launch-bound timings and compiles
@@ -192,6 +192,21 @@ def _host_others_html(t: dict) -> str:
             "host counts too): "
             + ", ".join(f"{html.escape(n)} {v:.1f}" for n, v in busy.items())
             + ". Their launch-bound timings and compile times may be slowed; the GPU times are not.</p>")
+
+
+def _core_loop_html(t: dict) -> str:
+    """The range of the runs' hosts' core speed (wmbook.hostload.core_loop_us, median per run) and the slowest run's
+    name; '' where fewer than two runs recorded it."""
+    try:
+        loops = {name: float(v) for name, v in (t.get("host_core_loop_us") or {}).items()}
+    except (TypeError, ValueError, AttributeError):
+        return ""
+    if len(loops) < 2:
+        return ""
+    slow = max(loops, key=loops.get)
+    return (f"<p>A core of the hosts ran the fixed test loop in {min(loops.values()):.0f}-{loops[slow]:.0f} us "
+            f"(median per run, {len(loops)} runs; the slowest: {html.escape(slow)}): launch-bound timings follow the "
+            "core's speed, GPU times do not (wmbook.hostload).</p>")
 
 
 # the whole published set's GPU time the workbook aims at (wmbook.regenerate's goal)

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Iterator
 
 TIMES_FILE = "notebook_times.csv"
-HOST_FIELDS = ("host_cores", "host_busy_cores", "host_other_cores")  # the host's CPUs while it ran (wmbook.hostload)
+# the host's CPUs while it ran, and the speed of one of its cores (wmbook.hostload)
+HOST_FIELDS = ("host_cores", "host_busy_cores", "host_other_cores", "host_core_loop_us")
 FIELDS = ("timestamp", "notebook", "workload", "preset", "profile", "device_name", "git_commit", "run_id", "seconds",
           "params", "gpus", *HOST_FIELDS)
 RUN_IDENTITY = ("workload", "preset", "results_path", "output_dir")  # which run it is and where it writes, not its work
@@ -212,7 +213,8 @@ def host_fields(load) -> dict[str, str]:
     if load is None:
         return dict.fromkeys(HOST_FIELDS, "")
     return {"host_cores": str(load.cores), "host_busy_cores": f"{load.busy_cores:.1f}",
-            "host_other_cores": f"{load.others_cores:.1f}"}
+            "host_other_cores": f"{load.others_cores:.1f}",
+            "host_core_loop_us": "" if load.core_loop_us is None else f"{load.core_loop_us:.0f}"}
 
 
 def record_run(runs: list[dict], seconds: float, profile: str = "full", params: str = "", host=None) -> bool:
