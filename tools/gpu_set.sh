@@ -53,6 +53,7 @@ case "$cmd" in
       tar -C "$run/snap" -xf - || exit 1
     [ -f "$set_dir/set.json" ] && cp "$set_dir/set.json" "$run/set/"
     echo "$set_dir" > "$run/name"
+    date -u +%Y%m%dT%H%M%S > "$run/started"
     (
       cd "$run/snap" || exit 1
       export WMBOOK_GIT_COMMIT=$sha PYTHONPATH=$run/snap PYTHONUNBUFFERED=1
@@ -83,8 +84,9 @@ runpy.run_module(\"wmbook\", run_name=\"__main__\")" regenerate --out "$0" --tim
   pack)
     out=${1:?usage: gpu_set.sh pack OUT}
     [ -d "$run/set" ] || { echo "gpu_set.sh: no slice under $root" >&2; exit 2; }
-    cp "$run/log" "$run/set/slice-$(date -u +%Y%m%dT%H%M%S).log" 2>/dev/null
-    mkdir -p "$out"
+    # named by the slice's start: each pack of a slice replaces its log with the longer one
+    cp "$run/log" "$run/set/slice-$(cat "$run/started" 2>/dev/null || date -u +%Y%m%dT%H%M%S).log" 2>/dev/null
+    mkdir -p "$out" && rm -f "$out"/set-part-*  # an earlier pack's parts would join this one's
     tar -C "$run/set" --exclude=./cache --exclude='*.json.gz' --exclude='*.pt' -czf - . | split -b 7m - "$out/set-part-"
     ls -la "$out"
     ;;
