@@ -191,6 +191,20 @@ def test_a_run_the_host_cannot_make_is_planned_as_such_and_keeps_the_set_unpubli
         rg.publish_set(state, tmp_path / "pub", store=tmp_path / "s.csv", notes=None, echo=lambda *a: None)
 
 
+def test_the_plan_of_a_new_set_on_one_gpu_leaves_its_all_gpu_runs_out(tmp_path, monkeypatch, capsys):
+    """--plan of a set not started yet, on a GPU host of one: notebook 08 is said to wait for a host of two, not
+    planned after the queues."""
+    jobs = [rg.Job("one", "01", "n.ipynb", {}), rg.Job("every", "08", "n.ipynb", {}, gpus="all")]
+    monkeypatch.setattr(rg, "_device", lambda: ("NVIDIA H200", 1))
+    monkeypatch.setattr(rg, "plan", lambda *a, **k: [rg.Job(**vars(j)) for j in jobs])
+    assert rg.main(["--out", str(tmp_path / "set"), "--plan", "--allow-dirty"]) == 0
+    said = capsys.readouterr().out
+    assert "this host has 1 GPUs: the all-GPU runs wait for a host of 2 or more" in said, said
+    assert [ln.split()[:2] for ln in said.splitlines() if "expected" in ln and ln.startswith("  ")] == [
+        ["q0", "one"], ["all", "every"]]
+    assert "every  {}  expected 10.0 min, waits for a host of more GPUs" in said, said  # not given a start
+
+
 def test_a_time_limit_starts_only_runs_that_fit_and_cuts_one_still_going(tmp_path, monkeypatch):
     import time
 
@@ -525,7 +539,7 @@ def test_the_plan_of_a_set_follows_the_runs_it_waits_for_and_the_time_limit(tmp_
     # no times recorded for these runs: each is expected to take DEFAULT_MINUTES, so only the first fits in 14
     lines = [ln.split()[:2] for ln in said.splitlines() if ln.startswith("  ") and "expected" in ln]
     assert lines == [["q0", "mid"], ["--", "big"], ["--", "small"], ["all", "every"]], said
-    assert said.count("not started within the limit") == 3
+    assert said.count("not started within the limit") == 2 and "every  {}  expected 10.0 min, waits for a host" in said
 
 
 def test_expect_replaces_a_runs_recorded_time_in_the_plan_and_refuses_a_bad_value(tmp_path, capsys):

@@ -563,7 +563,10 @@ def main(argv=None) -> int:
         print(f"{len(jobs)} runs on {queues} queue(s) ({device}); expected minutes per queue: "
               + ", ".join(f"{m:.0f}" if math.isfinite(m) else "?" for m in load))
         if a.plan:
-            print_plan(jobs, queues, minutes, a.time_limit)
+            if not state.makes_all_gpu_runs(count) and any(j.gpus == "all" for j in jobs):
+                print(f"  this host has {count} GPUs: the all-GPU runs wait for a host of "
+                      f"{state.all_gpu_runs_need()} or more")
+            print_plan(jobs, queues, minutes, a.time_limit, state.makes_all_gpu_runs(count))
             return 0
         state.save()
     try:
