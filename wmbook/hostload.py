@@ -6,10 +6,10 @@ with the same GPU busy time, has taken 103 ms in one run and 166 ms in another. 
 the host's busy CPUs (all work, from its CPU counters), the CPUs this process and its descendants used (sampled from the
 process tree, so a notebook's kernel and its compile workers count while they live), the difference (other work), the
 hypervisor's steal share, and the speed of one of its cores: the CPU time of a fixed pure-Python loop (`core_loop_us`,
-median of one a second). Launch-bound timings follow the speed of the core that launches the kernels, which can
-differ between hosts of one instance type with no other work on them; the loop tells such hosts apart where the load
-figures cannot. `wmbook run` records it all for every notebook (summary.json, notebook_times.csv), so a slow run can be
-told from slow code.
+median of one a second). Launch-bound timings follow the speed of the core that launches the kernels, which may
+differ between hosts of one instance type with no other work on them; the loop would tell such hosts apart where the
+load figures cannot. `wmbook run` records it all for every notebook (summary.json, notebook_times.csv), so a slow run
+can be told from slow code.
 
 In a container the counters are the host's (psutil reads /proc/stat), the process tree only this container's: other
 work is everything the host ran beside this run's processes. A descendant that ended between two samples loses its

@@ -428,15 +428,21 @@ def _plan_resumed(state: SetState, commit: str, device: str, count: int, queues:
         print(f"  this tree is at {commit[:7]}: the set is finished from a tree at {state.commit[:7]}")
     if state.device != device:
         print(f"  this host has {device}: the set is finished on a host of {state.device}")
-    all_gpu = state.makes_all_gpu_runs(count)
-    if not all_gpu and any(j.gpus == "all" for j in todo):
-        print(f"  this host has {count} GPUs: the all-GPU runs wait for a host of {state.all_gpu_runs_need()} or more")
+    all_gpu = _say_all_gpu_wait(state, count, todo)
     minutes = _recorded_minutes(state.jobs, state.device, count) | earlier
     load = deal(todo, queues, minutes)
     print(f"{len(todo)} runs to make on {queues} queue(s); expected minutes per queue: "
           + (", ".join(f"{m:.0f}" for m in load) or "none"))
     print_plan(todo, queues, minutes, time_limit, all_gpu)
     return 0
+
+
+def _say_all_gpu_wait(state: SetState, count: int, todo: list[Job]) -> bool:
+    """Whether a host of `count` GPUs makes the set's all-GPU runs; where it does not and `todo` holds one, says so."""
+    all_gpu = state.makes_all_gpu_runs(count)
+    if not all_gpu and any(j.gpus == "all" for j in todo):
+        print(f"  this host has {count} GPUs: the all-GPU runs wait for a host of {state.all_gpu_runs_need()} or more")
+    return all_gpu
 
 
 def _merge_main(ap, a, out: Path, commit: str) -> int:
@@ -563,10 +569,7 @@ def main(argv=None) -> int:
         print(f"{len(jobs)} runs on {queues} queue(s) ({device}); expected minutes per queue: "
               + ", ".join(f"{m:.0f}" if math.isfinite(m) else "?" for m in load))
         if a.plan:
-            if not state.makes_all_gpu_runs(count) and any(j.gpus == "all" for j in jobs):
-                print(f"  this host has {count} GPUs: the all-GPU runs wait for a host of "
-                      f"{state.all_gpu_runs_need()} or more")
-            print_plan(jobs, queues, minutes, a.time_limit, state.makes_all_gpu_runs(count))
+            print_plan(jobs, queues, minutes, a.time_limit, _say_all_gpu_wait(state, count, jobs))
             return 0
         state.save()
     try:
