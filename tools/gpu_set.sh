@@ -3,6 +3,7 @@
 # whose commands are cut at a time limit: one slice of the set per allocation, resumed on the next machine from the
 # set's file, each slice's runs brought back and merged into the set folder here, where the complete set is published.
 #
+#   bash tools/gpu_set.sh tree SHA                                  # here: .set-tree, the commit's files (carry it)
 #   bash tools/gpu_set.sh start SHA SET MINUTES [regenerate args]   # there: start the slice detached, return
 #   bash tools/gpu_set.sh wait SECONDS [OUT]                        # there: progress until it ends or SECONDS pass;
 #                                                                   #   with OUT, then the slice so far packed into it
@@ -12,7 +13,9 @@
 # SET is the set folder here, inside the repository (sets/ is ignored by git, e.g. sets/h200); carry SET/set.json to
 # the machine, where `start` copies it into the slice's folder: the runs it records as done are not run again, and
 # the runs' folders stay here. SHA is the commit the tree was copied from (rows record it: WMBOOK_GIT_COMMIT); every
-# slice of a set must run that commit's code. MINUTES goes to `regenerate --time-limit`: no run starts that is
+# slice of a set must run that commit's code: `tree SHA` checks here that the working tree is SHA's and writes the
+# commit's file list (.set-tree, git-ignored), and `start` refuses a copied tree that differs from it (tools/set_tree.py);
+# a later slice of a set of an older commit runs from that commit checked out. MINUTES goes to `regenerate --time-limit`: no run starts that is
 # expected to end after it, one still going then is stopped (and run again by the next slice). The slice runs in a
 # snapshot of the tree (the tree may be replaced while it runs), its set folder outside it; compile caches, traces and
 # weights stay on the machine (the compile cache passes to the next slice started there). Environment: GPU_SET_ROOT
@@ -23,19 +26,27 @@
 # made.
 # A machine may be taken back between two commands, its slice with it: give every `wait` an OUT, so each command
 # brings back the runs finished so far (a later part holds the earlier ones; joining a run twice adds it once).
-#   e.g. bash tools/gpu_set.sh start $(git rev-parse HEAD) sets/h200 25 && bash tools/gpu_set.sh wait 540 $OUT
+#   e.g. here: bash tools/gpu_set.sh tree $(git rev-parse HEAD)   (then carry .set-tree and SET/set.json)
+#        bash tools/gpu_set.sh start $(git rev-parse HEAD) sets/h200 25 && bash tools/gpu_set.sh wait 540 $OUT
 #        ... bash tools/gpu_set.sh wait 500 $OUT
 #        here: bash tools/gpu_set.sh unpack FILES_AT sets/h200, and when the set is complete:
 #        python -m wmbook regenerate --out sets/h200 --publish data/reports/h200
 set -uo pipefail
 root=${GPU_SET_ROOT:-/root}
 run="$root/set-slice"  # the slice: snap/ (the tree), set/ (its set folder), log, pid, rc
-cmd=${1:?usage: gpu_set.sh start SHA SET MINUTES [args] | wait SECONDS [OUT] | pack OUT | unpack DIR SET}; shift
+cmd=${1:?usage: gpu_set.sh tree SHA | start SHA SET MINUTES [args] | wait SECONDS [OUT] | pack OUT | unpack DIR SET}
+shift
+here=$(cd "$(dirname "$0")" && pwd)
 case "$cmd" in
+  tree)
+    exec python3 "$here/set_tree.py" write "${1:?usage: gpu_set.sh tree SHA}"
+    ;;
   start)
     sha=${1:?usage: gpu_set.sh start SHA SET MINUTES [regenerate args]}
     set_dir=${2:?usage: gpu_set.sh start SHA SET MINUTES [regenerate args]}
     minutes=${3:?usage: gpu_set.sh start SHA SET MINUTES [regenerate args]}; shift 3
+    # the rows will record SHA: the copied tree must be its (before anything is installed or moved)
+    python3 "$here/set_tree.py" verify "$sha" || exit 2
     if [ -f "$run/pid" ] && [ ! -f "$run/rc" ] && kill -0 "$(cat "$run/pid")" 2>/dev/null; then
       echo "gpu_set.sh: a slice is still running (pid $(cat "$run/pid"))" >&2; exit 2
     fi
@@ -101,5 +112,5 @@ runpy.run_module(\"wmbook\", run_name=\"__main__\")" regenerate --out "$0" --tim
     [ "$rc" -le 1 ] && rm -rf "$part"  # 1: joined, the set not complete yet
     [ "$rc" -le 1 ] || { echo "gpu_set.sh: the part stays in $part" >&2; exit "$rc"; }
     ;;
-  *) echo "gpu_set.sh: unknown command $cmd; allowed: start, wait, pack, unpack" >&2; exit 2 ;;
+  *) echo "gpu_set.sh: unknown command $cmd; allowed: tree, start, wait, pack, unpack" >&2; exit 2 ;;
 esac
