@@ -102,3 +102,10 @@ def test_start_refuses_a_tree_that_is_not_the_set_s_commit(repo, tmp_path):
     assert r.returncode == 2
     assert "wmbook/a.py: differs from the commit" in r.stderr
     assert not root.exists()  # nothing started, nothing moved
+
+
+def test_write_names_a_commit_git_does_not_know(repo, monkeypatch, capsys):
+    monkeypatch.chdir(repo)
+    assert set_tree.main(["write", "nosuch"]) == 2
+    assert "nosuch" in capsys.readouterr().err
+    assert not (repo / ".set-tree").exists()

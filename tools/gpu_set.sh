@@ -14,9 +14,10 @@
 # the machine, where `start` copies it into the slice's folder: the runs it records as done are not run again, and
 # the runs' folders stay here. SHA is the commit the tree was copied from (rows record it: WMBOOK_GIT_COMMIT); every
 # slice of a set must run that commit's code: `tree SHA` checks here that the working tree is SHA's and writes the
-# commit's file list (.set-tree, git-ignored), and `start` refuses a copied tree that differs from it (tools/set_tree.py);
-# a later slice of a set of an older commit runs from that commit checked out. MINUTES goes to `regenerate --time-limit`: no run starts that is
-# expected to end after it, one still going then is stopped (and run again by the next slice). The slice runs in a
+# commit's file list (.set-tree, git-ignored), and `start` refuses a copied tree that differs from it
+# (tools/set_tree.py); a later slice of a set of an older commit runs from that commit checked out. MINUTES goes to
+# `regenerate --time-limit`: no run starts that is expected to end after it, one still going then is stopped (and run
+# again by the next slice). The slice runs in a
 # snapshot of the tree (the tree may be replaced while it runs), its set folder outside it; compile caches, traces and
 # weights stay on the machine (the compile cache passes to the next slice started there). Environment: GPU_SET_ROOT
 # (default /root), WHEELS (a folder of wheels installed with --no-deps first; default .whl when present), PYTHON

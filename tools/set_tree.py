@@ -99,7 +99,11 @@ def main(argv: list[str]) -> int:
         return 2
     manifest = Path(argv[2] if len(argv) == 3 else MANIFEST)
     if argv[0] == "write":
-        write(argv[1], Path.cwd(), manifest)
+        try:
+            write(argv[1], Path.cwd(), manifest)
+        except subprocess.CalledProcessError as e:  # not a repository, or SHA names no commit
+            print(f"set_tree: git {' '.join(e.cmd[1:])}: {e.stderr.strip()}", file=sys.stderr)
+            return 2
         return 0
     problems = verify(argv[1], Path.cwd(), manifest)
     if problems:
