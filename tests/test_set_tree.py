@@ -53,6 +53,7 @@ def test_the_commit_s_tree_verifies_and_the_published_record_may_stay_behind(rep
     (repo / "data" / "reports" / "NOTES.md").unlink()  # left out of the copy to keep it small
     (repo / "wmbook" / "__pycache__").mkdir()
     (repo / "wmbook" / "__pycache__" / "a.cpython-312.pyc").write_bytes(b"\0")
+    (repo / "notebooks" / "out.json").write_text("{}")  # what a run writes beside the code is not code
     assert _verify(repo, sha) == []
 
 

@@ -23,8 +23,9 @@ from pathlib import Path
 MANIFEST = ".set-tree"
 # folders whose every source file must come from the commit: a stray module or notebook there would change what runs
 CODE_DIRS = ("wmbook", "notebooks", "tools")
-SOURCE_SUFFIXES = (".py", ".ipynb", ".sh", ".json", ".toml", ".yaml", ".yml", ".cfg", ".txt", ".html", ".css", ".js")
-SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
+# (code and its settings only: what a run writes beside it, e.g. a JSON file, is not refused)
+SOURCE_SUFFIXES = (".py", ".ipynb", ".sh", ".toml", ".cfg")
+SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache", "wmbook_cache"}  # git-ignored where they are
 # the published record, which no run reads (a set's runs write their rows and reports into the set's folder): it may
 # be left out of the copy to keep it small, and is checked where it is there
 OPTIONAL = ("data/reports/", "data/results/")
