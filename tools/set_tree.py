@@ -108,8 +108,9 @@ def main(argv: list[str]) -> int:
         return 0
     problems = verify(argv[1], Path.cwd(), manifest)
     if problems:
-        print(f"set_tree: this tree is not commit {argv[1]}'s ({len(problems)} differences), so its rows would "
-              "record a commit they do not come from:", file=sys.stderr)
+        n = f"{len(problems)} difference{'s' if len(problems) > 1 else ''}"
+        print(f"set_tree: this tree is not commit {argv[1]}'s ({n}), so its rows would record a commit they do not "
+              "come from:", file=sys.stderr)
         for p in problems[:20]:
             print(f"  {p}", file=sys.stderr)
         if len(problems) > 20:
