@@ -110,3 +110,18 @@ def test_write_names_a_commit_git_does_not_know(repo, monkeypatch, capsys):
     assert set_tree.main(["write", "nosuch"]) == 2
     assert "nosuch" in capsys.readouterr().err
     assert not (repo / ".set-tree").exists()
+
+
+def test_tree_writes_the_manifest_at_the_repository_s_root(repo):
+    (repo / "tools").mkdir()
+    for name in ("gpu_set.sh", "set_tree.py"):
+        shutil.copy(REPO / "tools" / name, repo / "tools" / name)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "tools")
+    sha = _git(repo, "rev-parse", "HEAD")
+    r = subprocess.run(["bash", str(repo / "tools" / "gpu_set.sh"), "tree", sha], cwd=repo / "wmbook",
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (repo / ".set-tree").read_text().startswith(f"commit {sha}\n")
+    assert not (repo / "wmbook" / ".set-tree").exists()
+    assert _verify(repo, sha) == []

@@ -17,11 +17,11 @@
 # commit's file list (.set-tree, git-ignored), and `start` refuses a copied tree that differs from it
 # (tools/set_tree.py); a later slice of a set of an older commit runs from that commit checked out. MINUTES goes to
 # `regenerate --time-limit`: no run starts that is expected to end after it, one still going then is stopped (and run
-# again by the next slice). The slice runs in a
-# snapshot of the tree (the tree may be replaced while it runs), its set folder outside it; compile caches, traces and
-# weights stay on the machine (the compile cache passes to the next slice started there). Environment: GPU_SET_ROOT
-# (default /root), WHEELS (a folder of wheels installed with --no-deps first; default .whl when present), PYTHON
-# (here, for unpack: the interpreter with wmbook's requirements; default python3).
+# again by the next slice). The slice runs in a snapshot of the tree (the tree may be replaced while it runs), its set
+# folder outside it; compile caches, traces and weights stay on the machine (the compile cache passes to the next
+# slice started there). Environment: GPU_SET_ROOT (default /root), WHEELS (a folder of wheels installed with
+# --no-deps first; default .whl when present), PYTHON (here, for unpack: the interpreter with wmbook's requirements;
+# default python3).
 # Keep each slice's last pack (its set-part-* files, small enough to commit to git) until the set is published: the set
 # folder is rebuilt from them, on this machine or another, by unpacking them into an empty SET in the order they were
 # made.
@@ -40,7 +40,8 @@ shift
 here=$(cd "$(dirname "$0")" && pwd)
 case "$cmd" in
   tree)
-    exec python3 "$here/set_tree.py" write "${1:?usage: gpu_set.sh tree SHA}"
+    # at the repository's root, where the tree is copied from and `start` looks for .set-tree
+    cd "$here/.." && exec python3 "$here/set_tree.py" write "${1:?usage: gpu_set.sh tree SHA}"
     ;;
   start)
     sha=${1:?usage: gpu_set.sh start SHA SET MINUTES [regenerate args]}
