@@ -266,17 +266,70 @@ def test_a_first_set_is_dealt_by_the_times_its_runs_took_on_the_device_before():
     from wmbook import runtimes
 
     jobs = rg.plan(["06"], ["mg2", "wma"])
-    got = rg._recorded_minutes(jobs, "NVIDIA H200")
+    got = rg.recorded_minutes(jobs, "NVIDIA H200")
     assert got  # the store records notebook 06's runs on the H200
     for j in jobs:
         w = j.params["workload"]
         rec = runtimes.expected("06_cuda_graphs", w, "mg2-universal" if w == "mg2" else "wma", "NVIDIA H200")
         assert (got.get(j.name) is None) == (rec is None) and (rec is None or got[j.name] == rec[0] / 60)
-    assert rg._recorded_minutes(jobs, "a device never seen") == {}
+    assert rg.recorded_minutes(jobs, "a device never seen") == {}
     (dp,) = rg.plan(["08"], ["wma"])  # on every GPU: by the runs on as many, at the notebook's defaults
     for n in (2, 4):
         rec = runtimes.expected("08_multi_gpu", "wma", "wma", "NVIDIA H200", gpus=n)
-        assert rg._recorded_minutes([dp], "NVIDIA H200", n).get(dp.name) == (rec and rec[0] / 60)
+        assert rg.recorded_minutes([dp], "NVIDIA H200", n).get(dp.name) == (rec and rec[0] / 60)
+
+
+def test_a_time_recorded_on_a_faster_host_core_is_expected_to_take_longer_here(tmp_path, monkeypatch, capsys):
+    """A launch-bound notebook follows the host core that launches its kernels (02 at mg2 took 1.5x as long on an H200
+    host whose core ran the fixed loop 1.6x slower): a run recorded on a faster core is expected to take longer by the
+    cores' ratio (at most PACE_MAX), one recorded on a slower core or with no core recorded as recorded, and the plan
+    says this host's core and the runs it lengthens."""
+    from wmbook import runtimes
+
+    assert rg.set_schedule.host_pace(2000, 1000) == 2.0 and rg.set_schedule.host_pace(900, 1000) == 1.0
+    assert rg.set_schedule.host_pace(9000, 1000) == rg.set_schedule.PACE_MAX
+    assert rg.set_schedule.host_pace(None, 1000) == rg.set_schedule.host_pace(2000, None) == 1.0
+    store = tmp_path / "store" / "results.csv"
+    monkeypatch.setenv("WMBOOK_RESULTS", str(store))
+    monkeypatch.setattr(rg.set_schedule, "host_core", lambda: 2400.0)
+    monkeypatch.setattr(rg, "host_core", lambda: 2400.0)
+    key = {"device_name": "NVIDIA H200", "git_commit": "abc1234"}
+    runtimes.record(store, notebook="01_baseline_profiling", workload="mg2", preset="mg2-universal", run_id="fast",
+                    seconds=120, host_core_loop_us="1200", **key)  # a core twice as fast: 4 minutes here
+    runtimes.record(store, notebook="01_baseline_profiling", workload="wma", preset="wma", run_id="old", seconds=120,
+                    **key)  # no core recorded: as recorded
+    runtimes.record(store, notebook="02_bottleneck_breakdown", workload="mg2", preset="mg2-universal", run_id="slow",
+                    seconds=120, host_core_loop_us="3000", **key)  # a slower core: as recorded
+    jobs = rg.plan(["01", "02"], ["mg2", "wma"])
+    paces = {}
+    got = rg.recorded_minutes(jobs, "NVIDIA H200", core_now=2400.0, paces=paces)
+    assert got["01_baseline_profiling-mg2"] == pytest.approx(4.0) and paces == {"01_baseline_profiling-mg2": 2.0}
+    assert got["01_baseline_profiling-wma"] == got["02_bottleneck_breakdown-mg2"] == pytest.approx(2.0)
+    assert rg.recorded_minutes(jobs, "NVIDIA H200") == rg.recorded_minutes(jobs, "NVIDIA H200", core_now=None)
+    assert rg.recorded_minutes(jobs, "NVIDIA H200")["01_baseline_profiling-mg2"] == pytest.approx(2.0)
+    # the published set's times (gpu_time.json) carry their runs' cores as well
+    pub = tmp_path / "pub"
+    pub.mkdir()
+    (pub / rg.GPU_TIME_FILE).write_text(json.dumps({"seconds": {"a": 60.0, "b": 60.0},
+                                                    "host_core_loop_us": {"a": 800}}))
+    paces = {}
+    assert rg.earlier_minutes(tmp_path / "none", pub, 2400.0, paces) == {"a": 3.0, "b": 1.0} and paces == {"a": 3.0}
+
+    # the plan of a new set on this host: 01 mg2 is 4 minutes here and goes first within 7 minutes; 01 wma (2) no
+    # longer fits after it (2 x 1.35 + 0.5 = 3.2 > 3); --expect, given for this host, is taken as given
+    out = tmp_path / "set"
+    monkeypatch.setattr(rg, "_device", lambda: ("NVIDIA H200", 1))
+    assert rg.main(["--out", str(out), "--notebooks", "01", "--workloads", "mg2,wma", "--plan", "--time-limit", "7",
+                    "--allow-dirty"]) == 0
+    said = capsys.readouterr().out
+    assert ("this host's core: 2,400 us for the fixed loop of wmbook.hostload; expected longer here than on the "
+            "faster cores their times were recorded on: 01_baseline_profiling-mg2 x2.0") in said, said
+    assert "expected minutes per queue: 6" in said and said.count("not started within the limit") == 1, said
+    assert rg.main(["--out", str(out), "--notebooks", "01", "--workloads", "mg2,wma", "--plan", "--time-limit", "7",
+                    "--allow-dirty", "--expect", "01_baseline_profiling-mg2=2"]) == 0
+    said = capsys.readouterr().out
+    assert "this host's core: 2,400 us for the fixed loop of wmbook.hostload\n" in said, said
+    assert "not started within the limit" not in said, said
 
 
 def test_a_run_starts_once_the_runs_it_builds_on_have_ended_and_the_longest_ready_run_goes_first(tmp_path,

@@ -38,6 +38,22 @@ def test_expected_is_the_median_of_the_latest_runs_of_that_notebook_device_profi
         runtimes.record(store, **KEY, run_id="x", seconds=0)
 
 
+def test_an_expectation_says_the_host_core_its_runs_ran_on(tmp_path):
+    """The median core loop of the runs an expectation is the median of (those that recorded one), in the notebook's
+    words too: a launch-bound notebook's time follows its host's core."""
+    store = tmp_path / "results.csv"
+    files = [runtimes.times_path(store)]
+    runtimes.record(store, **KEY, run_id="a", seconds=100, timestamp="2026-12-01T00:00:00")
+    assert runtimes.expected_core_loop(**KEY, files=files) is None
+    assert "host core" not in runtimes.describe(**KEY, files=files)
+    for i, loop in enumerate(["1200", "2400", "bad"]):
+        runtimes.record(store, **KEY, run_id=f"b{i}", seconds=100, host_core_loop_us=loop,
+                        timestamp=f"2026-12-0{i + 2}T00:00:00")
+    assert runtimes.expected_core_loop(**KEY, files=files) == 1800.0
+    assert runtimes.describe(**KEY, files=files).endswith("(median of the last 4 runs; host core loop 1,800 us)")
+    assert runtimes.expected_core_loop(**(KEY | {"preset": "other"}), files=files) is None
+
+
 def test_an_expectation_counts_the_runs_of_the_same_parameters_and_for_all_gpu_notebooks_as_many_gpus(tmp_path,
                                                                                                  monkeypatch):
     """Notebook 08 at wma on four GPUs at batch 1 took 6 minutes, its full sweep on two 16: only like counts like."""
@@ -106,6 +122,10 @@ def test_the_parameters_table_says_what_to_expect(tmp_path, monkeypatch):
     runtimes.record(cfg.results_path, notebook=cfg.notebook, workload=cfg.workload.name, preset=cfg.preset.name,
                     device_name=results.environment_metadata()["device_name"], run_id="a", seconds=42)
     assert cfg.table().loc["expected run time", "value"].startswith("about 42 s on ")
+    # the host's core beside it: a launch-bound row of a slow host is told from slow code
+    speed = cfg.table().loc["host core speed", "value"]
+    assert speed.endswith(" us for the fixed loop of wmbook.hostload (lower is faster; launch-bound rows slow with it)")
+    assert float(speed.split(" us ")[0].replace(",", "")) > 0
 
 
 def _notebook(path, source):

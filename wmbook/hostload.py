@@ -30,7 +30,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["LOOP_N", "HostLoad", "SAMPLE_S", "core_loop_us", "host_load", "of_report"]
+__all__ = ["LOOP_N", "HostLoad", "SAMPLE_S", "core_loop_us", "core_speed", "host_load", "of_report"]
 
 SAMPLE_S = 1.0  # how often the process tree is read (a psutil walk of a few processes: well under a millisecond)
 LOOP_N = 20_000  # the core probe's iterations: about a millisecond of one core a sample
@@ -44,6 +44,13 @@ def core_loop_us(n: int = LOOP_N) -> float:
     for i in range(n):
         x = (x * 31 + i) & 0xFFFF
     return (time.thread_time_ns() - t) / 1e3
+
+
+def core_speed(samples: int = 9) -> str:
+    """This host's core speed in words, for a report's parameters table: the median of `samples` core_loop_us()
+    (a few tens of milliseconds), so that a reader can tell a launch-bound row of a slow host from slow code."""
+    us = statistics.median(core_loop_us() for _ in range(max(1, samples)))
+    return f"{us:,.0f} us for the fixed loop of wmbook.hostload (lower is faster; launch-bound rows slow with it)"
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ make (notebook 08 on too few GPUs) is checked again when the set resumes on a ho
 run is made on no fewer GPUs than the host that started the set had (a set started on two and resumed on one leaves
 notebook 08 for a host of two or more). `--time-limit MINUTES` fits a set into a time-limited allocation (a batch job's
 wall time): no run starts that is expected to end after the limit (by the time it took before on this device,
-wmbook.runtimes, and never less than it ran before a limit cut it), a run still going at the limit is stopped as Ctrl-C
+wmbook.runtimes, longer where that time was recorded on a faster host core than this host's, and never less than it
+ran before a limit cut it), a run still going at the limit is stopped as Ctrl-C
 stops it (it counts if its report was complete by then), and the same command finishes the set later, on
 this machine or another of the same device: what a resume reads is `set.json` (the runs still to make), so an allocation
 on a fresh machine needs only that file in `<out>`, and `--merge` joins the parts (their run folders, rows, logs and
@@ -71,7 +72,19 @@ from .published_set import (
     merge_set,
     publish_set,
 )
-from .set_schedule import DEFAULT_MINUTES, START_MARGIN, deal, expected_minutes, print_plan, simulate, starts_in_time
+from .set_schedule import (
+    DEFAULT_MINUTES,
+    START_MARGIN,
+    deal,
+    earlier_minutes,
+    expected_minutes,
+    host_core,
+    print_plan,
+    recorded_minutes,
+    say_paces,
+    simulate,
+    starts_in_time,
+)
 
 # the set's record and publishing live in wmbook.published_set, its dealing and time limits in wmbook.set_schedule;
 # these names are this command's too
@@ -150,39 +163,6 @@ def recheck_cannot(jobs: list[Job]) -> list[Job]:
         j.params, j.status, j.error = runs[0][2], "pending", ""
         now.append(j)
     return now
-
-
-def _earlier_minutes(out: Path, publish: Path | None) -> dict[str, float]:
-    """Minutes per run from the set the folder held before, else from the published folder's gpu_time.json."""
-    for f in (out / SET_FILE, publish / GPU_TIME_FILE if publish is not None else None):
-        if f is not None and f.is_file():
-            try:
-                d = json.loads(f.read_text())
-                return {n: s / 60 for n, s in d.get("seconds", {}).items() if s > 0}
-            except (ValueError, AttributeError):
-                continue
-    return {}
-
-
-def _recorded_minutes(jobs: list[Job], device: str, gpus: int | None = None) -> dict[str, float]:
-    """Minutes per run from the times recorded for the same notebook, workload, preset, device and parameters
-    (wmbook.runtimes: every finished run and published report leaves one; a run on every GPU, by runs on `gpus`
-    GPUs): a first set on a device is dealt, and fitted into a time limit, by what its runs took there before."""
-    from . import runtimes  # noqa: PLC0415
-    from . import workloads as wls  # noqa: PLC0415  heavy: torch
-
-    out = {}
-    for j in jobs:
-        w, preset = j.params.get("workload"), j.params.get("preset", "auto")
-        if not isinstance(w, str) or w not in wls.names():
-            continue
-        if preset == "auto":
-            preset = wls.get(w).real_preset
-        got = runtimes.expected(j.notebook, w, preset, device, params=runtimes.params_key(j.params),
-                                gpus=gpus if j.gpus == "all" else None) if preset else None
-        if got is not None:
-            out[j.name] = got[0] / 60
-    return out
 
 
 def _expectations(ap, given: list[str]) -> dict[str, float]:
@@ -417,7 +397,7 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
 
 
 def _plan_resumed(state: SetState, commit: str, device: str, count: int, queues: int, time_limit: float | None,
-                  earlier: dict[str, float]) -> int:
+                  minutes: dict[str, float]) -> int:
     """--plan on a folder that holds a set: the runs still to make on this host, dealt to its queues as a resume
     would deal them, with their expected minutes; nothing is run and set.json is not written. What would keep this
     tree or host from finishing it (another commit, another device, too few GPUs for its all-GPU runs) is said."""
@@ -429,7 +409,6 @@ def _plan_resumed(state: SetState, commit: str, device: str, count: int, queues:
     if state.device != device:
         print(f"  this host has {device}: the set is finished on a host of {state.device}")
     all_gpu = _say_all_gpu_wait(state, count, todo)
-    minutes = _recorded_minutes(state.jobs, state.device, count) | earlier
     load = deal(todo, queues, minutes)
     print(f"{len(todo)} runs to make on {queues} queue(s); expected minutes per queue: "
           + (", ".join(f"{m:.0f}" for m in load) or "none"))
@@ -535,10 +514,21 @@ def main(argv=None) -> int:
         aside = out.with_name(f"{out.name}.superseded-{int(time.time())}")
         shutil.move(str(out), str(aside))
         print(f"the earlier set moved to {aside}")
+    core_now, paces = host_core(), {}
+
+    def expected_here(jobs: list[Job], on: str) -> dict[str, float]:
+        """Each run's expected minutes on this host (recorded, else the set's earlier times, else --expect's), and
+        this host's core with the runs whose times it lengthens, said."""
+        got = (recorded_minutes(jobs, on, count, core_now, paces)
+               | earlier_minutes(out, a.publish, core_now, paces) | expect)
+        say_paces(core_now, {n: p for n, p in paces.items() if n not in expect})
+        return got
+
     if (out / SET_FILE).exists() and a.plan:
         _check_expected(ap, expect, SetState.load(out).jobs)
-        return _plan_resumed(SetState.load(out), commit, device, count, queues, a.time_limit,
-                             _earlier_minutes(out, a.publish) | expect)
+        state = SetState.load(out)
+        return _plan_resumed(state, commit, device, count, queues, a.time_limit, expected_here(state.jobs,
+                                                                                                state.device))
     if (out / SET_FILE).exists():
         state = SetState.load(out)
         _check_expected(ap, expect, state.jobs)
@@ -555,14 +545,14 @@ def main(argv=None) -> int:
                      f"device, so finish it on a host of {state.device} (or start it over here with --fresh)")
         if state.missing():  # this host's queues: each takes whichever run is ready (run_set); a complete set keeps
             state.queues = queues  # the count its runs were made on (its wall clock in gpu_time), wherever published
-        minutes = _recorded_minutes(state.jobs, state.device, count) | _earlier_minutes(out, a.publish) | expect
+        minutes = expected_here(state.jobs, state.device)
         print(f"resuming the set of {state.started}: {len(state.jobs) - len(state.missing())} of {len(state.jobs)} "
               "runs done")
     else:
         jobs = plan(a.notebooks.split(",") if a.notebooks else None,
                     [w.strip() for w in a.workloads.split(",")] if a.workloads else None, params)
-        minutes = _recorded_minutes(jobs, device, count) | _earlier_minutes(out, a.publish) | expect
         _check_expected(ap, expect, jobs)
+        minutes = expected_here(jobs, device)
         load = deal(jobs, queues, minutes)
         out.mkdir(parents=True, exist_ok=True)
         state = SetState(out, commit, device, queues, jobs, count)

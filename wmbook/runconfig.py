@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import paths, studies, workloads
+from . import hostload, paths, studies, workloads
 from .params import Param, ParameterError
 from .presets import dtype_name
 
@@ -147,7 +147,8 @@ class RunConfig:
         import pandas as pd  # noqa: PLC0415  heavy: pandas, only for table()
 
         d = self.params() | {"warmup": self.warmup, "repeats": self.repeats, "output_dir": str(self.output_dir),
-                             "results_path": str(self.results_path), "expected run time": self.expected_time()}
+                             "results_path": str(self.results_path), "expected run time": self.expected_time(),
+                             "host core speed": hostload.core_speed()}
         return pd.DataFrame({"value": {k: str(v) for k, v in d.items()}}).rename_axis("parameter")
 
     def expected_time(self) -> str:

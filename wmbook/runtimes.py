@@ -150,14 +150,24 @@ def expected(notebook: str, workload: str, preset: str, device_name: str, profil
     return got[:2] if got else None
 
 
+def expected_core_loop(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full",
+                       files=(), params: str = "", gpus: int | None = None) -> float | None:
+    """The speed of the host core the runs behind expected() ran on: the median of their `host_core_loop_us`
+    (wmbook.hostload.core_loop_us), or None where none of them recorded it. A launch-bound notebook takes about
+    twice as long on a host whose core runs the loop in twice the time."""
+    got = _expectation(notebook, workload, preset, device_name, profile, files, params, gpus)
+    return got[3] if got else None
+
+
 def matches(r: dict, params: str = "", gpus: int | None = None) -> bool:
     """Whether a recorded run counts for an expectation of these parameters and GPU count (expected)."""
     return (r.get("params") or "") == params and (gpus is None or not r.get("gpus") or str(r["gpus"]) == str(gpus))
 
 
 def _expectation(notebook, workload, preset, device_name, profile, files, params="", gpus=None
-                 ) -> tuple[float, int, str] | None:
-    """(median seconds, runs, their commit) of the matching runs `latest` keeps, or None."""
+                 ) -> tuple[float, int, str, float | None] | None:
+    """(median seconds, runs, their commit, the median of their hosts' core loops or None) of the matching runs
+    `latest` keeps, or None."""
     from . import paths, results  # noqa: PLC0415  heavy: pandas (wmbook.results)
 
     files = list(files) or [times_path(results.default_path()), times_path(paths.TINY_RESULTS_PATH)]
@@ -172,7 +182,20 @@ def _expectation(notebook, workload, preset, device_name, profile, files, params
                     (notebook, workload, preset, device_name, profile) and matches(r, params, gpus):
                 match.append(r)
     last = latest(match)
-    return (statistics.median(r["seconds"] for r in last), len(last), last[-1].get("git_commit", "")) if last else None
+    if not last:
+        return None
+    loops = [v for v in (_number(r.get("host_core_loop_us")) for r in last) if v is not None]
+    return (statistics.median(r["seconds"] for r in last), len(last), last[-1].get("git_commit", ""),
+            statistics.median(loops) if loops else None)
+
+
+def _number(v) -> float | None:
+    """A positive number from a times file's cell, or None (empty, missing, not a number)."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if x > 0 else None
 
 
 def latest(runs: list[dict]) -> list[dict]:
@@ -193,10 +216,12 @@ def describe(notebook: str, workload: str, preset: str, device_name: str, profil
     got = _expectation(notebook, workload, preset, device_name, profile, files)
     if got is None:
         return f"not known yet: no {profile} run of this notebook at {preset} recorded on {device_name}"
-    s, n, commit = got
+    s, n, commit, loop = got
     when = f"{s / 60:.0f} minutes" if s >= 90 else f"{s:.0f} s"
     at = f" at commit {commit[:7]}" if commit else ""
-    return f"about {when} on {device_name} ({'the last run' if n == 1 else f'median of the last {n} runs'}{at})"
+    core = f"; host core loop {loop:,.0f} us" if loop is not None else ""
+    return (f"about {when} on {device_name} ({'the last run' if n == 1 else f'median of the last {n} runs'}{at}"
+            f"{core})")
 
 
 def papermill_seconds(nb) -> float | None:

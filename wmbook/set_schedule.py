@@ -4,9 +4,13 @@ expected time (what `regenerate --plan` prints)."""
 
 from __future__ import annotations
 
-from .published_set import CANNOT, Job
+import json
+from pathlib import Path
 
-__all__ = ["DEFAULT_MINUTES", "START_MARGIN", "deal", "expected_minutes", "print_plan", "simulate", "starts_in_time"]
+from .published_set import CANNOT, GPU_TIME_FILE, SET_FILE, Job
+
+__all__ = ["DEFAULT_MINUTES", "PACE_MAX", "START_MARGIN", "deal", "earlier_minutes", "expected_minutes", "host_core",
+           "host_pace", "print_plan", "recorded_minutes", "say_paces", "simulate", "starts_in_time"]
 
 DEFAULT_MINUTES = 10.0  # a run with no earlier time: dealt as if it took this long
 # a run starts before a time limit only with this to spare (factor, seconds): its expectation is the notebook's own time
@@ -15,6 +19,94 @@ DEFAULT_MINUTES = 10.0  # a run with no earlier time: dealt as if it took this l
 # 1.47x; 02 mg2 was still running at 1.31x when cut). A run cut near its end loses all its minutes, one not started
 # only the minutes left, which a shorter run may still take
 START_MARGIN = (1.35, 30.0)
+
+# a run recorded on a faster host core is expected to take longer here by the cores' ratio, at most this much: the
+# launch-bound rows and the compiles follow the core (H200 hosts: notebook 02 at mg2 took 1.5x as long on a host whose
+# core ran the fixed loop 1.6x slower), the GPU's own work does not, so the ratio errs long; a faster core here leaves
+# the expectation as it was (a run cut near its end loses all its minutes)
+PACE_MAX = 3.0
+
+
+def host_pace(core_now_us: float | None, core_then_us: float | None) -> float:
+    """How much longer a run is expected to take on this host than on the one its time was recorded on, by their
+    cores' fixed-loop times (wmbook.hostload.core_loop_us): their ratio within [1, PACE_MAX], 1 where either is not
+    known."""
+    if not core_now_us or not core_then_us or core_now_us <= 0 or core_then_us <= 0:
+        return 1.0
+    return min(PACE_MAX, max(1.0, core_now_us / core_then_us))
+
+
+def earlier_minutes(out: Path, publish: Path | None, core_now: float | None = None,
+                    paces: dict[str, float] | None = None) -> dict[str, float]:
+    """Minutes per run from the set the folder held before, else from the published folder's gpu_time.json; with
+    `core_now` (this host's core, wmbook.hostload.core_loop_us) each scaled by host_pace against the core its run was
+    made on, where recorded (the pace put into `paces`)."""
+    for f in (out / SET_FILE, publish / GPU_TIME_FILE if publish is not None else None):
+        if f is not None and f.is_file():
+            try:
+                d = json.loads(f.read_text())
+                loops = d.get("host_core_loop_us") or {}
+                return _paced({n: s / 60 for n, s in d.get("seconds", {}).items() if s > 0},
+                              {n: loops.get(n) for n in d.get("seconds", {})}, core_now, paces)
+            except (ValueError, AttributeError):
+                continue
+    return {}
+
+
+def _paced(minutes: dict[str, float], loops: dict[str, float | None], core_now: float | None,
+           paces: dict[str, float] | None) -> dict[str, float]:
+    """`minutes` with each run's scaled by host_pace(core_now, its recorded core loop); the paces over 1 go into
+    `paces`."""
+    out = {}
+    for name, m in minutes.items():
+        pace = host_pace(core_now, loops.get(name))
+        if pace > 1.0 and paces is not None:
+            paces[name] = pace
+        out[name] = m * pace
+    return out
+
+
+def recorded_minutes(jobs: list[Job], device: str, gpus: int | None = None, core_now: float | None = None,
+                     paces: dict[str, float] | None = None) -> dict[str, float]:
+    """Minutes per run from the times recorded for the same notebook, workload, preset, device and parameters
+    (wmbook.runtimes: every finished run and published report leaves one; a run on every GPU, by runs on `gpus`
+    GPUs): a first set on a device is dealt, and fitted into a time limit, by what its runs took there before. With
+    `core_now` (this host's core, wmbook.hostload.core_loop_us) a time recorded on a faster core is scaled by
+    host_pace (the pace put into `paces`)."""
+    from . import runtimes  # noqa: PLC0415
+    from . import workloads as wls  # noqa: PLC0415  heavy: torch
+
+    out, loops = {}, {}
+    for j in jobs:
+        w, preset = j.params.get("workload"), j.params.get("preset", "auto")
+        if not isinstance(w, str) or w not in wls.names():
+            continue
+        if preset == "auto":
+            preset = wls.get(w).real_preset
+        if not preset:
+            continue
+        key = dict(params=runtimes.params_key(j.params), gpus=gpus if j.gpus == "all" else None)
+        got = runtimes.expected(j.notebook, w, preset, device, **key)
+        if got is not None:
+            out[j.name] = got[0] / 60
+            loops[j.name] = runtimes.expected_core_loop(j.notebook, w, preset, device, **key)
+    return _paced(out, loops, core_now, paces)
+
+
+def host_core() -> float:
+    """This host's core now: the median of 9 wmbook.hostload.core_loop_us() (a few tens of milliseconds)."""
+    import statistics  # noqa: PLC0415
+
+    from .hostload import core_loop_us  # noqa: PLC0415
+
+    return statistics.median(core_loop_us() for _ in range(9))
+
+
+def say_paces(core_now: float, paces: dict[str, float]) -> None:
+    """This host's core, and the runs expected to take longer here than where their times were recorded."""
+    print(f"this host's core: {core_now:,.0f} us for the fixed loop of wmbook.hostload"
+          + ("; expected longer here than on the faster cores their times were recorded on: "
+             + ", ".join(f"{n} x{p:.1f}" for n, p in sorted(paces.items())) if paces else ""))
 
 
 def starts_in_time(need_s: float, left_s: float) -> bool:
