@@ -240,7 +240,7 @@ if len(stored):
 # ## Interpretation
 
 # %%
-Markdown(study.interpret(cfg, lad, checks, idle))
+Markdown(study.interpret(cfg, lad, checks, idle, ceilings))
 
 # %% [markdown]
 # **Next:** [03 · step reduction](03_step_reduction.ipynb) takes fewer denoiser forwards on top of this stack (`base=`

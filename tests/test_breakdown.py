@@ -148,6 +148,59 @@ def test_roofline_uses_recorded_shapes_and_measured_ceilings(bd):
     assert rf.at["copy/cast", "gbps"] > 0
 
 
+def test_a_forward_account_rates_its_matrix_work_against_the_gemm_ceiling():
+    """Notebook 06's account of its best row: the kernel categories of one profiled forward (from a replayed graph,
+    whose profile names no operators) with the model's FLOPs per category: the H200's DiT forward, 7.44 TFLOP of
+    GEMMs in 10.84 ms is 686 TFLOP/s, 87% of a 788 TFLOP/s ceiling."""
+    from wmbook.profiling.analysis.roofline import account_sentence, category_account
+
+    cats = {"GEMM/linear": 10.84, "attention": 5.10, "normalization": 2.13, "elementwise/activation": 1.45,
+            "copy/cast": 0.60, "memcpy/memset": 0.0}
+    acc = category_account(cats, {"GEMM/linear": 7.4355e12, "attention": 2.6944e12, "convolution": 1.2e9},
+                           {"gemm_tflops": 788.0})
+    assert list(acc.index) == ["GEMM/linear", "attention", "normalization", "elementwise/activation", "copy/cast"]
+    assert acc.at["GEMM/linear", "tflops"] == pytest.approx(686, abs=1)
+    assert acc.at["GEMM/linear", "frac_of_gemm_ceiling"] == pytest.approx(686 / 788, abs=2e-3)
+    assert acc.at["attention", "tflops"] == pytest.approx(528, abs=1) and math.isnan(acc.at["copy/cast", "tflops"])
+    assert acc["share"].sum() == pytest.approx(1.0)
+    text = account_sentence("One forward of `x`", acc)
+    assert text.startswith("One forward of `x` spends its 20.1 ms of GPU time: GEMM/linear 10.8 ms (54%) at 686 "
+                           "TFLOP/s, 87% of the measured GEMM ceiling; attention 5.1 ms (25%) at 528 TFLOP/s, 67% of "
+                           "the measured GEMM ceiling; normalization 2.13 ms (11%);"), text
+    assert text.endswith("The kernels without matrix work take 4.18 ms of it."), text
+    # no ceiling measured: the rates alone; no FLOPs known: the times alone; nothing timed (a CPU run): nothing
+    assert "ceiling" not in account_sentence("y", category_account(cats, {"GEMM/linear": 7.4355e12}))
+    assert "TFLOP/s" not in account_sentence("y", category_account(cats)) and "without matrix" not in \
+        account_sentence("y", category_account(cats))
+    assert account_sentence("y", category_account({})) == ""
+
+
+def test_notebook_06_says_where_its_best_rows_forward_goes(monkeypatch):
+    """At the real shape notebook 06's interpretation follows its FPS goal with the account of the best gated row's
+    forward, its matrix work rated by the DiT's own FLOP count against the measured GEMM ceiling."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from wmbook import workloads
+    from wmbook.presets import get_preset
+    from wmbook.studies import graphs as study
+
+    e2e = pd.DataFrame({"gate": ["pass", "pass"], "frames judged": [True, True], "fps": [80.0, 90.5]},
+                       index=pd.Index(["a", "a + b"], name="row"))
+    monkeypatch.setattr(study, "e2e_table", lambda lad: e2e)
+    monkeypatch.setattr(study, "forward_table", lambda lad: pd.DataFrame())
+    rows = [SimpleNamespace(variant=v, note="", categories=c) for v, c in
+            (("fp32", {}), ("a", {"GEMM/linear": 12.0}), ("a + b", {"GEMM/linear": 10.84, "normalization": 2.13}))]
+    lad = SimpleNamespace(rows=rows, failures=lambda: [], categories=lambda: pd.DataFrame())
+    cfg = SimpleNamespace(workload=workloads.get("mg2"), preset=get_preset("mg2-universal"), tiny=False)
+    text = study.interpret(cfg, lad, ceilings={"gemm_tflops": 788.0})
+    assert "The best gated row, `a + b`, streams at 90.5 FPS" in text
+    assert ("One forward of `a + b` spends its 13 ms of GPU time: GEMM/linear 10.8 ms (84%) at 686 TFLOP/s, 87% of "
+            "the measured GEMM ceiling; normalization 2.13 ms (16%).") in text, text
+    assert "TFLOP/s" not in study.interpret(cfg, SimpleNamespace(**{**vars(lad), "rows": rows[:2]}))
+
+
 def test_suggestions_ranked_and_point_at_notebooks(bd):
     sg = bd.suggestions
     assert len(sg) >= 3

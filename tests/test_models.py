@@ -131,6 +131,19 @@ def test_flop_count_matches_anchor_stack():
     assert abs(stack / 14.4e12 - 1) < 0.01
 
 
+def test_the_dit_flops_by_kernel_category_are_its_parts():
+    """Notebook 06 rates each kernel category's work by the DiT's own count: every part but the action modules'
+    few-key attentions (fused reductions) lands in the category whose kernels compute it."""
+    from wmbook.models.flops import dit_flops_by_category
+
+    p = get_preset("mg2-universal")
+    parts, cats = dit_forward_flops(p, block_idx=1), dit_flops_by_category(p, block_idx=1)
+    assert set(cats) == {"GEMM/linear", "attention", "convolution"}
+    assert cats["attention"] == parts["self_attn_sdpa"] + parts["cross_attn_sdpa"]
+    assert sum(cats.values()) + parts["action_attn"] == pytest.approx(parts["total"])
+    assert 0 < parts["action_attn"] < 1e-3 * parts["total"]
+
+
 def test_checkpoint_loader_strict_roundtrip(tmp_path):
     p = get_preset("tiny")
     torch.manual_seed(1)

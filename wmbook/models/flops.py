@@ -52,15 +52,33 @@ def dit_forward_flops(p: CausalWanPreset, block_idx: int = 1, cross_kv_cached: b
         win = a.windows_size * a.vae_time_compression_ratio
         mouse = (2 * lq * (a.mouse_dim_in * win + c) * cm + 2 * lq * cm * cm  # mouse_mlp
                  + 2 * lq * cm * 3 * cm  # t_qkv
-                 + 2 * 2 * s * f * fk * cm  # temporal attention per location
                  + 2 * lq * cm * c)  # proj_mouse
         keyboard = (2 * lq * c * ck  # mouse_attn_q
                     + 2 * f * (a.hidden_size * win) * 2 * ck  # keyboard_attn_kv
-                    + 2 * 2 * lq * fk * ck  # attention to per-frame tokens
                     + 2 * lq * ck * c)  # proj_keyboard
         parts["action"] = n * (mouse + keyboard)
+        # the modules' attentions (temporal per location; to the per-frame keyboard tokens): a few keys each, so
+        # they run as fused reductions, not attention kernels
+        parts["action_attn"] = n * (2 * 2 * s * f * fk * cm + 2 * 2 * lq * fk * ck)
     parts["total"] = float(sum(parts.values()))
     return {k: float(v) for k, v in parts.items()}
+
+
+# which kernels run each part of dit_forward_flops (wmbook.profiling's categories); the action modules' attentions
+# run in fused reductions and are left out
+DIT_PART_CATEGORY = {"patch_embed": "convolution", "self_attn_sdpa": "attention", "cross_attn_sdpa": "attention",
+                     "self_attn_proj": "GEMM/linear", "cross_attn_proj": "GEMM/linear", "ffn": "GEMM/linear",
+                     "head": "GEMM/linear", "context_embed": "GEMM/linear", "cross_attn_kv": "GEMM/linear",
+                     "action": "GEMM/linear"}
+
+
+def dit_flops_by_category(p: CausalWanPreset, block_idx: int = 1) -> dict[str, float]:
+    """dit_forward_flops by the kernel category that runs each part: {category: FLOPs} (DIT_PART_CATEGORY)."""
+    out: dict[str, float] = {}
+    for part, n in dit_forward_flops(p, block_idx).items():
+        if part in DIT_PART_CATEGORY:
+            out[DIT_PART_CATEGORY[part]] = out.get(DIT_PART_CATEGORY[part], 0.0) + n
+    return out
 
 
 def counted_flops(fn, *args) -> float:

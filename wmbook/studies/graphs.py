@@ -18,6 +18,7 @@ from .. import results as results_store
 from .. import variants
 from ..params import DEVICE, OUTPUT_DIR, PRESET, REPEATS, RESULTS_PATH, SEED, WARMUP, Param, boolean, choice, integer
 from ..profiling.analysis.launches import LAUNCH_CALLS, steady_idle, union_ms
+from ..profiling.analysis.roofline import account_sentence, category_account
 from ..profiling.collect import profile_calls
 from ..profiling.trace import Trace
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
@@ -393,8 +394,9 @@ GOAL_STEADY_IDLE = 0.05  # notebook 06: GPU idle inside a steady block (mg2, H10
 GOAL_RUN_SPEEDUP = 2.0  # when a workload names no run_speedup
 
 
-def interpret(cfg: RunConfig, lad, checks: pd.DataFrame | None = None, idle: pd.DataFrame | None = None) -> str:
-    """Sentences computed from the measured rows."""
+def interpret(cfg: RunConfig, lad, checks: pd.DataFrame | None = None, idle: pd.DataFrame | None = None,
+              ceilings: dict | None = None) -> str:
+    """Sentences computed from the measured rows (`ceilings`: the rate of the best row's matrix work against them)."""
     lines = []
     if checks is not None and len(checks):
         for stack, c in checks.groupby(level="caches", sort=False):
@@ -435,6 +437,10 @@ def interpret(cfg: RunConfig, lad, checks: pd.DataFrame | None = None, idle: pd.
                          + (f"the {goal_fps:.0f} FPS goal is met." if ok[best] >= goal_fps else
                             f"short of the {goal_fps:.0f} FPS goal, which needs a steady block in "
                             f"{12 / goal_fps * 1e3:.0f} ms."))
+            r = next((r for r in lad.rows if r.variant == best and r.categories), None)  # where the rest is held
+            if r is not None:
+                lines.append(account_sentence(f"One forward of `{best}`", category_account(
+                    r.categories, cfg.workload.flops_by_category(cfg.preset), ceilings)))
         if not m.higher_is_better and not cfg.tiny:
             lines += _run_goal(e, f, lad.categories(), cfg.workload.goals.get("run_speedup", GOAL_RUN_SPEEDUP))
         stand_in = e[e["gate"].isin(["pass"]) & ~e["frames judged"]][m.name].dropna()

@@ -282,6 +282,11 @@ class Workload:
         """FLOPs of one steady denoiser forward by part ('total' included)."""
         raise NotImplementedError
 
+    def flops_by_category(self, preset) -> dict[str, float]:
+        """forward_flops by the kernel category (wmbook.profiling's: GEMM/linear, attention, convolution) whose
+        kernels compute them, for the rate each category reaches; empty where the workload does not split them."""
+        return {}
+
     compile_scope: str = "regional"  # how the ladder compiles this workload: "regional" | "whole"
     # notebook 04's compile table by default (its `compile_table` "auto" on a GPU); None: every configuration
     compile_table: tuple[str, ...] | None = None

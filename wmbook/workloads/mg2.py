@@ -23,7 +23,7 @@ from ..device import floor_ms
 from ..graphs import register_input_type
 from ..models.action import ActionInputs
 from ..models.causal_wan import DIT_FINE_LABELS, DIT_FORWARD_LABEL
-from ..models.flops import dit_forward_flops, wan_decoder_flops
+from ..models.flops import dit_flops_by_category, dit_forward_flops, wan_decoder_flops
 from ..models.vae import pixel_frames_for, wan_vae_config
 from ..params import Param, ParameterError, check_fits, integer
 from ..pipelines.causal import CausalStreamingPipeline, StreamInputs, StreamOutput
@@ -248,6 +248,9 @@ class Mg2Workload(Workload):
 
     def forward_flops(self, preset) -> dict[str, float]:
         return dit_forward_flops(preset, block_idx=1)
+
+    def flops_by_category(self, preset) -> dict[str, float]:
+        return dit_flops_by_category(preset, block_idx=1)
 
     @torch.no_grad()
     def forward_probe(self, pipe, seed: int = 0) -> Probe:

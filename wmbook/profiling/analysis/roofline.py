@@ -205,3 +205,41 @@ def roofline(trace, region: str | Region | None = None, ceilings: dict | None = 
             # memory-bound categories: about one FLOP per element, intensity well under 1
             out.at[idx, "intensity_flop_per_byte"] = 0.25
     return out
+
+
+def category_account(category_ms: dict, flops: dict | None = None, ceilings: dict | None = None) -> pd.DataFrame:
+    """Where one call's GPU time goes, with the rate of its matrix work: per kernel category (`category_ms`, e.g. a
+    ladder row's categories), its ms and share, and where the call's FLOPs of that category are known (`flops`:
+    {category: FLOPs}, Workload.flops_by_category) the TFLOP/s its kernels reach and that rate over the measured bf16
+    GEMM ceiling (`ceilings["gemm_tflops"]`; attention and convolutions run on the same tensor cores). A profile of a
+    replayed CUDA graph names its kernels but not their operators, so the FLOPs come from the model, not the trace.
+    Longest first; empty without positive times."""
+    ms = {c: float(v) for c, v in (category_ms or {}).items() if v == v and v > 0}
+    total = sum(ms.values())
+    gemm = (ceilings or {}).get("gemm_tflops")
+    rows = []
+    for c, t in sorted(ms.items(), key=lambda kv: -kv[1]):
+        fl = (flops or {}).get(c)
+        tf = fl / (t * 1e-3) / 1e12 if fl else math.nan
+        rows.append({"category": c, "ms": t, "share": t / total, "tflops": tf,
+                     "frac_of_gemm_ceiling": tf / gemm if gemm and tf == tf else math.nan})
+    return pd.DataFrame(rows, columns=["category", "ms", "share", "tflops", "frac_of_gemm_ceiling"]).set_index(
+        "category")
+
+
+def account_sentence(what: str, acc: pd.DataFrame) -> str:
+    """category_account in words: '`what` spends its 20.5 ms of GPU time: GEMM/linear 10.8 ms (53%) at 686 TFLOP/s,
+    87% of the measured GEMM ceiling; ...'; '' for an empty account."""
+    if acc is None or not len(acc):
+        return ""
+    parts = []
+    for c, r in acc.iterrows():
+        s = f"{c} {r['ms']:.3g} ms ({r['share']:.0%})"
+        if r["tflops"] == r["tflops"]:
+            s += f" at {r['tflops']:.0f} TFLOP/s" + (f", {r['frac_of_gemm_ceiling']:.0%} of the measured GEMM ceiling"
+                                                     if r["frac_of_gemm_ceiling"] == r["frac_of_gemm_ceiling"] else "")
+        parts.append(s)
+    rated = acc["tflops"].notna()
+    rest = float(acc.loc[~rated, "ms"].sum())
+    tail = (f" The kernels without matrix work take {rest:.3g} ms of it." if rated.any() and rest > 0 else "")
+    return f"{what} spends its {acc['ms'].sum():.3g} ms of GPU time: " + "; ".join(parts) + "." + tail
