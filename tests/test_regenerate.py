@@ -291,8 +291,7 @@ def test_a_time_recorded_on_a_faster_host_core_is_expected_to_take_longer_here(t
     assert rg.set_schedule.host_pace(None, 1000) == rg.set_schedule.host_pace(2000, None) == 1.0
     store = tmp_path / "store" / "results.csv"
     monkeypatch.setenv("WMBOOK_RESULTS", str(store))
-    monkeypatch.setattr(rg.set_schedule, "host_core", lambda: 2400.0)
-    monkeypatch.setattr(rg, "host_core", lambda: 2400.0)
+    monkeypatch.setattr(rg, "core_loop_median", lambda: 2400.0)
     key = {"device_name": "NVIDIA H200", "git_commit": "abc1234"}
     runtimes.record(store, notebook="01_baseline_profiling", workload="mg2", preset="mg2-universal", run_id="fast",
                     seconds=120, host_core_loop_us="1200", **key)  # a core twice as fast: 4 minutes here

@@ -44,14 +44,14 @@ def test_an_expectation_says_the_host_core_its_runs_ran_on(tmp_path):
     store = tmp_path / "results.csv"
     files = [runtimes.times_path(store)]
     runtimes.record(store, **KEY, run_id="a", seconds=100, timestamp="2026-12-01T00:00:00")
-    assert runtimes.expected_core_loop(**KEY, files=files) is None
+    assert runtimes.expected_with_core(**KEY, files=files) == (100.0, 1, None)
     assert "host core" not in runtimes.describe(**KEY, files=files)
     for i, loop in enumerate(["1200", "2400", "bad"]):
         runtimes.record(store, **KEY, run_id=f"b{i}", seconds=100, host_core_loop_us=loop,
                         timestamp=f"2026-12-0{i + 2}T00:00:00")
-    assert runtimes.expected_core_loop(**KEY, files=files) == 1800.0
+    assert runtimes.expected_with_core(**KEY, files=files) == (100.0, 4, 1800.0)
     assert runtimes.describe(**KEY, files=files).endswith("(median of the last 4 runs; host core loop 1,800 us)")
-    assert runtimes.expected_core_loop(**(KEY | {"preset": "other"}), files=files) is None
+    assert runtimes.expected_with_core(**(KEY | {"preset": "other"}), files=files) is None
 
 
 def test_an_expectation_counts_the_runs_of_the_same_parameters_and_for_all_gpu_notebooks_as_many_gpus(tmp_path,

@@ -30,7 +30,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["LOOP_N", "HostLoad", "SAMPLE_S", "core_loop_us", "core_speed", "host_load", "of_report"]
+__all__ = ["LOOP_N", "HostLoad", "SAMPLE_S", "core_loop_median", "core_loop_us", "core_speed", "host_load", "of_report"]
 
 SAMPLE_S = 1.0  # how often the process tree is read (a psutil walk of a few processes: well under a millisecond)
 LOOP_N = 20_000  # the core probe's iterations: about a millisecond of one core a sample
@@ -46,11 +46,16 @@ def core_loop_us(n: int = LOOP_N) -> float:
     return (time.thread_time_ns() - t) / 1e3
 
 
+def core_loop_median(samples: int = 9) -> float:
+    """This host's core now: the median of `samples` core_loop_us() (about 10 ms at 9)."""
+    return statistics.median(core_loop_us() for _ in range(max(1, samples)))
+
+
 def core_speed(samples: int = 9) -> str:
-    """This host's core speed in words, for a report's parameters table: the median of `samples` core_loop_us()
-    (a few tens of milliseconds), so that a reader can tell a launch-bound row of a slow host from slow code."""
-    us = statistics.median(core_loop_us() for _ in range(max(1, samples)))
-    return f"{us:,.0f} us for the fixed loop of wmbook.hostload (lower is faster; launch-bound rows slow with it)"
+    """This host's core speed in words, for a report's parameters table (core_loop_median), so that a reader can tell
+    a launch-bound row of a slow host from slow code."""
+    return (f"{core_loop_median(samples):,.0f} us for the fixed loop of wmbook.hostload (lower is faster; launch-bound "
+            "rows slow with it)")
 
 
 @dataclass(frozen=True)

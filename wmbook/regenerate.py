@@ -58,6 +58,7 @@ from pathlib import Path
 from . import set_schedule
 from .distributed.job import NO_MULTICAST_ENV
 from .errors import InputError, command
+from .hostload import core_loop_median
 from .paths import REPO_ROOT, git_commit
 from .published_set import (
     CANNOT,
@@ -78,7 +79,6 @@ from .set_schedule import (
     deal,
     earlier_minutes,
     expected_minutes,
-    host_core,
     print_plan,
     recorded_minutes,
     say_paces,
@@ -514,7 +514,7 @@ def main(argv=None) -> int:
         aside = out.with_name(f"{out.name}.superseded-{int(time.time())}")
         shutil.move(str(out), str(aside))
         print(f"the earlier set moved to {aside}")
-    core_now, paces = host_core(), {}
+    core_now, paces = core_loop_median(), {}
 
     def expected_here(jobs: list[Job], on: str) -> dict[str, float]:
         """Each run's expected minutes on this host (recorded, else the set's earlier times, else --expect's), and
@@ -525,8 +525,8 @@ def main(argv=None) -> int:
         return got
 
     if (out / SET_FILE).exists() and a.plan:
-        _check_expected(ap, expect, SetState.load(out).jobs)
         state = SetState.load(out)
+        _check_expected(ap, expect, state.jobs)
         return _plan_resumed(state, commit, device, count, queues, a.time_limit, expected_here(state.jobs,
                                                                                                 state.device))
     if (out / SET_FILE).exists():

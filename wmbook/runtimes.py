@@ -150,13 +150,13 @@ def expected(notebook: str, workload: str, preset: str, device_name: str, profil
     return got[:2] if got else None
 
 
-def expected_core_loop(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full",
-                       files=(), params: str = "", gpus: int | None = None) -> float | None:
-    """The speed of the host core the runs behind expected() ran on: the median of their `host_core_loop_us`
-    (wmbook.hostload.core_loop_us), or None where none of them recorded it. A launch-bound notebook takes about
-    twice as long on a host whose core runs the loop in twice the time."""
+def expected_with_core(notebook: str, workload: str, preset: str, device_name: str, profile: str = "full",
+                       files=(), params: str = "", gpus: int | None = None) -> tuple[float, int, float | None] | None:
+    """expected() and the speed of the host core its runs ran on: (median seconds, runs, the median of their
+    `host_core_loop_us` (wmbook.hostload.core_loop_us) or None where none recorded it), or None. A launch-bound
+    notebook takes about twice as long on a host whose core runs the loop in twice the time."""
     got = _expectation(notebook, workload, preset, device_name, profile, files, params, gpus)
-    return got[3] if got else None
+    return (got[0], got[1], got[3]) if got else None
 
 
 def matches(r: dict, params: str = "", gpus: int | None = None) -> bool:

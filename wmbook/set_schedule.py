@@ -9,8 +9,8 @@ from pathlib import Path
 
 from .published_set import CANNOT, GPU_TIME_FILE, SET_FILE, Job
 
-__all__ = ["DEFAULT_MINUTES", "PACE_MAX", "START_MARGIN", "deal", "earlier_minutes", "expected_minutes", "host_core",
-           "host_pace", "print_plan", "recorded_minutes", "say_paces", "simulate", "starts_in_time"]
+__all__ = ["DEFAULT_MINUTES", "PACE_MAX", "START_MARGIN", "deal", "earlier_minutes", "expected_minutes", "host_pace",
+           "print_plan", "recorded_minutes", "say_paces", "simulate", "starts_in_time"]
 
 DEFAULT_MINUTES = 10.0  # a run with no earlier time: dealt as if it took this long
 # a run starts before a time limit only with this to spare (factor, seconds): its expectation is the notebook's own time
@@ -86,20 +86,10 @@ def recorded_minutes(jobs: list[Job], device: str, gpus: int | None = None, core
         if not preset:
             continue
         key = dict(params=runtimes.params_key(j.params), gpus=gpus if j.gpus == "all" else None)
-        got = runtimes.expected(j.notebook, w, preset, device, **key)
+        got = runtimes.expected_with_core(j.notebook, w, preset, device, **key)
         if got is not None:
-            out[j.name] = got[0] / 60
-            loops[j.name] = runtimes.expected_core_loop(j.notebook, w, preset, device, **key)
+            out[j.name], loops[j.name] = got[0] / 60, got[2]
     return _paced(out, loops, core_now, paces)
-
-
-def host_core() -> float:
-    """This host's core now: the median of 9 wmbook.hostload.core_loop_us() (a few tens of milliseconds)."""
-    import statistics  # noqa: PLC0415
-
-    from .hostload import core_loop_us  # noqa: PLC0415
-
-    return statistics.median(core_loop_us() for _ in range(9))
 
 
 def say_paces(core_now: float, paces: dict[str, float]) -> None:
