@@ -63,7 +63,8 @@ deviation_budget_db = 30.0  # knee without ground truth: PSNR of frames vs the f
 quality_cases = 2      # held-out episodes per point (trained world presets)
 base = "none"          # none: the eager pipeline at dtype; or a variant stack, e.g. notebook 06's best
 compile_backend = "auto"  # for a base stack with compile: auto (inductor on GPU, aot_eager on CPU) | inductor | ...
-warmup = 1             # untimed runs of the full-step reference before the sweep
+warmup = 1             # untimed runs of the full-step reference before the sweep (then, with CUDA graphs, of the
+                       # shortest point until the graphs an iteration calls once are captured)
 repeats = 3            # timed rounds over all points
 output_dir = "auto"
 results_path = "auto"  # auto: data/results/results.csv for real presets, reports/results/results-tiny.csv for tiny ones

@@ -417,3 +417,102 @@ def test_reduce_overhead_auto_follows_the_compile_scope():
     assert study.validate(workload="wma", device="cpu", reduce_overhead=True).options.reduce_overhead is True
     with pytest.raises(ParameterError, match=r"reduce_overhead='yes'.*\['auto', True, False\]"):
         study.validate(workload="mg2", device="cpu", reduce_overhead="yes")
+
+
+class _Pipe:
+    """A pipeline as warm_up sees one: its graphed callables in `graphed`."""
+
+    def __init__(self, *graphed):
+        self.graphed = list(graphed)
+
+
+def _simulated(monkeypatch, name: str, fail: bool = False) -> GraphedCallable:
+    """A GraphedCallable whose capture is simulated on a CPU: its own accounting of warm-up calls, captures and
+    replays, with the capture step standing in for CUDA's (`fail`: every capture fails, as a syncing op makes it)."""
+    g = GraphedCallable(lambda x: x + 1, name=name, device="cpu")
+    g.disabled_reason = None
+
+    def capture(e, spec, leaves):
+        if fail:
+            e.failure = "capture failed: simulated"
+            return None
+        e.graph = object()
+        return leaves[0] + 1
+
+    monkeypatch.setattr(g, "_capture", capture)
+    monkeypatch.setattr(g, "_replay", lambda e, leaves: (setattr(e, "replays", e.replays + 1), leaves[0] + 1)[1])
+    return g
+
+
+def test_warm_up_runs_until_the_graphs_a_run_calls_once_are_captured(monkeypatch):
+    from wmbook.variants.builtin import warm_up
+
+    once, often = _simulated(monkeypatch, "decode"), _simulated(monkeypatch, "forward")
+    pipe, runs = _Pipe(once, often), []
+    x = torch.zeros(2)
+
+    def run(kind="full"):
+        runs.append(kind)
+        once(x)  # e.g. a wma iteration's decode: once a run
+        for _ in range(5):  # e.g. the UNet's forward: every step
+            often(x)
+
+    assert warm_up(pipe, run) == 3 and runs == ["full"] * 3
+    assert once.captured == 1 and once.entries[next(iter(once.entries))].eager_calls == 2 and not once.warming()
+    run()  # the first timed run replays every graph
+    assert all(e.replays >= 1 for g in (once, often) for e in g.entries.values())
+
+    once.reset(), often.reset(), runs.clear()  # graph-memset-kernels captures them again
+    assert warm_up(pipe, run, again=lambda: run("short")) == 3 and runs == ["full", "short", "short"]
+    runs.clear()
+    assert warm_up(pipe, run, 2) == 2 and runs == ["full"] * 2  # nothing left to capture: no extra run
+    assert warm_up(pipe, run, 0) == 0 and runs == ["full"] * 2  # no warm-up asked for: none made
+
+
+def test_warm_up_stops_at_a_failed_capture_a_new_signature_every_run_and_without_graphs(monkeypatch):
+    from wmbook.variants.builtin import warm_up
+
+    failing = _simulated(monkeypatch, "syncs", fail=True)
+    assert warm_up(_Pipe(failing), lambda: failing(torch.zeros(1))) == 3  # two warm-up calls, the capture fails
+    assert failing.failures and not failing.warming()
+    growing, n = _simulated(monkeypatch, "grows"), [0]
+
+    def run():  # a signature of its own every run: never captured, so at most 1 + its warm-up count runs
+        n[0] += 1
+        growing(torch.zeros(n[0]))
+
+    assert warm_up(_Pipe(growing), run) == 3 and len(growing.warming()) == 3
+    calls = []
+    assert warm_up(_Pipe(), lambda: calls.append(1)) == 1 and calls == [1]  # no graphs: one run
+    cpu = GraphedCallable(lambda x: x, name="cpu", device="cpu")  # graphs off on a CPU: nothing to wait for
+    assert cpu.warming() == {} and warm_up(_Pipe(cpu), lambda: cpu(torch.zeros(1))) == 1
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=r"n=.* is not allowed; allowed values: an integer >= 0"):
+            warm_up(_Pipe(), lambda: None, bad)
+
+
+def test_the_wma_warm_up_after_the_first_run_is_a_two_step_iteration():
+    from wmbook.workloads import E2ESize
+
+    assert workloads.get("wma").graph_warmup_size(E2ESize(blocks=3, ddim_steps=50)) == E2ESize(blocks=3, ddim_steps=2)
+    assert workloads.get("wma").graph_warmup_size(E2ESize(ddim_steps=1)).ddim_steps == 1
+    assert workloads.get("mg2").graph_warmup_size(E2ESize(blocks=4)) == E2ESize(blocks=4)  # blocks fill caches
+
+
+@GPU
+def test_a_ladder_rows_timed_runs_replay_the_graphs_a_run_calls_once():
+    """Notebook 06's wma rows on a GPU at the tiny shape: the conditioning's and the decoder's graphs, called once an
+    iteration, are captured in the rows' warm-up, so the timed end-to-end runs only replay them."""
+    from wmbook.variants.ladder import LadderSettings, run_ladder
+    from wmbook.workloads import E2ESize
+
+    settings = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(ddim_steps=3), e2e_repeats=2, keep=True)
+    lad = run_ladder("wma", "tiny-wma", ["bf16", "skip-unused-decode", "cuda-graphs", "conditioning-cuda-graphs",
+                                         "vae-decoder-bf16", "vae-batch-frames", "vae-cuda-graphs"],
+                     device=torch.device("cuda"), settings=settings)
+    last = lad.rows[-1]
+    assert last.gate != "error", last.note
+    tables = {t["callable"].iloc[0]: t for t in last.captures if len(t)}
+    for name in ("image tokens", "VAE encoder", "decoder step"):
+        assert tables[name]["graph"].all() and (tables[name]["replays"] >= settings.e2e_repeats).all(), tables[name]
+    assert any(k.startswith("end-to-end warm-up (") for k in last.phases_s), last.phases_s

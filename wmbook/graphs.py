@@ -270,6 +270,13 @@ class GraphedCallable:
     def failures(self) -> list[str]:
         return [e.failure for e in self.entries.values() if e.failure]
 
+    def warming(self) -> dict:
+        """{signature key: eager warm-up calls so far} of the input signatures neither captured nor failed: the next
+        call of each runs eagerly or captures it, what no timed call should do (empty when graphs are off)."""
+        if self.disabled_reason is not None:
+            return {}
+        return {k: e.warmup_calls for k, e in self.entries.items() if e.graph is None and e.failure is None}
+
     def table(self):
         """One row per input signature: graph captured (or why not), eager calls, replays, graph memory (MiB)."""
         import pandas as pd  # noqa: PLC0415  heavy: pandas, only for table()

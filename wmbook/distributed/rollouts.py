@@ -19,14 +19,14 @@ import torch.distributed as dist
 from .. import check
 from ..bench import Samples
 from ..profiling import ProfilingSession
+from ..variants.builtin import warm_up
 from .rank import Rank
 
 
 def _iterations(pipe, inputs, steps: int, n: int, rk: Rank, what: str) -> Samples:
     """n timed iterations (ms each, device events), after the job's warm-up."""
-    for i in range(rk.spec.warmup):
-        rk.progress(f"{what} warm-up", i, rk.spec.warmup)
-        pipe.run_iteration(inputs, ddim_steps=steps, progress=False)
+    rk.progress(f"{what} warm-up", 0, rk.spec.warmup)
+    warm_up(pipe, lambda: pipe.run_iteration(inputs, ddim_steps=steps, progress=False), rk.spec.warmup)
     ms = Samples()
     for i in range(n):
         rk.progress(what, i, n)

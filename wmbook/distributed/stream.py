@@ -23,6 +23,7 @@ from .. import check
 from ..bench import DeviceTimer, Samples, stream_metrics
 from ..profiling import ProfilingSession
 from ..profiling.labels import label
+from ..variants.builtin import warm_up
 from .rank import Rank
 
 DENOISER, DECODER = 0, 1
@@ -32,9 +33,8 @@ def _single_gpu(pipe, inputs, rk: Rank) -> tuple[dict, object]:
     """The whole stack on this rank's GPU alone (warm-up excluded): FPS, first frame, per-block stage times, and the
     last run's output."""
     spec = rk.spec
-    for i in range(spec.warmup):
-        rk.progress("single-GPU warm-up", i, spec.warmup)
-        pipe.generate(inputs, progress=False)
+    rk.progress("single-GPU warm-up", 0, spec.warmup)  # more runs while a graph a run calls once is not captured
+    warm_up(pipe, lambda: pipe.generate(inputs, progress=False), spec.warmup)
     fps, first, denoise, decode, out = Samples(unit="frames/s"), Samples(), Samples(), Samples(), None
     firsts, strides = None, {}
     for i in range(spec.repeats):

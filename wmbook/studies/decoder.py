@@ -28,6 +28,7 @@ from ..device import floor_ms
 from ..profiling.analysis.kernels import kernel_summary
 from ..profiling.collect import profile_calls
 from ..variants import GlobalFlags, VariantContext
+from ..variants.builtin import warm_up
 from ..variants.compile import reset_compile_state
 
 DECODER_PSNR_DB = 40.0  # dB against the fp32 decoder on the same latents: the gate of a full-decoder variant
@@ -191,8 +192,7 @@ def run_decoder_table(ref, workload, latents: torch.Tensor, stacks: dict[str, li
                 if dev.type == "cuda":
                     torch.cuda.synchronize(dev)
                 first_pass_s = time.perf_counter() - t0
-                for _ in range(warmup):
-                    decode_stream(dec, latents, block)
+                warm_up(bench, lambda d=dec: decode_stream(d, latents, block), warmup)  # graphs a pass calls once
                 steady, first, frames = [], [], None
                 for _ in range(repeats):
                     timer = DeviceTimer(dev)

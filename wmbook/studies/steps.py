@@ -57,6 +57,7 @@ from ..pipelines.solvers import SampleRun, StepPoint
 from ..presets import dtype_name
 from ..runconfig import WORKLOAD, NotebookSpec, RunConfig
 from ..runconfig import validate as _validate
+from ..variants.builtin import warm_up
 from ..variants.ladder import apply_stack
 from ..workloads import E2ESize
 from ..world.weights import file_sha256, is_world_preset, weights_path
@@ -216,7 +217,8 @@ def round_order(n: int, rep: int, seed: int = 0) -> list[int]:
 
 @torch.no_grad()
 def run_sweep(cfg: RunConfig, pipe, inputs, progress: bool = True) -> Sweep:
-    """Warm-up (`warmup` untimed runs of the full-step reference; every point runs the same shapes), then `repeats`
+    """Warm-up (`warmup` untimed runs of the full-step reference, then runs of the shortest point until the graphs a
+    run calls once are captured: builtin.warm_up; every point runs the same shapes), then `repeats`
     rounds over all points, one timed run of each point per round (device events; round-robin, so a drift of the
     machine's speed spreads over every point instead of favouring the last ones), the points in the listed order in
     the first round and in a seeded shuffle of it in each later one, so that an effect of a point's place in the round
@@ -224,8 +226,8 @@ def run_sweep(cfg: RunConfig, pipe, inputs, progress: bool = True) -> Sweep:
     round's are kept, each checked finite. Then each point's deviation from the full-step run."""
     ax = axis(cfg)
     pts = points(cfg)
-    for _ in tqdm(range(cfg.warmup), desc="warm-up", leave=False, disable=_quiet(progress)):
-        ax.run(pipe, inputs, pts[0])
+    shortest = min(pts, key=ax.forwards)  # the same shapes: it finishes capturing the graphs a run calls once
+    warm_up(pipe, lambda: ax.run(pipe, inputs, pts[0]), cfg.warmup, again=lambda: ax.run(pipe, inputs, shortest))
     runs: dict[int, list[SampleRun]] = {i: [] for i in range(len(pts))}
     with tqdm(total=len(pts) * cfg.repeats, desc="sweep points x repeats", disable=_quiet(progress)) as bar:
         for rep in range(cfg.repeats):

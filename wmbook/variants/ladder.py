@@ -40,7 +40,7 @@ from ..profiling.analysis.launches import LAUNCH_CALLS
 from ..profiling.breakdown import kernel_summary, profile_calls
 from ..profiling.trace import Trace
 from ..workloads import E2ESize, get
-from .builtin import graphed_callables
+from .builtin import captures, graph_calls, warm_up
 from .compile import reset_compile_state
 from .compile_monitor import CompileMonitor
 from .registry import GlobalFlags, VariantContext, resolve, tolerance_for
@@ -445,7 +445,7 @@ def _measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: G
             (pipe, ctx), calls = apply_stack(ref, wl, stack, device, settings.compile_backend), None
         else:
             pipe, ctx, m0 = base.pipe, base.ctx, base.m0
-            calls = _graph_calls(pipe) if settings.keep else None
+            calls = graph_calls(pipe) if settings.keep else None
             stack[-1].apply(pipe, ctx)
     mon = _monitor() if compiled else None  # from the first compiled call on
     steady = frames = None
@@ -483,10 +483,15 @@ def _measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: G
             with _phase(phases, "end-to-end frames"):
                 frames = wl.end_to_end(pipe, settings.seed, settings.e2e).frames
         elif e2e:
-            # end to end: one warm-up run (compiles the shapes the probe did not see), then the timed runs, whose
-            # recompiles a second monitor counts (the steady-state count the compile goal is about)
+            # end to end: a warm-up run (compiles the shapes the probe did not see; more, shorter ones until the
+            # graphs a run calls once are captured), then the timed runs, whose recompiles a second monitor counts
+            # (the steady-state count the compile goal is about)
             with _phase(phases, "end-to-end warm-up"):
-                wl.end_to_end(pipe, settings.seed, settings.e2e)
+                short = wl.graph_warmup_size(settings.e2e)
+                n = warm_up(pipe, lambda: wl.end_to_end(pipe, settings.seed, settings.e2e),
+                            again=lambda: wl.end_to_end(pipe, settings.seed, short))
+            if n > 1:
+                phases[f"end-to-end warm-up ({n} runs)"] = phases.pop("end-to-end warm-up")
             steady = _monitor() if compiled else None
             with _phase(phases, "end-to-end runs"):
                 runs = [wl.end_to_end(pipe, settings.seed, settings.e2e) for _ in range(settings.e2e_repeats)]
@@ -495,7 +500,7 @@ def _measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: G
             if m is not None:
                 m.__exit__(None, None, None)
     if settings.keep:  # after the end-to-end runs: what every graph captured and replayed in this row
-        row.captures = _captures(pipe, calls)
+        row.captures = captures(pipe, calls)
     if runs:
         row.e2e_samples = Samples([float(r.value) for r in runs], runs[0].metric.unit)
         row.e2e_run_samples = Samples([float(r.run_s) for r in runs], "s")
@@ -525,23 +530,6 @@ def _measure(ref, workload, stack, device, settings: LadderSettings, gate_ref: G
     row.row_s = time.perf_counter() - t_row
     row.phases_s = phases
     return row, _detach(out), frames, _Built(pipe, ctx, m0)
-
-
-def _graph_calls(pipe) -> dict:
-    """{(callable, signature): (eager calls, replays)} of a pipeline's CUDA graphs so far."""
-    return {(r["callable"], r["signature"]): (r["eager calls"], r["replays"])
-            for g in graphed_callables(pipe) for r in g.table().to_dict("records") if "replays" in r}
-
-
-def _captures(pipe, before: dict | None = None) -> list:
-    """GraphedCallable.table() of each of a pipeline's graphs; with `before` (_graph_calls of the row it was built
-    on), the eager calls and replays counted since."""
-    tables = [g.table() for g in graphed_callables(pipe)]
-    for t in tables if before else []:
-        for k, col in enumerate(("eager calls", "replays")):
-            if col in t:
-                t[col] = [v - before.get((c, s), (0, 0))[k] for c, s, v in zip(t["callable"], t["signature"], t[col])]
-    return tables
 
 
 @contextlib.contextmanager

@@ -266,6 +266,12 @@ class Workload:
     def end_to_end(self, pipe, seed: int = 0, size: E2ESize = E2ESize()) -> EndToEnd:
         raise NotImplementedError
 
+    def graph_warmup_size(self, size: E2ESize) -> E2ESize:
+        """The size of the untimed end-to-end runs after the first that finish capturing the graphs a run calls once
+        (wmbook.variants.builtin.warm_up): one whose runs have `size`'s shapes, as short as that allows. By default
+        `size` itself (a stream's blocks fill its caches to other lengths, so fewer blocks would not do)."""
+        return size
+
     def decode(self, pipe, latents: torch.Tensor) -> torch.Tensor:
         """Latents of an end-to-end run -> frames, the way the pipeline decodes them."""
         raise NotImplementedError

@@ -22,9 +22,9 @@ from . import passes  # noqa: F401
 from .attention import sage_unavailable
 from .compile import REGIONAL_RECOMPILE_LIMIT, _note_cudagraph_skips, compile_variant, raise_recompile_limit_for_regions
 from .decoder import buffered_decoder
-from .graphs import graphed_callables
+from .graphs import captures, graph_calls, graphed_callables, warm_up
 from .kernels import fp8_static_unavailable, fp8_unavailable
 
-__all__ = ["REGIONAL_RECOMPILE_LIMIT", "_note_cudagraph_skips", "buffered_decoder", "compile_variant",
-           "fp8_static_unavailable", "fp8_unavailable", "graphed_callables", "raise_recompile_limit_for_regions",
-           "sage_unavailable"]
+__all__ = ["REGIONAL_RECOMPILE_LIMIT", "_note_cudagraph_skips", "buffered_decoder", "captures", "compile_variant",
+           "fp8_static_unavailable", "fp8_unavailable", "graph_calls", "graphed_callables",
+           "raise_recompile_limit_for_regions", "sage_unavailable", "warm_up"]

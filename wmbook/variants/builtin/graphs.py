@@ -114,3 +114,44 @@ def memset_kernels(pipe) -> bool:
 def graphed_callables(pipe) -> list:
     """The GraphedCallables the cuda-graphs variant put into a pipeline (their table() says what was captured)."""
     return list(getattr(pipe, "graphed", []))
+
+
+def graph_calls(pipe) -> dict:
+    """{(callable, signature): (eager calls, replays)} of a pipeline's CUDA graphs so far."""
+    return {(r["callable"], r["signature"]): (r["eager calls"], r["replays"])
+            for g in graphed_callables(pipe) for r in g.table().to_dict("records") if "replays" in r}
+
+
+def captures(pipe, before: dict | None = None) -> list:
+    """GraphedCallable.table() of each of a pipeline's graphs; with `before` (graph_calls of the pipeline earlier),
+    the eager calls and replays counted since."""
+    tables = [g.table() for g in graphed_callables(pipe)]
+    for t in tables if before else []:
+        for k, col in enumerate(("eager calls", "replays")):
+            if col in t:
+                t[col] = [v - before.get((c, s), (0, 0))[k] for c, s, v in zip(t["callable"], t["signature"], t[col])]
+    return tables
+
+
+def warm_up(pipe, run, n: int = 1, again=None) -> int:
+    """`n` untimed runs of `pipe` before timed ones (`run()`; none when `n` is 0), the last followed by more (`again()`,
+    default `run()`: a shorter run of the same shapes will do) while an input signature of the pipeline's CUDA graphs
+    that the run before used is still warming up (GraphedCallable.warming), at most the graphed callables' largest
+    warm-up count more. A graph is captured at its warm-up count + 1'th call, so one called once a run (a wma
+    iteration's conditioning and decode, a stream's first-frame decode) would otherwise run eagerly and be captured
+    inside the timed runs after a single warm-up run. Returns the runs made."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n={n!r} is not allowed; allowed values: an integer >= 0 (untimed runs)")
+    for _ in range(n - 1):
+        run()
+    if n == 0:
+        return 0
+    graphed = [g for g in graphed_callables(pipe) if g.disabled_reason is None]
+    calls, fn = 0, run
+    for _ in range(1 + max((g.warmup for g in graphed), default=0)):
+        before = [g.warming() for g in graphed]
+        fn()
+        calls, fn = calls + 1, again or run
+        if not any(c > b.get(k, 0) for g, b in zip(graphed, before) for k, c in g.warming().items()):
+            break
+    return n - 1 + calls
