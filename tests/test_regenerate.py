@@ -262,6 +262,41 @@ def test_a_run_that_would_just_fit_is_not_started_without_its_margin(tmp_path):
     assert [j.status for j in state.jobs] == ["pending", "ok"]
 
 
+def test_a_run_no_slice_would_start_with_its_margin_starts_first_on_a_fresh_queue():
+    """A 20-minute run in 24-minute slices needs 27.5 with its margin: it would never start. It starts where a queue
+    has run nothing yet in the slice and it fits at all; after a run, or without the room, it waits as before."""
+    m = 60.0
+    assert rg.starts_without_margin(20 * m, 24 * m, 24 * m) and rg.starts_in_time(20 * m, 24 * m, 24 * m)
+    assert not rg.starts_in_time(20 * m, 24 * m)  # not on a queue that has run something
+    assert not rg.starts_without_margin(17 * m, 24 * m, 24 * m)  # 17 x 1.35 + 0.5 = 23.45: the margin rule's
+    assert rg.starts_in_time(17 * m, 24 * m, 24 * m)
+    assert not rg.starts_in_time(24 * m, 24 * m, 24 * m)  # no room for the kernel's start and the report
+    assert not rg.starts_without_margin(20 * m, 24 * m, None)
+
+    jobs = [rg.Job("long", "06", "n.ipynb", {}), rg.Job("other", "05", "n.ipynb", {}),
+            rg.Job("small", "01", "n.ipynb", {})]
+    minutes = {"long": 20.0, "other": 19.0, "small": 1.0}
+    assert rg.simulate(jobs, 1, minutes, 24) == {"long": (0, 0.0), "other": None, "small": (0, 20.0)}
+    assert rg.simulate(jobs, 2, minutes, 24) == {"long": (0, 0.0), "other": (1, 0.0), "small": (1, 19.0)}
+
+
+def test_run_set_starts_the_run_that_needs_a_fresh_queue_first_and_says_so(tmp_path, monkeypatch):
+    import time
+
+    nb = _notebook(tmp_path)
+    monkeypatch.setattr(rg.set_schedule, "START_MARGIN", (2.0, 0.0))  # a minute-long slice: a margin of 2x
+    jobs = [rg.Job("first", "99_fast", str(nb), {}), rg.Job("later", "99_fast", str(nb), {}),
+            rg.Job("short", "99_fast", str(nb), {})]
+    state = rg.SetState(tmp_path / "set", "abc1234", "CPU", 1, jobs)
+    lines = []
+    rg.run_set(state, 0, 3600, echo=lines.append, deadline=time.monotonic() + 60,
+               minutes={"first": 0.5, "later": 0.5, "short": 0.1})
+    assert any("first: starts without the margin (expected 0 min, 1 min left): no slice of 1 min would start it"
+               in ln for ln in lines), lines
+    assert any("later: not started" in ln for ln in lines), lines  # the queue has run one: the margin holds
+    assert [j.status for j in state.jobs] == ["ok", "pending", "ok"]
+
+
 def test_a_first_set_is_dealt_by_the_times_its_runs_took_on_the_device_before():
     from wmbook import runtimes
 

@@ -84,6 +84,7 @@ from .set_schedule import (
     say_paces,
     simulate,
     starts_in_time,
+    starts_without_margin,
 )
 
 # the set's record and publishing live in wmbook.published_set, its dealing and time limits in wmbook.set_schedule;
@@ -311,27 +312,36 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
     running: set[str] = set()
     cv = threading.Condition()
 
-    def limit_for(j: Job, tag: str) -> float | None:
+    whole = deadline - time.monotonic() if deadline is not None else None
+    started: set[int | None] = set()  # the queues that started a run in this slice (None: any did)
+
+    def limit_for(j: Job, tag: str, q: int | None) -> float | None:
         """The run's time limit, or None when it is not expected to end before the deadline (said so)."""
         if deadline is None:
             return timeout_s
         left, need = deadline - time.monotonic(), expected_minutes(j, minutes) * 60
-        if not starts_in_time(need, left):
+        fresh = whole if not (q in started if q is not None else started) else None
+        margin = f"{set_schedule.START_MARGIN[0] - 1:.0%} and {set_schedule.START_MARGIN[1]:.0f} s to spare"
+        if not starts_in_time(need, left, fresh):
             was = f"; cut after {j.cut_after_s / 60:.0f} min before" if j.cut_after_s else ""
             echo(f"[{tag}] {j.name}: not started (expected {need / 60:.0f} min{was}, {max(0.0, left) / 60:.0f} min "
-                 f"left before the time limit; a run starts with {set_schedule.START_MARGIN[0] - 1:.0%} and "
-                 f"{set_schedule.START_MARGIN[1]:.0f} s to spare)")
+                 f"left before the time limit; a run starts with {margin})")
             return None
+        if starts_without_margin(need, left, fresh) and not starts_in_time(need, left):
+            echo(f"[{tag}] {j.name}: starts without the margin (expected {need / 60:.0f} min, {left / 60:.0f} min "
+                 f"left): no slice of {fresh / 60:.0f} min would start it with {margin}; a queue that has run "
+                 f"nothing yet is its one chance")
+        started.update((q, None))
         return min(timeout_s, left)
 
-    def take(tag: str) -> tuple[Job, float] | None:
+    def take(q: int) -> tuple[Job, float] | None:
         with cv:
             while pending and not stop.is_set():
                 held = running | {x.name for x in pending}
                 for j in pending:
                     if not set(j.after) & held:
                         pending.remove(j)
-                        limit = limit_for(j, tag)
+                        limit = limit_for(j, f"q{q}", q)
                         if limit is None:
                             cv.notify_all()  # what waited for it need not any more
                             break
@@ -361,7 +371,7 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
 
     def work(q: int) -> None:
         cpus = set(cores[q * share:(q + 1) * share]) if cores and state.queues > 1 else None
-        while (got := take(f"q{q}")) is not None:
+        while (got := take(q)) is not None:
             try:
                 run(got[0], q, cpus, got[1])
             finally:
@@ -383,7 +393,7 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
                 echo(f"[all] {j.name}: not started (it holds every GPU of its host to study several; this host has "
                      f"{gpus}: it runs on a host of {state.all_gpu_runs_need()} or more)")
                 continue
-            limit = limit_for(j, "all")
+            limit = limit_for(j, "all", None)
             if limit is not None:
                 run(j, None, None, limit)
     except KeyboardInterrupt:
@@ -469,7 +479,10 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds one run may take (default 3600)")
     ap.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
                     help="stop within this many minutes (a batch job's wall time): no run starts that is expected to "
-                         "end after it, a run still going then is cut; the same command resumes the set later")
+                         f"end after it (with {START_MARGIN[0] - 1:.0%}% and {START_MARGIN[1]:.0f} s to spare; a run "
+                         "that no time limit this long would start "
+                         "so starts first on a queue if it fits at all), a run still going then is cut; the same "
+                         "command resumes the set later")
     ap.add_argument("--fresh", action="store_true", help="start over: the folder's earlier set is moved aside")
     ap.add_argument("--plan", action="store_true",
                     help="print what would run on which queue and when, by the runs' expected times (a folder that "

@@ -10,7 +10,7 @@ from pathlib import Path
 from .published_set import CANNOT, GPU_TIME_FILE, SET_FILE, Job
 
 __all__ = ["DEFAULT_MINUTES", "PACE_MAX", "START_MARGIN", "deal", "earlier_minutes", "expected_minutes", "host_pace",
-           "print_plan", "recorded_minutes", "say_paces", "simulate", "starts_in_time"]
+           "print_plan", "recorded_minutes", "say_paces", "simulate", "starts_in_time", "starts_without_margin"]
 
 DEFAULT_MINUTES = 10.0  # a run with no earlier time: dealt as if it took this long
 # a run starts before a time limit only with this to spare (factor, seconds): its expectation is the notebook's own time
@@ -99,10 +99,21 @@ def say_paces(core_now: float, paces: dict[str, float]) -> None:
              + ", ".join(f"{n} x{p:.1f}" for n, p in sorted(paces.items())) if paces else ""))
 
 
-def starts_in_time(need_s: float, left_s: float) -> bool:
+def starts_in_time(need_s: float, left_s: float, whole_s: float | None = None) -> bool:
     """Whether a run expected to take `need_s` seconds starts with `left_s` seconds left before a limit
-    (START_MARGIN's rule: run_set decides by it, simulate predicts by it)."""
-    return need_s * START_MARGIN[0] + START_MARGIN[1] <= left_s
+    (START_MARGIN's rule: run_set decides by it, simulate predicts by it), or by starts_without_margin where the
+    queue has started nothing yet in a slice of `whole_s` seconds (None: it has)."""
+    return need_s * START_MARGIN[0] + START_MARGIN[1] <= left_s or starts_without_margin(need_s, left_s, whole_s)
+
+
+def starts_without_margin(need_s: float, left_s: float, whole_s: float | None) -> bool:
+    """Whether a run starts on a queue that has started nothing yet in a slice of `whole_s` seconds although
+    START_MARGIN's spare time is not left: no slice of that length would ever start it with the margin, so its one
+    chance is a fresh queue, and it takes it when it fits at all (with START_MARGIN's seconds for the kernel's start
+    and the report). A limit that cuts it anyway records how long it ran (Job.cut_after_s): the set then says it needs
+    a longer slice instead of trying again."""
+    return (whole_s is not None and need_s * START_MARGIN[0] + START_MARGIN[1] > whole_s
+            and need_s + START_MARGIN[1] <= left_s)
 
 
 def expected_minutes(job: Job, minutes: dict[str, float]) -> float:
@@ -132,9 +143,11 @@ def simulate(jobs: list[Job], queues: int, minutes: dict[str, float], time_limit
     pending = sorted((j for j in todo if j.gpus != "all"), key=lambda j: -expected_minutes(j, minutes))
     free, running = [0.0] * max(1, queues), {}
     got: dict[str, tuple[int | None, float] | None] = {}
+    started: set[int | None] = set()  # the queues that started a run (None: any did)
 
-    def fits(j: Job, at: float) -> bool:
-        return time_limit is None or starts_in_time(expected_minutes(j, minutes) * 60, (time_limit - at) * 60)
+    def fits(j: Job, at: float, q: int | None) -> bool:
+        whole = None if (q in started if q is not None else bool(started)) else (time_limit or 0) * 60
+        return time_limit is None or starts_in_time(expected_minutes(j, minutes) * 60, (time_limit - at) * 60, whole)
 
     while pending:
         q = min(range(len(free)), key=free.__getitem__)
@@ -149,18 +162,20 @@ def simulate(jobs: list[Job], queues: int, minutes: dict[str, float], time_limit
             continue
         j = ready[0]
         pending.remove(j)
-        if not fits(j, t):
+        if not fits(j, t, q):
             got[j.name] = None
             continue
         got[j.name] = (q, t)
+        started.add(q)
         running[j.name] = free[q] = t + expected_minutes(j, minutes)
     for j in pending:  # waits for a run that never ends within the plan
         got[j.name] = None
     t = max(free + list(running.values()))
     for j in (j for j in todo if j.gpus == "all"):
-        got[j.name] = (None, t) if all_gpu and fits(j, t) else None
+        got[j.name] = (None, t) if all_gpu and fits(j, t, None) else None
         if got[j.name] is not None:
             t += expected_minutes(j, minutes)
+            started.add(None)
     return got
 
 
