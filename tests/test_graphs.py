@@ -472,8 +472,9 @@ def test_warm_up_runs_until_the_graphs_a_run_calls_once_are_captured(monkeypatch
 def test_warm_up_stops_at_a_failed_capture_a_new_signature_every_run_and_without_graphs(monkeypatch):
     from wmbook.variants.builtin import warm_up
 
-    failing = _simulated(monkeypatch, "syncs", fail=True)
-    assert warm_up(_Pipe(failing), lambda: failing(torch.zeros(1))) == 3  # two warm-up calls, the capture fails
+    failing, idle = _simulated(monkeypatch, "syncs", fail=True), _simulated(monkeypatch, "idle")
+    idle.warmup = 5  # never called: it raises the bound to 6 runs, so the 3 below are the failure's
+    assert warm_up(_Pipe(failing, idle), lambda: failing(torch.zeros(1))) == 3  # two warm-up calls, a failed capture
     assert failing.failures and not failing.warming()
     growing, n = _simulated(monkeypatch, "grows"), [0]
 
@@ -500,19 +501,30 @@ def test_the_wma_warm_up_after_the_first_run_is_a_two_step_iteration():
 
 
 @GPU
-def test_a_ladder_rows_timed_runs_replay_the_graphs_a_run_calls_once():
-    """Notebook 06's wma rows on a GPU at the tiny shape: the conditioning's and the decoder's graphs, called once an
-    iteration, are captured in the rows' warm-up, so the timed end-to-end runs only replay them."""
-    from wmbook.variants.ladder import LadderSettings, run_ladder
+def test_after_the_warm_up_a_run_only_replays_the_graphs_a_run_calls_once():
+    """Notebook 06's wma graphs on a GPU at the tiny shape: the conditioning's and the decoder's graphs, called once an
+    iteration, are captured by warm_up (a full run, then two-step iterations), so the next iteration, a timed one,
+    makes no eager call and no capture: it only replays."""
+    from wmbook.variants.builtin import graph_calls, graphed_callables, warm_up
+    from wmbook.variants.ladder import apply_stack
     from wmbook.workloads import E2ESize
 
-    settings = LadderSettings(warmup=1, repeats=2, e2e=E2ESize(ddim_steps=3), e2e_repeats=2, keep=True)
-    lad = run_ladder("wma", "tiny-wma", ["bf16", "skip-unused-decode", "cuda-graphs", "conditioning-cuda-graphs",
-                                         "vae-decoder-bf16", "vae-batch-frames", "vae-cuda-graphs"],
-                     device=torch.device("cuda"), settings=settings)
-    last = lad.rows[-1]
-    assert last.gate != "error", last.note
-    tables = {t["callable"].iloc[0]: t for t in last.captures if len(t)}
-    for name in ("image tokens", "VAE encoder", "decoder step"):
-        assert tables[name]["graph"].all() and (tables[name]["replays"] >= settings.e2e_repeats).all(), tables[name]
-    assert any(k.startswith("end-to-end warm-up (") for k in last.phases_s), last.phases_s
+    wl, dev = workloads.get("wma"), torch.device("cuda")
+    ref = wl.reference_pipeline(wl.presets["tiny-wma"], dev)
+    pipe, _ = apply_stack(ref, wl, ["bf16", "skip-unused-decode", "cuda-graphs", "conditioning-cuda-graphs",
+                                    "vae-decoder-bf16", "vae-batch-frames", "vae-cuda-graphs"], dev)
+    size = E2ESize(ddim_steps=3)
+    with torch.no_grad():
+        runs = warm_up(pipe, lambda: wl.end_to_end(pipe, 0, size),
+                       again=lambda: wl.end_to_end(pipe, 0, wl.graph_warmup_size(size)))
+        before = graph_calls(pipe)
+        wl.end_to_end(pipe, 0, size)
+    after = graph_calls(pipe)
+    assert runs == 3 and set(after) == set(before), (runs, before, after)  # no signature new to the timed run
+    assert all(after[k][0] == before[k][0] for k in after), (before, after)  # no eager call
+    once = {"image tokens", "VAE encoder", "decoder step"}
+    assert once <= {g.name for g in graphed_callables(pipe)}
+    for (name, sig), (_, replays) in after.items():
+        if name in once:
+            assert replays > before[(name, sig)][1], (name, before, after)  # replayed, not captured
+    assert not any(g.failures for g in graphed_callables(pipe))

@@ -262,7 +262,7 @@ def test_a_run_that_would_just_fit_is_not_started_without_its_margin(tmp_path):
     assert [j.status for j in state.jobs] == ["pending", "ok"]
 
 
-def test_a_run_no_slice_would_start_with_its_margin_starts_first_on_a_fresh_queue():
+def test_a_run_no_slice_would_start_with_its_margin_starts_first_on_a_fresh_queue(capsys):
     """A 20-minute run in 24-minute slices needs 27.5 with its margin: it would never start. It starts where a queue
     has run nothing yet in the slice and it fits at all; after a run, or without the room, it waits as before."""
     m = 60.0
@@ -278,20 +278,27 @@ def test_a_run_no_slice_would_start_with_its_margin_starts_first_on_a_fresh_queu
     minutes = {"long": 20.0, "other": 19.0, "small": 1.0}
     assert rg.simulate(jobs, 1, minutes, 24) == {"long": (0, 0.0), "other": None, "small": (0, 20.0)}
     assert rg.simulate(jobs, 2, minutes, 24) == {"long": (0, 0.0), "other": (1, 0.0), "small": (1, 19.0)}
+    every = [rg.Job("every", "08", "n.ipynb", {}, gpus="all")]  # an all-GPU run: fresh while no queue started one
+    assert rg.simulate(every, 1, {"every": 20.0}, 24) == {"every": (None, 0.0)}
+    assert rg.simulate([jobs[2], *every], 1, {"small": 1.0, "every": 20.0}, 24) == {"small": (0, 0.0), "every": None}
+    rg.set_schedule.print_plan(jobs, 1, minutes, 24)  # --plan says which start so
+    said = [ln for ln in capsys.readouterr().out.splitlines() if "without the margin" in ln]
+    assert len(said) == 1 and "long" in said[0] and "at 0.0 min (without the margin: the first of its queue)" in said[0]
 
 
 def test_run_set_starts_the_run_that_needs_a_fresh_queue_first_and_says_so(tmp_path, monkeypatch):
     import time
 
     nb = _notebook(tmp_path)
-    monkeypatch.setattr(rg.set_schedule, "START_MARGIN", (2.0, 0.0))  # a minute-long slice: a margin of 2x
+    monkeypatch.setattr(rg.set_schedule, "START_MARGIN", (2.0, 0.0))  # a margin of 2x, no seconds
     jobs = [rg.Job("first", "99_fast", str(nb), {}), rg.Job("later", "99_fast", str(nb), {}),
             rg.Job("short", "99_fast", str(nb), {})]
     state = rg.SetState(tmp_path / "set", "abc1234", "CPU", 1, jobs)
     lines = []
-    rg.run_set(state, 0, 3600, echo=lines.append, deadline=time.monotonic() + 60,
-               minutes={"first": 0.5, "later": 0.5, "short": 0.1})
-    assert any("first: starts without the margin (expected 0 min, 1 min left): no slice of 1 min would start it"
+    # 8-minute runs in a 10-minute slice would need 16 with the margin; the runs themselves take seconds
+    rg.run_set(state, 0, 3600, echo=lines.append, deadline=time.monotonic() + 10 * 60,
+               minutes={"first": 8.0, "later": 8.0, "short": 0.1})
+    assert any("first: starts without the margin (expected 8 min, 10 min left): no slice of 10 min would start it"
                in ln for ln in lines), lines
     assert any("later: not started" in ln for ln in lines), lines  # the queue has run one: the margin holds
     assert [j.status for j in state.jobs] == ["ok", "pending", "ok"]

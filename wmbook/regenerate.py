@@ -325,7 +325,8 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
         if not starts_in_time(need, left, fresh):
             was = f"; cut after {j.cut_after_s / 60:.0f} min before" if j.cut_after_s else ""
             echo(f"[{tag}] {j.name}: not started (expected {need / 60:.0f} min{was}, {max(0.0, left) / 60:.0f} min "
-                 f"left before the time limit; a run starts with {margin})")
+                 f"left before the time limit; a run starts with {margin}" + (", or, where no slice this long "
+                 f"would, first on its queue with {set_schedule.START_MARGIN[1]:.0f} s" if fresh else "") + ")")
             return None
         if starts_without_margin(need, left, fresh) and not starts_in_time(need, left):
             echo(f"[{tag}] {j.name}: starts without the margin (expected {need / 60:.0f} min, {left / 60:.0f} min "
@@ -479,10 +480,9 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds one run may take (default 3600)")
     ap.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
                     help="stop within this many minutes (a batch job's wall time): no run starts that is expected to "
-                         f"end after it (with {START_MARGIN[0] - 1:.0%}% and {START_MARGIN[1]:.0f} s to spare; a run "
-                         "that no time limit this long would start "
-                         "so starts first on a queue if it fits at all), a run still going then is cut; the same "
-                         "command resumes the set later")
+                         f"end after it (with {START_MARGIN[0] - 1:.0%}% and {START_MARGIN[1]:.0f} s to spare, but a "
+                         "run too long for that in any slice this long starts on a queue that has run nothing yet), "
+                         "a run still going then is cut; the same command resumes the set later")
     ap.add_argument("--fresh", action="store_true", help="start over: the folder's earlier set is moved aside")
     ap.add_argument("--plan", action="store_true",
                     help="print what would run on which queue and when, by the runs' expected times (a folder that "

@@ -188,7 +188,9 @@ def print_plan(jobs: list[Job], queues: int, minutes: dict[str, float], time_lim
     for j in order:
         at = sim.get(j.name)
         where = "all" if j.gpus == "all" else f"q{at[0]}" if at else "--"
-        when = (f"at {at[1]:.1f} min" if at else "waits for a host of more GPUs" if j.gpus == "all" and not all_gpu
+        bare = at and time_limit and not starts_in_time(expected_minutes(j, minutes) * 60, (time_limit - at[1]) * 60)
+        when = (f"at {at[1]:.1f} min" + (" (without the margin: the first of its queue)" if bare else "") if at
+                else "waits for a host of more GPUs" if j.gpus == "all" and not all_gpu
                 else "not started within the limit" if j.name in sim else j.status)
         print(f"  {where}  {j.name}  {j.params}  expected {expected_minutes(j, minutes):.1f} min, {when}"
               + (f"  after {', '.join(j.after)}" if j.after else "")

@@ -25,8 +25,9 @@ from .rank import Rank
 
 def _iterations(pipe, inputs, steps: int, n: int, rk: Rank, what: str) -> Samples:
     """n timed iterations (ms each, device events), after the job's warm-up."""
-    rk.progress(f"{what} warm-up", 0, rk.spec.warmup)
-    warm_up(pipe, lambda: pipe.run_iteration(inputs, ddim_steps=steps, progress=False), rk.spec.warmup)
+    rk.progress(f"{what} warm-up", 0, rk.spec.warmup)  # then shorter iterations while a graph is not captured
+    warm_up(pipe, lambda: pipe.run_iteration(inputs, ddim_steps=steps, progress=False), rk.spec.warmup,
+            again=lambda: pipe.run_iteration(inputs, ddim_steps=min(steps, 2), progress=False))
     ms = Samples()
     for i in range(n):
         rk.progress(what, i, n)

@@ -227,7 +227,9 @@ def run_sweep(cfg: RunConfig, pipe, inputs, progress: bool = True) -> Sweep:
     ax = axis(cfg)
     pts = points(cfg)
     shortest = min(pts, key=ax.forwards)  # the same shapes: it finishes capturing the graphs a run calls once
-    warm_up(pipe, lambda: ax.run(pipe, inputs, pts[0]), cfg.warmup, again=lambda: ax.run(pipe, inputs, shortest))
+    with tqdm(total=cfg.warmup, desc="warm-up", leave=False, disable=_quiet(progress)) as bar:
+        warm_up(pipe, lambda: (ax.run(pipe, inputs, pts[0]), bar.update()), cfg.warmup,
+                again=lambda: (ax.run(pipe, inputs, shortest), bar.update()))
     runs: dict[int, list[SampleRun]] = {i: [] for i in range(len(pts))}
     with tqdm(total=len(pts) * cfg.repeats, desc="sweep points x repeats", disable=_quiet(progress)) as bar:
         for rep in range(cfg.repeats):

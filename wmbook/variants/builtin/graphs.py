@@ -124,12 +124,14 @@ def graph_calls(pipe) -> dict:
 
 def captures(pipe, before: dict | None = None) -> list:
     """GraphedCallable.table() of each of a pipeline's graphs; with `before` (graph_calls of the pipeline earlier),
-    the eager calls and replays counted since."""
+    the eager calls and replays counted since (a count below the earlier one is of a graph dropped and captured
+    again in between, as graph-memset-kernels does: all of it is since)."""
     tables = [g.table() for g in graphed_callables(pipe)]
     for t in tables if before else []:
         for k, col in enumerate(("eager calls", "replays")):
             if col in t:
-                t[col] = [v - before.get((c, s), (0, 0))[k] for c, s, v in zip(t["callable"], t["signature"], t[col])]
+                was = [before.get((c, s), (0, 0))[k] for c, s in zip(t["callable"], t["signature"])]
+                t[col] = [v - b if v >= b else v for v, b in zip(t[col], was)]
     return tables
 
 
