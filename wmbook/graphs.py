@@ -172,6 +172,7 @@ class GraphedCallable:
         self.pool = pool if pool is not None or self.disabled_reason else torch.cuda.graph_pool_handle()
         self.entries: dict[Any, _Entry] = {}
         self._no_args: _Entry | None = None  # the captured entry of a call without arguments (the fast path)
+        self.resets = 0  # reset() calls so far: a signature's counts start again after one
 
     def __call__(self, *args, **kwargs):
         if self.disabled_reason is not None:
@@ -294,6 +295,7 @@ class GraphedCallable:
         """Drop every graph (their memory returns to the pool)."""
         self.entries.clear()
         self._no_args = None
+        self.resets += 1
 
 
 def find_sync(fn, *args, return_output: bool = False, **kwargs):

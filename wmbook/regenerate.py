@@ -328,7 +328,7 @@ def run_set(state: SetState, gpus: int, timeout_s: float, echo=print, deadline: 
                  f"left before the time limit; a run starts with {margin}" + (", or, where no slice this long "
                  f"would, first on its queue with {set_schedule.START_MARGIN[1]:.0f} s" if fresh else "") + ")")
             return None
-        if starts_without_margin(need, left, fresh) and not starts_in_time(need, left):
+        if starts_without_margin(need, left, fresh):  # (only where the margin rule would not start it)
             echo(f"[{tag}] {j.name}: starts without the margin (expected {need / 60:.0f} min, {left / 60:.0f} min "
                  f"left): no slice of {fresh / 60:.0f} min would start it with {margin}; a queue that has run "
                  f"nothing yet is its one chance")

@@ -16,18 +16,20 @@ import time
 import torch
 import torch.distributed as dist
 
-from .. import check
+from .. import check, workloads
 from ..bench import Samples
 from ..profiling import ProfilingSession
 from ..variants.builtin import warm_up
+from ..workloads import E2ESize
 from .rank import Rank
 
 
 def _iterations(pipe, inputs, steps: int, n: int, rk: Rank, what: str) -> Samples:
     """n timed iterations (ms each, device events), after the job's warm-up."""
     rk.progress(f"{what} warm-up", 0, rk.spec.warmup)  # then shorter iterations while a graph is not captured
+    short = workloads.get(rk.spec.workload).graph_warmup_size(E2ESize(ddim_steps=steps)).ddim_steps
     warm_up(pipe, lambda: pipe.run_iteration(inputs, ddim_steps=steps, progress=False), rk.spec.warmup,
-            again=lambda: pipe.run_iteration(inputs, ddim_steps=min(steps, 2), progress=False))
+            again=lambda: pipe.run_iteration(inputs, ddim_steps=short, progress=False))
     ms = Samples()
     for i in range(n):
         rk.progress(what, i, n)

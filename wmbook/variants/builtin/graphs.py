@@ -117,21 +117,23 @@ def graphed_callables(pipe) -> list:
 
 
 def graph_calls(pipe) -> dict:
-    """{(callable, signature): (eager calls, replays)} of a pipeline's CUDA graphs so far."""
-    return {(r["callable"], r["signature"]): (r["eager calls"], r["replays"])
+    """{(callable, resets, signature): (eager calls, replays)} of a pipeline's CUDA graphs so far (`resets`: the
+    callable's GraphedCallable.resets, after which its signatures count from zero again)."""
+    return {(r["callable"], g.resets, r["signature"]): (r["eager calls"], r["replays"])
             for g in graphed_callables(pipe) for r in g.table().to_dict("records") if "replays" in r}
 
 
 def captures(pipe, before: dict | None = None) -> list:
     """GraphedCallable.table() of each of a pipeline's graphs; with `before` (graph_calls of the pipeline earlier),
-    the eager calls and replays counted since (a count below the earlier one is of a graph dropped and captured
-    again in between, as graph-memset-kernels does: all of it is since)."""
-    tables = [g.table() for g in graphed_callables(pipe)]
-    for t in tables if before else []:
+    the eager calls and replays counted since (all of them for a graph dropped and captured again in between, as
+    graph-memset-kernels does)."""
+    graphed = graphed_callables(pipe)
+    tables = [g.table() for g in graphed]
+    for g, t in zip(graphed, tables) if before else []:
         for k, col in enumerate(("eager calls", "replays")):
             if col in t:
-                was = [before.get((c, s), (0, 0))[k] for c, s in zip(t["callable"], t["signature"])]
-                t[col] = [v - b if v >= b else v for v, b in zip(t[col], was)]
+                t[col] = [v - before.get((c, g.resets, s), (0, 0))[k]
+                          for c, s, v in zip(t["callable"], t["signature"], t[col])]
     return tables
 
 
