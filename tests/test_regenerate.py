@@ -658,3 +658,44 @@ def test_expect_replaces_a_runs_recorded_time_in_the_plan_and_refuses_a_bad_valu
         rg.main(["--out", str(out), "--allow-dirty", "--expect", "bigg=3"])
     err = capsys.readouterr().err
     assert "--expect names ['bigg']" in err and "'big'" in err
+
+
+def test_a_set_of_another_card_than_its_folder_is_refused_before_any_run_and_never_published(tmp_path, monkeypatch,
+                                                                                                capsys):
+    """A host may give another card than the one asked for (an H100 for an H200): --device-name, or a --publish folder
+    of one device (data/reports/h200 holds H200 runs only), refuses such a set before any run or write; a set of the
+    wrong device is refused at publishing, and so is a part joined for it."""
+    from wmbook import published
+
+    h200 = tmp_path / "h200"
+    monkeypatch.setitem(published.FOLDER_PAGES, h200, "H200")
+    monkeypatch.setattr(rg, "git_commit", lambda: "abc1234")  # the real one is cached for the process
+    monkeypatch.setattr(rg, "_device", lambda: ("NVIDIA H100 80GB HBM3", 1))
+    ran = []
+    monkeypatch.setattr(rg, "run_set", lambda state, *a, **k: ran.append(state))
+    out = tmp_path / "set"
+    for args in (["--device-name", "H200"], ["--publish", str(h200)]):
+        with pytest.raises(SystemExit):
+            rg.main(["--out", str(out), "--notebooks", "01", *args])
+        err = capsys.readouterr().err
+        assert "this host has NVIDIA H100 80GB HBM3" in err and "contains 'H200'" in err, err
+        assert not out.exists() and not ran  # nothing planned, saved or run
+    with pytest.raises(SystemExit):
+        rg.main(["--out", str(out), "--device-name", " "])
+    assert "--device-name=' ' is not allowed" in capsys.readouterr().err
+    # the card asked for (case aside), or no option: the set runs
+    assert rg.main(["--out", str(out), "--notebooks", "01", "--device-name", "h100"]) == 1 and len(ran) == 1
+
+    # a set already started on the H100 is not finished, joined or published for the H200's folder
+    with pytest.raises(SystemExit):
+        rg.main(["--out", str(out), "--publish", str(h200)])
+    assert f"{out} holds a set that ran on NVIDIA H100 80GB HBM3" in capsys.readouterr().err and len(ran) == 1
+    with pytest.raises(SystemExit):
+        rg.main(["--out", str(tmp_path / "joined"), "--merge", str(out), "--publish", str(h200)])
+    assert "the set ran on NVIDIA H100 80GB HBM3" in capsys.readouterr().err
+    assert not (tmp_path / "joined").exists()
+    done = rg.SetState(tmp_path / "done", "abc1234", "NVIDIA H100 80GB HBM3", 1,
+                       [rg.Job("a", "a", "a.ipynb", {}, status="ok", seconds=5)])
+    with pytest.raises(InputError, match="the set ran on NVIDIA H100 80GB HBM3; h200 holds the H200's runs only"):
+        rg.publish_set(done, h200, store=tmp_path / "store.csv", notes=None, echo=lambda *a: None)
+    assert not h200.exists() and not (tmp_path / "store.csv").exists()

@@ -553,3 +553,21 @@ def test_set_gpu_minutes_per_notebook_and_workload():
     assert "test loop in 950-1210 us" in loops and "the slowest: 08_multi_gpu-wma" in loops
     assert "test loop" not in report_index._run_minutes_html(t | {"host_core_loop_us": {"08_multi_gpu-wma": 1210}})
     assert "test loop" not in got
+
+
+def test_a_device_folder_refuses_a_run_of_another_device_before_writing(report, tmp_path, monkeypatch):
+    """data/reports/h200 holds H200 runs only: `make publish` of a run made on another card (here this CPU) is
+    refused, naming the run's device and the folder's, before any report is written."""
+    from wmbook import published
+    from wmbook.errors import InputError
+
+    out, _, _ = report
+    folder = tmp_path / "h200"
+    folder.mkdir()
+    monkeypatch.setitem(published.FOLDER_PAGES, folder, "H200")
+    with pytest.raises(InputError, match=r"04_compile_autocast-mg2.ipynb's run ran on .*holds the H200's runs only"):
+        published.publish_report(out, folder)
+    with pytest.raises(InputError, match="holds the H200's runs only"):
+        published.publish(next(out.glob("executed/*.ipynb")), "04_compile_autocast-tiny", folder)
+    assert list(folder.iterdir()) == []
+    assert published.folder_device(folder) == "H200" and published.folder_device(tmp_path) is None

@@ -28,7 +28,8 @@
 # A machine may be taken back between two commands, its slice with it: give every `wait` an OUT, so each command
 # brings back the runs finished so far (a later part holds the earlier ones; joining a run twice adds it once).
 #   e.g. here: bash tools/gpu_set.sh tree $(git rev-parse HEAD)   (then carry .set-tree and SET/set.json)
-#        bash tools/gpu_set.sh start $(git rev-parse HEAD) sets/h200 25 && bash tools/gpu_set.sh wait 540 $OUT
+#        bash tools/gpu_set.sh start $(git rev-parse HEAD) sets/h200 25 --device-name H200 \
+#          && bash tools/gpu_set.sh wait 540 $OUT   (--device-name: a host of another card refuses the slice at once)
 #        ... bash tools/gpu_set.sh wait 500 $OUT
 #        here: bash tools/gpu_set.sh unpack FILES_AT sets/h200, and when the set is complete:
 #        python -m wmbook regenerate --out sets/h200 --publish data/reports/h200

@@ -46,6 +46,43 @@ INDEX_NOTES = {
 }
 
 
+def folder_device(folder) -> str | None:
+    """The device a published folder holds the runs of (FOLDER_PAGES: data/reports/h200 -> 'H200'); None for any
+    other folder (a scratch folder holds whatever was run)."""
+    if folder is None:
+        return None
+    here = Path(folder).resolve()
+    return next((dev for f, dev in FOLDER_PAGES.items() if f.resolve() == here), None)
+
+
+def check_folder_device(folder, devices, what: str) -> None:
+    """InputError, before anything is written, where `folder` is a device's published folder and one of `devices`
+    (device names as runs record them, e.g. 'NVIDIA H100 80GB HBM3') is not that device: a published folder holds one
+    device's runs, and a host may give another card than the one asked for."""
+    want = folder_device(folder)
+    if want is None:
+        return
+    wrong = sorted({str(d) for d in devices if want.lower() not in str(d).lower()})
+    if wrong:
+        raise InputError(f"{what} ran on {', '.join(wrong)}; {Path(folder).name} holds the {want}'s runs only "
+                         f"(allowed: runs whose device name contains {want!r}): publish it into a folder of its own "
+                         "device, or run it again on that device")
+
+
+def run_devices(executed, store=None) -> set[str]:
+    """The device names of the rows of the runs an executed notebook names (empty where none are found)."""
+    import nbformat  # noqa: PLC0415  heavy: nbformat
+
+    from .render import run_rows  # noqa: PLC0415
+
+    names: set[str] = set()
+    for rec in notebook_runs(nbformat.read(Path(executed), as_version=4)):
+        rows = run_rows(rec, store)
+        if rows is not None and "device_name" in rows:
+            names |= set(rows["device_name"].astype(str))
+    return names
+
+
 def commits_note(rows) -> str:
     """'Its rows come from N commits, <first> (<day>) to <last> (<day>).' for a device's stored rows."""
     rows = rows[rows["git_commit"].astype(str).str.len() > 0].sort_values("timestamp")
@@ -205,6 +242,8 @@ def publish(executed, name: str, folder=H200, store=None) -> Path:
                          "'.')")
     if not folder.is_dir():
         raise ValueError(f"folder={str(folder)!r} is not allowed: not a folder; allowed values: an existing folder")
+    if folder_device(folder):
+        check_folder_device(folder, run_devices(executed, store), f"{executed.name}'s run")
     out = render_html(executed, folder / f"{name}.html", published=True, store=store)
     record_time(executed, store)
     return out
@@ -244,10 +283,11 @@ def publish_report(report, folder=H200, store=None) -> list[Path]:
 
     from .render import run_rows  # noqa: PLC0415
 
+    done = [p for p in sorted(Path(report).glob("executed/*.ipynb")) if not p.stem.endswith(".FAILED")]
+    for nb_path in done if folder_device(folder) else []:  # every run's device checked before any report is written
+        check_folder_device(folder, run_devices(nb_path, store), f"{nb_path.name}'s run")
     out = []
-    for nb_path in sorted(Path(report).glob("executed/*.ipynb")):
-        if nb_path.stem.endswith(".FAILED"):
-            continue
+    for nb_path in done:
         presets, dtypes = set(), set()
         for rec in notebook_runs(nbformat.read(nb_path, as_version=4)):
             rows = run_rows(rec, store)  # where the run wrote them, else the store (a set made on another host)
@@ -316,8 +356,11 @@ def main(argv=None) -> int:
             ap.error(str(e))
         return 0
     if a.publish_report is not None:
-        for p in publish_report(a.publish_report, a.to):
-            print(p)
+        try:
+            for p in publish_report(a.publish_report, a.to):
+                print(p)
+        except InputError as e:
+            ap.error(str(e))
         return 0
     if a.tidy is not None:
         try:

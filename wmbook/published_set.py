@@ -188,6 +188,7 @@ def publish_set(state: SetState, folder: Path, store: Path | None = None, notes:
     if not state.commit or state.commit.endswith("+dirty"):
         raise InputError(f"the set ran at commit {state.commit or 'unknown'!r}, not one clean commit: a published "
                          "set comes from one; start it over from a clean tree (--fresh)")
+    published.check_folder_device(folder, [state.device], "the set")
     folder.mkdir(parents=True, exist_ok=True)
     for j in state.jobs:
         with (state.out / "results" / f"{j.name}.csv").open(newline="") as f:
@@ -207,8 +208,10 @@ def publish_set(state: SetState, folder: Path, store: Path | None = None, notes:
     written.append(folder / GPU_TIME_FILE)
     from .report_index import write_folder_index  # noqa: PLC0415  heavy: nbformat
 
+    # the folder's device where it is a device's folder, else the set's card by its full name (a filter by
+    # substring: the last word of 'NVIDIA H100 80GB HBM3' would name the memory, not the card)
     written.append(write_folder_index(folder, results_path=store, device=None if state.device == "CPU"
-                                      else state.device.split()[-1]))
+                                      else published.folder_device(folder) or state.device))
     if folder.resolve() in {f.resolve() for f in published.FOLDER_PAGES} and store is None:
         published.update_readme(allow_removal=True)
     if notes is not None and folder.resolve() in {f.resolve() for f in published.FOLDER_PAGES}:

@@ -5,7 +5,7 @@ published only when it is complete.
     python -m wmbook regenerate --out sets/h200                       # run (or resume) the set
     python -m wmbook regenerate --out sets/h200 --publish data/reports/h200   # ... then publish it when complete
     python -m wmbook regenerate --out sets/h200 --plan                # what would run where and when, nothing run
-    python -m wmbook regenerate --out sets/h200 --time-limit 25 --expect 06_cuda_graphs-wma=18
+    python -m wmbook regenerate --out sets/h200 --device-name H200 --time-limit 25 --expect 06_cuda_graphs-wma=18
                                                                       # a limited slice; one run's expected minutes
                                                                       # given (its code changed since its last time)
     python -m wmbook regenerate --out sets/h200 --merge part2/sets/h200 --publish data/reports/h200
@@ -32,10 +32,13 @@ times) where the set is published. The runs share one compile cache, `<out>/cach
 and autotuning caches, Triton's kernels): a model several notebooks compile is compiled once (compile-time tables
 measure with empty caches of their own).
 
-Publishing refuses a set that is not complete or not from one clean commit, naming what is missing, and writes
-nothing then. Otherwise: the rows go into the results store, each run's report into the folder
-(wmbook.published.publish_report), the folder's `gpu_time.json` (seconds per run and in all: the index shows it),
-its index, the README's table and the folder's page, and one dated entry in data/reports/NOTES.md.
+Publishing refuses a set that is not complete or not from one clean commit, naming what is missing, and a set of
+another device than its folder's (data/reports/h200 holds H200 runs only), and writes nothing then. A host may give
+another card than the one asked for: `--device-name NAME` (implied by a --publish folder of one device) refuses before
+any run a set whose runs would be of another device. Otherwise: the rows go into the results store, each run's
+report into the folder (wmbook.published.publish_report), the folder's `gpu_time.json` (seconds per run and in all:
+the index shows it), its index, the README's table and the folder's page, and one dated entry in
+data/reports/NOTES.md.
 """
 
 from __future__ import annotations
@@ -188,6 +191,27 @@ def _check_expected(ap, expect: dict[str, float], jobs: list[Job]) -> None:
     unknown = sorted(set(expect) - set(names))
     if unknown:
         ap.error(f"--expect names {unknown}, not runs of this set; allowed values: {names}")
+
+
+def _wanted_device(a) -> tuple[str | None, str]:
+    """The device the set must run on (`--device-name`, else the device of the `--publish` folder: data/reports/h200
+    holds H200 runs only) and which option asks for it; (None, '') where neither does."""
+    if a.device_name is not None:
+        return a.device_name, f"--device-name={a.device_name!r}"
+    if a.publish is None:
+        return None, ""
+    from .published import folder_device  # noqa: PLC0415  heavy: pandas, nbformat
+
+    want = folder_device(a.publish)
+    return (want, f"--publish {a.publish} (it holds the {want}'s runs only)") if want else (None, "")
+
+
+def _check_device(ap, want: str | None, why: str, device: str, whose: str) -> None:
+    """Refuse, before any run, a set whose runs would not be of the wanted device (a host may give another card than
+    the one asked for: 24 minutes of the wrong card's runs cannot be published where the reference device's go)."""
+    if want and want.lower() not in device.lower():
+        ap.error(f"{why}: {whose} {device}; allowed: a host whose device name contains {want!r} (start the set on "
+                 "one, or leave the option out for a set of this device)")
 
 
 def _device() -> tuple[str, int]:
@@ -435,7 +459,7 @@ def _say_all_gpu_wait(state: SetState, count: int, todo: list[Job]) -> bool:
     return all_gpu
 
 
-def _merge_main(ap, a, out: Path, commit: str) -> int:
+def _merge_main(ap, a, out: Path, commit: str, want: str | None = None, why: str = "") -> int:
     """--merge: the parts of a set made on several machines joined into `out` (started from the first part's plan
     when `out` holds no set yet), then published with --publish once complete; nothing is run."""
     if a.fresh or a.plan:
@@ -452,6 +476,7 @@ def _merge_main(ap, a, out: Path, commit: str) -> int:
                                     "error": j.error if j.status == CANNOT else ""})) for j in base.jobs]
         state = SetState(out, base.commit, base.device, base.queues, jobs, base.host_gpus)
         state.started = base.started
+    _check_device(ap, want, why, state.device, "the set ran on")
     _say_publisher(state, commit)
     for folder in a.merge:
         merge_set(state, folder)
@@ -499,7 +524,12 @@ def main(argv=None) -> int:
                          "(repeatable)")
     ap.add_argument("--allow-dirty", action="store_true",
                     help="run from a tree with uncommitted changes (such a set is never published)")
+    ap.add_argument("--device-name", default=None, metavar="NAME",
+                    help="run only on a host whose GPU's name contains NAME (e.g. H200), refused before any run "
+                         "elsewhere; default: the device of the --publish folder (data/reports/h200: H200), else any")
     a = ap.parse_args(argv)
+    if a.device_name is not None and not a.device_name.strip():
+        ap.error(f"--device-name={a.device_name!r} is not allowed; allowed values: part of a GPU's name, e.g. H200")
     import yaml  # noqa: PLC0415  heavy: yaml
 
     try:  # a value as `wmbook run -p` reads it (YAML: 2 is a number, a,b a string)
@@ -521,8 +551,9 @@ def main(argv=None) -> int:
         ap.error("the tree has uncommitted changes: a set records the commit its rows come from; commit them first "
                  "(or --allow-dirty for a set that will not be published)")
     out = a.out
+    want, why = _wanted_device(a)
     if a.merge:
-        return _merge_main(ap, a, out, commit)
+        return _merge_main(ap, a, out, commit, want, why)
     if a.fresh and (out / SET_FILE).exists():
         aside = out.with_name(f"{out.name}.superseded-{int(time.time())}")
         shutil.move(str(out), str(aside))
@@ -553,6 +584,7 @@ def main(argv=None) -> int:
         if state.device == device and state.commit == commit:
             for j in recheck_cannot(state.jobs):
                 print(f"{j.name}: this host can make it (planned as one the set's first host could not)")
+        _check_device(ap, want, why, state.device, f"{out} holds a set that ran on")
         if [j for j in state.missing() if j.status != CANNOT] and state.device != device:
             ap.error(f"{out} holds a set that ran on {state.device}; this host has {device}: a set comes from one "
                      f"device, so finish it on a host of {state.device} (or start it over here with --fresh)")
@@ -565,6 +597,8 @@ def main(argv=None) -> int:
         jobs = plan(a.notebooks.split(",") if a.notebooks else None,
                     [w.strip() for w in a.workloads.split(",")] if a.workloads else None, params)
         _check_expected(ap, expect, jobs)
+        if not a.plan:
+            _check_device(ap, want, why, device, "this host has")
         minutes = expected_here(jobs, device)
         load = deal(jobs, queues, minutes)
         out.mkdir(parents=True, exist_ok=True)
