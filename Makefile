@@ -91,9 +91,11 @@ chromium:
 
 # on a GPU host: run NOTEBOOKS for WORKLOADS into a scratch report, publish each finished notebook into
 # data/reports/$(DEVICE) as <notebook>-<preset>.html (findings first, no stderr), then that folder's index and the
-# generated pages (README glance table, the folders' README.md tables)
+# generated pages (README glance table, the folders' README.md tables); on a host of another card than DEVICE's it
+# stops before running anything (its rows would join the store)
 DEVICE ?= h200
 publish: $(STAMP)
+	$(VPY) -m wmbook.published --check-host data/reports/$(DEVICE)
 	-$(VPY) -m wmbook run --out "$(REPORT)" $(if $(WORKLOADS),--workload "$(WORKLOADS)") $(if $(PRESET),--preset "$(PRESET)") $(ARGS) $(NOTEBOOKS)
 	$(VPY) -m wmbook.published --publish-report "$(REPORT)" --to data/reports/$(DEVICE)
 	$(VPY) -m wmbook.published --index data/reports/$(DEVICE)

@@ -678,13 +678,25 @@ def test_a_set_of_another_card_than_its_folder_is_refused_before_any_run_and_nev
         with pytest.raises(SystemExit):
             rg.main(["--out", str(out), "--notebooks", "01", *args])
         err = capsys.readouterr().err
-        assert "this host has NVIDIA H100 80GB HBM3" in err and "contains 'H200'" in err, err
+        assert "this host has NVIDIA H100 80GB HBM3" in err and "has the word 'H200'" in err, err
         assert not out.exists() and not ran  # nothing planned, saved or run
     with pytest.raises(SystemExit):
         rg.main(["--out", str(out), "--device-name", " "])
     assert "--device-name=' ' is not allowed" in capsys.readouterr().err
+    # a name the folder's device is not: both are asked for, so the H100 is refused for the H200's folder
+    with pytest.raises(SystemExit):
+        rg.main(["--out", str(out), "--notebooks", "01", "--device-name", "H100", "--publish", str(h200)])
+    assert "--publish" in capsys.readouterr().err and not out.exists()
     # the card asked for (case aside), or no option: the set runs
     assert rg.main(["--out", str(out), "--notebooks", "01", "--device-name", "h100"]) == 1 and len(ran) == 1
+
+    # --fresh on the wrong card leaves the earlier set where it was
+    kept = tmp_path / "kept"
+    rg.SetState(kept, "abc1234", "NVIDIA H200", 1, [rg.Job("a", "a", "a.ipynb", {})]).save()
+    with pytest.raises(SystemExit):
+        rg.main(["--out", str(kept), "--fresh", "--publish", str(h200)])
+    assert "this host has NVIDIA H100 80GB HBM3" in capsys.readouterr().err
+    assert (kept / rg.SET_FILE).exists() and not list(tmp_path.glob("kept.superseded-*"))
 
     # a set already started on the H100 is not finished, joined or published for the H200's folder
     with pytest.raises(SystemExit):
@@ -696,6 +708,6 @@ def test_a_set_of_another_card_than_its_folder_is_refused_before_any_run_and_nev
     assert not (tmp_path / "joined").exists()
     done = rg.SetState(tmp_path / "done", "abc1234", "NVIDIA H100 80GB HBM3", 1,
                        [rg.Job("a", "a", "a.ipynb", {}, status="ok", seconds=5)])
-    with pytest.raises(InputError, match="the set ran on NVIDIA H100 80GB HBM3; h200 holds the H200's runs only"):
+    with pytest.raises(InputError, match="the set ran on NVIDIA H100 80GB HBM3; folder=.*h200' holds the H200's"):
         rg.publish_set(done, h200, store=tmp_path / "store.csv", notes=None, echo=lambda *a: None)
     assert not h200.exists() and not (tmp_path / "store.csv").exists()

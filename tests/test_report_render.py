@@ -555,19 +555,38 @@ def test_set_gpu_minutes_per_notebook_and_workload():
     assert "test loop" not in got
 
 
-def test_a_device_folder_refuses_a_run_of_another_device_before_writing(report, tmp_path, monkeypatch):
-    """data/reports/h200 holds H200 runs only: `make publish` of a run made on another card (here this CPU) is
-    refused, naming the run's device and the folder's, before any report is written."""
+def test_a_device_folder_refuses_a_run_of_another_device_before_writing(report, tmp_path, monkeypatch, capsys):
+    """A published folder of one device (data/reports/h200: H200) takes that device's runs only: `make publish` of a
+    run made on another card is refused, naming the run's device and the folder's, before any report is written; so is
+    a notebook whose rows cannot be found (its device unknown), and `make publish` on a host of another card stops
+    before it runs anything. The folder's device here is made up, so no machine running the tests has it."""
     from wmbook import published
     from wmbook.errors import InputError
 
     out, _, _ = report
-    folder = tmp_path / "h200"
+    folder = tmp_path / "testcard"
     folder.mkdir()
-    monkeypatch.setitem(published.FOLDER_PAGES, folder, "H200")
-    with pytest.raises(InputError, match=r"04_compile_autocast-mg2.ipynb's run ran on .*holds the H200's runs only"):
+    monkeypatch.setitem(published.FOLDER_PAGES, folder, "TESTCARD")
+    with pytest.raises(InputError, match=r"04_compile_autocast-mg2.ipynb's run ran on .*holds the TESTCARD's runs"):
         published.publish_report(out, folder)
-    with pytest.raises(InputError, match="holds the H200's runs only"):
-        published.publish(next(out.glob("executed/*.ipynb")), "04_compile_autocast-tiny", folder)
+    executed = out / "executed" / "04_compile_autocast-mg2.ipynb"
+    with pytest.raises(InputError, match="holds the TESTCARD's runs only"):
+        published.publish(executed, "04_compile_autocast-tiny", folder)
+    rowless = tmp_path / "executed" / "04_compile_autocast-x.ipynb"
+    rowless.parent.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(), rowless)
+    with pytest.raises(InputError, match="has no results rows here, so its device is unknown"):
+        published.publish(rowless, "04_compile_autocast-x", folder)
     assert list(folder.iterdir()) == []
-    assert published.folder_device(folder) == "H200" and published.folder_device(tmp_path) is None
+    assert published.publish_report(tmp_path, folder) == []  # a run folder of rowless notebooks: nothing to publish
+    assert published.folder_device(folder) == "TESTCARD" and published.folder_device(tmp_path) is None
+    assert published.device_matches("NVIDIA H200", "H200") and published.device_matches("NVIDIA H200 NVL", "h200")
+    assert not published.device_matches("NVIDIA GH200 480GB", "H200")
+    assert not published.device_matches("NVIDIA H100 80GB HBM3", "H200")
+
+    # make publish's first step: this host (a CPU here, or another card) is refused for the folder, any for another
+    with pytest.raises(SystemExit):
+        published.main(["--check-host", str(folder)])
+    assert "holds the TESTCARD's runs only and this host has" in capsys.readouterr().err
+    assert published.main(["--check-host", str(tmp_path)]) == 0
+    assert "no device's folder" in capsys.readouterr().out

@@ -55,18 +55,41 @@ def folder_device(folder) -> str | None:
     return next((dev for f, dev in FOLDER_PAGES.items() if f.resolve() == here), None)
 
 
+def device_matches(name, want: str) -> bool:
+    """Whether the device name `name` (as a run records it, e.g. 'NVIDIA H100 80GB HBM3') names the card `want`
+    ('H200'): `want` as a whole word, case aside, so that 'H200' does not match 'GH200'."""
+    return re.search(rf"(?<![A-Za-z0-9]){re.escape(want.strip())}(?![A-Za-z0-9])", str(name), re.IGNORECASE) is not None
+
+
 def check_folder_device(folder, devices, what: str) -> None:
     """InputError, before anything is written, where `folder` is a device's published folder and one of `devices`
-    (device names as runs record them, e.g. 'NVIDIA H100 80GB HBM3') is not that device: a published folder holds one
-    device's runs, and a host may give another card than the one asked for."""
+    (device names as runs record them) is not that device, or none is known: a published folder holds one device's
+    runs, and a host may give another card than the one asked for."""
     want = folder_device(folder)
     if want is None:
         return
-    wrong = sorted({str(d) for d in devices if want.lower() not in str(d).lower()})
-    if wrong:
-        raise InputError(f"{what} ran on {', '.join(wrong)}; {Path(folder).name} holds the {want}'s runs only "
-                         f"(allowed: runs whose device name contains {want!r}): publish it into a folder of its own "
-                         "device, or run it again on that device")
+    wrong = sorted({str(d) for d in devices if not device_matches(d, want)})
+    if wrong or not devices:
+        ran = f"ran on {', '.join(wrong)}" if wrong else "has no results rows here, so its device is unknown"
+        raise InputError(f"{what} {ran}; folder={str(folder)!r} holds the {want}'s runs only (allowed: runs whose "
+                         f"device name has the word {want!r}): publish it into a folder of its own device, or run "
+                         "it again on that device")
+
+
+def check_host(folder) -> str | None:
+    """InputError where `folder` is a device's published folder and this host's GPU is not that device (or there is
+    none): what `make publish` checks before it runs anything, so that another card's rows never reach the store.
+    Returns the folder's device (None: any host)."""
+    want = folder_device(folder)
+    if want is None:
+        return None
+    import torch  # noqa: PLC0415  heavy: torch
+
+    here = torch.cuda.get_device_name(0) if torch.cuda.is_available() and torch.cuda.device_count() else "no GPU"
+    if not device_matches(here, want):
+        raise InputError(f"folder={str(folder)!r} holds the {want}'s runs only and this host has {here}; allowed: a "
+                         f"host whose GPU's name has the word {want!r} (or publish into a folder of this device)")
+    return want
 
 
 def run_devices(executed, store=None) -> set[str]:
@@ -285,7 +308,9 @@ def publish_report(report, folder=H200, store=None) -> list[Path]:
 
     done = [p for p in sorted(Path(report).glob("executed/*.ipynb")) if not p.stem.endswith(".FAILED")]
     for nb_path in done if folder_device(folder) else []:  # every run's device checked before any report is written
-        check_folder_device(folder, run_devices(nb_path, store), f"{nb_path.name}'s run")
+        devices = run_devices(nb_path, store)
+        if devices:  # a notebook without rows is not published (below)
+            check_folder_device(folder, devices, f"{nb_path.name}'s run")
     out = []
     for nb_path in done:
         presets, dtypes = set(), set()
@@ -337,11 +362,22 @@ def main(argv=None) -> int:
     ap.add_argument("--cut", nargs=2, metavar=("RUN_ID", "REASON"), default=None,
                     help="mark a stored run as cut before its notebook finished (its rows stay; the published tables "
                          "and indexes show the latest run that was not cut)")
+    ap.add_argument("--check-host", type=Path, default=None, metavar="FOLDER",
+                    help="refuse (exit 2) where FOLDER is a device's published folder (data/reports/h200: H200) and "
+                         "this host's GPU is another: what `make publish` checks before it runs anything")
     ap.add_argument("--partial", nargs=2, metavar=("RUN_ID", "REASON"), default=None,
                     help="mark a stored run that finished as partial: it measured part of its notebook by choice "
                          "(e.g. notebook 06 for its decoder table); the notebook's tables and headlines keep the "
                          "latest full run, a table only some runs have takes the latest run that has it")
     a = ap.parse_args(argv)
+    if a.check_host is not None:
+        try:
+            want = check_host(a.check_host)
+        except InputError as e:
+            ap.error(str(e))
+        print(f"this host's GPU is an {want}: its runs may go into {a.check_host}" if want
+              else f"{a.check_host} is no device's folder: any host's runs may go into it")
+        return 0
     for flag, mark in (("cut", results.mark_cut), ("partial", results.mark_partial)):
         if getattr(a, flag) is not None:
             try:

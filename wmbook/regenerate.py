@@ -34,11 +34,11 @@ measure with empty caches of their own).
 
 Publishing refuses a set that is not complete or not from one clean commit, naming what is missing, and a set of
 another device than its folder's (data/reports/h200 holds H200 runs only), and writes nothing then. A host may give
-another card than the one asked for: `--device-name NAME` (implied by a --publish folder of one device) refuses before
-any run a set whose runs would be of another device. Otherwise: the rows go into the results store, each run's
-report into the folder (wmbook.published.publish_report), the folder's `gpu_time.json` (seconds per run and in all:
-the index shows it), its index, the README's table and the folder's page, and one dated entry in
-data/reports/NOTES.md.
+another card than the one asked for: `--device-name NAME`, and a --publish folder of one device, each refuse a set
+whose runs would be of another device before any run (or any move of an earlier set). Otherwise: the rows go into the
+results store, each run's report into the folder (wmbook.published.publish_report), the folder's `gpu_time.json`
+(seconds per run and in all: the index shows it), its index, the README's table and the folder's page, and one dated
+entry in data/reports/NOTES.md.
 """
 
 from __future__ import annotations
@@ -193,25 +193,29 @@ def _check_expected(ap, expect: dict[str, float], jobs: list[Job]) -> None:
         ap.error(f"--expect names {unknown}, not runs of this set; allowed values: {names}")
 
 
-def _wanted_device(a) -> tuple[str | None, str]:
-    """The device the set must run on (`--device-name`, else the device of the `--publish` folder: data/reports/h200
-    holds H200 runs only) and which option asks for it; (None, '') where neither does."""
-    if a.device_name is not None:
-        return a.device_name, f"--device-name={a.device_name!r}"
-    if a.publish is None:
-        return None, ""
-    from .published import folder_device  # noqa: PLC0415  heavy: pandas, nbformat
+def _wanted_devices(a) -> list[tuple[str, str]]:
+    """The devices the set must run on, each with the option that asks for it: `--device-name`, and the device of a
+    `--publish` folder of one device (data/reports/h200 holds H200 runs only); both where both are given."""
+    wanted = [(a.device_name, f"--device-name={a.device_name!r}")] if a.device_name is not None else []
+    if a.publish is not None:
+        from .published import folder_device  # noqa: PLC0415  heavy: pandas, nbformat
 
-    want = folder_device(a.publish)
-    return (want, f"--publish {a.publish} (it holds the {want}'s runs only)") if want else (None, "")
+        want = folder_device(a.publish)
+        if want:
+            wanted.append((want, f"--publish {a.publish} (it holds the {want}'s runs only)"))
+    return wanted
 
 
-def _check_device(ap, want: str | None, why: str, device: str, whose: str) -> None:
-    """Refuse, before any run, a set whose runs would not be of the wanted device (a host may give another card than
-    the one asked for: 24 minutes of the wrong card's runs cannot be published where the reference device's go)."""
-    if want and want.lower() not in device.lower():
-        ap.error(f"{why}: {whose} {device}; allowed: a host whose device name contains {want!r} (start the set on "
-                 "one, or leave the option out for a set of this device)")
+def _check_device(ap, wanted: list[tuple[str, str]], device: str, whose: str, allowed: str = "a host") -> None:
+    """Refuse, before any run or move, a set whose runs would not be of the wanted devices (a host may give another
+    card than the one asked for: its runs cannot be published where the reference device's go). `whose` says whose
+    device `device` is ('this host has', 'the set ran on'), `allowed` what may have it instead."""
+    from .published import device_matches  # noqa: PLC0415  heavy: pandas, nbformat
+
+    for want, why in wanted:
+        if not device_matches(device, want):
+            ap.error(f"{why}: {whose} {device}; allowed: {allowed} whose device name has the word {want!r} (or leave "
+                     "the option out for a set of this device)")
 
 
 def _device() -> tuple[str, int]:
@@ -459,7 +463,7 @@ def _say_all_gpu_wait(state: SetState, count: int, todo: list[Job]) -> bool:
     return all_gpu
 
 
-def _merge_main(ap, a, out: Path, commit: str, want: str | None = None, why: str = "") -> int:
+def _merge_main(ap, a, out: Path, commit: str, wanted: list[tuple[str, str]] | None = None) -> int:
     """--merge: the parts of a set made on several machines joined into `out` (started from the first part's plan
     when `out` holds no set yet), then published with --publish once complete; nothing is run."""
     if a.fresh or a.plan:
@@ -476,7 +480,7 @@ def _merge_main(ap, a, out: Path, commit: str, want: str | None = None, why: str
                                     "error": j.error if j.status == CANNOT else ""})) for j in base.jobs]
         state = SetState(out, base.commit, base.device, base.queues, jobs, base.host_gpus)
         state.started = base.started
-    _check_device(ap, want, why, state.device, "the set ran on")
+    _check_device(ap, wanted or [], state.device, "the set ran on", "a set")
     _say_publisher(state, commit)
     for folder in a.merge:
         merge_set(state, folder)
@@ -525,8 +529,9 @@ def main(argv=None) -> int:
     ap.add_argument("--allow-dirty", action="store_true",
                     help="run from a tree with uncommitted changes (such a set is never published)")
     ap.add_argument("--device-name", default=None, metavar="NAME",
-                    help="run only on a host whose GPU's name contains NAME (e.g. H200), refused before any run "
-                         "elsewhere; default: the device of the --publish folder (data/reports/h200: H200), else any")
+                    help="run only on a host whose GPU's name has the word NAME (e.g. H200), refused before any run "
+                         "elsewhere; a --publish folder of one device (data/reports/h200: H200) asks for its device "
+                         "too")
     a = ap.parse_args(argv)
     if a.device_name is not None and not a.device_name.strip():
         ap.error(f"--device-name={a.device_name!r} is not allowed; allowed values: part of a GPU's name, e.g. H200")
@@ -551,9 +556,11 @@ def main(argv=None) -> int:
         ap.error("the tree has uncommitted changes: a set records the commit its rows come from; commit them first "
                  "(or --allow-dirty for a set that will not be published)")
     out = a.out
-    want, why = _wanted_device(a)
+    wanted = _wanted_devices(a)
     if a.merge:
-        return _merge_main(ap, a, out, commit, want, why)
+        return _merge_main(ap, a, out, commit, wanted)
+    if not a.plan and (a.fresh or not (out / SET_FILE).exists()):  # a new set runs here: before the old one is moved
+        _check_device(ap, wanted, device, "this host has")
     if a.fresh and (out / SET_FILE).exists():
         aside = out.with_name(f"{out.name}.superseded-{int(time.time())}")
         shutil.move(str(out), str(aside))
@@ -584,7 +591,7 @@ def main(argv=None) -> int:
         if state.device == device and state.commit == commit:
             for j in recheck_cannot(state.jobs):
                 print(f"{j.name}: this host can make it (planned as one the set's first host could not)")
-        _check_device(ap, want, why, state.device, f"{out} holds a set that ran on")
+        _check_device(ap, wanted, state.device, f"{out} holds a set that ran on", "a set")
         if [j for j in state.missing() if j.status != CANNOT] and state.device != device:
             ap.error(f"{out} holds a set that ran on {state.device}; this host has {device}: a set comes from one "
                      f"device, so finish it on a host of {state.device} (or start it over here with --fresh)")
@@ -597,8 +604,6 @@ def main(argv=None) -> int:
         jobs = plan(a.notebooks.split(",") if a.notebooks else None,
                     [w.strip() for w in a.workloads.split(",")] if a.workloads else None, params)
         _check_expected(ap, expect, jobs)
-        if not a.plan:
-            _check_device(ap, want, why, device, "this host has")
         minutes = expected_here(jobs, device)
         load = deal(jobs, queues, minutes)
         out.mkdir(parents=True, exist_ok=True)
