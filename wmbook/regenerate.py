@@ -76,6 +76,7 @@ from .published_set import (
     merge_set,
     publish_set,
 )
+from .set_options import check_device, check_expected, expectations, wanted_devices
 from .set_schedule import (
     DEFAULT_MINUTES,
     START_MARGIN,
@@ -167,55 +168,6 @@ def recheck_cannot(jobs: list[Job]) -> list[Job]:
         j.params, j.status, j.error = runs[0][2], "pending", ""
         now.append(j)
     return now
-
-
-def _expectations(ap, given: list[str]) -> dict[str, float]:
-    """--expect RUN=MINUTES values -> {run: minutes}; a malformed one is refused naming the option."""
-    out = {}
-    for g in given:
-        name, sep, value = g.partition("=")
-        try:
-            minutes = float(value)
-        except ValueError:
-            minutes = math.nan
-        if not sep or not name.strip() or not (minutes > 0 and math.isfinite(minutes)):
-            ap.error(f"--expect={g!r} is not allowed; allowed values: RUN=MINUTES with a run of the set "
-                     "(e.g. 06_cuda_graphs-wma=18) and minutes > 0")
-        out[name.strip()] = minutes
-    return out
-
-
-def _check_expected(ap, expect: dict[str, float], jobs: list[Job]) -> None:
-    """--expect names runs of the set only (a typo would otherwise change nothing, silently)."""
-    names = [j.name for j in jobs]
-    unknown = sorted(set(expect) - set(names))
-    if unknown:
-        ap.error(f"--expect names {unknown}, not runs of this set; allowed values: {names}")
-
-
-def _wanted_devices(a) -> list[tuple[str, str]]:
-    """The devices the set must run on, each with the option that asks for it: `--device-name`, and the device of a
-    `--publish` folder of one device (data/reports/h200 holds H200 runs only); both where both are given."""
-    wanted = [(a.device_name, f"--device-name={a.device_name!r}")] if a.device_name is not None else []
-    if a.publish is not None:
-        from .published import folder_device  # noqa: PLC0415  heavy: pandas, nbformat
-
-        want = folder_device(a.publish)
-        if want:
-            wanted.append((want, f"--publish {a.publish} (it holds the {want}'s runs only)"))
-    return wanted
-
-
-def _check_device(ap, wanted: list[tuple[str, str]], device: str, whose: str, allowed: str = "a host") -> None:
-    """Refuse, before any run or move, a set whose runs would not be of the wanted devices (a host may give another
-    card than the one asked for: its runs cannot be published where the reference device's go). `whose` says whose
-    device `device` is ('this host has', 'the set ran on'), `allowed` what may have it instead."""
-    from .published import device_matches  # noqa: PLC0415  heavy: pandas, nbformat
-
-    for want, why in wanted:
-        if not device_matches(device, want):
-            ap.error(f"{why}: {whose} {device}; allowed: {allowed} whose device name has the word {want!r} (or leave "
-                     "the option out for a set of this device)")
 
 
 def _device() -> tuple[str, int]:
@@ -480,7 +432,7 @@ def _merge_main(ap, a, out: Path, commit: str, wanted: list[tuple[str, str]] | N
                                     "error": j.error if j.status == CANNOT else ""})) for j in base.jobs]
         state = SetState(out, base.commit, base.device, base.queues, jobs, base.host_gpus)
         state.started = base.started
-    _check_device(ap, wanted or [], state.device, "the set ran on", "a set")
+    check_device(ap, wanted or [], state.device, "the set ran on", "a set")
     _say_publisher(state, commit)
     for folder in a.merge:
         merge_set(state, folder)
@@ -545,7 +497,7 @@ def main(argv=None) -> int:
         ap.error(f"--timeout={a.timeout!r} is not allowed; allowed values: seconds > 0")
     if a.time_limit is not None and not (a.time_limit > 0 and math.isfinite(a.time_limit)):
         ap.error(f"--time-limit={a.time_limit!r} is not allowed; allowed values: minutes > 0")
-    expect = _expectations(ap, a.expect)
+    expect = expectations(ap, a.expect)
     started = time.monotonic()
     device, count = _device()
     queues = a.gpus if a.gpus is not None else max(1, count)
@@ -556,11 +508,11 @@ def main(argv=None) -> int:
         ap.error("the tree has uncommitted changes: a set records the commit its rows come from; commit them first "
                  "(or --allow-dirty for a set that will not be published)")
     out = a.out
-    wanted = _wanted_devices(a)
+    wanted = wanted_devices(a)
     if a.merge:
         return _merge_main(ap, a, out, commit, wanted)
     if not a.plan and (a.fresh or not (out / SET_FILE).exists()):  # a new set runs here: before the old one is moved
-        _check_device(ap, wanted, device, "this host has")
+        check_device(ap, wanted, device, "this host has")
     if a.fresh and (out / SET_FILE).exists():
         aside = out.with_name(f"{out.name}.superseded-{int(time.time())}")
         shutil.move(str(out), str(aside))
@@ -577,12 +529,12 @@ def main(argv=None) -> int:
 
     if (out / SET_FILE).exists() and a.plan:
         state = SetState.load(out)
-        _check_expected(ap, expect, state.jobs)
+        check_expected(ap, expect, state.jobs)
         return _plan_resumed(state, commit, device, count, queues, a.time_limit, expected_here(state.jobs,
                                                                                                 state.device))
     if (out / SET_FILE).exists():
         state = SetState.load(out)
-        _check_expected(ap, expect, state.jobs)
+        check_expected(ap, expect, state.jobs)
         if state.commit != commit and [j for j in state.missing() if j.status != CANNOT]:
             ap.error(f"{out} holds a set started at commit {state.commit}; this tree is at {commit}: a set comes from "
                      "one commit, so finish it from a tree at that commit (--fresh starts it over)")
@@ -591,7 +543,7 @@ def main(argv=None) -> int:
         if state.device == device and state.commit == commit:
             for j in recheck_cannot(state.jobs):
                 print(f"{j.name}: this host can make it (planned as one the set's first host could not)")
-        _check_device(ap, wanted, state.device, f"{out} holds a set that ran on", "a set")
+        check_device(ap, wanted, state.device, f"{out} holds a set that ran on", "a set")
         if [j for j in state.missing() if j.status != CANNOT] and state.device != device:
             ap.error(f"{out} holds a set that ran on {state.device}; this host has {device}: a set comes from one "
                      f"device, so finish it on a host of {state.device} (or start it over here with --fresh)")
@@ -603,7 +555,7 @@ def main(argv=None) -> int:
     else:
         jobs = plan(a.notebooks.split(",") if a.notebooks else None,
                     [w.strip() for w in a.workloads.split(",")] if a.workloads else None, params)
-        _check_expected(ap, expect, jobs)
+        check_expected(ap, expect, jobs)
         minutes = expected_here(jobs, device)
         load = deal(jobs, queues, minutes)
         out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,57 @@
+"""The checks `wmbook regenerate` makes of its options before any run: `--expect` values, and the device a set must
+run on (`--device-name`, a `--publish` folder of one device)."""
+
+from __future__ import annotations
+
+import math
+
+from .published_set import Job
+
+
+def expectations(ap, given: list[str]) -> dict[str, float]:
+    """--expect RUN=MINUTES values -> {run: minutes}; a malformed one is refused naming the option."""
+    out = {}
+    for g in given:
+        name, sep, value = g.partition("=")
+        try:
+            minutes = float(value)
+        except ValueError:
+            minutes = math.nan
+        if not sep or not name.strip() or not (minutes > 0 and math.isfinite(minutes)):
+            ap.error(f"--expect={g!r} is not allowed; allowed values: RUN=MINUTES with a run of the set "
+                     "(e.g. 06_cuda_graphs-wma=18) and minutes > 0")
+        out[name.strip()] = minutes
+    return out
+
+
+def check_expected(ap, expect: dict[str, float], jobs: list[Job]) -> None:
+    """--expect names runs of the set only (a typo would otherwise change nothing, silently)."""
+    names = [j.name for j in jobs]
+    unknown = sorted(set(expect) - set(names))
+    if unknown:
+        ap.error(f"--expect names {unknown}, not runs of this set; allowed values: {names}")
+
+
+def wanted_devices(a) -> list[tuple[str, str]]:
+    """The devices the set must run on, each with the option that asks for it: `--device-name`, and the device of a
+    `--publish` folder of one device (data/reports/h200 holds H200 runs only); both where both are given."""
+    wanted = [(a.device_name, f"--device-name={a.device_name!r}")] if a.device_name is not None else []
+    if a.publish is not None:
+        from .published import folder_device  # noqa: PLC0415  heavy: pandas, nbformat
+
+        want = folder_device(a.publish)
+        if want:
+            wanted.append((want, f"--publish {a.publish} (it holds the {want}'s runs only)"))
+    return wanted
+
+
+def check_device(ap, wanted: list[tuple[str, str]], device: str, whose: str, allowed: str = "a host") -> None:
+    """Refuse, before any run or move, a set whose runs would not be of the wanted devices (a host may give another
+    card than the one asked for: its runs cannot be published where the reference device's go). `whose` says whose
+    device `device` is ('this host has', 'the set ran on'), `allowed` what may have it instead."""
+    from .published import device_matches  # noqa: PLC0415  heavy: pandas, nbformat
+
+    for want, why in wanted:
+        if not device_matches(device, want):
+            ap.error(f"{why}: {whose} {device}; allowed: {allowed} whose device name has the word {want!r} (or leave "
+                     "the option out for a set of this device)")
