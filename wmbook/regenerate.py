@@ -91,8 +91,8 @@ from .set_schedule import (
     starts_without_margin,
 )
 
-# the set's record and publishing live in wmbook.published_set, its dealing and time limits in wmbook.set_schedule;
-# these names are this command's too
+# the set's record and publishing live in wmbook.published_set, its dealing and time limits in wmbook.set_schedule,
+# the checks of its options in wmbook.set_options; these names are this command's too
 __all__ = ["CANNOT", "DEFAULT_MINUTES", "GOAL_MINUTES", "GPU_TIME_FILE", "MIN_ALL_GPUS", "NOTES", "SET_FILE",
            "START_MARGIN", "STOP_GRACE_S", "Job", "SetState", "deal", "expected_minutes", "gpu_time", "main",
            "merge_set", "plan", "publish_set", "recheck_cannot", "run_set", "simulate"]
