@@ -259,3 +259,33 @@ def test_workloads_expand_notebooks_that_have_the_parameter():
     with pytest.raises(ParameterError, match=r"01_baseline_profiling \(wma\): num_blocks=2 applies to workload"):
         notebook_parameters(nbs, {"num_blocks": 2}, ["mg2", "wma"])
     assert cli._workload_list("all") == ["mg2", "wma", "motion"] and cli._workload_list(" wma, mg2") == ["wma", "mg2"]
+
+
+def test_ctrl_c_says_one_line_not_an_abandoned_cells_traceback(tmp_path, monkeypatch, caplog):
+    """Ctrl-C reaches the kernel as well as the runner: a cell that then fails in nbclient's task, which the interrupt
+    left unawaited, must not reach stderr as asyncio's "Task exception was never retrieved" and a traceback."""
+    import asyncio
+    import gc
+    import logging
+
+    from wmbook import cli
+
+    def interrupted_run(paths, **kw):
+        loop = asyncio.new_event_loop()
+
+        async def cell():
+            raise RuntimeError("the kernel's cell ended by the same Ctrl-C")
+
+        task = loop.create_task(cell())
+        loop.run_until_complete(asyncio.sleep(0))  # the cell's task fails; nothing awaits it
+        loop.close()
+        assert task.done()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(wmrun, "run_notebooks", interrupted_run)
+    monkeypatch.setattr(logging.getLogger("asyncio"), "disabled", False)
+    with caplog.at_level(logging.DEBUG, logger="asyncio"):
+        rc = cli.main(["run", str(NB_OK), "--out", str(tmp_path / "o"), "-q"])
+        gc.collect()  # the abandoned task is reported when it is collected
+    assert rc == 130
+    assert "never retrieved" not in caplog.text

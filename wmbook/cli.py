@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -353,6 +354,9 @@ def _run_main(argv: Sequence[str] | None = None, prog: str = "wmbook run") -> in
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        # Ctrl-C reaches the kernel too: its cell may still fail inside nbclient's abandoned task, which asyncio
+        # would report at exit as "Task exception was never retrieved" with a traceback; this line says it all
+        logging.getLogger("asyncio").disabled = True
         print(f"{prog}: interrupted; the reports finished before it are in {out}", file=sys.stderr)
         return 130
     failed = [r for r in runs if not r.ok]
