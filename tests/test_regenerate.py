@@ -711,3 +711,25 @@ def test_a_set_of_another_card_than_its_folder_is_refused_before_any_run_and_nev
     with pytest.raises(InputError, match="the set ran on NVIDIA H100 80GB HBM3; folder=.*h200' holds the H200's"):
         rg.publish_set(done, h200, store=tmp_path / "store.csv", notes=None, echo=lambda *a: None)
     assert not h200.exists() and not (tmp_path / "store.csv").exists()
+
+
+def test_a_resumed_set_refuses_notebooks_workloads_or_parameters_other_than_its_plan(tmp_path, capsys):
+    """A set's plan is fixed when it starts: the command that started it resumes it, while --notebooks, --workloads
+    or -p that plan other runs are refused naming the difference (they would otherwise be passed over in silence
+    and the set's own plan run instead)."""
+    out = tmp_path / "set"
+    rg.SetState(out, "1111111", "NVIDIA H200", 1, rg.plan(["01", "07"]), host_gpus=1).save()
+    before = (out / rg.SET_FILE).read_text()
+    for same in ([], ["--notebooks", "01,07"], ["--notebooks", "07,01", "--workloads", "mg2,wma,motion"]):
+        assert rg.main(["--out", str(out), "--plan", "--allow-dirty", *same]) == 0, same
+    capsys.readouterr()
+    for other, said in ((["--notebooks", "05"], "runs not in the set: ['05_triton_kernels-mg2'"),
+                        (["--notebooks", "01"], "the set's runs left out: ['07_motion_data_loading-motion']"),
+                        (["--notebooks", "01", "--workloads", "wma"], "left out: ['01_baseline_profiling-mg2'"),
+                        (["--notebooks", "01,07", "-p", "repeats", "2"], "other parameters for: ['01_baseline")):
+        for plan_only in (["--plan"], []):
+            with pytest.raises(SystemExit):
+                rg.main(["--out", str(out), "--allow-dirty", *plan_only, *other])
+            err = capsys.readouterr().err
+            assert "--notebooks/--workloads/-p" in err and said in err and "--fresh" in err, (other, err)
+    assert (out / rg.SET_FILE).read_text() == before and not (out / "runs").exists()

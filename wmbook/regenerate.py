@@ -76,7 +76,7 @@ from .published_set import (
     merge_set,
     publish_set,
 )
-from .set_options import check_device, check_expected, expectations, wanted_devices
+from .set_options import check_device, check_expected, check_same_plan, expectations, wanted_devices
 from .set_schedule import (
     DEFAULT_MINUTES,
     START_MARGIN,
@@ -527,13 +527,21 @@ def main(argv=None) -> int:
         say_paces(core_now, {n: p for n, p in paces.items() if n not in expect})
         return got
 
+    def planned() -> list[Job]:
+        return plan(a.notebooks.split(",") if a.notebooks else None,
+                    [w.strip() for w in a.workloads.split(",")] if a.workloads else None, params)
+
+    if (out / SET_FILE).exists():  # resumed: the runs asked for must be the set's
+        held = SetState.load(out)
+        if a.notebooks or a.workloads or params:
+            check_same_plan(ap, planned(), held.jobs, out)
     if (out / SET_FILE).exists() and a.plan:
-        state = SetState.load(out)
+        state = held
         check_expected(ap, expect, state.jobs)
         return _plan_resumed(state, commit, device, count, queues, a.time_limit, expected_here(state.jobs,
                                                                                                 state.device))
     if (out / SET_FILE).exists():
-        state = SetState.load(out)
+        state = held
         check_expected(ap, expect, state.jobs)
         if state.commit != commit and [j for j in state.missing() if j.status != CANNOT]:
             ap.error(f"{out} holds a set started at commit {state.commit}; this tree is at {commit}: a set comes from "
@@ -553,8 +561,7 @@ def main(argv=None) -> int:
         print(f"resuming the set of {state.started}: {len(state.jobs) - len(state.missing())} of {len(state.jobs)} "
               "runs done")
     else:
-        jobs = plan(a.notebooks.split(",") if a.notebooks else None,
-                    [w.strip() for w in a.workloads.split(",")] if a.workloads else None, params)
+        jobs = planned()
         check_expected(ap, expect, jobs)
         minutes = expected_here(jobs, device)
         load = deal(jobs, queues, minutes)

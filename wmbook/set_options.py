@@ -1,8 +1,9 @@
-"""The checks `wmbook regenerate` makes of its options before any run: `--expect` values, and the device a set must
-run on (`--device-name`, a `--publish` folder of one device)."""
+"""The checks `wmbook regenerate` makes of its options before any run: `--expect` values, the device a set must run
+on (`--device-name`, a `--publish` folder of one device), and a resumed set's plan against the runs asked for."""
 
 from __future__ import annotations
 
+import json
 import math
 
 from .published_set import Job
@@ -55,3 +56,23 @@ def check_device(ap, wanted: list[tuple[str, str]], device: str, whose: str, all
         if not device_matches(device, want):
             ap.error(f"{why}: {whose} {device}; allowed: {allowed} whose device name has the word {want!r} (or leave "
                      "the option out for a set of this device)")
+
+
+def check_same_plan(ap, given: list[Job], held: list[Job], out) -> None:
+    """A set's plan is fixed when it starts: `--notebooks`, `--workloads` and `-p` on a folder that holds a set must
+    plan the runs it holds (the command that started it, run again to resume it), or they would be passed over in
+    silence while the set runs its own plan."""
+    def runs(jobs: list[Job]) -> dict[str, str]:
+        return {j.name: json.dumps(j.params, sort_keys=True, default=str) for j in jobs}
+
+    mine, theirs = runs(given), runs(held)
+    if mine == theirs:
+        return
+    extra, lacking = sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine))
+    other = sorted(n for n in set(mine) & set(theirs) if mine[n] != theirs[n])
+    said = "; ".join(s for s in (f"runs not in the set: {extra}" if extra else "",
+                                 f"the set's runs left out: {lacking}" if lacking else "",
+                                 f"other parameters for: {other}" if other else "") if s)
+    ap.error(f"--notebooks/--workloads/-p: {out} holds a set whose plan these options do not give ({said}); allowed: "
+             "the options that started it, or none (a set resumes its own plan); another --out, or --fresh to start "
+             "this one over, for other runs")
