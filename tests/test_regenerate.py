@@ -511,6 +511,29 @@ def test_parts_of_a_set_made_on_two_machines_are_merged_and_published_as_one(tmp
     published_set._note(notes, state, REPO_ROOT / "data" / "reports" / "h200", t, tree="def5678")
     entry = notes.read_text().split("\n- **")[1]
     assert entry.split(",")[1] == " commit abc1234" and "joined and published by the tree at commit def5678" in entry
+
+    # into a device's folder, a set of fewer runs than the whole set (--notebooks, --workloads, -p) publishes its
+    # reports and rows but writes no GPU time of the set, and its NOTES entry gives no verdict on the set's goal
+    from wmbook import published
+
+    dev = tmp_path / "dev"
+    monkeypatch.setitem(published.FOLDER_PAGES, dev, "CPU")
+    monkeypatch.setattr(published, "check_folder_device", lambda *a: None)  # a CPU's name: any vendor's
+    with pytest.raises(ValueError, match="whole set's plan"):
+        rg.publish_set(state, dev, store=tmp_path / "d.csv", notes=None, echo=lambda *a: None)
+    assert not dev.exists() and not (tmp_path / "d.csv").exists()
+    whole = [rg.Job(n, "99_fast", str(nb), {}) for n in ("one", "two", "three")]
+    written = rg.publish_set(state, dev, store=tmp_path / "d.csv", notes=None, echo=lambda *a: None, whole=whole)
+    assert (dev / "99_fast-tiny.html") in written and (dev / "index.html") in written
+    assert not (dev / rg.GPU_TIME_FILE).exists() and "GPU time of this set" not in (dev / "index.html").read_text()
+    assert published_set.whole_set_lacks(state, whole) == ["three"]
+    assert published_set.whole_set_lacks(state, [rg.Job("one", "99_fast", str(nb), {"repeats": 2})]) == ["one"]
+    published_set._note(notes, state, REPO_ROOT / "data" / "reports" / "h200", t, lacks=["three"])
+    entry = notes.read_text().split("\n- **")[1]
+    assert "2 runs of the published set regenerated** (not the whole set: 1 of its runs not among them" in entry
+    assert "GPU time of these runs" in entry and "goal" not in entry
+    rg.publish_set(state, dev, store=tmp_path / "d.csv", notes=None, echo=lambda *a: None, whole=whole[:2])
+    assert json.loads((dev / rg.GPU_TIME_FILE).read_text())["total_seconds"] == t["total_seconds"]
     for gone in (a, b):
         shutil.move(tmp_path / f"kept-{gone.name}", gone)
 

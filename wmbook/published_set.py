@@ -173,11 +173,25 @@ def merge_set(state: SetState, other: Path, echo=print) -> list[str]:
     return [j.name for j in take]
 
 
+def run_params(jobs: list[Job]) -> dict[str, str]:
+    """Each run's name -> its parameters as one comparable string (two plans are the same runs where these are)."""
+    return {j.name: json.dumps(j.params, sort_keys=True, default=str) for j in jobs}
+
+
+def whole_set_lacks(state: SetState, whole: list[Job]) -> list[str]:
+    """The runs of the whole set (`whole`: every notebook for every workload, at their own parameters) that `state`
+    does not make as they are: not among its runs (--notebooks, --workloads) or made with other parameters (-p)."""
+    theirs, mine = run_params(whole), run_params(state.jobs)
+    return sorted(n for n, p in theirs.items() if mine.get(n) != p)
+
+
 def publish_set(state: SetState, folder: Path, store: Path | None = None, notes: Path | None = NOTES,
-                echo=print, tree: str = "") -> list[Path]:
+                echo=print, tree: str = "", whole: list[Job] | None = None) -> list[Path]:
     """Publish a complete set (module docstring); InputError naming what is missing, before anything is written, for
     a set that is not complete or not from one clean commit. `tree`: the commit of the tree publishing it, named in
-    the NOTES entry where it is not the set's."""
+    the NOTES entry where it is not the set's. `whole`: the whole set's plan (`wmbook.regenerate.plan()`), which a
+    set published into a device's folder is held to: one of fewer runs publishes its reports and rows, and its GPU
+    time is not written as the set's."""
     from . import published, results  # noqa: PLC0415  heavy: pandas, nbconvert
 
     missing = state.missing()
@@ -189,6 +203,11 @@ def publish_set(state: SetState, folder: Path, store: Path | None = None, notes:
         raise InputError(f"the set ran at commit {state.commit or 'unknown'!r}, not one clean commit: a published "
                          "set comes from one; start it over from a clean tree (--fresh)")
     published.check_folder_device(folder, [state.device], "the set")
+    # a device's published folder: a set of some of the runs publishes its reports and rows, not a GPU time of the set
+    device_folder = folder.resolve() in {f.resolve() for f in published.FOLDER_PAGES}
+    if device_folder and whole is None:
+        raise ValueError("publish_set into a device's folder needs the whole set's plan (whole=regenerate.plan())")
+    lacks = whole_set_lacks(state, whole) if device_folder else []
     folder.mkdir(parents=True, exist_ok=True)
     for j in state.jobs:
         with (state.out / "results" / f"{j.name}.csv").open(newline="") as f:
@@ -204,8 +223,9 @@ def publish_set(state: SetState, folder: Path, store: Path | None = None, notes:
     for j in state.jobs:
         written += published.publish_report(state.out / "runs" / j.name, folder, store)
     t = gpu_time(state)
-    atomic_write_text(folder / GPU_TIME_FILE, json.dumps(t, indent=1))
-    written.append(folder / GPU_TIME_FILE)
+    if not lacks:
+        atomic_write_text(folder / GPU_TIME_FILE, json.dumps(t, indent=1))
+        written.append(folder / GPU_TIME_FILE)
     from .report_index import write_folder_index  # noqa: PLC0415  heavy: nbformat
 
     # the folder's device where it is a device's folder, else the set's card by its full name (a filter by
@@ -215,24 +235,29 @@ def publish_set(state: SetState, folder: Path, store: Path | None = None, notes:
     if folder.resolve() in {f.resolve() for f in published.FOLDER_PAGES} and store is None:
         published.update_readme(allow_removal=True)
     if notes is not None and folder.resolve() in {f.resolve() for f in published.FOLDER_PAGES}:
-        _note(notes, state, folder, t, tree)
+        _note(notes, state, folder, t, tree, lacks)
         written.append(notes)
     for p in written:
         echo(p)
     return written
 
 
-def _note(notes: Path, state: SetState, folder: Path, t: dict, tree: str = "") -> None:
-    """One dated entry at the top of NOTES.md's list: the commit, the device, GPU time per notebook and in all."""
+def _note(notes: Path, state: SetState, folder: Path, t: dict, tree: str = "", lacks: list[str] = ()) -> None:
+    """One dated entry at the top of NOTES.md's list: the commit, the device, GPU time per notebook and in all (of
+    these runs only, with no verdict on the set's goal, where the set is not the whole one)."""
     day = _dt.date.today().isoformat()
     per = ", ".join(f"{nb[:2]} {s / 60:.1f}" for nb, s in sorted(t["notebook_seconds"].items()))
     total = t["total_seconds"] / 60
-    entry = (f"- **{day}, commit {state.commit}, {state.queues} x {state.device}: the published set regenerated** "
-             f"(`python -m wmbook regenerate`, {len(state.jobs)} runs into "
+    what = (f"{len(state.jobs)} runs of the published set regenerated** (not the whole set: {len(lacks)} of its runs "
+            "not among them, so the folder's GPU time of the set stays its last whole set's; "
+            if lacks else "the published set regenerated** (")
+    entry = (f"- **{day}, commit {state.commit}, {state.queues} x {state.device}: {what}"
+             f"`python -m wmbook regenerate`, {len(state.jobs)} runs into "
              f"`{folder.resolve().relative_to(REPO_ROOT)}`). GPU "
-             f"time {total:.1f} minutes in all (goal {GOAL_MINUTES:.0f}: "
-             f"{'met' if total <= GOAL_MINUTES else 'missed'}), {t['wall_seconds'] / 60:.1f} minutes of wall clock; "
-             f"per notebook (minutes): {per}"
+             + (f"time of these runs {total:.1f} minutes" if lacks else
+                f"time {total:.1f} minutes in all (goal {GOAL_MINUTES:.0f}: "
+                f"{'met' if total <= GOAL_MINUTES else 'missed'})")
+             + f", {t['wall_seconds'] / 60:.1f} minutes of wall clock; per notebook (minutes): {per}"
              + (f"; joined and published by the tree at commit {tree[:7]}" if tree and tree != state.commit else "")
              + ".\n")
     text = notes.read_text()

@@ -437,7 +437,7 @@ def _merge_main(ap, a, out: Path, commit: str, wanted: list[tuple[str, str]] | N
     for folder in a.merge:
         merge_set(state, folder)
     if a.publish is not None:
-        publish_set(state, a.publish, tree=commit)
+        publish_set(state, a.publish, tree=commit, whole=plan())
     return 0 if not state.missing() else 1
 
 
@@ -590,7 +590,7 @@ def main(argv=None) -> int:
     if state.missing():
         print(f"run `python -m wmbook regenerate --out {out}` again to finish the set")
     if a.publish is not None:
-        publish_set(state, a.publish, tree=commit)
+        publish_set(state, a.publish, tree=commit, whole=plan())
     return 0 if not state.missing() else 1
 
 

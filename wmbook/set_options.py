@@ -3,10 +3,9 @@ on (`--device-name`, a `--publish` folder of one device), and a resumed set's pl
 
 from __future__ import annotations
 
-import json
 import math
 
-from .published_set import Job
+from .published_set import Job, run_params
 
 
 def expectations(ap, given: list[str]) -> dict[str, float]:
@@ -62,10 +61,7 @@ def check_same_plan(ap, given: list[Job], held: list[Job], out) -> None:
     """A set's plan is fixed when it starts: `--notebooks`, `--workloads` and `-p` on a folder that holds a set must
     plan the runs it holds (the command that started it, run again to resume it), or they would be passed over in
     silence while the set runs its own plan."""
-    def runs(jobs: list[Job]) -> dict[str, str]:
-        return {j.name: json.dumps(j.params, sort_keys=True, default=str) for j in jobs}
-
-    mine, theirs = runs(given), runs(held)
+    mine, theirs = run_params(given), run_params(held)
     if mine == theirs:
         return
     extra, lacking = sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine))
