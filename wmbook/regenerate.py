@@ -585,8 +585,9 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 130
     t = gpu_time(state)
-    print(f"GPU time {t['total_seconds'] / 60:.1f} minutes in all (goal {GOAL_MINUTES:.0f}), wall "
-          f"{t['wall_seconds'] / 60:.1f} minutes; missing: {[j.name for j in state.missing()] or 'none'}")
+    print(f"GPU time {t['total_seconds'] / 60:.1f} minutes for its {len(state.jobs)} runs (the whole set's goal "
+          f"{GOAL_MINUTES:.0f}), wall {t['wall_seconds'] / 60:.1f} minutes; missing: "
+          f"{[j.name for j in state.missing()] or 'none'}")
     if state.missing():
         print(f"run `python -m wmbook regenerate --out {out}` again to finish the set")
     if a.publish is not None:
