@@ -11,34 +11,34 @@ published only when it is complete.
     python -m wmbook regenerate --out sets/h200 --merge part2/sets/h200 --publish data/reports/h200
                                                                       # parts made on several machines joined
 
-Queues: one per GPU (CUDA_VISIBLE_DEVICES), each on its own share of the host's cores (a queue's compile workers do
-not slow another queue's launch-bound timings); the runs are dealt longest first by the time each took in the set
-the folder held before (else in the published folder's `gpu_time.json`). A notebook whose study asks for every GPU
-(notebook 08) runs alone after the queues. Each run is `wmbook run` into `<out>/runs/<name>/`, its rows into
+Queues: one per GPU (CUDA_VISIBLE_DEVICES), each on its own share of the host's cores (a queue's compile workers do not
+slow another queue's launch-bound timings); the runs are dealt longest first by the time each took in the set the folder
+held before (else in the published folder's `gpu_time.json`). A notebook whose study asks for every GPU (notebook 08)
+runs alone after the queues. Each run is `wmbook run` into `<out>/runs/<name>/`, its rows into
 `<out>/results/<name>.csv` and its log into `<out>/logs/<name>.log`; every row records the commit the set started at.
 `<out>/set.json` holds the plan and each run's status and seconds, rewritten after every run: a set that is cut (Ctrl-C,
-a lost machine) resumes where it stopped, re-running only what did not finish; a tree at another commit may join and
-publish a set (that runs nothing) but not finish it (start over with --fresh); a run planned as one the host could not
-make (notebook 08 on too few GPUs) is checked again when the set resumes on a host of the same device, and an all-GPU
-run is made on no fewer GPUs than the host that started the set had (a set started on two and resumed on one leaves
-notebook 08 for a host of two or more). `--time-limit MINUTES` fits a set into a time-limited allocation (a batch job's
-wall time): no run starts that is expected to end after the limit (by the time it took before on this device,
-wmbook.runtimes, longer where that time was recorded on a faster host core than this host's, and never less than it
-ran before a limit cut it), a run still going at the limit is stopped as Ctrl-C
-stops it (it counts if its report was complete by then), and the same command finishes the set later, on
-this machine or another of the same device: what a resume reads is `set.json` (the runs still to make), so an allocation
-on a fresh machine needs only that file in `<out>`, and `--merge` joins the parts (their run folders, rows, logs and
-times) where the set is published. The runs share one compile cache, `<out>/cache/` (inductor's FX-graph, AOTAutograd
-and autotuning caches, Triton's kernels): a model several notebooks compile is compiled once (compile-time tables
-measure with empty caches of their own).
+a lost machine) resumes where it stopped, re-running only what did not finish (its plan is fixed: --notebooks,
+--workloads and -p that plan other runs are refused); a tree at another commit may join and publish a set (that runs
+nothing) but not finish it (start over with --fresh); a run planned as one the host could not make (notebook 08 on too
+few GPUs) is checked again when the set resumes on a host of the same device, and an all-GPU run is made on no fewer
+GPUs than the host that started the set had (a set started on two and resumed on one leaves notebook 08 for a host of
+two or more). `--time-limit MINUTES` fits a set into a time-limited allocation (a batch job's wall time): no run starts
+that is expected to end after the limit (by the time it took before on this device, wmbook.runtimes, longer where that
+time was recorded on a faster host core than this host's, and never less than it ran before a limit cut it), a run still
+going at the limit is stopped as Ctrl-C stops it (it counts if its report was complete by then), and the same command
+finishes the set later, on this machine or another of the same device: what a resume reads is `set.json` (the runs still
+to make), so an allocation on a fresh machine needs only that file in `<out>`, and `--merge` joins the parts (their run
+folders, rows, logs and times) where the set is published. The runs share one compile cache, `<out>/cache/` (inductor's
+FX-graph, AOTAutograd and autotuning caches, Triton's kernels): a model several notebooks compile is compiled once
+(compile-time tables measure with empty caches of their own).
 
-Publishing refuses a set that is not complete or not from one clean commit, naming what is missing, and a set of
-another device than its folder's (data/reports/h200 holds H200 runs only), and writes nothing then. A host may give
-another card than the one asked for: `--device-name NAME`, and a --publish folder of one device, each refuse a set
-whose runs would be of another device before any run (or any move of an earlier set). Otherwise: the rows go into the
-results store, each run's report into the folder (wmbook.published.publish_report), the folder's `gpu_time.json`
-(seconds per run and in all: the index shows it), its index, the README's table and the folder's page, and one dated
-entry in data/reports/NOTES.md.
+Publishing refuses a set that is not complete or not from one clean commit, naming what is missing, and a set of another
+device than its folder's (data/reports/h200 holds H200 runs only), and writes nothing then. A host may give another card
+than the one asked for: `--device-name NAME`, and a --publish folder of one device, each refuse a set whose runs would
+be of another device before any run (or any move of an earlier set). Otherwise: the rows go into the results store, each
+run's report into the folder (wmbook.published.publish_report), the folder's `gpu_time.json` (seconds per run and in
+all: the index shows it; written only for the whole set's plan, so that a set of some notebooks never stands as the
+set's GPU time), its index, the README's table and the folder's page, and one dated entry in data/reports/NOTES.md.
 """
 
 from __future__ import annotations
