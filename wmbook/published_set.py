@@ -232,9 +232,9 @@ def publish_set(state: SetState, folder: Path, store: Path | None = None, notes:
     # substring: the last word of 'NVIDIA H100 80GB HBM3' would name the memory, not the card)
     written.append(write_folder_index(folder, results_path=store, device=None if state.device == "CPU"
                                       else published.folder_device(folder) or state.device))
-    if folder.resolve() in {f.resolve() for f in published.FOLDER_PAGES} and store is None:
+    if device_folder and store is None:
         published.update_readme(allow_removal=True)
-    if notes is not None and folder.resolve() in {f.resolve() for f in published.FOLDER_PAGES}:
+    if notes is not None and device_folder:
         _note(notes, state, folder, t, tree, lacks)
         written.append(notes)
     for p in written:

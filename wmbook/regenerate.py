@@ -531,16 +531,13 @@ def main(argv=None) -> int:
         return plan(a.notebooks.split(",") if a.notebooks else None,
                     [w.strip() for w in a.workloads.split(",")] if a.workloads else None, params)
 
-    if (out / SET_FILE).exists():  # resumed: the runs asked for must be the set's
-        held = SetState.load(out)
-        if a.notebooks or a.workloads or params:
-            check_same_plan(ap, planned(), held.jobs, out)
-    if (out / SET_FILE).exists() and a.plan:
-        state = held
-        check_expected(ap, expect, state.jobs)
-        return _plan_resumed(state, commit, device, count, queues, a.time_limit, expected_here(state.jobs,
-                                                                                                state.device))
-    if (out / SET_FILE).exists():
+    held = SetState.load(out) if (out / SET_FILE).exists() else None
+    if held is not None and (a.notebooks or a.workloads or params):  # resumed: the runs asked for must be the set's
+        check_same_plan(ap, planned(), held.jobs, out)
+    if held is not None and a.plan:
+        check_expected(ap, expect, held.jobs)
+        return _plan_resumed(held, commit, device, count, queues, a.time_limit, expected_here(held.jobs, held.device))
+    if held is not None:
         state = held
         check_expected(ap, expect, state.jobs)
         if state.commit != commit and [j for j in state.missing() if j.status != CANNOT]:
