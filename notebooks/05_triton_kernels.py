@@ -48,6 +48,7 @@ repeats = 10           # timed forwards per row
 e2e_blocks = 0         # mg2 blocks per end-to-end run; 0 means 4 on a GPU, 3 on a CPU
 e2e_ddim_steps = 0     # wma DDIM steps per pass in the end-to-end run; 0: the preset's default
 e2e_repeats = 0        # timed end-to-end runs per row (median, p20-p80); 0: 3 on a GPU, 2 on a CPU
+compile_ahead = "auto"  # processes compiling the ladder's compiled stacks side by side first; auto: wma on a GPU; 0: none
 output_dir = "auto"
 results_path = "auto"  # auto: data/results/results.csv for real presets, reports/results/results-tiny.csv for tiny ones
 seed = 0
@@ -71,7 +72,7 @@ wd.setup()
 cfg = study.validate(workload=workload, preset=preset, device=device, kernel_table=kernel_table, rep_ms=rep_ms,
                      ladder=ladder, base=base, steps=steps, compile_backend=compile_backend, warmup=warmup,
                      repeats=repeats, e2e_blocks=e2e_blocks, e2e_ddim_steps=e2e_ddim_steps, e2e_repeats=e2e_repeats,
-                     output_dir=output_dir, results_path=results_path, seed=seed)
+                     compile_ahead=compile_ahead, output_dir=output_dir, results_path=results_path, seed=seed)
 print("base stack:", " -> ".join(map(str, study.base_stack(cfg))), "| kernel rows:",
       " -> ".join(map(str, study.kernel_steps(cfg))))
 print(study.fp8_note(cfg))
@@ -123,6 +124,8 @@ else:
 if cfg.options.ladder:
     ref = study04.reference(cfg)
     lad = study.run_ladder(ref, cfg, ceilings)
+    if lad.compile_ahead is not None:  # the compiled rows' stacks, compiled side by side first
+        print(lad.compile_ahead.summary())
     t = lad.table()
     display(wd.table(t, columns=LADDER_KEY, strict=False, caption="Ladder rows",
                      rename={"e2e_value": f"end to end ({cfg.workload.metric.unit})"}))

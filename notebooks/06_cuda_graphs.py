@@ -62,6 +62,7 @@ repeats = 10           # timed forwards per row
 e2e_blocks = 0         # mg2 blocks per end-to-end run; 0 means 4 on a GPU, 3 on a CPU
 e2e_ddim_steps = 0     # wma DDIM steps per pass in the end-to-end run; 0: the preset's default (50 at real shape)
 e2e_repeats = 0        # timed end-to-end runs per row (median, p20-p80); 0: 3 on a GPU, 2 on a CPU
+compile_ahead = "auto"  # processes compiling the ladder's compiled stacks side by side first; auto: wma on a GPU; 0: none
 output_dir = "auto"
 results_path = "auto"  # auto: data/results/results.csv for real presets, reports/results/results-tiny.csv for tiny ones
 seed = 0
@@ -79,8 +80,8 @@ from wmbook.studies import graphs as study
 wd.setup()
 cfg = study.validate(workload=workload, preset=preset, device=device, base=base, steps=steps,
                      reduce_overhead=reduce_overhead, decoder_table=decoder_table, compile_backend=compile_backend, warmup=warmup, repeats=repeats, e2e_blocks=e2e_blocks,
-                     e2e_ddim_steps=e2e_ddim_steps, e2e_repeats=e2e_repeats, output_dir=output_dir,
-                     results_path=results_path, seed=seed)
+                     e2e_ddim_steps=e2e_ddim_steps, e2e_repeats=e2e_repeats, compile_ahead=compile_ahead,
+                     output_dir=output_dir, results_path=results_path, seed=seed)
 print("base stack:", " -> ".join(map(str, study.base_stack(cfg))),
       "| graph rows:", " -> ".join(map(str, study.graph_steps(cfg))) or "-")
 # the key columns, narrow enough for a 1400 px page (the full stacks and every other column: the appendix)
@@ -110,6 +111,8 @@ checks = study.static_cache_check(cfg)
 ceilings = wdev.measure_ceilings(cfg.device, quick=cfg.tiny)
 ref = study04.reference(cfg)
 lad = study.run_ladder(ref, cfg, ceilings)
+if lad.compile_ahead is not None:  # the compiled rows' stacks, compiled side by side first
+    print(lad.compile_ahead.summary())
 t = lad.table()
 display(wd.table(t, columns=LADDER_KEY, strict=False, caption="The rows (each adds one variant to the row above)",
                  rename={"e2e_value": f"end to end ({cfg.workload.metric.unit})"}))

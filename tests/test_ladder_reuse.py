@@ -153,3 +153,35 @@ def test_wma_pass_rows_build_on_the_row_before(monkeypatch, compiled):
     fresh = run_ladder("wma", "tiny-wma", steps, device=CPU, reference=ref, settings=settings, from_row=len(steps))
     assert lad.rows[-1].rel_l2_vs_fp32 == pytest.approx(fresh.rows[-1].rel_l2_vs_fp32, rel=1e-6, abs=1e-9)
     assert lad.rows[-1].psnr_db == pytest.approx(fresh.rows[-1].psnr_db, rel=1e-6)
+
+
+@pytest.mark.parametrize("keep", [True, pytest.param(False, marks=pytest.mark.slow)])
+def test_the_stacks_compiled_ahead_are_the_ones_the_rows_compile(mg2_ref, monkeypatch, keep):
+    """wmbook.variants.compile_ahead plans from the ladder's own rule which rows build afresh: on a GPU its
+    processes compile exactly the stacks the rows then compile (here the plan is handed a stand-in result)."""
+    import wmbook.variants.ladder as ladder_mod
+    from wmbook.variants import compile_ahead as ca
+
+    compiled, plans = [], []
+    real_apply = ladder_mod.apply_stack
+
+    def apply_stack(ref, wl, stack, device, backend="inductor"):
+        if any(v.family == "compile" for v in stack):
+            compiled.append(ca.Ahead.key(stack))
+        return real_apply(ref, wl, stack, device, backend)
+
+    def for_ladder(wl, preset, steps, from_row, comparisons, device, settings, builds_afresh):
+        plans.extend(ca.Ahead.key(s) for s in ca.planned(steps, from_row, comparisons, builds_afresh))
+        return ca.Ahead(2, runs={k: {"ok": True, "first_call_s": 7.0} for k in plans})
+
+    monkeypatch.setattr(ladder_mod, "apply_stack", apply_stack)
+    monkeypatch.setattr(ladder_mod, "for_ladder", for_ladder)
+    settings = LadderSettings(warmup=0, repeats=1, e2e=E2ESize(blocks=2), e2e_repeats=1, compile_backend="eager",
+                              keep=keep)
+    steps = ["bf16", "compile-regional", "vae-stream-buffers", "static-caches"]
+    lad = run_ladder("mg2", "tiny", steps, device=CPU, reference=mg2_ref, settings=settings, from_row=2,
+                     comparisons={"the base again": ["bf16", "compile-regional"]})
+    assert plans == list(dict.fromkeys(compiled)) and len(plans) == (3 if keep else 2)
+    marked = [r.variant for r in lad.rows if r.compiled_ahead_s == 7.0]
+    assert len(marked) == len(compiled) and all("compiled ahead" in r.note for r in lad.rows
+                                                if r.compiled_ahead_s == 7.0)

@@ -4,7 +4,8 @@ definition, imported by each study, so that no study reaches into another's priv
 from __future__ import annotations
 
 from .. import variants
-from ..params import ParameterError, choice, integer, name_list
+from ..params import Param, ParameterError, choice, integer, name_list
+from ..variants.compile_ahead import check_processes
 
 COMPILE_BACKENDS = ("auto", "inductor", "aot_eager", "eager")
 
@@ -18,6 +19,19 @@ def compile_backend(v, ctx):
 def e2e_blocks(v, ctx):
     """`e2e_blocks`: 0 is 4 blocks on a GPU, 3 on a CPU."""
     return integer(0)(v, ctx) or (4 if ctx["device"].type == "cuda" else 3)
+
+
+def _compile_ahead(v, ctx):
+    try:
+        return check_processes(v)
+    except ValueError as e:
+        raise ParameterError(str(e)) from None
+
+
+COMPILE_AHEAD = Param("compile_ahead", "auto", _compile_ahead, "processes that compile the ladder's compiled stacks "
+                      "side by side before its timed rows, into the compile cache the rows then read; auto: on a GPU "
+                      "with inductor where the workload compiles its whole denoiser (wma), as many as the host's cores "
+                      "and the GPU's memory allow; 0: none, each row compiles in turn")
 
 
 def variant_stack(unset: str = "auto", empty: bool = True):
@@ -38,4 +52,4 @@ def variant_stack(unset: str = "auto", empty: bool = True):
     return check
 
 
-__all__ = ["COMPILE_BACKENDS", "compile_backend", "e2e_blocks", "variant_stack"]
+__all__ = ["COMPILE_AHEAD", "COMPILE_BACKENDS", "compile_backend", "e2e_blocks", "variant_stack"]

@@ -29,7 +29,7 @@ from ..variants.ladder import LadderSettings, apply_stack, effective
 from ..variants.ladder import run_ladder as _run
 from ..workloads import E2ESize
 from . import decoder as dstudy
-from .common import compile_backend, e2e_blocks, variant_stack
+from .common import COMPILE_AHEAD, compile_backend, e2e_blocks, variant_stack
 
 NOTEBOOK = "06_cuda_graphs"
 
@@ -73,7 +73,7 @@ SPEC = NotebookSpec(NOTEBOOK, (
           "whole denoiser (wma: minutes of compile for the row)"),
     Param("decoder_table", True, boolean, "the decoder rows (the same latents through each decoder stack)"),
     Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
-    WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS,
+    WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS, COMPILE_AHEAD,
     OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=check_e2e,
     # reduce-overhead compiles the whole denoiser once more (minutes at wma's real shape)
     quick={"reduce_overhead": False, "warmup": 2, "repeats": 5, "e2e_repeats": 1},
@@ -258,7 +258,8 @@ def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
     comparisons = comparison_rows(cfg, base)
     o = cfg.options
     st = LadderSettings(seed=cfg.seed, warmup=cfg.warmup, repeats=cfg.repeats, e2e=e2e_size(cfg),
-                        e2e_repeats=o.e2e_repeats, compile_backend=o.compile_backend, ceilings=ceilings, keep=True)
+                        e2e_repeats=o.e2e_repeats, compile_backend=o.compile_backend, ceilings=ceilings, keep=True,
+                        compile_ahead=o.compile_ahead)
 
     def first(lad):  # the base row's generation, before the next row is built on its pipeline (no second compile)
         lad.generation_traces = generation_traces(lad, cfg, which=(0,))
@@ -361,7 +362,8 @@ def row_results(cfg: RunConfig, r) -> list[dict]:
             ("psnr_db", r.psnr_db, "dB", None), ("peak_memory_gib", r.peak_memory_gib, "GiB", None),
             # where a row's minutes go (a compiled row's can be many): its first call (the compile, for compiled
             # rows) and the whole row
-            ("first_call_s", r.first_call_s, "s", None), ("row_s", r.row_s, "s", None)):
+            ("first_call_s", r.first_call_s, "s", None), ("compiled_ahead_s", r.compiled_ahead_s, "s", None),
+            ("row_s", r.row_s, "s", None)):
         if metric and value is not None and np.isfinite(value):
             out.append(results_store.make_row(metric=metric, value=float(value), unit=unit, variant=v, timing=timing,
                                               **common))

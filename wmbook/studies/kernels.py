@@ -34,7 +34,7 @@ from ..variants import Variant
 from ..variants.builtin import fp8_static_unavailable, sage_unavailable
 from ..variants.ladder import LadderSettings
 from ..variants.ladder import run_ladder as _run
-from .common import compile_backend, variant_stack
+from .common import COMPILE_AHEAD, compile_backend, variant_stack
 from .graphs import DENOISER_KERNELS, E2E_PARAMS, best_of_04, check_e2e, e2e_size, store_each_row
 
 NOTEBOOK = "05_triton_kernels"
@@ -58,7 +58,7 @@ SPEC = NotebookSpec(NOTEBOOK, (
           "(where sageattention is installed), fp8-static (where the device has FP8; the slowest row to build), "
           "attn-triton (mg2)"),
     Param("compile_backend", "auto", compile_backend, "auto: inductor on a GPU, aot_eager on a CPU"),
-    WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS,
+    WARMUP.with_default(3), REPEATS.with_default(10), *E2E_PARAMS, COMPILE_AHEAD,
     OUTPUT_DIR, RESULTS_PATH, SEED), workload_params=False, cross_check=check_e2e,
     quick={"rep_ms": 50, "warmup": 2, "repeats": 5, "e2e_repeats": 1}, builds_on=("04_compile_autocast",))
 
@@ -385,7 +385,8 @@ def run_ladder(ref, cfg: RunConfig, ceilings: dict | None):
     base = base_stack(cfg)
     o = cfg.options
     st = LadderSettings(seed=cfg.seed, warmup=cfg.warmup, repeats=cfg.repeats, e2e=e2e_size(cfg),
-                        e2e_repeats=o.e2e_repeats, compile_backend=o.compile_backend, ceilings=ceilings, keep=False)
+                        e2e_repeats=o.e2e_repeats, compile_backend=o.compile_backend, ceilings=ceilings, keep=False,
+                        compile_ahead=o.compile_ahead)
     return _run(cfg.workload, cfg.preset, base + kernel_steps(cfg), device=cfg.device, settings=st, reference=ref,
                 from_row=len(base), on_row=store_each_row(cfg))
 

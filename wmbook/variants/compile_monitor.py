@@ -358,3 +358,19 @@ def graph_break_report(fn, *args, **kwargs) -> GraphBreakReport:
                             explain=out)
 
 
+def entered() -> CompileMonitor:
+    """An entered CompileMonitor (the caller exits it)."""
+    m = CompileMonitor()
+    m.__enter__()
+    return m
+
+
+def compile_note(summary: dict) -> str:
+    """What a compilation did, for a ladder row's note when it did more than compile each region once: recompiles
+    (a guard that failed: a new shape, a changed attribute) and recompile-limit hits (dynamo gave up and ran the
+    function eagerly), with the compile seconds; empty otherwise. Says why a row's first call took long."""
+    rec, hits = int(summary.get("recompiles", 0)), int(summary.get("recompile_limit_hits", 0))
+    if not rec and not hits:
+        return ""
+    return (f"compile: {int(summary.get('frames_compiled', 0))} graphs, {rec} recompiles, {hits} recompile-limit hits, "
+            f"{float(summary.get('compile_s', 0.0)):.0f} s")

@@ -14,8 +14,8 @@ compiled and captured denoiser kept, which a fresh copy compiles again, most of 
 - end to end: the workload's metric (FPS of a streaming generation, ms per DDIM step of a short iteration) and
   the PSNR of its decoded frames against the reference's;
 - peak memory, and for compiled rows the first-call time (the probe's setup and first forward, compilation
-  included; wmbook.variants.compile.measure_compile_time gives cold and warm compile time proper) and the
-  recompiles of the steady end-to-end runs.
+  included; a cache hit where the stack compiled ahead: wmbook.variants.compile_ahead) and the recompiles of the
+  steady end-to-end runs. wmbook.variants.compile.measure_compile_time gives cold and warm compile time proper.
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ from ..profiling.trace import Trace
 from ..workloads import E2ESize, get
 from .builtin import captures, graph_calls, warm_up
 from .compile import reset_compile_state
-from .compile_monitor import CompileMonitor
-from .registry import GlobalFlags, VariantContext, resolve, tolerance_for
+from .compile_ahead import check_processes, for_ladder
+from .compile_monitor import compile_note
+from .compile_monitor import entered as _monitor
+from .registry import GlobalFlags, VariantContext, effective, resolve, tolerance_for
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,10 @@ class LadderSettings:
     # keep each row's forward trace and what its CUDA graphs captured (LadderRow.trace, .captures), and the pipelines
     # of the first measured row (until on_first_row) and the last row (LadderRow.pipeline; others freed: memory)
     keep: bool = False
+    compile_ahead: int | str = 0  # processes compiling the rows' stacks ahead (wmbook.variants.compile_ahead)
 
     def __post_init__(self):
+        check_processes(self.compile_ahead)
         for name, v, lo in (("warmup", self.warmup, 0), ("repeats", self.repeats, 1),
                             ("e2e_repeats", self.e2e_repeats, 1), ("e2e.blocks", self.e2e.blocks, 1),
                             ("e2e.ddim_steps", self.e2e.ddim_steps, 1)):
@@ -92,6 +96,7 @@ class LadderRow:
     categories: dict = field(default_factory=dict)  # GPU kernel ms per forward by category
     peak_memory_gib: float = math.nan
     first_call_s: float = math.nan
+    compiled_ahead_s: float = math.nan  # its stack's cold first call in a process of its own, compiling ahead
     row_s: float = math.nan  # the whole row's wall time: apply, compile, gate, timing, profile, end-to-end runs
     phases_s: dict = field(default_factory=dict)  # seconds per phase of row_s (apply, first call, timing, ...)
     e2e_metric: str = ""
@@ -150,7 +155,7 @@ LADDER_COLUMNS = [
     "max_rel_same_precision", "mean_rel_same_precision", "forward_ms", "forward_p20", "forward_p80",
     "speedup", "x_floor", "gpu_busy_ms", "busy_x_floor", "launches", "e2e_metric", "e2e_value", "e2e_p20", "e2e_p80",
     "e2e_speedup", "e2e_first_frame_ms", "e2e_run_s", "e2e_run_s_p20", "e2e_run_s_p80", "psnr_db",
-    "peak_memory_gib", "first_call_s", "row_s", "recompiles", "graph_breaks", "decoder", "note",
+    "peak_memory_gib", "first_call_s", "compiled_ahead_s", "row_s", "recompiles", "graph_breaks", "decoder", "note",
 ]  # fmt: skip
 
 
@@ -164,6 +169,7 @@ class Ladder:
     # {row label: uint8 [T, H, W, 3] frames on the host} of the reference and of the latest row whose frames were
     # judged and passed: what a frame comparer shows (reference vs optimized) without running either again
     frames: dict = field(default_factory=dict)
+    compile_ahead: object = None  # wmbook.variants.compile_ahead.Ahead, where the rows' stacks compiled ahead
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame([r.record() for r in self.rows], columns=LADDER_COLUMNS).set_index("row")
@@ -257,13 +263,15 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             raise ValueError(f"from_row={from_row} is past the last row ({len(vs)})")
         applied: list = []  # the variants of the last row that ran (a failed row's variant is left out of later rows)
         built = None  # that row's pipeline (_Built)
+        keep_first = settings.keep and on_first_row is None
+        lad.compile_ahead = ahead = for_ladder(wl, preset, vs, from_row, extra, device, settings,
+                                               lambda s, i, b: _afresh(s, i, from_row, b, keep_first))
         for i in tqdm([0, *range(from_row, len(vs) + 1)], desc=f"ladder {wl.name}", leave=False):
             stack = vs[:i] if i <= from_row else [*applied, vs[i - 1]]
             # a variant that leaves the denoiser as it was goes on the row before's pipeline, switches and compiled
             # code (a fresh copy would compile and capture the same denoiser again); a kept first measured row's
             # pipeline stays as measured unless on_first_row has seen it
-            if not (built is not None and i > from_row and not stack[-1].denoiser and stack[-1].family != "compile"
-                    and not (settings.keep and built.row == from_row and on_first_row is None)):
+            if _afresh(stack, i, from_row, None if built is None else built.row, keep_first):
                 dropped, built = built is not None, None
                 if dropped and device.type == "cuda":
                     gc.collect()  # its graphs hold it in reference cycles: freed before this row builds its own
@@ -303,6 +311,8 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             if floor == floor:
                 lad.floor_ms = floor
             row.finish(floor, base_ms, base_e2e, wl.metric)
+            if ahead is not None:
+                ahead.mark(row, stack)
             if frames is not None and (i == 0 or (row.counts and row.psnr_db == row.psnr_db)):
                 _keep_frames(lad, row.variant, frames, i == 0)
             for r in lad.rows if row.gate != "error" else []:  # keep the first measured row's (until on_first_row
@@ -329,6 +339,8 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
             row.row, row.variant = len(lad.rows), label
             row.pipeline = None
             row.finish(lad.floor_ms, base_ms, base_e2e, wl.metric)
+            if ahead is not None:
+                ahead.mark(row, stack)
             lad.rows.append(row)
             if on_row is not None:
                 on_row(row)
@@ -336,6 +348,13 @@ def run_ladder(workload, preset, steps: list[str], *, device: torch.device, sett
     finally:
         flags.restore()
     return lad
+
+
+def _afresh(stack: list, i: int, from_row: int, built_row: int | None, keep_first: bool) -> bool:
+    """Whether row i builds its pipeline afresh rather than adding its variant (one that leaves the denoiser as it
+    was) to the row before's (built_row's); keep_first: the first measured row's pipeline stays as it was measured."""
+    return not (built_row is not None and i > from_row and not stack[-1].denoiser and stack[-1].family != "compile"
+                and not (keep_first and built_row == from_row))
 
 
 def _failed_row(stack: list, error: BaseException, device: torch.device) -> LadderRow:
@@ -350,12 +369,6 @@ def _failed_row(stack: list, error: BaseException, device: torch.device) -> Ladd
 def flop_floor_ms(flops: float, ceilings: dict | None) -> float:
     """The FLOP floor at the measured bf16 GEMM ceiling (NaN without ceilings): what `x_floor` divides by."""
     return floor_ms(flops, ceilings) if ceilings and ceilings.get("gemm_tflops") else float("nan")
-
-
-def effective(stack: list) -> list:
-    """The variants a row applies: a later compile variant replaces an earlier one (one compile per model)."""
-    last = max((i for i, v in enumerate(stack) if v.family == "compile"), default=None)
-    return [v for i, v in enumerate(stack) if v.family != "compile" or i == last]
 
 
 def apply_stack(ref, workload, stack, device, compile_backend: str = "inductor"):
@@ -554,24 +567,6 @@ def launch_count(trace) -> int:
     """Kernel and graph launch calls (cudaLaunchKernel, cuLaunchKernel, cudaGraphLaunch, ...) in a trace."""
     calls = Trace.load(trace).runtime_calls
     return int(calls["name"].isin(LAUNCH_CALLS).sum()) if len(calls) else 0
-
-
-def _monitor():
-    """An entered CompileMonitor (wmbook.variants.compile_monitor)."""
-    m = CompileMonitor()
-    m.__enter__()
-    return m
-
-
-def compile_note(summary: dict) -> str:
-    """What a row's compilation did, for its note when it did more than compile each region once: recompiles
-    (a guard that failed: a new shape, a changed attribute) and recompile-limit hits (dynamo gave up and ran the
-    function eagerly), with the compile seconds; empty otherwise. Says why a row's first call took long."""
-    rec, hits = int(summary.get("recompiles", 0)), int(summary.get("recompile_limit_hits", 0))
-    if not rec and not hits:
-        return ""
-    return (f"compile: {int(summary.get('frames_compiled', 0))} graphs, {rec} recompiles, {hits} recompile-limit hits, "
-            f"{float(summary.get('compile_s', 0.0)):.0f} s")
 
 
 def _outputs(out):

@@ -223,5 +223,11 @@ def _set_dotted(obj, key: str, value) -> None:
     setattr(obj, last, value)
 
 
-__all__ = ["FAMILIES", "GROUPS", "GlobalFlags", "REGISTRY", "UnknownVariantError", "Variant", "VariantContext", "get",
-           "hygiene_parts", "known", "register", "register_group", "resolve", "tolerance_for"]
+def effective(stack: list) -> list:
+    """The variants a row applies: a later compile variant replaces an earlier one (one compile per model)."""
+    last = max((i for i, v in enumerate(stack) if v.family == "compile"), default=None)
+    return [v for i, v in enumerate(stack) if v.family != "compile" or i == last]
+
+
+__all__ = ["FAMILIES", "GROUPS", "GlobalFlags", "REGISTRY", "UnknownVariantError", "Variant", "VariantContext",
+           "effective", "get", "hygiene_parts", "known", "register", "register_group", "resolve", "tolerance_for"]
