@@ -119,6 +119,8 @@ else:
 # which `steps` can add). `GPU busy ms` is the kernels' time per forward: what the fused kernels and fp8 act on. Wall time
 # includes the host's launches (notebook 06 removes those with CUDA graphs). The base is the best stack of
 # [04 · compile and precision](04_compile_autocast.ipynb). What to look for: GPU busy time going down row by row.
+# With `compile_ahead` (wma on a GPU) the stacks the rows compile are compiled side by side first, one process each, so
+# a row's first call reads its compile from the cache; `compiled_ahead_s` (appendix) is its cold first call there.
 
 # %%
 if cfg.options.ladder:

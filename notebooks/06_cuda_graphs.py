@@ -105,7 +105,8 @@ checks = study.static_cache_check(cfg)
 # %% [markdown]
 # ## The rows: base, static caches, CUDA graphs (and torch.compile's reduce-overhead)
 # What to look for: launches per forward dropping to a handful with `cuda-graphs`, and the forward's wall time
-# approaching its GPU busy time.
+# approaching its GPU busy time. With `compile_ahead` (wma on a GPU) the rows' compiled stacks are compiled side by
+# side first, so a row's first call reads its compile from the cache (`compiled_ahead_s`: its cold first call there).
 
 # %%
 ceilings = wdev.measure_ceilings(cfg.device, quick=cfg.tiny)
