@@ -55,6 +55,10 @@ def test_ahead_marks_a_row_with_its_cold_first_call_or_why_not():
     ahead.mark(other, [BF16])
     assert other.note == "" and math.isnan(other.compiled_ahead_s)
     assert "1 of 2 compiled stacks" in ahead.summary()
+    ahead.runs["bf16"] = {"ok": True, "first_call_s": 3.0, "e2e_error": "OutOfMemoryError: CUDA out of memory"}
+    e2e = LadderRow(stack=[], tolerance="bf16", forward=None, flops=0.0)
+    ahead.mark(e2e, [BF16])
+    assert e2e.compiled_ahead_s == 3.0 and "end-to-end run there failed (OutOfMemoryError" in e2e.note
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "some", None])
