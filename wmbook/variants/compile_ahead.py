@@ -156,7 +156,7 @@ def _tail(path: Path, lines: int = 3) -> str:
 
 
 def compile_ahead(workload, preset, stacks: list, device: torch.device, *, processes="auto", seed: int = 0,
-                  e2e=None, backend: str = "inductor", timeout_s: float = 1200.0, progress: bool = True) -> Ahead:
+                  e2e=None, backend: str = "inductor", timeout_s: float = 600.0, progress: bool = True) -> Ahead:
     """Run one process per stack (at most `processes` at once; 'auto': auto_processes), each compiling its stack
     into the shared on-disk cache; wait for all of them (each at most timeout_s). An interrupt stops them all."""
     processes = check_processes(processes)
