@@ -54,7 +54,8 @@ def test_ahead_marks_a_row_with_its_cold_first_call_or_why_not():
     other = LadderRow(stack=[], tolerance="bf16", forward=None, flops=0.0)
     ahead.mark(other, [BF16])
     assert other.note == "" and math.isnan(other.compiled_ahead_s)
-    assert "1 of 2 compiled stacks" in ahead.summary()
+    assert "1 of 2 compiled stacks" in ahead.summary() and "no more for" not in ahead.summary()
+    assert ca.Ahead(1, fewer="2 cores").summary().endswith("(no more for 2 cores)")
     ahead.runs["bf16"] = {"ok": True, "first_call_s": 3.0, "e2e_error": "OutOfMemoryError: CUDA out of memory"}
     e2e = LadderRow(stack=[], tolerance="bf16", forward=None, flops=0.0)
     ahead.mark(e2e, [BF16])
@@ -132,3 +133,9 @@ def test_an_interrupt_stops_every_process(monkeypatch):
         ca.compile_ahead(workloads.get("mg2"), "tiny", [["bf16"], ["fp16"]], CPU, processes=2,
                          backend="aot_eager", progress=False)
     assert len(started) == 2 and all(p.poll() is not None for p in started)
+
+
+def test_auto_processes_one_per_two_cores_at_most_one_per_stack():
+    assert ca.auto_processes(6, CPU, cpus=16) == (6, "")
+    assert ca.auto_processes(6, CPU, cpus=4) == (2, "4 cores")
+    assert ca.auto_processes(3, CPU, cpus=1) == (1, "1 cores")

@@ -75,6 +75,7 @@ class Ahead:
     wall_s: float = math.nan
     runs: dict = field(default_factory=dict)  # key -> {"ok", "first_call_s", "s", "error"}
     skipped: str = ""  # why no process ran ('' when they did)
+    fewer: str = ""  # why fewer processes than stacks ran at once ('' when one per stack)
 
     @staticmethod
     def key(stack) -> str:
@@ -105,7 +106,7 @@ class Ahead:
             return f"no compile ahead: {self.skipped}"
         ok = sum(1 for r in self.runs.values() if r.get("ok"))
         return (f"{ok} of {len(self.runs)} compiled stacks compiled ahead in {self.wall_s:.0f} s by "
-                f"{self.processes} process(es) side by side")
+                f"{self.processes} process(es) side by side" + (f" (no more for {self.fewer})" if self.fewer else ""))
 
 
 def auto_processes(n: int, device: torch.device, cpus: int | None = None) -> tuple[int, str]:
@@ -174,7 +175,7 @@ def compile_ahead(workload, preset, stacks: list, device: torch.device, *, proce
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_PACKAGE_ROOT), *filter(None, [os.environ.get(
         "PYTHONPATH")])]), "TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 1) // n))}
     tmp = Path(tempfile.mkdtemp(prefix="wmbook-ahead-"))
-    ahead = Ahead(n)
+    ahead = Ahead(n, fewer=why if n < len(stacks) else "")
     todo = list(enumerate(stacks))
     running: dict[int, tuple] = {}  # index -> (proc, started, key, log path, json path)
     t0 = time.monotonic()
