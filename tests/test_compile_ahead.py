@@ -138,4 +138,4 @@ def test_an_interrupt_stops_every_process(monkeypatch):
 def test_auto_processes_one_per_two_cores_at_most_one_per_stack():
     assert ca.auto_processes(6, CPU, cpus=16) == (6, "")
     assert ca.auto_processes(6, CPU, cpus=4) == (2, "4 cores")
-    assert ca.auto_processes(3, CPU, cpus=1) == (1, "1 cores")
+    assert ca.auto_processes(3, CPU, cpus=1) == (1, "1 core")

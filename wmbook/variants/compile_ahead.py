@@ -116,7 +116,7 @@ def auto_processes(n: int, device: torch.device, cpus: int | None = None) -> tup
     cpus = cpus or os.cpu_count() or 1
     k, why = min(n, max(1, cpus // 2)), ""
     if k < n:
-        why = f"{cpus} cores"
+        why = f"{cpus} core" + ("s" if cpus != 1 else "")
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         need = 1.3 * torch.cuda.memory_allocated(device) + 2 * _GIB
