@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 from types import SimpleNamespace
@@ -139,3 +140,19 @@ def test_auto_processes_one_per_two_cores_at_most_one_per_stack():
     assert ca.auto_processes(6, CPU, cpus=16) == (6, "")
     assert ca.auto_processes(6, CPU, cpus=4) == (2, "4 cores")
     assert ca.auto_processes(3, CPU, cpus=1) == (1, "1 core")
+
+
+def test_the_check_tool_reports_each_stack_and_refuses_bad_names_first(tmp_path, capsys):
+    from conftest import load_tool
+
+    tool = load_tool("compile_ahead_check")
+    out = tmp_path / "check.json"
+    assert tool.main(["mg2", "tiny", "bf16", "bf16,static-caches", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert [s["stack"] for s in res["stacks"]] == [["bf16"], ["bf16", "static-caches"]]
+    assert all(r["ok"] for r in res["ahead"].values()) and res["ahead_s"] > 0
+    with pytest.raises(SystemExit):
+        tool.main(["mg2", "no-such-preset", "bf16"])
+    assert "preset='no-such-preset' is not allowed" in capsys.readouterr().err
+    with pytest.raises(Exception, match="no-such-variant"):
+        tool.main(["mg2", "tiny", "bf16", "no-such-variant"])
