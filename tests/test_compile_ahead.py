@@ -125,8 +125,13 @@ def test_an_interrupt_stops_every_process(monkeypatch):
         started.append(real(*a, **k))
         return started[-1]
 
-    def interrupt(_):
-        raise KeyboardInterrupt
+    real_sleep, interrupted = ca.time.sleep, []
+
+    def interrupt(s):  # the loop's first wait is interrupted; later sleeps (the stops' own waits) are real
+        if not interrupted:
+            interrupted.append(s)
+            raise KeyboardInterrupt
+        real_sleep(s)
 
     monkeypatch.setattr(ca.subprocess, "Popen", popen)
     monkeypatch.setattr(ca.time, "sleep", interrupt)

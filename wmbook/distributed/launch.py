@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -27,9 +25,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_write_text
+from ..process_group import package_env, stop_group
 from .job import NO_MULTICAST_ENV, JobError, JobFailed, JobSpec, check_job
-
-_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding `wmbook/`: the ranks import this copy
 
 
 @dataclass
@@ -70,16 +67,7 @@ def _new_job_dir(parent: Path, spec: JobSpec) -> Path:
 
 def _stop(proc: subprocess.Popen) -> None:
     """End torchrun and every rank it started (their own process group), politely first."""
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    stop_group(proc, term_wait_s=15, kill_wait_s=5)
 
 
 def run_job(spec: JobSpec, parent, *, progress: bool = True, timeout_s: float | None = None,
@@ -91,8 +79,7 @@ def run_job(spec: JobSpec, parent, *, progress: bool = True, timeout_s: float | 
         raise JobError(f"timeout_s={timeout_s!r} is not allowed; allowed values: a finite number of seconds > 0")
     job_dir = _new_job_dir(Path(parent), spec)
     atomic_write_text(job_dir / "job.json", spec.to_json())
-    env = {**os.environ, **NO_MULTICAST_ENV,
-           "PYTHONPATH": os.pathsep.join([str(_PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = package_env(**NO_MULTICAST_ENV)
     cmd = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={spec.nproc}",
            "--max-restarts=0", "--monitor-interval=0.5", f"--log-dir={job_dir / 'logs'}", "--redirects=3",
            "-m", "wmbook.distributed.worker", str(job_dir)]

@@ -22,7 +22,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -34,8 +33,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_write_text
+from ..process_group import package_env, stop_group
 
-_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding `wmbook/`: the processes import this copy
 _GIB = 2**30
 
 
@@ -51,20 +50,14 @@ def planned(steps: list, from_row: int, comparisons: dict, builds_afresh) -> lis
     """The stacks a ladder compiles afresh, each once, in the order it measures them, every row taken to pass:
     row 0 and rows from_row.. (the ladder's own `builds_afresh(stack, i, built_row)` decides which build a new
     pipeline), then the comparison rows; only those holding a compile variant."""
-    out, seen, built = [], set(), None
+    out, built = [], None
     for i in [0, *range(from_row, len(steps) + 1)]:
         stack = steps[:i]
         if builds_afresh(stack, i, built) and any(v.family == "compile" for v in stack):
             out.append(stack)
         built = i
     out += [list(s) for s in comparisons.values() if any(v.family == "compile" for v in s)]
-    keyed = []
-    for s in out:
-        key = tuple(v.name for v in s)
-        if key not in seen:
-            seen.add(key)
-            keyed.append(s)
-    return keyed
+    return list({Ahead.key(s): s for s in out}.values())  # each stack once, at its first place
 
 
 @dataclass
@@ -140,14 +133,6 @@ def for_ladder(workload, preset, steps: list, from_row: int, comparisons: dict, 
                          backend=settings.compile_backend)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
 def _tail(path: Path, lines: int = 3) -> str:
     try:
         text = path.read_text(errors="replace").strip().splitlines()
@@ -172,8 +157,7 @@ def compile_ahead(workload, preset, stacks: list, device: torch.device, *, proce
         return Ahead(0, skipped=why)
     if n == 1 and len(stacks) == 1:  # one compile: the row does it itself, nothing to overlap
         return Ahead(0, skipped="one compiled stack: the row compiles it")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_PACKAGE_ROOT), *filter(None, [os.environ.get(
-        "PYTHONPATH")])]), "TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 1) // n))}
+    env = package_env(TORCHINDUCTOR_COMPILE_THREADS=str(max(1, (os.cpu_count() or 1) // n)))
     tmp = Path(tempfile.mkdtemp(prefix="wmbook-ahead-"))
     ahead = Ahead(n, fewer=why if n < len(stacks) else "")
     todo = list(enumerate(stacks))
@@ -200,7 +184,7 @@ def compile_ahead(workload, preset, stacks: list, device: torch.device, *, proce
                 if p.poll() is None and not late:
                     continue
                 if late and p.poll() is None:
-                    _stop(p)
+                    stop_group(p, term_wait_s=5)
                     ahead.runs[key] = {"ok": False, "error": f"stopped after timeout_s={timeout_s:.0f} s"}
                 else:
                     try:
@@ -213,7 +197,7 @@ def compile_ahead(workload, preset, stacks: list, device: torch.device, *, proce
             time.sleep(0.2)
     except BaseException:
         for p, *_ in running.values():
-            _stop(p)
+            stop_group(p, term_wait_s=5)
         raise
     finally:
         bar.close()
@@ -226,16 +210,14 @@ def _child(a) -> dict:
     """One process: the stack compiled and run once (the probe's forward, a short end-to-end run)."""
     from .. import workloads  # noqa: PLC0415  heavy: every workload and variant
     from ..workloads import E2ESize  # noqa: PLC0415
-    from .registry import VariantContext, effective, resolve  # noqa: PLC0415
+    from .registry import apply_variants, resolve  # noqa: PLC0415
 
     dev = torch.device(a.device)
     wl = workloads.get(a.workload)
     vs = resolve([s for s in a.stack.split(",") if s], wl, dev)
     t0 = time.perf_counter()
     pipe = wl.reference_pipeline(wl.presets[a.preset], dev, a.seed)
-    ctx = VariantContext(workload=wl, device=dev, compile_backend=a.backend)
-    for v in effective(vs):  # in place: this process needs no reference of its own
-        v.apply(pipe, ctx)
+    apply_variants(pipe, wl, vs, dev, a.backend)  # in place: this process needs no reference of its own
     probe = wl.forward_probe(pipe, a.seed)
     t1 = time.perf_counter()
     with torch.no_grad():

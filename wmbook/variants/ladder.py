@@ -45,7 +45,7 @@ from .compile import reset_compile_state
 from .compile_ahead import check_processes, for_ladder
 from .compile_monitor import compile_note
 from .compile_monitor import entered as _monitor
-from .registry import GlobalFlags, VariantContext, effective, resolve, tolerance_for
+from .registry import GlobalFlags, VariantContext, apply_variants, effective, resolve, tolerance_for
 
 
 @dataclass(frozen=True)
@@ -377,10 +377,7 @@ def apply_stack(ref, workload, stack, device, compile_backend: str = "inductor")
     wl = get(workload)
     vs = resolve(stack, wl, device)  # Variants pass through; names (tools, tests) are looked up here
     pipe = copy.deepcopy(ref)
-    ctx = VariantContext(workload=wl, device=device, compile_backend=compile_backend)
-    for v in effective(vs):
-        v.apply(pipe, ctx)
-    return pipe, ctx
+    return pipe, apply_variants(pipe, wl, vs, device, compile_backend)
 
 
 def _eager_anchor(ref, workload, stack, device, settings: LadderSettings, gate_ref: GateReference) -> float:

@@ -229,5 +229,14 @@ def effective(stack: list) -> list:
     return [v for i, v in enumerate(stack) if v.family != "compile" or i == last]
 
 
+def apply_variants(pipe, workload, stack: list, device: torch.device, compile_backend: str = "inductor"):
+    """Resolved variants applied to `pipe` in place, in order, the effective compile only: their VariantContext."""
+    ctx = VariantContext(workload=workload, device=device, compile_backend=compile_backend)
+    for v in effective(stack):
+        v.apply(pipe, ctx)
+    return ctx
+
+
 __all__ = ["FAMILIES", "GROUPS", "GlobalFlags", "REGISTRY", "UnknownVariantError", "Variant", "VariantContext",
-           "effective", "get", "hygiene_parts", "known", "register", "register_group", "resolve", "tolerance_for"]
+           "apply_variants", "effective", "get", "hygiene_parts", "known", "register", "register_group", "resolve",
+           "tolerance_for"]
